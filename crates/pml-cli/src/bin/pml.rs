@@ -1,0 +1,6 @@
+//! `pml`: run prompts, generate, serve, bench.
+
+fn main() {
+    eprintln!("pml: not built yet");
+    std::process::exit(2);
+}

@@ -1,0 +1,1 @@
+//! Shared code of the `pmlc` and `pml` binaries: file discovery, diagnostic output.

@@ -1,0 +1,1 @@
+//! Runtime: models, KV caches, encoding, cached inference, stores and serving. Knows nothing of PML syntax beyond what `pml-compiler` hands it.
