@@ -1,0 +1,42 @@
+//! The tokenizer interface the compiler needs (argument-length checks, layout). Implemented by the
+//! runtime from a model's GGUF metadata; tests use small deterministic tokenizers.
+
+use std::fmt;
+
+/// Why a text could not be tokenized.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenizeError(pub String);
+
+impl fmt::Display for TokenizeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tokenizer error: {}", self.0)
+    }
+}
+
+impl std::error::Error for TokenizeError {}
+
+pub trait Tokenizer: Send + Sync {
+    /// Token ids of `text`, with no BOS/EOS added. Control-token strings in `text` (such as
+    /// `<|im_start|>`) become control tokens only when `allow_special` is true, as for chat-template
+    /// text; user text is encoded with `allow_special = false` so it cannot forge control tokens.
+    fn encode(&self, text: &str, allow_special: bool) -> Result<Vec<u32>, TokenizeError>;
+
+    /// Text of `ids`; control tokens are rendered as their strings.
+    fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError>;
+
+    /// Number of tokens `text` takes (plain text, no special tokens).
+    fn count_tokens(&self, text: &str) -> Result<usize, TokenizeError> {
+        Ok(self.encode(text, false)?.len())
+    }
+
+    /// The token placed first in every sequence, if the model uses one.
+    fn bos_token(&self) -> Option<u32>;
+
+    /// Tokens that end generation (EOS and end-of-turn tokens).
+    fn eos_tokens(&self) -> Vec<u32>;
+
+    /// Token filling the positions of a parameter that received no argument and has no scaffold.
+    fn placeholder_token(&self) -> u32;
+
+    fn vocab_size(&self) -> usize;
+}
