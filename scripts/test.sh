@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The project's test command: fetch the models the real-model tests need (cached under $PML_HOME,
+# verified by sha256), then run every test. With PML_REQUIRE_MODELS=1 a missing model fails a test
+# instead of skipping it, so this run cannot pass without having checked the real models.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo run --quiet -p pml-cli --bin pml -- models fetch --all
+PML_REQUIRE_MODELS=1 cargo test --workspace "$@"
