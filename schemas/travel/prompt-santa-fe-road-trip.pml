@@ -1,4 +1,4 @@
-<!-- A domestic road trip; no traveller profile is imported, so that union contributes nothing. -->
+<!-- A domestic road trip with both parameters filled; no traveller profile is selected. -->
 <prompt schema="travel">
   <travel-plan duration="a long weekend">
     <domestic city="Santa Fe, New Mexico">
