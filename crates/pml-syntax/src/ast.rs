@@ -163,7 +163,10 @@ pub enum PromptItem {
     Import(Import),
     Role(RoleBlock<PromptItem>),
     /// A role close tag with no open tag in this prompt: it closes a role the schema left open.
-    RoleClose { role: Role, span: Span },
+    RoleClose {
+        role: Role,
+        span: Span,
+    },
 }
 
 /// A module imported by using its name as a tag; attributes are parameter arguments and children

@@ -32,15 +32,30 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     pub fn error(code: &'static str, message: impl Into<String>) -> Self {
-        Diagnostic { code, severity: Severity::Error, message: message.into(), labels: Vec::new(), help: None }
+        Diagnostic {
+            code,
+            severity: Severity::Error,
+            message: message.into(),
+            labels: Vec::new(),
+            help: None,
+        }
     }
 
     pub fn warning(code: &'static str, message: impl Into<String>) -> Self {
-        Diagnostic { code, severity: Severity::Warning, message: message.into(), labels: Vec::new(), help: None }
+        Diagnostic {
+            code,
+            severity: Severity::Warning,
+            message: message.into(),
+            labels: Vec::new(),
+            help: None,
+        }
     }
 
     pub fn with_label(mut self, span: Span, message: impl Into<String>) -> Self {
-        self.labels.push(Label { span, message: message.into() });
+        self.labels.push(Label {
+            span,
+            message: message.into(),
+        });
         self
     }
 

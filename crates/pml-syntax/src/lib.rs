@@ -3,10 +3,25 @@
 //!
 //! Architecture invariant: this crate knows nothing of models, tokenizers, tensors, LSP or HTTP.
 //! Parsing never fails: [`parse`] always returns a tree plus the diagnostics found on the way.
+//!
+//! Pipeline: `lexer` (content mode / tag mode) → `tree` (generic elements, recovery, text runs)
+//! → `lower` (typed [`ast`]). Every syntax code is documented in [`SYNTAX_RULES`].
 
 pub mod ast;
 pub mod diagnostic;
+pub mod dump;
+mod lexer;
+mod lower;
+pub mod names;
+mod parse;
+pub mod render;
+pub mod rules;
 pub mod span;
+pub mod text;
+mod tree;
 
 pub use diagnostic::{Diagnostic, Label, Rule, Severity};
+pub use parse::{Parse, parse};
+pub use render::render;
+pub use rules::{SYNTAX_RULES, syntax_rule};
 pub use span::{LineIndex, Span};
