@@ -1,0 +1,475 @@
+//! The generation loop: prefill the prompt, then decode one token at a time, streaming text as it
+//! settles, until an end-of-turn token, a stop string or the token limit. The prefill is a step of
+//! its own ([`Generator::generate_after`]) so cached-inference modes can run theirs (splice module
+//! KV, compute only the new tokens, recompute some) and share the decoding, stopping and timing.
+
+use std::time::{Duration, Instant};
+
+use candle_core::{DType, Tensor};
+use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
+
+use super::detokenizer::IncrementalDetokenizer;
+use super::sampling::{Sampler, SamplingError, SamplingParams};
+use super::stop::StopStringMatcher;
+use crate::kv_cache::KvCache;
+use crate::model::{EngineError, Model};
+
+/// Why generation failed. Engine and tensor errors are boxed: they are large and rare, and a
+/// small error keeps every `Result` of the loop small.
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error(transparent)]
+    Engine(Box<EngineError>),
+    /// A caller-supplied prefill ([`Generator::generate_after`]) failed for a reason of its own.
+    #[error("prefill failed: {0}")]
+    Prefill(Box<dyn std::error::Error + Send + Sync>),
+    #[error(transparent)]
+    Sampling(#[from] SamplingError),
+    #[error("cannot decode the generated tokens: {0}")]
+    Detokenize(#[from] TokenizeError),
+    #[error("cannot read the logits: {0}")]
+    Logits(Box<candle_core::Error>),
+    #[error("invalid prompt: {0}")]
+    InvalidPrompt(String),
+}
+
+impl From<EngineError> for GenerateError {
+    fn from(error: EngineError) -> Self {
+        GenerateError::Engine(Box::new(error))
+    }
+}
+
+impl From<candle_core::Error> for GenerateError {
+    fn from(error: candle_core::Error) -> Self {
+        GenerateError::Logits(Box::new(error))
+    }
+}
+
+/// A prompt as the model receives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PromptInput {
+    /// Tokens to compute now, after whatever the KV cache already holds; the last one's logits
+    /// choose the first generated token, so there is at least one.
+    pub new_tokens: Vec<u32>,
+    /// Position of each new token.
+    pub new_positions: Vec<u32>,
+    /// Every token of the prompt in position order, cached ones included: the repetition
+    /// penalty looks back over them, and the detokenizer decodes the first answer token after
+    /// them. Modes that differ only in caching must pass the same sequence here.
+    pub all_tokens: Vec<u32>,
+}
+
+impl PromptInput {
+    /// A prompt computed in full from position 0, with nothing cached.
+    pub fn uncached(tokens: Vec<u32>) -> Self {
+        PromptInput {
+            new_positions: (0..tokens.len() as u32).collect(),
+            all_tokens: tokens.clone(),
+            new_tokens: tokens,
+        }
+    }
+}
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The model produced an end-of-sequence or end-of-turn token.
+    Eos,
+    /// A stop string appeared in the text.
+    Stop,
+    /// `max_tokens` tokens were generated.
+    Length,
+}
+
+impl std::fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FinishReason::Eos => "eos",
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        })
+    }
+}
+
+/// Where the time went.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GenerationTimings {
+    /// The prompt's forward pass (for cached modes: everything their prefill step does).
+    pub prefill: Duration,
+    /// Prefill plus choosing the first token: what a user waits before the answer starts.
+    pub time_to_first_token: Duration,
+    /// For each token after the first: its forward pass of one token and its sampling.
+    pub decode_steps: Vec<Duration>,
+}
+
+impl GenerationTimings {
+    pub fn decode_total(&self) -> Duration {
+        self.decode_steps.iter().sum()
+    }
+
+    /// Mean time per decoded token in milliseconds, `None` before any decode step.
+    pub fn decode_ms_per_token(&self) -> Option<f64> {
+        (!self.decode_steps.is_empty())
+            .then(|| self.decode_total().as_secs_f64() * 1e3 / self.decode_steps.len() as f64)
+    }
+
+    /// Decoding speed in tokens per second (prefill excluded), `None` before any decode step.
+    pub fn decode_tokens_per_second(&self) -> Option<f64> {
+        let total = self.decode_total().as_secs_f64();
+        (!self.decode_steps.is_empty() && total > 0.0)
+            .then(|| self.decode_steps.len() as f64 / total)
+    }
+}
+
+/// What one generation produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Generation {
+    /// Everything streamed, concatenated: the answer up to (not including) a stop string.
+    pub text: String,
+    /// Generated tokens, without the end-of-turn token that ended generation; with a stop string,
+    /// up to the token that completed it.
+    pub token_ids: Vec<u32>,
+    pub finish_reason: FinishReason,
+    pub timings: GenerationTimings,
+}
+
+/// Runs generation with one model and its tokenizer.
+pub struct Generator<'a> {
+    model: &'a Model,
+    tokenizer: &'a dyn Tokenizer,
+    eos_tokens: Vec<u32>,
+}
+
+impl<'a> Generator<'a> {
+    pub fn new(model: &'a Model, tokenizer: &'a dyn Tokenizer) -> Self {
+        Generator {
+            model,
+            tokenizer,
+            eos_tokens: tokenizer.eos_tokens(),
+        }
+    }
+
+    /// Computes `prompt.new_tokens` after whatever `kv` holds (nothing, for a plain prompt), then
+    /// decodes. `on_text` receives each settled piece of text as it appears.
+    pub fn generate(
+        &self,
+        kv: &mut KvCache,
+        prompt: &PromptInput,
+        params: &SamplingParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, GenerateError> {
+        if prompt.new_tokens.is_empty() {
+            return Err(GenerateError::InvalidPrompt(
+                "no new tokens: the last prompt token must be computed to get its logits".into(),
+            ));
+        }
+        if prompt.new_tokens.len() != prompt.new_positions.len() {
+            return Err(GenerateError::InvalidPrompt(format!(
+                "{} new tokens with {} positions",
+                prompt.new_tokens.len(),
+                prompt.new_positions.len()
+            )));
+        }
+        let model = self.model;
+        self.generate_after(kv, &prompt.all_tokens, params, on_text, |kv| {
+            Ok(model.forward(&prompt.new_tokens, &prompt.new_positions, kv)?)
+        })
+    }
+
+    /// Decodes after a prefill of the caller's making: `prefill` fills `kv` with the whole prompt
+    /// and returns the last prompt token's logits `(vocab,)`; it is timed as the prefill.
+    /// Decoding continues at one past the highest position in `kv`. `prompt_tokens` is every
+    /// prompt token in position order (see [`PromptInput::all_tokens`]).
+    pub fn generate_after(
+        &self,
+        kv: &mut KvCache,
+        prompt_tokens: &[u32],
+        params: &SamplingParams,
+        on_text: &mut dyn FnMut(&str),
+        prefill: impl FnOnce(&mut KvCache) -> Result<Tensor, GenerateError>,
+    ) -> Result<Generation, GenerateError> {
+        let mut sampler = Sampler::new(params.clone())?;
+        let mut stop_matcher = StopStringMatcher::new(&params.stop);
+        let mut detokenizer = IncrementalDetokenizer::new(self.tokenizer, prompt_tokens);
+        let mut history = prompt_tokens.to_vec();
+        let mut output = StreamedOutput {
+            text: String::new(),
+            on_text,
+        };
+
+        let prefill_start = Instant::now();
+        let mut logits = logits_to_vec(&prefill(kv)?)?;
+        let mut timings = GenerationTimings {
+            prefill: prefill_start.elapsed(),
+            ..GenerationTimings::default()
+        };
+        let mut next_position = kv
+            .positions()
+            .iter()
+            .max()
+            .map(|&position| position + 1)
+            .ok_or_else(|| {
+                GenerateError::InvalidPrompt("the prefill left the KV cache empty".into())
+            })?;
+
+        let mut token_ids = Vec::new();
+        let mut step_start = prefill_start;
+        let finish_reason = loop {
+            if token_ids.len() >= params.max_tokens {
+                break FinishReason::Length;
+            }
+            let token = sampler.sample(&logits, &history)?;
+            if token_ids.is_empty() {
+                timings.time_to_first_token = step_start.elapsed();
+            } else {
+                timings.decode_steps.push(step_start.elapsed());
+            }
+            if self.eos_tokens.contains(&token) {
+                break FinishReason::Eos;
+            }
+            token_ids.push(token);
+            history.push(token);
+            let scan = stop_matcher.push(&detokenizer.push(token)?);
+            output.emit(&scan.text);
+            if scan.stopped {
+                break FinishReason::Stop;
+            }
+            if token_ids.len() >= params.max_tokens {
+                // The last token's forward pass would only feed a token never sampled.
+                break FinishReason::Length;
+            }
+            step_start = Instant::now();
+            logits = logits_to_vec(&self.model.forward(&[token], &[next_position], kv)?)?;
+            next_position += 1;
+        };
+
+        let finish_reason = match finish_reason {
+            FinishReason::Stop => FinishReason::Stop,
+            other => {
+                // Bytes of an unfinished character, and text held back as a possible stop string.
+                let scan = stop_matcher.push(&detokenizer.finish()?);
+                output.emit(&scan.text);
+                if scan.stopped {
+                    FinishReason::Stop
+                } else {
+                    output.emit(&stop_matcher.finish());
+                    other
+                }
+            }
+        };
+        Ok(Generation {
+            text: output.text,
+            token_ids,
+            finish_reason,
+            timings,
+        })
+    }
+}
+
+/// Text sent to the caller's callback, and kept.
+struct StreamedOutput<'c> {
+    text: String,
+    on_text: &'c mut dyn FnMut(&str),
+}
+
+impl StreamedOutput<'_> {
+    fn emit(&mut self, piece: &str) {
+        if !piece.is_empty() {
+            self.text.push_str(piece);
+            (self.on_text)(piece);
+        }
+    }
+}
+
+/// The logits of one token as f32 values.
+fn logits_to_vec(logits: &Tensor) -> Result<Vec<f32>, GenerateError> {
+    Ok(logits
+        .flatten_all()?
+        .to_dtype(DType::F32)?
+        .to_vec1::<f32>()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::Device;
+
+    use super::*;
+    use crate::generation::test_tokenizer::ByteTokenizer;
+    use crate::model::tiny::random_model;
+    use crate::model::{Arch, WeightFormat};
+
+    const PROMPT: [u32; 6] = [3, 141, 59, 26, 53, 58];
+
+    fn tiny_model() -> Model {
+        random_model(Arch::Qwen2, 42, WeightFormat::default(), &Device::Cpu).expect("tiny model")
+    }
+
+    /// One ASCII letter per id of the tiny model's 256-token vocabulary, so every generated
+    /// sequence has readable text for stop strings.
+    fn letter_tokenizer() -> ByteTokenizer {
+        let letters: Vec<[u8; 1]> = (0..256u32).map(|id| [b'a' + (id % 26) as u8]).collect();
+        let token_bytes: Vec<&[u8]> = letters.iter().map(|letter| letter.as_slice()).collect();
+        ByteTokenizer::new(&token_bytes)
+    }
+
+    fn greedy(max_tokens: usize) -> SamplingParams {
+        SamplingParams {
+            temperature: 0.0,
+            max_tokens,
+            ..SamplingParams::default()
+        }
+    }
+
+    fn run(
+        model: &Model,
+        tokenizer: &ByteTokenizer,
+        params: &SamplingParams,
+    ) -> (Generation, String) {
+        let mut kv = model.new_kv_cache().unwrap();
+        let mut streamed = String::new();
+        let generation = Generator::new(model, tokenizer)
+            .generate(
+                &mut kv,
+                &PromptInput::uncached(PROMPT.to_vec()),
+                params,
+                &mut |piece| streamed.push_str(piece),
+            )
+            .unwrap();
+        (generation, streamed)
+    }
+
+    /// Greedy decoding written out by hand: forward, argmax, append, repeat.
+    fn step_manually(model: &Model, n_tokens: usize) -> Vec<u32> {
+        let mut kv = model.new_kv_cache().unwrap();
+        let positions: Vec<u32> = (0..PROMPT.len() as u32).collect();
+        let mut logits = model.forward(&PROMPT, &positions, &mut kv).unwrap();
+        let mut tokens = Vec::new();
+        for position in PROMPT.len() as u32.. {
+            let token = logits.argmax(0).unwrap().to_scalar::<u32>().unwrap();
+            tokens.push(token);
+            if tokens.len() == n_tokens {
+                return tokens;
+            }
+            logits = model.forward(&[token], &[position], &mut kv).unwrap();
+        }
+        unreachable!("the loop returns after n_tokens")
+    }
+
+    #[test]
+    fn greedy_generation_equals_manual_stepping_and_repeats() {
+        let model = tiny_model();
+        let tokenizer = letter_tokenizer();
+        let (generation, streamed) = run(&model, &tokenizer, &greedy(16));
+        assert_eq!(generation.token_ids, step_manually(&model, 16));
+        assert_eq!(generation.finish_reason, FinishReason::Length);
+        assert_eq!(generation.text, streamed);
+        assert_eq!(
+            generation.text,
+            tokenizer.decode(&generation.token_ids).unwrap()
+        );
+        let (again, _) = run(&model, &tokenizer, &greedy(16));
+        assert_eq!(again.token_ids, generation.token_ids);
+    }
+
+    #[test]
+    fn max_tokens_is_respected() {
+        let model = tiny_model();
+        let tokenizer = letter_tokenizer();
+        let (generation, _) = run(&model, &tokenizer, &greedy(5));
+        assert_eq!(generation.token_ids.len(), 5);
+        assert_eq!(generation.finish_reason, FinishReason::Length);
+        assert_eq!(generation.timings.decode_steps.len(), 4);
+        assert!(generation.timings.time_to_first_token >= generation.timings.prefill);
+        let (nothing, _) = run(&model, &tokenizer, &greedy(0));
+        assert_eq!(nothing.token_ids, Vec::<u32>::new());
+        assert_eq!(nothing.text, "");
+    }
+
+    #[test]
+    fn an_end_of_turn_token_ends_generation() {
+        let model = tiny_model();
+        let expected = step_manually(&model, 16);
+        // The first token that did not appear before it, so generation stops exactly there.
+        let stop_index = (1..expected.len())
+            .find(|&index| !expected[..index].contains(&expected[index]))
+            .expect("a random model does not repeat one token 16 times");
+        let tokenizer = letter_tokenizer().with_eos_tokens(&[expected[stop_index]]);
+        let (generation, _) = run(&model, &tokenizer, &greedy(16));
+        assert_eq!(generation.token_ids, expected[..stop_index]);
+        assert_eq!(generation.finish_reason, FinishReason::Eos);
+        assert_eq!(
+            generation.text,
+            tokenizer.decode(&expected[..stop_index]).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_stop_string_ends_generation_before_it() {
+        let model = tiny_model();
+        let tokenizer = letter_tokenizer();
+        let (full, _) = run(&model, &tokenizer, &greedy(16));
+        let stop = full.text[5..7].to_string();
+        let kept = &full.text[..full.text.find(&stop).unwrap()];
+        let params = SamplingParams {
+            stop: vec![stop],
+            ..greedy(16)
+        };
+        let (generation, streamed) = run(&model, &tokenizer, &params);
+        assert_eq!(generation.finish_reason, FinishReason::Stop);
+        assert_eq!(generation.text, kept);
+        assert_eq!(streamed, kept);
+        assert!(generation.token_ids.len() < 16);
+    }
+
+    #[test]
+    fn a_prefilled_cache_continues_like_a_full_prefill() {
+        let model = tiny_model();
+        let tokenizer = letter_tokenizer();
+        let (full, _) = run(&model, &tokenizer, &greedy(10));
+        let mut kv = model.new_kv_cache().unwrap();
+        model.forward(&PROMPT[..4], &[0, 1, 2, 3], &mut kv).unwrap();
+        let prompt = PromptInput {
+            new_tokens: PROMPT[4..].to_vec(),
+            new_positions: vec![4, 5],
+            all_tokens: PROMPT.to_vec(),
+        };
+        let generation = Generator::new(&model, &tokenizer)
+            .generate(&mut kv, &prompt, &greedy(10), &mut |_| {})
+            .unwrap();
+        assert_eq!(generation.token_ids, full.token_ids);
+        // Decoding continued at one past the highest prompt position.
+        let expected_positions: Vec<u32> = (0..PROMPT.len() as u32 + 9).collect();
+        assert_eq!(kv.positions(), expected_positions);
+    }
+
+    #[test]
+    fn sampling_with_a_seed_repeats() {
+        let model = tiny_model();
+        let tokenizer = letter_tokenizer();
+        let params = SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 3,
+            max_tokens: 12,
+            ..SamplingParams::default()
+        };
+        let (first, _) = run(&model, &tokenizer, &params);
+        let (second, _) = run(&model, &tokenizer, &params);
+        assert_eq!(first.token_ids, second.token_ids);
+    }
+
+    #[test]
+    fn an_empty_prompt_is_an_error() {
+        let model = tiny_model();
+        let tokenizer = letter_tokenizer();
+        let mut kv = model.new_kv_cache().unwrap();
+        let result = Generator::new(&model, &tokenizer).generate(
+            &mut kv,
+            &PromptInput::uncached(Vec::new()),
+            &greedy(4),
+            &mut |_| {},
+        );
+        assert!(matches!(result, Err(GenerateError::InvalidPrompt(_))));
+    }
+}
