@@ -2,7 +2,25 @@
 //!
 //! Architecture invariant: this crate knows nothing of tensors or model weights; it sees a model
 //! only through the [`Tokenizer`] trait and chat-template strings.
+//!
+//! The checker's entry points are [`check_schema`], [`check_prompt`] and [`check_source`]; the
+//! resolved schema model that later stages build on is [`SchemaIndex`]; every diagnostic code is
+//! documented in [`rules`].
 
+pub mod check;
+pub mod rules;
+pub mod schema_index;
+pub mod source_loader;
+pub mod suggest;
 pub mod tokenizer;
 
+pub use check::{
+    CheckEnvironment, FileCheck, PromptCheckOptions, ResolvedSchema, SchemaCheck, SchemaLookup,
+    SchemaResolver, check_prompt, check_schema, check_source,
+};
+pub use rules::all_rules;
+pub use schema_index::{ModuleId, SchemaIndex, Scope};
+pub use source_loader::{
+    FsSourceLoader, MemorySourceLoader, RefuseSources, SourceError, SourceLoader,
+};
 pub use tokenizer::{TokenizeError, Tokenizer};
