@@ -7,6 +7,7 @@
 //! resolved schema model that later stages build on is [`SchemaIndex`]; every diagnostic code is
 //! documented in [`rules`].
 
+pub mod chat_template;
 pub mod check;
 pub mod rules;
 pub mod schema_index;
