@@ -1,6 +1,36 @@
-//! `pml`: run prompts, generate, serve, bench.
+//! `pml`: run prompts, generate, serve, bench. Each subcommand lives in its own module under
+//! `src/commands/`; this file only parses the command line and dispatches.
 
-fn main() {
-    eprintln!("pml: not built yet");
-    std::process::exit(2);
+#[path = "../commands/mod.rs"]
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "pml", version, about = "Prompt modules with cached attention")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Download, verify and list models.
+    Models(commands::models::ModelsArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Models(args) => commands::models::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

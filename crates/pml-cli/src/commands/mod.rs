@@ -1,0 +1,3 @@
+//! Subcommands of the `pml` binary, one module each.
+
+pub mod models;
