@@ -1,5 +1,9 @@
 //! Runtime: models, KV caches, encoding, cached inference, stores and serving. Knows nothing of PML syntax beyond what `pml-compiler` hands it.
+pub mod device;
+pub mod generation;
 pub mod gguf;
+pub mod kv_cache;
+pub mod model;
 pub mod models;
 pub mod testing;
 pub mod tokenizer;

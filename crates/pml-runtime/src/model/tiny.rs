@@ -1,0 +1,199 @@
+//! Tiny random models of both families (3 layers, d_model 64, vocabulary 256), built in
+//! process from a seed so every run gets the same weights; they go through the same loader as
+//! GGUF files, with Q8_0 matrices so the quantized kernels are exercised too. Fast tests use
+//! them; nothing about them is meant to be a good language model.
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::config::{Activation, Arch, LayerAttention, ModelConfig};
+use super::weights::{TensorMap, WeightFormat};
+use super::{EngineError, Model};
+
+/// Sliding window of the tiny Gemma's local layers: small, so tests can step past it.
+pub const TINY_SLIDING_WINDOW: usize = 8;
+
+/// The configuration of the tiny model of `arch`.
+pub fn tiny_config(arch: Arch) -> ModelConfig {
+    let n_layers = 3;
+    match arch {
+        Arch::Qwen2 => ModelConfig {
+            arch,
+            n_layers,
+            d_model: 64,
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 16,
+            ffn_dim: 128,
+            vocab_size: 256,
+            rms_norm_eps: 1e-6,
+            attention_scale: 1.0 / 4.0,
+            embedding_scale: None,
+            final_logit_softcap: None,
+            activation: Activation::Silu,
+            qkv_bias: true,
+            qk_norm: false,
+            sandwich_norms: false,
+            layers: vec![
+                LayerAttention {
+                    sliding_window: None,
+                    rope_base: 10_000.0,
+                    rope_position_scale: 1.0,
+                };
+                n_layers
+            ],
+        },
+        Arch::Gemma3 => {
+            // Two local layers, then a global one (Gemma 3's 5:1 pattern, shortened).
+            let local = LayerAttention {
+                sliding_window: Some(TINY_SLIDING_WINDOW),
+                rope_base: 10_000.0,
+                rope_position_scale: 1.0,
+            };
+            let global = LayerAttention {
+                sliding_window: None,
+                rope_base: 1_000_000.0,
+                rope_position_scale: 1.0,
+            };
+            ModelConfig {
+                arch,
+                n_layers,
+                d_model: 64,
+                n_heads: 2,
+                n_kv_heads: 1,
+                head_dim: 32,
+                ffn_dim: 128,
+                vocab_size: 256,
+                rms_norm_eps: 1e-6,
+                attention_scale: 1.0 / 32f64.sqrt(),
+                embedding_scale: Some(8.0),
+                final_logit_softcap: Some(30.0),
+                activation: Activation::GeluTanh,
+                qkv_bias: false,
+                qk_norm: true,
+                sandwich_norms: true,
+                layers: vec![local, local, global],
+            }
+        }
+    }
+}
+
+/// Random weights for `config`, named as in a GGUF file.
+pub fn tiny_weights(
+    config: &ModelConfig,
+    seed: u64,
+    device: &Device,
+) -> Result<TensorMap, EngineError> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut tensors = TensorMap::default();
+    let mut add = |name: String, tensor: QTensor| {
+        tensors.0.insert(name, tensor);
+    };
+    let d_model = config.d_model;
+    let q_width = config.n_heads * config.head_dim;
+    let kv_width = config.n_kv_heads * config.head_dim;
+
+    // Embeddings of unit scale after the family's embedding scale.
+    let embedding_std = 1.0 / config.embedding_scale.unwrap_or(1.0);
+    add(
+        "token_embd.weight".into(),
+        matrix(&mut rng, config.vocab_size, d_model, embedding_std, device)?,
+    );
+    add(
+        "output_norm.weight".into(),
+        norm(&mut rng, d_model, device)?,
+    );
+    for layer_idx in 0..config.n_layers {
+        let name = |tensor: &str| format!("blk.{layer_idx}.{tensor}");
+        let fan_in = |width: usize| 1.0 / (width as f64).sqrt();
+        let projections = [
+            ("attn_q", q_width, d_model),
+            ("attn_k", kv_width, d_model),
+            ("attn_v", kv_width, d_model),
+            ("attn_output", d_model, q_width),
+            ("ffn_gate", config.ffn_dim, d_model),
+            ("ffn_up", config.ffn_dim, d_model),
+            ("ffn_down", d_model, config.ffn_dim),
+        ];
+        for (tensor, rows, columns) in projections {
+            let weight = matrix(&mut rng, rows, columns, fan_in(columns), device)?;
+            add(name(&format!("{tensor}.weight")), weight);
+        }
+        if config.qkv_bias {
+            for (tensor, width) in [
+                ("attn_q", q_width),
+                ("attn_k", kv_width),
+                ("attn_v", kv_width),
+            ] {
+                let bias = vector(&mut rng, width, 0.0, 0.1, device)?;
+                add(name(&format!("{tensor}.bias")), bias);
+            }
+        }
+        let mut norms = vec![("attn_norm", d_model), ("ffn_norm", d_model)];
+        if config.qk_norm {
+            norms.extend([
+                ("attn_q_norm", config.head_dim),
+                ("attn_k_norm", config.head_dim),
+            ]);
+        }
+        if config.sandwich_norms {
+            norms.extend([("post_attention_norm", d_model), ("post_ffw_norm", d_model)]);
+        }
+        for (tensor, width) in norms {
+            add(
+                name(&format!("{tensor}.weight")),
+                norm(&mut rng, width, device)?,
+            );
+        }
+    }
+    Ok(tensors)
+}
+
+/// The tiny model of `arch` with weights from `seed`.
+pub fn random_model(
+    arch: Arch,
+    seed: u64,
+    format: WeightFormat,
+    device: &Device,
+) -> Result<Model, EngineError> {
+    let config = tiny_config(arch);
+    let mut tensors = tiny_weights(&config, seed, device)?;
+    Model::from_source(config, &mut tensors, format, device)
+}
+
+/// Uniform entries with standard deviation `std`, stored as Q8_0 like a quantized checkpoint.
+fn matrix(
+    rng: &mut ChaCha8Rng,
+    rows: usize,
+    columns: usize,
+    std: f64,
+    device: &Device,
+) -> Result<QTensor, EngineError> {
+    let half_width = std * 3f64.sqrt();
+    let values: Vec<f32> = (0..rows * columns)
+        .map(|_| rng.random_range(-half_width..half_width) as f32)
+        .collect();
+    let tensor = Tensor::from_vec(values, (rows, columns), device)?;
+    Ok(QTensor::quantize(&tensor, GgmlDType::Q8_0)?)
+}
+
+fn vector(
+    rng: &mut ChaCha8Rng,
+    len: usize,
+    center: f64,
+    half_width: f64,
+    device: &Device,
+) -> Result<QTensor, EngineError> {
+    let values: Vec<f32> = (0..len)
+        .map(|_| (center + rng.random_range(-half_width..half_width)) as f32)
+        .collect();
+    let tensor = Tensor::from_vec(values, len, device)?;
+    Ok(QTensor::quantize(&tensor, GgmlDType::F32)?)
+}
+
+/// Norm weights near 1 (as stored in GGUF, where Gemma's `1 +` is already folded in).
+fn norm(rng: &mut ChaCha8Rng, len: usize, device: &Device) -> Result<QTensor, EngineError> {
+    vector(rng, len, 1.0, 0.2, device)
+}

@@ -1,0 +1,731 @@
+//! The decoder-only transformer of both families, in dependency order: RoPE → position mask →
+//! MLP → attention → block → model. The whole-model forward pass is built from the per-layer
+//! step ([`Model::forward_layer`]) that selective recompute and hidden-state restore call
+//! directly; activations are f32 `(n_tokens, d_model)` matrices, one sequence per call.
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+
+use super::EngineError;
+use super::config::{Activation, LayerAttention, ModelConfig};
+use super::context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};
+use super::weights::{Linear, RmsNorm, TensorSource, WeightFormat};
+use crate::gguf::GgufFile;
+use crate::kv_cache::{KvBlock, KvCache, KvLayout};
+
+/// Dtype of activations and of the KV cache.
+pub const ACTIVATION_DTYPE: DType = DType::F32;
+
+/// Rotary position embedding in the NEOX layout (dimension `i` pairs with `i + head_dim / 2`),
+/// as llama.cpp applies it to both families. Angles come from the positions in hand, so any
+/// position costs the same and nothing is precomputed.
+#[derive(Clone, Debug)]
+struct RotaryEmbedding {
+    inverse_frequencies: Vec<f64>,
+    position_scale: f64,
+}
+
+/// cos and sin of one call's rows, `(n_tokens, head_dim / 2)` each.
+struct RotaryTables {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl RotaryEmbedding {
+    fn new(head_dim: usize, layer: &LayerAttention) -> Self {
+        let inverse_frequencies = (0..head_dim / 2)
+            .map(|pair| layer.rope_base.powf(-((2 * pair) as f64) / head_dim as f64))
+            .collect();
+        Self {
+            inverse_frequencies,
+            position_scale: layer.rope_position_scale,
+        }
+    }
+
+    /// Tables rotating row `i` by `offsets[i]` (a position, or a signed position delta).
+    fn tables(&self, offsets: &[f64], device: &Device) -> Result<RotaryTables, EngineError> {
+        let half = self.inverse_frequencies.len();
+        let mut cos = Vec::with_capacity(offsets.len() * half);
+        let mut sin = Vec::with_capacity(offsets.len() * half);
+        for &offset in offsets {
+            let scaled = offset * self.position_scale;
+            for &frequency in &self.inverse_frequencies {
+                let (s, c) = (scaled * frequency).sin_cos();
+                cos.push(c as f32);
+                sin.push(s as f32);
+            }
+        }
+        Ok(RotaryTables {
+            cos: Tensor::from_vec(cos, (offsets.len(), half), device)?,
+            sin: Tensor::from_vec(sin, (offsets.len(), half), device)?,
+        })
+    }
+
+    /// Rotates `x` `(n_tokens, heads, head_dim)`.
+    fn apply(x: &Tensor, tables: &RotaryTables) -> Result<Tensor, EngineError> {
+        let x = x.unsqueeze(0)?.contiguous()?;
+        Ok(candle_nn::rotary_emb::rope_thd(&x, &tables.cos, &tables.sin)?.squeeze(0)?)
+    }
+}
+
+fn positions_as_offsets(positions: &[u32]) -> Vec<f64> {
+    positions
+        .iter()
+        .map(|&position| f64::from(position))
+        .collect()
+}
+
+/// Additive mask `(n_queries, n_keys)`: 0 where a query at position `q` may see a key at `k`
+/// (`k <= q`, and `q - k < window` in local layers), -inf elsewhere. `None` when every key is
+/// visible to every query, as when decoding one token after its past.
+fn position_mask(
+    query_positions: &[u32],
+    key_positions: &[u32],
+    window: Option<usize>,
+    device: &Device,
+) -> Result<Option<Tensor>, EngineError> {
+    let visible = |query: u32, key: u32| {
+        key <= query && window.is_none_or(|window| ((query - key) as usize) < window)
+    };
+    let (Some(&min_query), Some(&max_query)) =
+        (query_positions.iter().min(), query_positions.iter().max())
+    else {
+        return Ok(None);
+    };
+    let (Some(&min_key), Some(&max_key)) = (key_positions.iter().min(), key_positions.iter().max())
+    else {
+        return Ok(None);
+    };
+    if visible(min_query, max_key) && visible(max_query, min_key) {
+        return Ok(None);
+    }
+    let mask: Vec<f32> = query_positions
+        .iter()
+        .flat_map(|&query| {
+            key_positions.iter().map(move |&key| {
+                if visible(query, key) {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+        })
+        .collect();
+    Ok(Some(Tensor::from_vec(
+        mask,
+        (query_positions.len(), key_positions.len()),
+        device,
+    )?))
+}
+
+/// Gated MLP: `down(act(gate(x)) * up(x))`.
+#[derive(Clone, Debug)]
+struct Mlp {
+    ffn_gate: Linear,
+    ffn_up: Linear,
+    ffn_down: Linear,
+    activation: Activation,
+}
+
+impl Mlp {
+    fn new(
+        source: &mut dyn TensorSource,
+        prefix: &str,
+        activation: Activation,
+        format: WeightFormat,
+        device: &Device,
+    ) -> Result<Self, EngineError> {
+        let mut linear = |name: &str| {
+            Linear::load(
+                source,
+                &format!("{prefix}.{name}.weight"),
+                None,
+                format,
+                device,
+            )
+        };
+        Ok(Self {
+            ffn_gate: linear("ffn_gate")?,
+            ffn_up: linear("ffn_up")?,
+            ffn_down: linear("ffn_down")?,
+            activation,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
+        let gate = self.ffn_gate.forward(x)?; // (n_tokens, ffn_dim)
+        let gate = match self.activation {
+            Activation::Silu => candle_nn::ops::silu(&gate)?,
+            Activation::GeluTanh => gate.gelu()?,
+        };
+        let up = self.ffn_up.forward(x)?;
+        self.ffn_down.forward(&(gate * up)?)
+    }
+}
+
+/// Grouped-query self-attention over the whole KV cache of a layer.
+#[derive(Clone, Debug)]
+struct Attention {
+    attn_q: Linear,
+    attn_k: Linear,
+    attn_v: Linear,
+    attn_output: Linear,
+    attn_q_norm: Option<RmsNorm>,
+    attn_k_norm: Option<RmsNorm>,
+    rope: RotaryEmbedding,
+    sliding_window: Option<usize>,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    scale: f64,
+}
+
+impl Attention {
+    fn new(
+        source: &mut dyn TensorSource,
+        prefix: &str,
+        layer_idx: usize,
+        config: &ModelConfig,
+        format: WeightFormat,
+        device: &Device,
+    ) -> Result<Self, EngineError> {
+        let mut projection = |name: &str, bias: bool| {
+            let bias_name = format!("{prefix}.{name}.bias");
+            Linear::load(
+                source,
+                &format!("{prefix}.{name}.weight"),
+                bias.then_some(bias_name.as_str()),
+                format,
+                device,
+            )
+        };
+        let attn_q = projection("attn_q", config.qkv_bias)?;
+        let attn_k = projection("attn_k", config.qkv_bias)?;
+        let attn_v = projection("attn_v", config.qkv_bias)?;
+        let attn_output = projection("attn_output", false)?;
+        let (attn_q_norm, attn_k_norm) = if config.qk_norm {
+            let mut norm = |name: &str| {
+                let name = format!("{prefix}.{name}.weight");
+                RmsNorm::load(source, &name, config.head_dim, config.rms_norm_eps, device)
+            };
+            (Some(norm("attn_q_norm")?), Some(norm("attn_k_norm")?))
+        } else {
+            (None, None)
+        };
+        let expected = [
+            (&attn_q, config.n_heads * config.head_dim, "attn_q"),
+            (&attn_k, config.n_kv_heads * config.head_dim, "attn_k"),
+            (&attn_v, config.n_kv_heads * config.head_dim, "attn_v"),
+            (&attn_output, config.d_model, "attn_output"),
+        ];
+        for (linear, out_features, name) in expected {
+            if linear.out_features() != out_features {
+                return Err(EngineError::InvalidWeights(format!(
+                    "{prefix}.{name} has {} outputs, the config implies {out_features}",
+                    linear.out_features()
+                )));
+            }
+        }
+        let layer = &config.layers[layer_idx];
+        Ok(Self {
+            attn_q,
+            attn_k,
+            attn_v,
+            attn_output,
+            attn_q_norm,
+            attn_k_norm,
+            rope: RotaryEmbedding::new(config.head_dim, layer),
+            sliding_window: layer.sliding_window,
+            n_heads: config.n_heads,
+            n_kv_heads: config.n_kv_heads,
+            head_dim: config.head_dim,
+            scale: config.attention_scale,
+        })
+    }
+
+    /// Rotated, scaled queries `(n_tokens, n_heads, head_dim)` of the normed input `x`.
+    fn queries(&self, x: &Tensor, tables: &RotaryTables) -> Result<Tensor, EngineError> {
+        let n_tokens = x.dim(0)?;
+        let queries = self
+            .attn_q
+            .forward(x)?
+            .reshape((n_tokens, self.n_heads, self.head_dim))?;
+        let queries = match &self.attn_q_norm {
+            Some(norm) => norm.forward(&queries)?,
+            None => queries,
+        };
+        Ok((RotaryEmbedding::apply(&queries, tables)? * self.scale)?)
+    }
+
+    /// Keys (after RoPE) and values `(n_tokens, n_kv_heads, head_dim)` of the normed input `x`.
+    fn keys_values(
+        &self,
+        x: &Tensor,
+        tables: &RotaryTables,
+    ) -> Result<(Tensor, Tensor), EngineError> {
+        let n_tokens = x.dim(0)?;
+        let kv_shape = (n_tokens, self.n_kv_heads, self.head_dim);
+        let keys = self.attn_k.forward(x)?.reshape(kv_shape)?;
+        let keys = match &self.attn_k_norm {
+            Some(norm) => norm.forward(&keys)?,
+            None => keys,
+        };
+        let keys = RotaryEmbedding::apply(&keys, tables)?;
+        let values = self.attn_v.forward(x)?.reshape(kv_shape)?;
+        Ok((keys, values))
+    }
+
+    /// softmax(q k^T + mask) v for queries `(n, n_heads, head_dim)` over cached keys and values
+    /// `(n_keys, n_kv_heads, head_dim)`; returns `(n, n_heads * head_dim)`. The queries that
+    /// share a KV head are stacked so K and V are never repeated per head.
+    fn attend(
+        &self,
+        queries: &Tensor,
+        keys: &Tensor,
+        values: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor, EngineError> {
+        let (n_queries, _, head_dim) = queries.dims3()?;
+        let n_keys = keys.dim(0)?;
+        let group = self.n_heads / self.n_kv_heads;
+        // (n_kv_heads, group * n_queries, head_dim)
+        let queries = queries
+            .reshape((n_queries, self.n_kv_heads, group, head_dim))?
+            .permute((1, 2, 0, 3))?
+            .contiguous()?
+            .reshape((self.n_kv_heads, group * n_queries, head_dim))?;
+        let keys = keys.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
+        let values = values.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
+        let scores = queries.matmul(&keys.t()?)?; // (n_kv_heads, group * n_queries, n_keys)
+        let scores = match mask {
+            Some(mask) => scores
+                .reshape((self.n_kv_heads, group, n_queries, n_keys))?
+                .broadcast_add(mask)?
+                .reshape((self.n_kv_heads, group * n_queries, n_keys))?,
+            None => scores,
+        };
+        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+        let attended = weights.matmul(&values.contiguous()?)?; // (n_kv_heads, group * n_queries, head_dim)
+        Ok(attended
+            .reshape((self.n_kv_heads, group, n_queries, head_dim))?
+            .permute((2, 0, 1, 3))?
+            .contiguous()?
+            .reshape((n_queries, self.n_heads * head_dim))?)
+    }
+}
+
+/// One transformer layer: pre-norm attention and MLP with residuals, plus Gemma's norms of the
+/// two outputs (`post_attention_norm`, `post_ffw_norm`).
+#[derive(Clone, Debug)]
+struct Block {
+    attn_norm: RmsNorm,
+    attention: Attention,
+    post_attention_norm: Option<RmsNorm>,
+    ffn_norm: RmsNorm,
+    mlp: Mlp,
+    post_ffw_norm: Option<RmsNorm>,
+}
+
+impl Block {
+    fn new(
+        source: &mut dyn TensorSource,
+        layer_idx: usize,
+        config: &ModelConfig,
+        format: WeightFormat,
+        device: &Device,
+    ) -> Result<Self, EngineError> {
+        let prefix = format!("blk.{layer_idx}");
+        let mut norm = |name: &str| {
+            let name = format!("{prefix}.{name}.weight");
+            RmsNorm::load(source, &name, config.d_model, config.rms_norm_eps, device)
+        };
+        let attn_norm = norm("attn_norm")?;
+        let ffn_norm = norm("ffn_norm")?;
+        let (post_attention_norm, post_ffw_norm) = if config.sandwich_norms {
+            (
+                Some(norm("post_attention_norm")?),
+                Some(norm("post_ffw_norm")?),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(Self {
+            attn_norm,
+            attention: Attention::new(source, &prefix, layer_idx, config, format, device)?,
+            post_attention_norm,
+            ffn_norm,
+            mlp: Mlp::new(source, &prefix, config.activation, format, device)?,
+            post_ffw_norm,
+        })
+    }
+
+    /// Computes the tokens' fresh K/V, writes them at their slots, lets their queries attend
+    /// over every slot of the layer, then runs the MLP.
+    fn forward(
+        &self,
+        hidden: &Tensor,
+        context: &ForwardContext,
+        layer_idx: usize,
+        kv: &mut KvCache,
+    ) -> Result<Tensor, EngineError> {
+        let positions = context.positions();
+        let x = self.attn_norm.forward(hidden)?; // (n_tokens, d_model)
+        let tables = self
+            .attention
+            .rope
+            .tables(&positions_as_offsets(positions), hidden.device())?;
+        let (keys, values) = self.attention.keys_values(&x, &tables)?;
+        kv.write(layer_idx, context.slots(), &keys, &values, positions)?;
+        let queries = self.attention.queries(&x, &tables)?;
+
+        let layer_kv = kv.layer(layer_idx)?;
+        let mask = position_mask(
+            positions,
+            layer_kv.positions(),
+            self.attention.sliding_window,
+            hidden.device(),
+        )?;
+        let attended = self.attention.attend(
+            &queries,
+            &layer_kv.keys()?,
+            &layer_kv.values()?,
+            mask.as_ref(),
+        )?;
+        let attention_out = self.attention.attn_output.forward(&attended)?;
+        let attention_out = match &self.post_attention_norm {
+            Some(norm) => norm.forward(&attention_out)?,
+            None => attention_out,
+        };
+        let hidden = (hidden + attention_out)?;
+
+        let mlp_out = self.mlp.forward(&self.ffn_norm.forward(&hidden)?)?;
+        let mlp_out = match &self.post_ffw_norm {
+            Some(norm) => norm.forward(&mlp_out)?,
+            None => mlp_out,
+        };
+        Ok((hidden + mlp_out)?)
+    }
+
+    fn project_kv(
+        &self,
+        hidden: &Tensor,
+        positions: &[u32],
+    ) -> Result<(Tensor, Tensor), EngineError> {
+        let x = self.attn_norm.forward(hidden)?;
+        let tables = self
+            .attention
+            .rope
+            .tables(&positions_as_offsets(positions), hidden.device())?;
+        self.attention.keys_values(&x, &tables)
+    }
+}
+
+/// A loaded model of either family: configuration and read-only weights. Run state lives in
+/// the [`KvCache`] the caller passes in.
+#[derive(Clone, Debug)]
+pub struct Model {
+    config: ModelConfig,
+    format: WeightFormat,
+    device: Device,
+    token_embd: Linear,
+    blocks: Vec<Block>,
+    output_norm: RmsNorm,
+    /// `None`: tied to `token_embd` (no `output.weight` in the file).
+    output: Option<Linear>,
+}
+
+impl Model {
+    /// Loads a GGUF file of a supported architecture.
+    pub fn load(path: &Path, format: WeightFormat, device: &Device) -> Result<Self, EngineError> {
+        let mut gguf = GgufFile::open(path)?;
+        let config = ModelConfig::from_gguf(&gguf)?;
+        Self::from_source(config, &mut gguf, format, device)
+    }
+
+    /// Builds a model from tensors named as llama.cpp names them in GGUF files.
+    pub fn from_source(
+        config: ModelConfig,
+        source: &mut dyn TensorSource,
+        format: WeightFormat,
+        device: &Device,
+    ) -> Result<Self, EngineError> {
+        config.validate()?;
+        let token_embd = Linear::load(source, "token_embd.weight", None, format, device)?;
+        if token_embd.out_features() != config.vocab_size {
+            return Err(EngineError::InvalidWeights(format!(
+                "token_embd.weight has {} rows for a vocabulary of {}",
+                token_embd.out_features(),
+                config.vocab_size
+            )));
+        }
+        let blocks = (0..config.n_layers)
+            .map(|layer_idx| Block::new(source, layer_idx, &config, format, device))
+            .collect::<Result<_, _>>()?;
+        let output_norm = RmsNorm::load(
+            source,
+            "output_norm.weight",
+            config.d_model,
+            config.rms_norm_eps,
+            device,
+        )?;
+        let output = if source.contains("output.weight") {
+            Some(Linear::load(source, "output.weight", None, format, device)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            config,
+            format,
+            device: device.clone(),
+            token_embd,
+            blocks,
+            output_norm,
+            output,
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn weight_format(&self) -> WeightFormat {
+        self.format
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Shape of this model's KV cache.
+    pub fn kv_layout(&self) -> KvLayout {
+        KvLayout {
+            n_layers: self.config.n_layers,
+            n_kv_heads: self.config.n_kv_heads,
+            head_dim: self.config.head_dim,
+            dtype: ACTIVATION_DTYPE,
+        }
+    }
+
+    pub fn new_kv_cache(&self) -> Result<KvCache, EngineError> {
+        Ok(KvCache::new(self.kv_layout(), &self.device)?)
+    }
+
+    /// Bytes held by the weights (every copy the format keeps).
+    pub fn weights_size_in_bytes(&self) -> usize {
+        let linears = self.blocks.iter().flat_map(|block| {
+            let attention = &block.attention;
+            let mlp = &block.mlp;
+            [
+                &attention.attn_q,
+                &attention.attn_k,
+                &attention.attn_v,
+                &attention.attn_output,
+                &mlp.ffn_gate,
+                &mlp.ffn_up,
+                &mlp.ffn_down,
+            ]
+        });
+        std::iter::once(&self.token_embd)
+            .chain(self.output.as_ref())
+            .chain(linears)
+            .map(Linear::size_in_bytes)
+            .sum()
+    }
+
+    /// Token embeddings `(n_tokens, d_model)`, scaled as the family requires.
+    pub fn embed(&self, tokens: &[u32]) -> Result<Tensor, EngineError> {
+        if let Some(&token) = tokens
+            .iter()
+            .find(|&&token| token as usize >= self.config.vocab_size)
+        {
+            return Err(EngineError::InvalidInput(format!(
+                "token id {token} is outside the vocabulary of {}",
+                self.config.vocab_size
+            )));
+        }
+        let ids = Tensor::new(tokens, &self.device)?;
+        let hidden = self.token_embd.rows(&ids)?;
+        Ok(match self.config.embedding_scale {
+            Some(scale) => (hidden * scale)?,
+            None => hidden,
+        })
+    }
+
+    /// One layer for the tokens of `context` (any subset of a sequence): their fresh K/V
+    /// overwrite or extend the cache at `context.slots()`, their queries attend over every slot
+    /// of the layer under the position mask, and the MLP follows. `hidden` is the layer's input
+    /// for those tokens, `(context.len(), d_model)`; returns the layer's output.
+    pub fn forward_layer(
+        &self,
+        layer_idx: usize,
+        hidden: &Tensor,
+        context: &ForwardContext,
+        kv: &mut KvCache,
+    ) -> Result<Tensor, EngineError> {
+        let block = self.block(layer_idx)?;
+        self.check_hidden(hidden, context.len())?;
+        self.check_cache(kv)?;
+        block.forward(hidden, context, layer_idx, kv)
+    }
+
+    /// K (after RoPE at `positions`) and V `(n_tokens, n_kv_heads, head_dim)` that layer
+    /// `layer_idx` computes from its input hidden states: attention norm, projections (+bias),
+    /// q/k norm where the family has one, RoPE. Nothing is written to any cache.
+    pub fn project_kv(
+        &self,
+        layer_idx: usize,
+        hidden: &Tensor,
+        positions: &[u32],
+    ) -> Result<(Tensor, Tensor), EngineError> {
+        let block = self.block(layer_idx)?;
+        self.check_hidden(hidden, positions.len())?;
+        block.project_kv(hidden, positions)
+    }
+
+    /// Final norm and LM head for rows `rows` of the last layer's output: `(rows.len(), vocab)`.
+    pub fn logits(&self, hidden: &Tensor, rows: &[usize]) -> Result<Tensor, EngineError> {
+        let n_tokens = hidden.dim(0)?;
+        if let Some(&row) = rows.iter().find(|&&row| row >= n_tokens) {
+            return Err(EngineError::InvalidInput(format!(
+                "logits of row {row} of {n_tokens}"
+            )));
+        }
+        let row_ids: Vec<u32> = rows.iter().map(|&row| row as u32).collect();
+        let selected = hidden.index_select(&Tensor::new(row_ids.as_slice(), &self.device)?, 0)?;
+        let normed = self.output_norm.forward(&selected)?;
+        let logits = self
+            .output
+            .as_ref()
+            .unwrap_or(&self.token_embd)
+            .forward(&normed)?;
+        Ok(match self.config.final_logit_softcap {
+            Some(cap) => ((logits / cap)?.tanh()? * cap)?,
+            None => logits,
+        })
+    }
+
+    /// Appends `tokens` at `positions` after everything in `kv` and returns the logits of the
+    /// last token, `(vocab_size,)`.
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        positions: &[u32],
+        kv: &mut KvCache,
+    ) -> Result<Tensor, EngineError> {
+        let context = ForwardContext::appending(positions.to_vec(), kv);
+        let output = self.forward_with(tokens, &context, kv, &ForwardOptions::default())?;
+        let logits = output
+            .logits
+            .ok_or_else(|| EngineError::InvalidInput("no tokens to run".to_string()))?;
+        Ok(logits.squeeze(0)?)
+    }
+
+    /// Every layer in turn for `tokens` placed by `context`, built from [`Self::embed`],
+    /// [`Self::forward_layer`] and [`Self::logits`].
+    pub fn forward_with(
+        &self,
+        tokens: &[u32],
+        context: &ForwardContext,
+        kv: &mut KvCache,
+        options: &ForwardOptions,
+    ) -> Result<ForwardOutput, EngineError> {
+        if tokens.len() != context.len() {
+            return Err(EngineError::InvalidInput(format!(
+                "{} tokens for a context of {}",
+                tokens.len(),
+                context.len()
+            )));
+        }
+        self.check_cache(kv)?;
+        kv.check_consistent()?;
+        let mut hidden = self.embed(tokens)?;
+        let mut layer_inputs = Vec::new();
+        for layer_idx in 0..self.config.n_layers {
+            if options.keep_layer_inputs {
+                layer_inputs.push(hidden.clone());
+            }
+            hidden = self.forward_layer(layer_idx, &hidden, context, kv)?;
+        }
+        let rows: Vec<usize> = match &options.logits {
+            LogitRows::None => Vec::new(),
+            LogitRows::Last => tokens.len().checked_sub(1).into_iter().collect(),
+            LogitRows::All => (0..tokens.len()).collect(),
+            LogitRows::Rows(rows) => rows.clone(),
+        };
+        let logits = match options.logits {
+            LogitRows::None => None,
+            _ if rows.is_empty() => None,
+            _ => Some(self.logits(&hidden, &rows)?),
+        };
+        Ok(ForwardOutput {
+            logits,
+            layer_inputs,
+            hidden,
+        })
+    }
+
+    /// The same K/V moved to `new_positions`: each layer's K is rotated by the position delta
+    /// with that layer's RoPE (rotations compose), V is unchanged.
+    pub fn reposition(
+        &self,
+        block: &KvBlock,
+        new_positions: &[u32],
+    ) -> Result<KvBlock, EngineError> {
+        if new_positions.len() != block.len() || block.n_layers() != self.config.n_layers {
+            return Err(EngineError::InvalidInput(format!(
+                "{} new positions for a block of {} slots and {} layers",
+                new_positions.len(),
+                block.len(),
+                block.n_layers()
+            )));
+        }
+        let deltas: Vec<f64> = new_positions
+            .iter()
+            .zip(block.positions())
+            .map(|(&new, &old)| f64::from(new) - f64::from(old))
+            .collect();
+        let layers = self
+            .blocks
+            .iter()
+            .zip(block.layers())
+            .map(|(layer, (keys, values))| {
+                let tables = layer.attention.rope.tables(&deltas, &self.device)?;
+                let rotated = RotaryEmbedding::apply(&keys.to_dtype(ACTIVATION_DTYPE)?, &tables)?;
+                Ok((rotated.to_dtype(keys.dtype())?, values.clone()))
+            })
+            .collect::<Result<_, EngineError>>()?;
+        Ok(KvBlock::new(layers, new_positions.to_vec())?)
+    }
+
+    fn block(&self, layer_idx: usize) -> Result<&Block, EngineError> {
+        self.blocks.get(layer_idx).ok_or_else(|| {
+            EngineError::InvalidInput(format!(
+                "layer {layer_idx} of a model with {} layers",
+                self.config.n_layers
+            ))
+        })
+    }
+
+    fn check_hidden(&self, hidden: &Tensor, n_tokens: usize) -> Result<(), EngineError> {
+        if hidden.dims() != [n_tokens, self.config.d_model] {
+            return Err(EngineError::InvalidInput(format!(
+                "hidden states {:?} for {n_tokens} tokens of width {}",
+                hidden.dims(),
+                self.config.d_model
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_cache(&self, kv: &KvCache) -> Result<(), EngineError> {
+        if *kv.layout() != self.kv_layout() {
+            return Err(EngineError::InvalidInput(format!(
+                "a KV cache of layout {:?} for a model of layout {:?}",
+                kv.layout(),
+                self.kv_layout()
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,250 @@
+//! Read-only weights: where tensors come from ([`TensorSource`]: a GGUF file or an in-memory
+//! map), the one place that decides how matrices are held ([`WeightFormat`]), and the layers
+//! built from them ([`Linear`], [`RmsNorm`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+
+use super::EngineError;
+use crate::gguf::GgufFile;
+
+/// How weight matrices are held in memory and multiplied.
+///
+/// Measured on the 2-core CPU of the build machine with Qwen2.5-0.5B Q4_K_M (see
+/// `examples/engine_speed.rs`): quantized matmuls are fast for a few rows (decode is
+/// memory-bound, and Q4 reads a quarter of F16's bytes) but slow for many rows, where the
+/// dequantized F16 gemm wins several times over; hence the default keeps both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    /// GGML blocks as stored in the file, multiplied with candle's quantized kernels.
+    Quantized,
+    F32,
+    F16,
+    Bf16,
+    /// Quantized blocks for calls of at most [`FEW_ROWS`] rows (decode), F16 copies for larger
+    /// calls (prefill, recompute). Costs the memory of both.
+    #[default]
+    QuantizedAndF16,
+}
+
+/// Row count up to which [`WeightFormat::QuantizedAndF16`] uses the quantized kernels.
+pub const FEW_ROWS: usize = 8;
+
+impl WeightFormat {
+    /// The dense dtype the format keeps, if it keeps one.
+    fn dense_dtype(self) -> Option<DType> {
+        match self {
+            WeightFormat::Quantized => None,
+            WeightFormat::F32 => Some(DType::F32),
+            WeightFormat::F16 | WeightFormat::QuantizedAndF16 => Some(DType::F16),
+            WeightFormat::Bf16 => Some(DType::BF16),
+        }
+    }
+}
+
+/// Somewhere tensors can be read from by GGUF name.
+pub trait TensorSource {
+    fn contains(&self, name: &str) -> bool;
+    fn tensor(&mut self, name: &str, device: &Device) -> Result<QTensor, EngineError>;
+}
+
+impl TensorSource for GgufFile {
+    fn contains(&self, name: &str) -> bool {
+        self.tensor_info(name).is_some()
+    }
+
+    fn tensor(&mut self, name: &str, device: &Device) -> Result<QTensor, EngineError> {
+        Ok(GgufFile::tensor(self, name, device)?)
+    }
+}
+
+/// Tensors held in memory (the tiny test models); each can be taken once.
+#[derive(Default)]
+pub struct TensorMap(pub HashMap<String, QTensor>);
+
+impl TensorSource for TensorMap {
+    fn contains(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+
+    /// Hands the tensor over (each is read once); it must already live on `device`.
+    fn tensor(&mut self, name: &str, device: &Device) -> Result<QTensor, EngineError> {
+        let tensor = self
+            .0
+            .remove(name)
+            .ok_or_else(|| EngineError::MissingTensor(name.to_string()))?;
+        if !tensor.device().same_device(device) {
+            return Err(EngineError::InvalidWeights(format!(
+                "{name} lives on another device"
+            )));
+        }
+        Ok(tensor)
+    }
+}
+
+/// A weight matrix `(out_features, in_features)` in the chosen format.
+#[derive(Clone, Debug)]
+enum Matrix {
+    Quantized(Arc<QTensor>),
+    Dense(Tensor),
+    Both {
+        quantized: Arc<QTensor>,
+        dense: Tensor,
+    },
+}
+
+/// `y = x W^T (+ b)` for `x` of shape `(n_rows, in_features)` in f32.
+#[derive(Clone, Debug)]
+pub struct Linear {
+    weight: Matrix,
+    bias: Option<Tensor>,
+    out_features: usize,
+}
+
+impl Linear {
+    /// Loads `name` (and `bias_name`, if given) and converts it to `format`.
+    pub fn load(
+        source: &mut dyn TensorSource,
+        name: &str,
+        bias_name: Option<&str>,
+        format: WeightFormat,
+        device: &Device,
+    ) -> Result<Self, EngineError> {
+        let qtensor = source.tensor(name, device)?;
+        let (out_features, _in_features) = qtensor.shape().dims2()?;
+        let stored_dense = matches!(
+            qtensor.dtype(),
+            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
+        );
+        let weight = match format.dense_dtype() {
+            // Plain float tensors gain nothing from the quantized kernels.
+            None if stored_dense => Matrix::Dense(qtensor.dequantize(device)?),
+            None => Matrix::Quantized(Arc::new(qtensor)),
+            Some(dtype) => {
+                let dense = qtensor.dequantize(device)?.to_dtype(dtype)?;
+                if format == WeightFormat::QuantizedAndF16 && !stored_dense {
+                    Matrix::Both {
+                        quantized: Arc::new(qtensor),
+                        dense,
+                    }
+                } else {
+                    Matrix::Dense(dense)
+                }
+            }
+        };
+        let bias = bias_name
+            .map(|bias_name| -> Result<Tensor, EngineError> {
+                let bias = source.tensor(bias_name, device)?.dequantize(device)?;
+                if bias.dims1()? != out_features {
+                    return Err(EngineError::InvalidWeights(format!(
+                        "{bias_name} has {} entries for {out_features} outputs",
+                        bias.dims1()?
+                    )));
+                }
+                Ok(bias)
+            })
+            .transpose()?;
+        Ok(Self {
+            weight,
+            bias,
+            out_features,
+        })
+    }
+
+    pub fn out_features(&self) -> usize {
+        self.out_features
+    }
+
+    /// `x`: `(n_rows, in_features)` f32 → `(n_rows, out_features)` f32.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
+        let n_rows = x.dim(0)?;
+        let y = match &self.weight {
+            Matrix::Quantized(quantized) => quantized_matmul(quantized, x)?,
+            Matrix::Both { quantized, .. } if n_rows <= FEW_ROWS => quantized_matmul(quantized, x)?,
+            Matrix::Dense(dense) | Matrix::Both { dense, .. } => dense_matmul(dense, x)?,
+        };
+        Ok(match &self.bias {
+            Some(bias) => y.broadcast_add(bias)?,
+            None => y,
+        })
+    }
+
+    /// Rows `ids` of the matrix as f32 `(n_ids, in_features)`: the embedding lookup of a
+    /// token-embedding table.
+    pub fn rows(&self, ids: &Tensor) -> Result<Tensor, EngineError> {
+        Ok(match &self.weight {
+            Matrix::Dense(dense) | Matrix::Both { dense, .. } => {
+                dense.index_select(ids, 0)?.to_dtype(DType::F32)?
+            }
+            Matrix::Quantized(quantized) => quantized.embedding(ids)?,
+        })
+    }
+
+    /// Bytes held for this matrix (all copies) and its bias.
+    pub fn size_in_bytes(&self) -> usize {
+        let dense_bytes = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
+        let weight = match &self.weight {
+            Matrix::Quantized(quantized) => quantized.storage_size_in_bytes(),
+            Matrix::Dense(dense) => dense_bytes(dense),
+            Matrix::Both { quantized, dense } => {
+                quantized.storage_size_in_bytes() + dense_bytes(dense)
+            }
+        };
+        weight + self.bias.as_ref().map_or(0, dense_bytes)
+    }
+}
+
+fn quantized_matmul(quantized: &Arc<QTensor>, x: &Tensor) -> Result<Tensor, EngineError> {
+    Ok(QMatMul::QTensor(quantized.clone()).forward(x)?)
+}
+
+fn dense_matmul(dense: &Tensor, x: &Tensor) -> Result<Tensor, EngineError> {
+    let x = x.to_dtype(dense.dtype())?;
+    Ok(x.matmul(&dense.t()?)?.to_dtype(DType::F32)?)
+}
+
+/// RMSNorm over the last dimension: `x / rms(x) * weight`.
+///
+/// Gemma multiplies by `1 + weight`; llama.cpp's converter already added the 1 to every
+/// `*norm.weight` it writes for Gemma 3 (`norm_shift`), so GGUF weights are used as they are.
+#[derive(Clone, Debug)]
+pub struct RmsNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    pub fn load(
+        source: &mut dyn TensorSource,
+        name: &str,
+        expected_len: usize,
+        eps: f64,
+        device: &Device,
+    ) -> Result<Self, EngineError> {
+        let weight = source
+            .tensor(name, device)?
+            .dequantize(device)?
+            .to_dtype(DType::F32)?;
+        if weight.dims1()? != expected_len {
+            return Err(EngineError::InvalidWeights(format!(
+                "{name} has {} entries, expected {expected_len}",
+                weight.dims1()?
+            )));
+        }
+        Ok(Self {
+            weight,
+            eps: eps as f32,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
+        Ok(candle_nn::ops::rms_norm(
+            &x.contiguous()?,
+            &self.weight,
+            self.eps,
+        )?)
+    }
+}

@@ -1,0 +1,376 @@
+//! Properties of the transformer engine checked on the tiny random models of both families:
+//! incremental decoding, RoPE relativity, layer-wise subset recompute, KV splicing and
+//! re-positioning, Gemma's sliding window, and K/V restore from hidden states.
+
+use candle_core::{DType, Device, IndexOp, Tensor};
+use pml_runtime::kv_cache::{KvBlock, KvCache};
+use pml_runtime::model::tiny::{TINY_SLIDING_WINDOW, random_model};
+use pml_runtime::model::{Arch, ForwardContext, ForwardOptions, LogitRows, Model, WeightFormat};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const SEED: u64 = 7;
+const ARCHES: [Arch; 2] = [Arch::Qwen2, Arch::Gemma3];
+/// f32 everywhere: differences are summation-order noise.
+const TOLERANCE: f32 = 1e-4;
+
+fn model(arch: Arch) -> Model {
+    random_model(arch, SEED, WeightFormat::F32, &Device::Cpu).expect("tiny model builds")
+}
+
+fn random_tokens(n_tokens: usize, seed: u64) -> Vec<u32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n_tokens).map(|_| rng.random_range(0..256)).collect()
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.dims(), b.dims(), "shapes differ");
+    (a - b)
+        .and_then(|d| d.abs())
+        .and_then(|d| d.flatten_all())
+        .and_then(|d| d.max(0))
+        .and_then(|d| d.to_scalar::<f32>())
+        .expect("difference computes")
+}
+
+fn assert_close(a: &Tensor, b: &Tensor, tolerance: f32, what: &str) {
+    let diff = max_abs_diff(a, b);
+    assert!(
+        diff <= tolerance,
+        "{what}: max abs diff {diff} > {tolerance}"
+    );
+}
+
+/// Runs `tokens` at `positions` on an empty cache; logits of every row.
+fn full_forward(
+    model: &Model,
+    tokens: &[u32],
+    positions: &[u32],
+) -> (Tensor, KvCache, Vec<Tensor>, Tensor) {
+    let mut kv = model.new_kv_cache().expect("cache");
+    let context = ForwardContext::appending(positions.to_vec(), &kv);
+    let options = ForwardOptions {
+        logits: LogitRows::All,
+        keep_layer_inputs: true,
+    };
+    let output = model
+        .forward_with(tokens, &context, &mut kv, &options)
+        .expect("forward");
+    (
+        output.logits.expect("logits asked for"),
+        kv,
+        output.layer_inputs,
+        output.hidden,
+    )
+}
+
+fn assert_caches_close(a: &KvCache, b: &KvCache, what: &str) {
+    assert_eq!(a.positions(), b.positions(), "{what}: positions");
+    for layer_idx in 0..a.n_layers() {
+        let (layer_a, layer_b) = (a.layer(layer_idx).unwrap(), b.layer(layer_idx).unwrap());
+        assert_close(
+            &layer_a.keys().unwrap(),
+            &layer_b.keys().unwrap(),
+            TOLERANCE,
+            what,
+        );
+        assert_close(
+            &layer_a.values().unwrap(),
+            &layer_b.values().unwrap(),
+            TOLERANCE,
+            what,
+        );
+    }
+}
+
+#[test]
+fn one_pass_equals_token_by_token_decoding() {
+    for arch in ARCHES {
+        let model = model(arch);
+        // Longer than the tiny Gemma's window, so local layers drop keys while decoding.
+        let tokens = random_tokens(3 * TINY_SLIDING_WINDOW, 1);
+        let positions: Vec<u32> = (0..tokens.len() as u32).collect();
+        let (full_logits, full_kv, _, _) = full_forward(&model, &tokens, &positions);
+
+        let mut kv = model.new_kv_cache().unwrap();
+        for (row, (&token, &position)) in tokens.iter().zip(&positions).enumerate() {
+            let logits = model.forward(&[token], &[position], &mut kv).unwrap();
+            assert_close(
+                &logits,
+                &full_logits.i(row).unwrap(),
+                TOLERANCE,
+                &format!("{arch:?} row {row}"),
+            );
+        }
+        assert_caches_close(&kv, &full_kv, &format!("{arch:?} caches"));
+    }
+}
+
+#[test]
+fn shifting_every_position_leaves_logits_unchanged() {
+    for arch in ARCHES {
+        let model = model(arch);
+        let tokens = random_tokens(2 * TINY_SLIDING_WINDOW + 3, 2);
+        let at_zero: Vec<u32> = (0..tokens.len() as u32).collect();
+        let shifted: Vec<u32> = at_zero.iter().map(|p| p + 1000).collect();
+        let (logits, _, _, _) = full_forward(&model, &tokens, &at_zero);
+        let (shifted_logits, _, _, _) = full_forward(&model, &tokens, &shifted);
+        assert_close(&logits, &shifted_logits, 1e-3, &format!("{arch:?}"));
+    }
+}
+
+#[test]
+fn gaps_in_positions_change_the_result() {
+    // The mask and RoPE really use the positions: the same tokens with a gap differ.
+    for arch in ARCHES {
+        let model = model(arch);
+        let tokens = random_tokens(6, 3);
+        let dense: Vec<u32> = (0..6).collect();
+        let gapped: Vec<u32> = vec![0, 1, 2, 40, 41, 42];
+        let (logits, _, _, _) = full_forward(&model, &tokens, &dense);
+        let (gapped_logits, _, _, _) = full_forward(&model, &tokens, &gapped);
+        assert!(max_abs_diff(&logits, &gapped_logits) > 1e-3, "{arch:?}");
+    }
+}
+
+#[test]
+fn layerwise_subset_recompute_over_the_cache_equals_the_full_pass() {
+    for arch in ARCHES {
+        let model = model(arch);
+        let tokens = random_tokens(2 * TINY_SLIDING_WINDOW + 4, 4);
+        let n_tokens = tokens.len();
+        let positions: Vec<u32> = (0..n_tokens as u32).collect();
+        let (full_logits, full_kv, layer_inputs, full_hidden) =
+            full_forward(&model, &tokens, &positions);
+
+        // Start from a cache whose subset slots hold garbage: recompute must replace them
+        // before any query of the layer reads them.
+        let subset = [0, 3, 9, n_tokens - 2, n_tokens - 1];
+        let mut kv = full_kv.clone();
+        let garbage = random_block(&model, &subset.map(|row| positions[row]), 5);
+        kv.scatter(&subset, &garbage).unwrap();
+
+        let context = ForwardContext::new(positions.clone(), (0..n_tokens).collect())
+            .and_then(|context| context.select(&subset))
+            .unwrap();
+        let rows = Tensor::new(&subset.map(|row| row as u32), &Device::Cpu).unwrap();
+        let mut hidden = layer_inputs[0].index_select(&rows, 0).unwrap();
+        for layer_idx in 0..model.config().n_layers {
+            hidden = model
+                .forward_layer(layer_idx, &hidden, &context, &mut kv)
+                .unwrap();
+        }
+        let expected_hidden = full_hidden.index_select(&rows, 0).unwrap();
+        assert_close(
+            &hidden,
+            &expected_hidden,
+            TOLERANCE,
+            &format!("{arch:?} hidden"),
+        );
+        let logits = model.logits(&hidden, &[subset.len() - 1]).unwrap();
+        assert_close(
+            &logits,
+            &full_logits.i(n_tokens - 1..n_tokens).unwrap(),
+            TOLERANCE,
+            &format!("{arch:?} logits"),
+        );
+        assert_caches_close(&kv, &full_kv, &format!("{arch:?} rewritten cache"));
+    }
+}
+
+/// Random K/V for `positions` in every layer of `model`'s cache.
+fn random_block(model: &Model, positions: &[u32], seed: u64) -> KvBlock {
+    let layout = model.kv_layout();
+    let shape = (positions.len(), layout.n_kv_heads, layout.head_dim);
+    let layers = (0..layout.n_layers)
+        .map(|layer_idx| {
+            let device = Device::Cpu;
+            let seed = seed * 100 + layer_idx as u64;
+            let values: Vec<f32> = {
+                let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                (0..shape.0 * shape.1 * shape.2 * 2)
+                    .map(|_| rng.random_range(-5.0..5.0))
+                    .collect()
+            };
+            let both = Tensor::from_vec(values, (2, shape.0, shape.1, shape.2), &device).unwrap();
+            (both.i(0).unwrap(), both.i(1).unwrap())
+        })
+        .collect();
+    KvBlock::new(layers, positions.to_vec()).unwrap()
+}
+
+#[test]
+fn blocks_computed_separately_splice_into_the_concatenations_cache() {
+    for arch in ARCHES {
+        let model = model(arch);
+        let first = random_tokens(7, 5);
+        let second = random_tokens(9, 6);
+        let all: Vec<u32> = first.iter().chain(&second).copied().collect();
+        let positions: Vec<u32> = (0..all.len() as u32).collect();
+        let (_, concatenated_kv, _, _) = full_forward(&model, &all, &positions);
+
+        let (_, first_kv, _, _) = full_forward(&model, &first, &positions[..first.len()]);
+        let first_block = first_kv.to_block().unwrap();
+        // The second block is encoded with the first as its past, then cut out.
+        let mut with_past =
+            KvCache::from_blocks(model.kv_layout(), &Device::Cpu, &[&first_block], 0).unwrap();
+        model
+            .forward(&second, &positions[first.len()..], &mut with_past)
+            .unwrap();
+        let second_block = with_past.slice(first.len()..all.len()).unwrap();
+
+        let mut spliced = KvCache::from_blocks(
+            model.kv_layout(),
+            &Device::Cpu,
+            &[&first_block, &second_block],
+            4,
+        )
+        .unwrap();
+        assert_caches_close(&spliced, &concatenated_kv, &format!("{arch:?} spliced"));
+
+        // And a new token on the spliced cache sees what it would see after a full prefill.
+        let mut reference = concatenated_kv.clone();
+        let next = all.len() as u32;
+        let spliced_logits = model.forward(&[17], &[next], &mut spliced).unwrap();
+        let reference_logits = model.forward(&[17], &[next], &mut reference).unwrap();
+        assert_close(
+            &spliced_logits,
+            &reference_logits,
+            TOLERANCE,
+            &format!("{arch:?} next"),
+        );
+    }
+}
+
+#[test]
+fn repositioned_block_equals_the_block_encoded_at_the_new_positions() {
+    for arch in ARCHES {
+        let model = model(arch);
+        let tokens = random_tokens(10, 7);
+        let at_zero: Vec<u32> = (0..10).collect();
+        let elsewhere: Vec<u32> = (300..310).collect();
+        let (_, kv_at_zero, _, _) = full_forward(&model, &tokens, &at_zero);
+        let (_, kv_elsewhere, _, _) = full_forward(&model, &tokens, &elsewhere);
+        let moved = model
+            .reposition(&kv_at_zero.to_block().unwrap(), &elsewhere)
+            .unwrap();
+        let moved = KvCache::from_blocks(model.kv_layout(), &Device::Cpu, &[&moved], 0).unwrap();
+        assert_caches_close(&moved, &kv_elsewhere, &format!("{arch:?}"));
+    }
+}
+
+#[test]
+fn gemma_local_layers_ignore_tokens_beyond_the_window() {
+    let model = model(Arch::Gemma3);
+    let local_layers = model
+        .config()
+        .layers
+        .iter()
+        .take_while(|layer| layer.sliding_window.is_some())
+        .count();
+    assert_eq!(
+        local_layers, 2,
+        "the tiny Gemma opens with two local layers"
+    );
+    let n_tokens = 3 * TINY_SLIDING_WINDOW;
+    let last = n_tokens - 1;
+    let positions: Vec<u32> = (0..n_tokens as u32).collect();
+    let tokens = random_tokens(n_tokens, 8);
+    let (logits, _, inputs, _) = full_forward(&model, &tokens, &positions);
+
+    // Token 0 is more than two windows before the last token: invisible to it through both
+    // local layers, visible through the global one.
+    let mut far_changed = tokens.clone();
+    far_changed[0] = (tokens[0] + 1) % 256;
+    let (far_logits, _, far_inputs, _) = full_forward(&model, &far_changed, &positions);
+    for layer_idx in 1..=local_layers {
+        assert_close(
+            &inputs[layer_idx].i(last).unwrap(),
+            &far_inputs[layer_idx].i(last).unwrap(),
+            0.0,
+            &format!("output of local layer {}", layer_idx - 1),
+        );
+    }
+    assert!(max_abs_diff(&logits.i(last).unwrap(), &far_logits.i(last).unwrap()) > 1e-4);
+
+    // A token inside the window does reach it through the first local layer.
+    let mut near_changed = tokens.clone();
+    near_changed[last - 2] = (tokens[last - 2] + 1) % 256;
+    let (_, _, near_inputs, _) = full_forward(&model, &near_changed, &positions);
+    assert!(
+        max_abs_diff(
+            &inputs[1].i(last).unwrap(),
+            &near_inputs[1].i(last).unwrap()
+        ) > 1e-4
+    );
+}
+
+#[test]
+fn kv_projected_from_layer_inputs_equals_the_stored_kv() {
+    for arch in ARCHES {
+        let model = model(arch);
+        let tokens = random_tokens(12, 9);
+        let positions: Vec<u32> = (5..17).collect();
+        let (_, kv, layer_inputs, _) = full_forward(&model, &tokens, &positions);
+        for (layer_idx, input) in layer_inputs.iter().enumerate() {
+            let (keys, values) = model.project_kv(layer_idx, input, &positions).unwrap();
+            let stored = kv.layer(layer_idx).unwrap();
+            assert_close(
+                &keys,
+                &stored.keys().unwrap(),
+                TOLERANCE,
+                &format!("{arch:?} K{layer_idx}"),
+            );
+            assert_close(
+                &values,
+                &stored.values().unwrap(),
+                TOLERANCE,
+                &format!("{arch:?} V{layer_idx}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn quantized_formats_stay_close_to_f32() {
+    for arch in ARCHES {
+        let tokens = random_tokens(20, 10);
+        let positions: Vec<u32> = (0..20).collect();
+        let (reference, _, _, _) = full_forward(&model(arch), &tokens, &positions);
+        let scale = reference
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        for format in [
+            WeightFormat::Quantized,
+            WeightFormat::F16,
+            WeightFormat::QuantizedAndF16,
+        ] {
+            let other = random_model(arch, SEED, format, &Device::Cpu).unwrap();
+            let (logits, _, _, _) = full_forward(&other, &tokens, &positions);
+            assert_eq!(logits.dtype(), DType::F32);
+            let diff = max_abs_diff(&logits, &reference);
+            assert!(
+                diff < 0.05 * scale,
+                "{arch:?} {format:?}: max abs diff {diff} with logits up to {scale}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_same_seed_builds_the_same_model() {
+    for arch in ARCHES {
+        let tokens = random_tokens(5, 11);
+        let positions: Vec<u32> = (0..5).collect();
+        let (a, _, _, _) = full_forward(&model(arch), &tokens, &positions);
+        let (b, _, _, _) = full_forward(&model(arch), &tokens, &positions);
+        assert_close(&a, &b, 0.0, &format!("{arch:?}"));
+        let other = random_model(arch, SEED + 1, WeightFormat::F32, &Device::Cpu).unwrap();
+        let (c, _, _, _) = full_forward(&other, &tokens, &positions);
+        assert!(max_abs_diff(&a, &c) > 1e-3);
+    }
+}
