@@ -1,6 +1,6 @@
 <prompt schema="longbench-qa">
-    <giuseppe-verdi/>
     <parma-airport/>
+    <giuseppe-verdi/>
     <ambroise-thomas/>
     <list-of-major-opera-composers/>
     Question: Are Giuseppe Verdi and Ambroise Thomas both opera composers?
