@@ -40,8 +40,8 @@ enum TagToken {
     #[regex(r#""[^"<]*"#)]
     #[regex(r#"'[^'<]*"#)]
     UnterminatedQuoted,
-    /// What an unquoted value may be when it is not a name (`len=10`).
-    #[regex(r#"[^ \t\r\n"'<>=`/]+"#, priority = 1)]
+    /// An unquoted value that does not start like a name (`len=10`); those that do are `Name`s.
+    #[regex(r#"[^ \t\r\n"'<>=`/\p{L}_][^ \t\r\n"'<>=`/]*"#)]
     Bare,
     #[token(">")]
     End,
@@ -64,6 +64,8 @@ pub(crate) struct RawAttribute {
 pub(crate) struct TagError {
     pub span: Span,
     pub message: String,
+    /// No `>` was found: the tag ends where reading stopped.
+    pub cut_off: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -235,13 +237,9 @@ impl<'s> TagReader<'s> {
         let mut last_good_end = tag.name.span.end;
         let failure = loop {
             let Some(token) = lexer.next() else {
-                let at = self.source.len();
                 break Failure {
-                    span: Span::new(at, at),
-                    message: format!(
-                        "the file ends inside the tag `{}`",
-                        self.tag_text(tag.span.start, at)
-                    ),
+                    span: Span::new(self.tag_start, last_good_end),
+                    message: "the file ends before the tag is closed with `>`".to_owned(),
                 };
             };
             let span = self.absolute(lexer.span());
@@ -290,13 +288,14 @@ impl<'s> TagReader<'s> {
         };
         if !names::is_structural(&tag.name.text) {
             return TagOutcome::NotATag {
-                reason: failure.message,
+                reason: format!("not a tag: {}", failure.message),
             };
         }
         tag.span.end = self.recovered_end(&failure, last_good_end, &mut tag.self_closing);
         tag.error = Some(TagError {
             span: failure.span,
             message: failure.message,
+            cut_off: !self.source[..tag.span.end].ends_with('>'),
         });
         TagOutcome::Tag(tag)
     }
@@ -379,18 +378,6 @@ impl<'s> TagReader<'s> {
             span,
         }
     }
-
-    /// The start of a tag for messages, cut at the first line.
-    fn tag_text(&self, start: usize, end: usize) -> String {
-        let text = &self.source[start..end];
-        let first_line = text.lines().next().unwrap_or(text);
-        let cut: String = first_line.chars().take(40).collect();
-        if cut.len() < text.len() {
-            format!("{cut}…")
-        } else {
-            cut
-        }
-    }
 }
 
 #[cfg(test)]
@@ -465,7 +452,7 @@ mod tests {
         );
         assert_eq!(
             kinds("a<b and c>d")[1],
-            "stray (attribute `and` has no value)"
+            "stray (not a tag: attribute `and` has no value)"
         );
         assert_eq!(kinds("<"), ["stray (`<` is not followed by a tag name)"]);
         assert_eq!(
@@ -531,7 +518,7 @@ mod tests {
         );
         assert_eq!(
             kinds("<module"),
-            ["module [] error: the file ends inside the tag `<module`"]
+            ["module [] error: the file ends before the tag is closed with `>`"]
         );
     }
 
@@ -539,12 +526,12 @@ mod tests {
     fn malformed_tags_of_other_names_are_text() {
         assert_eq!(
             kinds("<foo bar>")[0],
-            "stray (attribute `bar` has no value)"
+            "stray (not a tag: attribute `bar` has no value)"
         );
         assert_eq!(
             kinds("<foo"),
             [
-                "stray (the file ends inside the tag `<foo`)",
+                "stray (not a tag: the file ends before the tag is closed with `>`)",
                 "text \"foo\""
             ]
         );

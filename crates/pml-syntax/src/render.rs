@@ -18,9 +18,12 @@ pub fn render(diagnostics: &[Diagnostic], file_name: &str, source: &str, color: 
     } else {
         GraphicalTheme::unicode_nocolor()
     };
+    // Wrap at spaces only: the default Unicode rules break inside `<![CDATA[` and similar.
     let handler = GraphicalReportHandler::new_themed(theme)
         .with_width(WIDTH)
-        .with_links(false);
+        .with_links(false)
+        .with_word_separator(textwrap::WordSeparator::AsciiSpace)
+        .with_word_splitter(textwrap::WordSplitter::NoHyphenation);
     let mut rendered = String::new();
     for diagnostic in diagnostics {
         let report = Report {

@@ -28,6 +28,8 @@ pub(crate) struct Element {
     /// the open tag itself for a self-closing element.
     pub close_tag: Option<Span>,
     pub self_closing: bool,
+    /// The open tag lost its `>` (see [`Builder::close_implicitly`]).
+    cut_off: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -186,8 +188,10 @@ impl Builder<'_, '_> {
         }
     }
 
+    /// In a schema's root (not in content outside it) the element set is closed.
     fn is_schema_text_tag(&self, name: &str) -> bool {
         self.kind == FileKind::Schema
+            && self.bottom_is_root
             && !self.stack.is_empty()
             && !names::is_schema_element(name)
             && !names::is_root(name)
@@ -220,6 +224,7 @@ impl Builder<'_, '_> {
             open_tag: tag.span,
             close_tag: tag.self_closing.then_some(tag.span),
             self_closing: tag.self_closing,
+            cut_off: tag.error.as_ref().is_some_and(|error| error.cut_off),
         };
         if tag.self_closing {
             self.finish_element(element);
@@ -329,10 +334,8 @@ impl Builder<'_, '_> {
         {
             self.flush_run();
             while self.stack.len() > index + 1 {
-                if let Some(mut unclosed) = self.stack.pop() {
-                    unclosed.span.end = tag.span.start;
-                    self.report_unclosed(&unclosed, Some(&tag));
-                    self.finish_element(unclosed);
+                if let Some(unclosed) = self.stack.pop() {
+                    self.close_implicitly(unclosed, tag.span.start, Some(&tag));
                 }
             }
             if let Some(mut element) = self.stack.pop() {
@@ -379,6 +382,27 @@ impl Builder<'_, '_> {
         );
     }
 
+    /// Closes an element whose close tag is missing, at `end`. An element whose open tag lost
+    /// its `>` (already reported) was most likely meant to be self-closing, like a
+    /// `<param ... />`: it keeps only its tag, and what was read as its content goes back to its
+    /// parent, so one missing `>` does not swallow the rest of the parent.
+    fn close_implicitly(&mut self, mut element: Element, end: usize, closed_by: Option<&RawTag>) {
+        if element.cut_off && !self.stack.is_empty() {
+            let children = std::mem::take(&mut element.children);
+            element.span = element.open_tag;
+            element.close_tag = Some(element.open_tag);
+            element.self_closing = true;
+            self.finish_element(element);
+            if let Some(parent) = self.stack.last_mut() {
+                parent.children.extend(children);
+            }
+            return;
+        }
+        element.span.end = end;
+        self.report_unclosed(&element, closed_by);
+        self.finish_element(element);
+    }
+
     fn report_unclosed(&mut self, element: &Element, closed_by: Option<&RawTag>) {
         let name = &element.name.text;
         let is_schema_role = self.kind == FileKind::Schema && Role::from_tag(name).is_some();
@@ -414,10 +438,8 @@ impl Builder<'_, '_> {
     fn finish_file(&mut self) {
         self.flush_run();
         let end = self.source.len();
-        while let Some(mut element) = self.stack.pop() {
-            element.span.end = end;
-            self.report_unclosed(&element, None);
-            self.finish_element(element);
+        while let Some(element) = self.stack.pop() {
+            self.close_implicitly(element, end, None);
         }
         if self.first_root_tag.is_none() {
             self.diagnostics.push(

@@ -1,0 +1,5 @@
+<schema name="unclosed">
+  <module name="a">
+    text
+  <module name="b">more</module>
+</schema>

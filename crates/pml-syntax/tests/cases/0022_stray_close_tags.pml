@@ -1,0 +1,6 @@
+<schema name="stray">
+  <module name="a">text</module>
+  </module>
+  </div>
+</schema>
+</schema>

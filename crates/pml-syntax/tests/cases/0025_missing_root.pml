@@ -1,0 +1,1 @@
+<module name="orphan">A module without a schema.</module>

@@ -1,0 +1,6 @@
+<prompt schema="s">
+  <user>Question?
+    <assistant>Nested answer</assistant>
+  </user>
+  <system><user>deep</user></system>
+</prompt>

@@ -1,0 +1,6 @@
+<schema name="crlf">
+  <module name="m">
+    line one
+    line two
+  </module>
+</schema>

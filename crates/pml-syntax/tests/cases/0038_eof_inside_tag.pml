@@ -1,0 +1,3 @@
+<schema name="eof">
+  <module name="m">text</module>
+  <module name="n"

@@ -1,0 +1,5 @@
+<prompt schema="s">
+  <travel-plan>
+    <overseas>
+  </travel-plan>
+  Tell me more.

@@ -1,0 +1,4 @@
+<prompt schema="s">
+  <user>Hello</system>
+  </user>
+</prompt>
