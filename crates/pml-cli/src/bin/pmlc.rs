@@ -1,6 +1,70 @@
-//! `pmlc`: check and compile PML schemas and prompts.
+//! `pmlc`: check PML schemas and prompts, and explain diagnostic codes.
 
-fn main() {
-    eprintln!("pmlc: not built yet");
-    std::process::exit(2);
+use clap::{Parser, Subcommand};
+use pml_cli::check_command::{CheckOptions, ColorChoice, EXIT_USAGE, OutputFormat, run_check};
+use pml_cli::explain_command::{explain, list_rules};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "pmlc", version, about = "Check PML schemas and prompts")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check schemas and prompts; a prompt is checked against the schema it names.
+    ///
+    /// Exit status: 0 without errors (warnings allowed), 1 with errors, 2 when a file cannot be
+    /// read or the command is misused.
+    Check {
+        /// Schema or prompt files (which one is decided by the root element).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Check every prompt against this schema instead of looking its schema up by name
+        /// (`NAME.pml` next to the prompt, then any `.pml` in its folder with that schema name).
+        #[arg(long, value_name = "FILE")]
+        schema: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Human)]
+        format: OutputFormat,
+        #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+        color: ColorChoice,
+    },
+    /// Print the documentation of a diagnostic code (e.g. PML205), or list all codes.
+    Explain { code: Option<String> },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check {
+            files,
+            schema,
+            format,
+            color,
+        } => ExitCode::from(run_check(&CheckOptions {
+            files,
+            schema,
+            format,
+            color,
+        })),
+        Command::Explain { code: None } => {
+            print!("{}", list_rules());
+            ExitCode::SUCCESS
+        }
+        Command::Explain { code: Some(code) } => match explain(&code) {
+            Some(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            None => {
+                eprintln!(
+                    "error: unknown diagnostic code `{code}` (`pmlc explain` lists them all)"
+                );
+                ExitCode::from(EXIT_USAGE)
+            }
+        },
+    }
 }

@@ -1,0 +1,353 @@
+//! The built `pmlc` binary on fixtures: exit statuses 0/1/2, the JSON output shape, the summary
+//! line, schema lookup (by file name, by schema name in the folder, and `--schema`) and `explain`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn pmlc(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmlc"))
+        .args(args)
+        .current_dir(cwd)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run pmlc")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn json(output: &Output) -> Vec<serde_json::Value> {
+    let value: serde_json::Value = serde_json::from_slice(&output.stdout).expect("stdout is JSON");
+    value.as_array().expect("a JSON array").clone()
+}
+
+fn codes(entries: &[serde_json::Value]) -> Vec<String> {
+    entries
+        .iter()
+        .filter_map(|entry| entry["code"].as_str())
+        .map(str::to_string)
+        .collect()
+}
+
+/// A fresh folder for one test.
+fn temp_folder(name: &str) -> PathBuf {
+    let folder = std::env::temp_dir().join(format!("pmlc-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&folder);
+    std::fs::create_dir_all(&folder).expect("create temp folder");
+    folder
+}
+
+#[test]
+fn clean_schema_exits_0() {
+    let output = pmlc(&["check", "tests/fixtures/errors/travel.pml"], &repo_root());
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        stderr(&output).trim(),
+        "checked 1 file: 0 errors, 0 warnings"
+    );
+}
+
+#[test]
+fn warnings_alone_exit_0() {
+    let output = pmlc(
+        &[
+            "check",
+            "--color",
+            "never",
+            "tests/fixtures/errors/PML105_empty_union.pml",
+        ],
+        &repo_root(),
+    );
+    assert_eq!(output.status.code(), Some(0));
+    let text = stderr(&output);
+    assert!(text.contains("union without members"), "{text}");
+    assert!(
+        text.trim_end()
+            .ends_with("checked 1 file: 0 errors, 1 warning"),
+        "{text}"
+    );
+}
+
+#[test]
+fn errors_exit_1_and_every_file_is_reported() {
+    let files = [
+        "tests/fixtures/errors/PML101_missing_name.pml",
+        "tests/fixtures/errors/PML209_unknown_argument.pml",
+        "tests/fixtures/errors/travel.pml",
+    ];
+    let output = pmlc(
+        &[&["check", "--format", "json"], &files[..]].concat(),
+        &repo_root(),
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let entries = json(&output);
+    assert_eq!(codes(&entries), ["PML101", "PML101", "PML209"]);
+    assert!(stderr(&output).contains("checked 3 files: 3 errors, 0 warnings"));
+}
+
+#[test]
+fn json_shape() {
+    let output = pmlc(
+        &[
+            "check",
+            "--format",
+            "json",
+            "tests/fixtures/errors/PML209_unknown_argument.pml",
+        ],
+        &repo_root(),
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let entries = json(&output);
+    assert_eq!(entries.len(), 1);
+    let entry = &entries[0];
+    assert_eq!(
+        entry["file"],
+        "tests/fixtures/errors/PML209_unknown_argument.pml"
+    );
+    assert_eq!(entry["code"], "PML209");
+    assert_eq!(entry["severity"], "error");
+    assert_eq!(
+        entry["message"],
+        "`travel-plan` has no parameter `durration`"
+    );
+    assert_eq!(entry["help"], "did you mean `duration`?");
+    let label = &entry["labels"][0];
+    // `  <travel-plan durration="3 days"/>` on line 2: `durration` starts at column 16.
+    assert_eq!(label["line"], 2);
+    assert_eq!(label["column"], 16);
+    assert_eq!(label["end_line"], 2);
+    assert_eq!(label["end_column"], 25);
+    let start = label["span"]["start"].as_u64().expect("span start") as usize;
+    let end = label["span"]["end"].as_u64().expect("span end") as usize;
+    let source = std::fs::read_to_string(
+        repo_root().join("tests/fixtures/errors/PML209_unknown_argument.pml"),
+    )
+    .expect("fixture");
+    assert_eq!(&source[start..end], "durration");
+    assert_eq!(label["message"], "unknown argument");
+}
+
+#[test]
+fn clean_json_is_an_empty_array() {
+    let output = pmlc(
+        &[
+            "check",
+            "--format",
+            "json",
+            "tests/fixtures/errors/travel.pml",
+        ],
+        &repo_root(),
+    );
+    assert_eq!(output.status.code(), Some(0));
+    assert!(json(&output).is_empty());
+}
+
+#[test]
+fn unreadable_files_exit_2_but_the_others_are_checked() {
+    let output = pmlc(
+        &[
+            "check",
+            "no/such/file.pml",
+            "tests/fixtures/errors/PML101_missing_name.pml",
+        ],
+        &repo_root(),
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let text = stderr(&output);
+    assert!(text.contains("cannot read `no/such/file.pml`"), "{text}");
+    assert!(text.contains("module without a name"), "{text}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let root = repo_root();
+    assert_eq!(pmlc(&["check"], &root).status.code(), Some(2), "no files");
+    assert_eq!(
+        pmlc(
+            &[
+                "check",
+                "--format",
+                "xml",
+                "tests/fixtures/errors/travel.pml"
+            ],
+            &root
+        )
+        .status
+        .code(),
+        Some(2)
+    );
+    let missing_schema = pmlc(
+        &[
+            "check",
+            "--schema",
+            "nowhere.pml",
+            "tests/fixtures/errors/PML209_unknown_argument.pml",
+        ],
+        &root,
+    );
+    assert_eq!(missing_schema.status.code(), Some(2));
+    assert!(stderr(&missing_schema).contains("cannot read `--schema nowhere.pml`"));
+    let prompt_as_schema = pmlc(
+        &[
+            "check",
+            "--schema",
+            "tests/fixtures/errors/PML209_unknown_argument.pml",
+            "tests/fixtures/errors/PML212_import_out_of_order.pml",
+        ],
+        &root,
+    );
+    assert_eq!(prompt_as_schema.status.code(), Some(2));
+    assert!(stderr(&prompt_as_schema).contains("is not a schema file"));
+}
+
+#[test]
+fn schema_found_by_name_in_the_prompts_folder() {
+    let folder = temp_folder("lookup");
+    std::fs::write(
+        folder.join("a-file-named-otherwise.pml"),
+        "<schema name=\"kitchen\"><module name=\"oven\">Hot.</module></schema>",
+    )
+    .expect("write schema");
+    std::fs::write(
+        folder.join("decoy.pml"),
+        "<schema name=\"garden\"><module name=\"shed\">Tools.</module></schema>",
+    )
+    .expect("write decoy");
+    std::fs::write(
+        folder.join("good.pml"),
+        "<prompt schema=\"kitchen\"><oven/> Bake.</prompt>",
+    )
+    .expect("write prompt");
+    std::fs::write(
+        folder.join("bad.pml"),
+        "<prompt schema=\"kitchen\"><shed/></prompt>",
+    )
+    .expect("write prompt");
+    let good = pmlc(&["check", "good.pml"], &folder);
+    assert_eq!(good.status.code(), Some(0), "{}", stderr(&good));
+    let bad = pmlc(&["check", "--format", "json", "bad.pml"], &folder);
+    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(
+        codes(&json(&bad)),
+        ["PML205"],
+        "checked against kitchen, not garden"
+    );
+    let _ = std::fs::remove_dir_all(&folder);
+}
+
+#[test]
+fn schema_found_by_file_name_from_another_folder() {
+    let output = pmlc(
+        &[
+            "check",
+            "--format",
+            "json",
+            "errors/PML212_import_out_of_order.pml",
+        ],
+        &repo_root().join("tests/fixtures"),
+    );
+    assert_eq!(output.status.code(), Some(0), "a warning only");
+    assert_eq!(codes(&json(&output)), ["PML212"]);
+}
+
+#[test]
+fn schema_not_found() {
+    let output = pmlc(
+        &[
+            "check",
+            "--format",
+            "json",
+            "tests/fixtures/errors/PML203_schema_not_found.pml",
+        ],
+        &repo_root(),
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let entries = json(&output);
+    assert_eq!(codes(&entries), ["PML203"]);
+    let help = entries[0]["help"].as_str().expect("help");
+    assert!(help.contains("tests/fixtures/errors/travle.pml"), "{help}");
+}
+
+#[test]
+fn explicit_schema_overrides_lookup() {
+    let root = repo_root();
+    let folder = temp_folder("explicit");
+    std::fs::write(
+        folder.join("travel.pml"),
+        "<schema name=\"travel\"><module name=\"elsewhere\">x</module></schema>",
+    )
+    .expect("write");
+    std::fs::write(
+        folder.join("p.pml"),
+        "<prompt schema=\"travel\"><travel-plan/></prompt>",
+    )
+    .expect("write");
+    let by_lookup = pmlc(
+        &[
+            "check",
+            "--format",
+            "json",
+            &folder.join("p.pml").display().to_string(),
+        ],
+        &root,
+    );
+    assert_eq!(
+        codes(&json(&by_lookup)),
+        ["PML205"],
+        "the travel.pml next to the prompt has no travel-plan"
+    );
+    let explicit = pmlc(
+        &[
+            "check",
+            "--format",
+            "json",
+            "--schema",
+            "tests/fixtures/errors/travel.pml",
+            &folder.join("p.pml").display().to_string(),
+        ],
+        &root,
+    );
+    assert_eq!(explicit.status.code(), Some(0), "{}", stderr(&explicit));
+    let mismatch = pmlc(
+        &[
+            "check",
+            "--format",
+            "json",
+            "--schema",
+            "tests/fixtures/errors/travel.pml",
+            "tests/fixtures/errors/PML202_schema_name_mismatch.pml",
+        ],
+        &root,
+    );
+    assert_eq!(codes(&json(&mismatch)), ["PML202"]);
+    let _ = std::fs::remove_dir_all(&folder);
+}
+
+#[test]
+fn explain() {
+    let root = repo_root();
+    let output = pmlc(&["explain", "pml206"], &root);
+    assert_eq!(output.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.starts_with("PML206 import-outside-parent (error)"),
+        "{text}"
+    );
+    let syntax = pmlc(&["explain", "PML001"], &root);
+    assert!(
+        String::from_utf8_lossy(&syntax.stdout).starts_with("PML001 stray-less-than (warning)")
+    );
+    let list = pmlc(&["explain"], &root);
+    assert!(
+        String::from_utf8_lossy(&list.stdout)
+            .lines()
+            .any(|line| line.starts_with("PML213"))
+    );
+    let unknown = pmlc(&["explain", "PML999"], &root);
+    assert_eq!(unknown.status.code(), Some(2));
+}
