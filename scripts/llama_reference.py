@@ -118,7 +118,16 @@ def logits_fixture(model_path, model_id, header):
 
 
 def write_json(path, data):
-    path.write_text(json.dumps(data, ensure_ascii=False, indent=None, separators=(",", ":")) + "\n", encoding="utf-8")
+    """Compact JSON with one case per line, so a regenerated fixture diffs case by case."""
+    compact = {"ensure_ascii": False, "separators": (",", ":")}
+    header = {key: value for key, value in data.items() if key != "cases"}
+    lines = [json.dumps(header, **compact)[:-1] + ',"cases":[']
+    lines.append(",\n".join(json.dumps(case, **compact) for case in data["cases"]))
+    lines.append("]}")
+    text = "\n".join(lines) + "\n"
+    if json.loads(text) != data:
+        sys.exit(f"{path}: JSON round trip changed the data")
+    path.write_text(text, encoding="utf-8")
     print(f"wrote {path} ({path.stat().st_size} bytes, {len(data['cases'])} cases)")
 
 
