@@ -32,3 +32,61 @@ pub(crate) fn diagnostic(rule: &Rule, message: impl Into<String>) -> Diagnostic 
         ..diagnostic
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_ordered_and_in_their_stage_range() {
+        let codes: Vec<&str> = all_rules().map(|rule| rule.code).collect();
+        let mut sorted = codes.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(codes, sorted, "codes are unique and listed in order");
+        assert!(
+            SCHEMA_RULES
+                .iter()
+                .all(|rule| rule.code.starts_with("PML1") && rule.code.len() == 6)
+        );
+        assert!(
+            PROMPT_RULES
+                .iter()
+                .all(|rule| rule.code.starts_with("PML2") && rule.code.len() == 6)
+        );
+    }
+
+    #[test]
+    fn rules_are_documented() {
+        for rule in SCHEMA_RULES.iter().chain(PROMPT_RULES) {
+            assert!(
+                rule.name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '-'),
+                "{}",
+                rule.code
+            );
+            assert!(
+                !rule.summary.is_empty() && !rule.why.is_empty() && !rule.example.is_empty(),
+                "{}",
+                rule.code
+            );
+        }
+    }
+
+    #[test]
+    fn find_rule_ignores_case() {
+        assert_eq!(
+            find_rule("pml101").map(|rule| rule.name),
+            Some("missing-name")
+        );
+        assert_eq!(find_rule("PML001").map(|rule| rule.code), Some("PML001"));
+        assert!(find_rule("PML100").is_none());
+    }
+
+    #[test]
+    fn diagnostics_take_the_rule_severity() {
+        assert!(!diagnostic(&EMPTY_UNION, "w").is_error());
+        assert!(diagnostic(&MISSING_NAME, "e").is_error());
+    }
+}
