@@ -24,7 +24,7 @@ pub enum GgufError {
     #[error("{path} is not a readable GGUF file: {source}")]
     Parse {
         path: PathBuf,
-        source: candle_core::Error,
+        source: Box<candle_core::Error>,
     },
 
     #[error("GGUF metadata has no key `{key}`")]
@@ -44,7 +44,7 @@ pub enum GgufError {
     Tensor {
         name: String,
         path: PathBuf,
-        source: candle_core::Error,
+        source: Box<candle_core::Error>,
     },
 }
 
@@ -67,7 +67,7 @@ impl GgufFile {
         let mut reader = BufReader::new(File::open(&path).map_err(io_error)?);
         let content = Content::read(&mut reader).map_err(|source| GgufError::Parse {
             path: path.clone(),
-            source,
+            source: Box::new(source),
         })?;
 
         // The fingerprint covers the header, every metadata entry and the tensor table (names, shapes,
@@ -358,7 +358,7 @@ impl GgufFile {
         .map_err(|source| GgufError::Tensor {
             name: name.to_owned(),
             path: self.path.clone(),
-            source,
+            source: Box::new(source),
         })
     }
 }

@@ -56,7 +56,7 @@ fn fetch(fetcher: &Fetcher, ids: &[String], all: bool) -> anyhow::Result<()> {
 }
 
 fn list(fetcher: &Fetcher) {
-    println!("{:<14} {:<8} {:>10}  {}", "ID", "FETCHED", "SIZE", "PATH");
+    println!("{:<14} {:<10} {:>9}  PATH", "ID", "FETCHED", "SIZE");
     for spec in models::MODELS {
         let path = fetcher.home().model_file(spec);
         let fetched = if fetcher.is_verified_by_stamp(spec) {
@@ -73,10 +73,10 @@ fn list(fetcher: &Fetcher) {
             ""
         };
         println!(
-            "{:<14} {:<8} {:>7} MB  {}{}",
+            "{:<14} {:<10} {:>6.1} MB  {}{}",
             spec.id,
             fetched,
-            spec.size / 1_000_000,
+            spec.size as f64 / 1e6,
             path.display(),
             default_marker
         );

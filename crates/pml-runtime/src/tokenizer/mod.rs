@@ -70,8 +70,9 @@ impl GgufTokenizer {
         Self::from_vocab(&GgufVocab::from_gguf(gguf)?)
     }
 
-    /// The tokenizer described by `vocab`.
+    /// The tokenizer described by `vocab`, with llama.cpp's control-token overrides applied.
     pub fn from_vocab(vocab: &GgufVocab) -> Result<Self, TokenizerError> {
+        let vocab = &vocab.with_llama_cpp_control_overrides();
         if vocab.token_types.len() != vocab.tokens.len() {
             return Err(TokenizerError::Build(format!(
                 "{} token types for {} tokens",

@@ -31,6 +31,61 @@ impl TokenType {
     }
 }
 
+/// Spellings llama.cpp's vocabulary loader turns into control tokens (its end-of-turn,
+/// end-of-generation and fill-in-the-middle lists in `llama-vocab.cpp`).
+const LLAMA_CPP_FORCED_CONTROL: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<\u{ff5c}fim\u{2581}begin\u{ff5c}>",
+    "<PRE>",
+    "\u{2581}<PRE>",
+    "<|code_prefix|>",
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<\u{ff5c}fim\u{2581}hole\u{ff5c}>",
+    "<SUF>",
+    "\u{2581}<SUF>",
+    "<|code_suffix|>",
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<\u{ff5c}fim\u{2581}end\u{ff5c}>",
+    "<MID>",
+    "\u{2581}<MID>",
+    "<|code_middle|>",
+    "<|fim_pad|>",
+    "<fim-pad>",
+    "<fim_pad>",
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<|file_sep|>",
+    "<fim-sep>",
+    "<fim_sep>",
+];
+
 /// Everything a tokenizer builder needs from the GGUF metadata.
 #[derive(Clone, Debug, Default)]
 pub struct GgufVocab {
@@ -109,11 +164,62 @@ impl GgufVocab {
             .unwrap_or(TokenType::Normal)
     }
 
+    /// A copy in which the spellings llama.cpp always treats as control tokens are control tokens.
+    ///
+    /// llama.cpp (our reference) forces end-of-generation and fill-in-the-middle spellings to the
+    /// control type whatever the file says, so that, for instance, Gemma-3's user-defined `</s>` is
+    /// not kept whole in plain text. Matching that keeps token ids identical to llama.cpp's.
+    pub fn with_llama_cpp_control_overrides(&self) -> Self {
+        let mut vocab = self.clone();
+        for (token, token_type) in vocab.tokens.iter().zip(vocab.token_types.iter_mut()) {
+            if matches!(token_type, TokenType::Normal | TokenType::UserDefined)
+                && LLAMA_CPP_FORCED_CONTROL.contains(&token.as_str())
+            {
+                *token_type = TokenType::Control;
+            }
+        }
+        vocab
+    }
+
     /// Id of the token spelled exactly `text`, if any.
     pub fn find(&self, text: &str) -> Option<u32> {
         self.tokens
             .iter()
             .position(|token| token == text)
             .and_then(|index| u32::try_from(index).ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama_cpp_overrides_turn_end_of_turn_spellings_into_control_tokens() {
+        let vocab = GgufVocab {
+            tokens: ["</s>", "<eos>", "abc", "<|im_end|>"]
+                .map(str::to_owned)
+                .to_vec(),
+            token_types: vec![
+                TokenType::UserDefined,
+                TokenType::Control,
+                TokenType::Normal,
+                TokenType::Byte,
+            ],
+            ..GgufVocab::default()
+        };
+        let overridden = vocab.with_llama_cpp_control_overrides();
+        assert_eq!(
+            overridden.token_types,
+            [
+                TokenType::Control,
+                TokenType::Control,
+                TokenType::Normal,
+                TokenType::Byte
+            ]
+        );
+        assert_eq!(overridden.find("abc"), Some(2));
+        assert_eq!(TokenType::from_code(6), TokenType::Byte);
+        assert_eq!(TokenType::from_code(42), TokenType::Normal);
     }
 }
