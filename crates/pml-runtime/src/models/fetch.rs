@@ -194,6 +194,14 @@ impl Fetcher {
                 actual: sha256,
             });
         }
+        // Temporary files are created private; the model is ordinary readable data.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            temp.as_file()
+                .set_permissions(std::fs::Permissions::from_mode(0o644))
+                .map_err(|error| ModelError::io("cannot set permissions of", temp.path(), error))?;
+        }
         temp.as_file()
             .sync_all()
             .map_err(|error| ModelError::io("cannot sync", temp.path(), error))?;
