@@ -19,12 +19,15 @@ struct Cli {
 enum Command {
     /// Download, verify and list models.
     Models(commands::models::ModelsArgs),
+    /// Generate from plain text with a full prefill (no module cache): the baseline.
+    Generate(commands::generate::GenerateArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Models(args) => commands::models::run(args),
+        Command::Generate(args) => commands::generate::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
