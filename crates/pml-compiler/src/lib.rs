@@ -9,6 +9,7 @@
 
 pub mod chat_template;
 pub mod check;
+pub mod plan;
 pub mod rules;
 pub mod schema_index;
 pub mod source_loader;
