@@ -8,8 +8,6 @@
 //! adjacent pair whose joined piece has the highest score (leftmost on ties), which is exactly BPE
 //! with merge ranks sorted by that score.
 
-use std::cmp::Ordering;
-
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::sequence::Sequence;
@@ -77,25 +75,27 @@ pub fn derive_merges(
     scores: &[f32],
     id_of: impl Fn(&str) -> Option<u32>,
 ) -> Vec<(String, String)> {
+    // Strings are materialised only at the end: half a million candidates are sorted first.
     struct Merge {
-        left: String,
-        right: String,
+        piece_index: usize,
+        split_at: usize,
         score: f32,
         left_chars: usize,
         right_chars: usize,
     }
     let mut merges: Vec<Merge> = Vec::new();
     let mut local: Vec<(u32, u32, Merge)> = Vec::new();
-    for (piece, score) in tokens.iter().zip(scores) {
+    for (piece_index, (piece, score)) in tokens.iter().zip(scores).enumerate() {
         local.clear();
-        for (split_at, _) in piece.char_indices().skip(1) {
+        for (left_chars, (split_at, _)) in piece.char_indices().enumerate().skip(1) {
             let (left, right) = piece.split_at(split_at);
-            if let (Some(left_id), Some(right_id)) = (id_of(left), id_of(right)) {
+            let Some(left_id) = id_of(left) else { continue };
+            if let Some(right_id) = id_of(right) {
                 let merge = Merge {
-                    left: left.to_owned(),
-                    right: right.to_owned(),
+                    piece_index,
+                    split_at,
                     score: *score,
-                    left_chars: left.chars().count(),
+                    left_chars,
                     right_chars: right.chars().count(),
                 };
                 local.push((left_id, right_id, merge));
@@ -110,11 +110,13 @@ pub fn derive_merges(
             .total_cmp(&a.score)
             .then_with(|| b.left_chars.cmp(&a.left_chars))
             .then_with(|| b.right_chars.cmp(&a.right_chars))
-            .then(Ordering::Equal)
     });
     merges
         .into_iter()
-        .map(|merge| (merge.left, merge.right))
+        .map(|merge| {
+            let (left, right) = tokens[merge.piece_index].split_at(merge.split_at);
+            (left.to_owned(), right.to_owned())
+        })
         .collect()
 }
 
