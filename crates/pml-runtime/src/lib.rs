@@ -1,4 +1,5 @@
 //! Runtime: models, KV caches, encoding, cached inference, stores and serving. Knows nothing of PML syntax beyond what `pml-compiler` hands it.
+pub mod chat;
 pub mod device;
 pub mod generation;
 pub mod gguf;

@@ -1,0 +1,62 @@
+//! A model's chat template: the Jinja source from its GGUF (`tokenizer.chat_template`), or the
+//! built-in one for its architecture when the file has none (Gemma-3 GGUFs often lack it), analysed
+//! into role strings with the model's BOS/EOS spellings.
+
+use pml_compiler::chat_template::{
+    ChatTemplate, ChatTemplateError, TemplateTokens, builtin_template,
+};
+
+use crate::gguf::{GgufError, GgufFile};
+use crate::tokenizer::GgufTokenizer;
+
+/// Why a model's chat template could not be obtained.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatSetupError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+
+    #[error("the model has no chat template and architecture `{0}` has no built-in one")]
+    NoTemplate(String),
+
+    #[error("`{key}` = {id} is not a token of the vocabulary")]
+    BadTokenId { key: &'static str, id: u64 },
+
+    #[error(transparent)]
+    Template(#[from] ChatTemplateError),
+}
+
+/// The Jinja source of the model's chat template (from the file, else built in).
+pub fn chat_template_source(gguf: &GgufFile) -> Result<&str, ChatSetupError> {
+    match gguf.chat_template()? {
+        Some(source) => Ok(source),
+        None => {
+            let architecture = gguf.architecture()?;
+            builtin_template(architecture)
+                .ok_or_else(|| ChatSetupError::NoTemplate(architecture.to_owned()))
+        }
+    }
+}
+
+/// The role strings of the model's chat template.
+pub fn model_chat_template(
+    gguf: &GgufFile,
+    tokenizer: &GgufTokenizer,
+) -> Result<ChatTemplate, ChatSetupError> {
+    let spelling = |key: &'static str| -> Result<String, ChatSetupError> {
+        match gguf.optional(key, GgufFile::get_u64)? {
+            Some(id) => u32::try_from(id)
+                .ok()
+                .and_then(|token_id| tokenizer.token_text(token_id))
+                .ok_or(ChatSetupError::BadTokenId { key, id }),
+            None => Ok(String::new()),
+        }
+    };
+    let tokens = TemplateTokens {
+        bos_token: spelling("tokenizer.ggml.bos_token_id")?,
+        eos_token: spelling("tokenizer.ggml.eos_token_id")?,
+    };
+    Ok(ChatTemplate::from_template(
+        chat_template_source(gguf)?,
+        &tokens,
+    )?)
+}
