@@ -114,9 +114,14 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     writeln!(stdout)?;
 
     let timings = &generation.timings;
-    let decode = match timings.decode_ms_per_token() {
-        Some(ms) => format!("{ms:.1} ms/token"),
-        None => "-".to_owned(),
+    let decode = match (
+        timings.decode_ms_per_token(),
+        timings.decode_tokens_per_second(),
+    ) {
+        (Some(ms), Some(tokens_per_second)) => {
+            format!("{ms:.1} ms/token ({tokens_per_second:.1} tok/s)")
+        }
+        _ => "-".to_owned(),
     };
     eprintln!(
         "model {} | prompt {} tokens | generated {} tokens | TTFT {:.0} ms (prefill {:.0} ms) | \
