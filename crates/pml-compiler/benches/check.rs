@@ -1,0 +1,144 @@
+//! Checker throughput on a generated schema of about 1 MB (modules with params, nested unions,
+//! collections, role blocks) and on a prompt importing one module of every kind from it:
+//! index building, the schema check on a parsed tree, parse + check together, and the prompt
+//! check with a tokenizer.
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use pml_compiler::check::{PromptCheckOptions, check_prompt, check_schema};
+use pml_compiler::{MemorySourceLoader, SchemaIndex, TokenizeError, Tokenizer};
+use pml_syntax::ast::SourceFile;
+use std::fmt::Write;
+use std::hint::black_box;
+
+const TARGET_BYTES: usize = 1 << 20;
+
+fn generated_schema() -> (String, usize) {
+    let mut schema = String::from(
+        "<schema name=\"bench\">\n  <system>You are a careful assistant.</system>\n  <user>\n",
+    );
+    let mut n_groups = 0;
+    while schema.len() < TARGET_BYTES {
+        let index = n_groups;
+        let _ = write!(
+            schema,
+            r#"    <module name="topic-{index}">
+      Topic {index} is written for <param name="reader" len="8"/> in <param name="tone" len="4"/> words.
+      <union default="brief-{index}">
+        <module name="brief-{index}">A brief summary of topic {index}.</module>
+        <module name="detailed-{index}">
+          A detailed summary of topic {index} with <param name="focus" len="16">the main points</param>.
+          <union>
+            <module name="example-a">Example A of topic {index}.</module>
+            <module name="example-b">Example B of topic {index}.</module>
+          </union>
+        </module>
+      </union>
+      <collection name="sources-{index}">
+        <module name="source-1">The first source of topic {index}, quoted at some length.</module>
+        <module name="source-2">The second source of topic {index}, quoted at some length.</module>
+      </collection>
+    </module>
+"#
+        );
+        n_groups += 1;
+    }
+    schema.push_str("  </user>\n</schema>\n");
+    (schema, n_groups)
+}
+
+/// Imports every topic with arguments, a nested union member, and repeated collection members.
+fn generated_prompt(n_groups: usize) -> String {
+    let mut prompt = String::from("<prompt schema=\"bench\">\n");
+    for index in 0..n_groups {
+        let _ = writeln!(
+            prompt,
+            "  <topic-{index} reader=\"a new colleague\" tone=\"plain\"><detailed-{index} focus=\"risks\"><example-b/></detailed-{index}><source-2/><source-1/><source-2/></topic-{index}>"
+        );
+    }
+    prompt.push_str("  Which topic matters most?\n</prompt>\n");
+    prompt
+}
+
+/// One token per whitespace-separated word.
+struct WordTokenizer;
+
+impl Tokenizer for WordTokenizer {
+    fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
+        Ok(text.split_whitespace().map(|_| 1).collect())
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
+        Ok(vec!["word"; ids.len()].join(" "))
+    }
+
+    fn bos_token(&self) -> Option<u32> {
+        None
+    }
+
+    fn eos_tokens(&self) -> Vec<u32> {
+        Vec::new()
+    }
+
+    fn placeholder_token(&self) -> u32 {
+        0
+    }
+
+    fn vocab_size(&self) -> usize {
+        2
+    }
+}
+
+fn bench_check(criterion: &mut Criterion) {
+    let (source, n_groups) = generated_schema();
+    let parse = pml_syntax::parse(&source);
+    let SourceFile::Schema(schema) = &parse.file else {
+        panic!("the generated schema parses as a schema")
+    };
+    let loader = MemorySourceLoader::new();
+    let check = check_schema(schema, &loader);
+    assert!(
+        parse.diagnostics.is_empty() && check.diagnostics.is_empty(),
+        "the benchmark schema must be clean"
+    );
+    let prompt_source = generated_prompt(n_groups);
+    let prompt_parse = pml_syntax::parse(&prompt_source);
+    let SourceFile::Prompt(prompt) = &prompt_parse.file else {
+        panic!("the generated prompt parses as a prompt")
+    };
+    let options = PromptCheckOptions {
+        tokenizer: Some(&WordTokenizer),
+    };
+    let prompt_diagnostics = check_prompt(prompt, &check.index, &options);
+    assert!(
+        prompt_parse.diagnostics.is_empty() && prompt_diagnostics.is_empty(),
+        "{:?}",
+        prompt_diagnostics.first()
+    );
+
+    let mut group = criterion.benchmark_group("check");
+    group.sample_size(20);
+    group.throughput(Throughput::Bytes(source.len() as u64));
+    group.bench_function("index_1mb_schema", |bencher| {
+        bencher.iter(|| SchemaIndex::build(black_box(schema)))
+    });
+    group.bench_function("check_1mb_schema", |bencher| {
+        bencher.iter(|| check_schema(black_box(schema), &loader))
+    });
+    group.bench_function("parse_and_check_1mb_schema", |bencher| {
+        bencher.iter(|| {
+            let parse = pml_syntax::parse(black_box(&source));
+            match &parse.file {
+                SourceFile::Schema(schema) => check_schema(schema, &loader).diagnostics.len(),
+                _ => 0,
+            }
+        })
+    });
+    group.throughput(Throughput::Bytes(prompt_source.len() as u64));
+    group.bench_function("check_prompt_against_1mb_schema", |bencher| {
+        bencher.iter(|| check_prompt(black_box(prompt), &check.index, &options))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_check);
+criterion_main!(benches);
