@@ -6,5 +6,6 @@ pub mod gguf;
 pub mod kv_cache;
 pub mod model;
 pub mod models;
+pub mod store;
 pub mod testing;
 pub mod tokenizer;

@@ -1,0 +1,296 @@
+//! Store keys: a [`StoreKey`] is the sha256 of everything that determines a module's stored state
+//! ([`StoreKeyParts`]): the store format version, the model's fingerprint, the weight format and KV
+//! dtype the engine ran with, the kind of state, the encoding mode, the unit's tokens and positions,
+//! and a hash of the context it was encoded after. A state is therefore never reused across
+//! models, dtypes, layouts or contexts: any difference is a different key, hence a miss.
+
+use std::fmt;
+
+use candle_core::DType;
+use pml_compiler::plan::EncodeMode;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::StoreError;
+use crate::model::WeightFormat;
+
+/// Version of the key derivation and of the stored file layout. Bumping it makes every old entry a
+/// miss instead of a misread.
+pub const STORE_FORMAT_VERSION: u32 = 1;
+
+/// A key: 64 lowercase hex digits.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct StoreKey(String);
+
+impl StoreKey {
+    /// Checks that `text` looks like a key (it may come from a manifest on disk).
+    pub fn parse(text: &str) -> Result<Self, StoreError> {
+        let is_key = text.len() == 64
+            && text
+                .bytes()
+                .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte));
+        if is_key {
+            Ok(Self(text.to_string()))
+        } else {
+            Err(StoreError::InvalidKey(text.to_string()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The first two hex digits: the shard directory of the disk tier (256 shards keep every
+    /// directory small even with hundreds of thousands of entries).
+    pub fn shard(&self) -> &str {
+        &self.0[..2]
+    }
+}
+
+impl fmt::Display for StoreKey {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for StoreKey {
+    type Error = StoreError;
+
+    fn try_from(text: String) -> Result<Self, StoreError> {
+        Self::parse(&text)
+    }
+}
+
+impl From<StoreKey> for String {
+    fn from(key: StoreKey) -> String {
+        key.0
+    }
+}
+
+/// What a stored state holds. Hidden-state restore (HCache) will add a variant; the kind is part
+/// of the key and of the file metadata, so kinds can never be confused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum StateKind {
+    /// Per-layer K (after RoPE) and V of the unit's tokens.
+    #[default]
+    Kv,
+}
+
+impl StateKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            StateKind::Kv => "kv",
+        }
+    }
+}
+
+/// Hash of the tokens and positions a unit was encoded after (its scaffold context); every
+/// empty context, isolated encoding included, is [`ContextHash::NONE`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ContextHash([u8; 32]);
+
+impl ContextHash {
+    pub const NONE: ContextHash = ContextHash([0; 32]);
+
+    /// The hash of a context given as parallel token and position lists.
+    pub fn of(tokens: &[u32], positions: &[u32]) -> Self {
+        if tokens.is_empty() && positions.is_empty() {
+            return Self::NONE;
+        }
+        let mut hasher = Sha256::new();
+        hasher.update(b"pml-context");
+        hash_u32s(&mut hasher, tokens);
+        hash_u32s(&mut hasher, positions);
+        Self(hasher.finalize().into())
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+/// Everything a stored state depends on; [`StoreKeyParts::key`] hashes it.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreKeyParts<'a> {
+    /// [`crate::gguf::GgufFile::fingerprint`] of the model file.
+    pub model_fingerprint: &'a str,
+    pub weight_format: WeightFormat,
+    /// Dtype of the stored K and V.
+    pub kv_dtype: DType,
+    pub kind: StateKind,
+    pub encode_mode: EncodeMode,
+    pub tokens: &'a [u32],
+    pub positions: &'a [u32],
+    pub context: ContextHash,
+}
+
+impl StoreKeyParts<'_> {
+    pub fn key(&self) -> StoreKey {
+        let mut hasher = Sha256::new();
+        hasher.update(b"pml-store-key");
+        hasher.update(STORE_FORMAT_VERSION.to_le_bytes());
+        // Every variable-length field is length-prefixed, so no two part lists hash alike.
+        for text in [
+            self.model_fingerprint,
+            weight_format_name(self.weight_format),
+            self.kv_dtype.as_str(),
+            self.kind.name(),
+            encode_mode_name(self.encode_mode),
+        ] {
+            hasher.update((text.len() as u64).to_le_bytes());
+            hasher.update(text.as_bytes());
+        }
+        hash_u32s(&mut hasher, self.tokens);
+        hash_u32s(&mut hasher, self.positions);
+        hasher.update(self.context.as_bytes());
+        StoreKey(format!("{:x}", hasher.finalize()))
+    }
+}
+
+fn hash_u32s(hasher: &mut Sha256, values: &[u32]) {
+    hasher.update((values.len() as u64).to_le_bytes());
+    for value in values {
+        hasher.update(value.to_le_bytes());
+    }
+}
+
+/// Stable name of a weight format: keys must not depend on `Debug` output.
+pub fn weight_format_name(format: WeightFormat) -> &'static str {
+    match format {
+        WeightFormat::Quantized => "quantized",
+        WeightFormat::F32 => "f32",
+        WeightFormat::F16 => "f16",
+        WeightFormat::Bf16 => "bf16",
+        WeightFormat::QuantizedAndF16 => "quantized+f16",
+    }
+}
+
+/// Stable name of an encoding mode (also its spelling in manifests).
+pub fn encode_mode_name(mode: EncodeMode) -> &'static str {
+    match mode {
+        EncodeMode::Scaffolded => "scaffolded",
+        EncodeMode::Isolated => "isolated",
+    }
+}
+
+/// Inverse of [`encode_mode_name`].
+pub fn parse_encode_mode(name: &str) -> Option<EncodeMode> {
+    [EncodeMode::Scaffolded, EncodeMode::Isolated]
+        .into_iter()
+        .find(|&mode| encode_mode_name(mode) == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKENS: [u32; 3] = [10, 20, 30];
+    const POSITIONS: [u32; 3] = [5, 6, 7];
+
+    fn base() -> StoreKeyParts<'static> {
+        StoreKeyParts {
+            model_fingerprint: "ab12",
+            weight_format: WeightFormat::QuantizedAndF16,
+            kv_dtype: DType::F32,
+            kind: StateKind::Kv,
+            encode_mode: EncodeMode::Scaffolded,
+            tokens: &TOKENS,
+            positions: &POSITIONS,
+            context: ContextHash::of(&[1, 2], &[0, 1]),
+        }
+    }
+
+    #[test]
+    fn key_is_deterministic_hex() {
+        let key = base().key();
+        assert_eq!(key, base().key());
+        assert_eq!(StoreKey::parse(key.as_str()).unwrap(), key);
+        assert_eq!(key.shard(), &key.as_str()[..2]);
+    }
+
+    #[test]
+    fn every_part_changes_the_key() {
+        let base_key = base().key();
+        let variants = [
+            StoreKeyParts {
+                model_fingerprint: "ab13",
+                ..base()
+            },
+            StoreKeyParts {
+                weight_format: WeightFormat::F16,
+                ..base()
+            },
+            StoreKeyParts {
+                kv_dtype: DType::F16,
+                ..base()
+            },
+            StoreKeyParts {
+                encode_mode: EncodeMode::Isolated,
+                ..base()
+            },
+            StoreKeyParts {
+                tokens: &[10, 20, 31],
+                ..base()
+            },
+            StoreKeyParts {
+                positions: &[5, 6, 8],
+                ..base()
+            },
+            StoreKeyParts {
+                context: ContextHash::NONE,
+                ..base()
+            },
+            StoreKeyParts {
+                context: ContextHash::of(&[1, 2], &[0, 2]),
+                ..base()
+            },
+        ];
+        let mut keys: Vec<StoreKey> = variants.iter().map(StoreKeyParts::key).collect();
+        assert!(keys.iter().all(|key| *key != base_key));
+        keys.sort();
+        keys.dedup();
+        assert_eq!(
+            keys.len(),
+            variants.len(),
+            "variants collide with each other"
+        );
+    }
+
+    #[test]
+    fn field_boundaries_are_unambiguous() {
+        // The same concatenated tokens split differently between tokens and positions.
+        let first = StoreKeyParts {
+            tokens: &[1, 2],
+            positions: &[3],
+            ..base()
+        };
+        let second = StoreKeyParts {
+            tokens: &[1],
+            positions: &[2, 3],
+            ..base()
+        };
+        assert_ne!(first.key(), second.key());
+        assert_eq!(ContextHash::of(&[], &[]), ContextHash::NONE);
+        assert_ne!(ContextHash::of(&[0], &[0]), ContextHash::NONE);
+    }
+
+    #[test]
+    fn parse_rejects_non_keys() {
+        for text in ["", "abc", &"A".repeat(64), &"g".repeat(64), &"0".repeat(65)] {
+            assert!(StoreKey::parse(text).is_err(), "{text:?} accepted");
+        }
+        let json = serde_json::to_string(&base().key()).unwrap();
+        let back: StoreKey = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, base().key());
+        assert!(serde_json::from_str::<StoreKey>("\"../etc/passwd\"").is_err());
+    }
+
+    #[test]
+    fn encode_mode_names_round_trip() {
+        for mode in [EncodeMode::Scaffolded, EncodeMode::Isolated] {
+            assert_eq!(parse_encode_mode(encode_mode_name(mode)), Some(mode));
+        }
+        assert_eq!(parse_encode_mode("blended"), None);
+    }
+}

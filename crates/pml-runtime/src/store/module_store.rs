@@ -1,0 +1,184 @@
+//! [`ModuleStore`]: a stack of [`Tier`]s, fastest first (RAM over disk by default). Gets read
+//! through the stack and promote a hit into every faster tier; puts write through to every tier;
+//! each tier keeps its own counters. Manifests of compiled schemas live beside the tiers.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::StoreError;
+use super::disk::DiskTier;
+use super::key::StoreKey;
+use super::manifest::{Manifest, ManifestLookup, ManifestStore};
+use super::memory::MemoryTier;
+use super::state::{ModuleState, StateSpec};
+use super::tier::{PutOutcome, Tier, TierStats};
+
+/// Default RAM budget: 2 GiB holds about 85k tokens of the default model's f32 KV.
+pub const DEFAULT_RAM_BUDGET_BYTES: u64 = 2 << 30;
+
+/// Where the default store lives and how much RAM it may use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    pub root: PathBuf,
+    pub ram_budget_bytes: u64,
+}
+
+impl StoreConfig {
+    /// `$PML_HOME/store` with the default RAM budget.
+    pub fn from_env() -> Result<Self, StoreError> {
+        Ok(Self {
+            root: DiskTier::default_root()?,
+            ram_budget_bytes: DEFAULT_RAM_BUDGET_BYTES,
+        })
+    }
+}
+
+/// A successful lookup: the state and the tier that had it.
+#[derive(Clone, Debug)]
+pub struct StoreHit {
+    pub state: Arc<ModuleState>,
+    pub tier: &'static str,
+}
+
+/// What one tier did with a put.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TierPut {
+    pub tier: &'static str,
+    pub outcome: PutOutcome,
+}
+
+/// Counters of every tier, fastest first, and of failed promotions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub tiers: Vec<TierStats>,
+    /// Hits that could not be copied into a faster tier (the get still succeeded).
+    pub promotion_failures: u64,
+}
+
+/// The module store of one model: tiers, fastest first, and the manifests.
+pub struct ModuleStore {
+    spec: StateSpec,
+    tiers: Vec<Box<dyn Tier>>,
+    manifests: ManifestStore,
+    promotion_failures: AtomicU64,
+}
+
+impl ModuleStore {
+    /// RAM over disk under `config.root`.
+    pub fn open(config: &StoreConfig, spec: StateSpec) -> Result<Self, StoreError> {
+        let disk = DiskTier::open(&config.root, spec.clone())?;
+        let memory = MemoryTier::new(config.ram_budget_bytes);
+        Ok(Self::with_tiers(
+            spec,
+            vec![Box::new(memory), Box::new(disk)],
+            ManifestStore::new(&config.root),
+        ))
+    }
+
+    /// Any stack of tiers, fastest first.
+    pub fn with_tiers(
+        spec: StateSpec,
+        tiers: Vec<Box<dyn Tier>>,
+        manifests: ManifestStore,
+    ) -> Self {
+        Self {
+            spec,
+            tiers,
+            manifests,
+            promotion_failures: AtomicU64::new(0),
+        }
+    }
+
+    pub fn spec(&self) -> &StateSpec {
+        &self.spec
+    }
+
+    pub fn tiers(&self) -> &[Box<dyn Tier>] {
+        &self.tiers
+    }
+
+    /// The state under `key` from the fastest tier that has it, copied into the faster ones.
+    /// A damaged entry is removed and reported as [`StoreError::Corrupt`]: re-encode and put.
+    pub fn get(&self, key: &StoreKey) -> Result<Option<StoreHit>, StoreError> {
+        for (tier_idx, tier) in self.tiers.iter().enumerate() {
+            let Some(state) = tier.get(key)? else {
+                continue;
+            };
+            for faster in &self.tiers[..tier_idx] {
+                // The state is in hand and valid; a faster tier refusing it costs speed only.
+                if faster.put(key, &state).is_err() {
+                    self.promotion_failures.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            return Ok(Some(StoreHit {
+                state,
+                tier: tier.name(),
+            }));
+        }
+        Ok(None)
+    }
+
+    /// Writes `state` to every tier, slowest first, so that a state in a fast tier is durable.
+    pub fn put(&self, key: &StoreKey, state: ModuleState) -> Result<Vec<TierPut>, StoreError> {
+        state.check_spec(&self.spec)?;
+        let state = Arc::new(state);
+        let mut outcomes = self
+            .tiers
+            .iter()
+            .rev()
+            .map(|tier| {
+                Ok(TierPut {
+                    tier: tier.name(),
+                    outcome: tier.put(key, &state)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        outcomes.reverse();
+        Ok(outcomes)
+    }
+
+    /// Whether any tier holds `key`.
+    pub fn contains(&self, key: &StoreKey) -> Result<bool, StoreError> {
+        for tier in &self.tiers {
+            if tier.contains(key)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Drops `key` from every tier; `true` if any held it.
+    pub fn remove(&self, key: &StoreKey) -> Result<bool, StoreError> {
+        let mut removed = false;
+        for tier in &self.tiers {
+            removed |= tier.remove(key)?;
+        }
+        Ok(removed)
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            tiers: self.tiers.iter().map(|tier| tier.stats()).collect(),
+            promotion_failures: self.promotion_failures.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Records a compiled schema (after its units are stored); returns the manifest's path.
+    pub fn write_manifest(&self, manifest: &Manifest) -> Result<PathBuf, StoreError> {
+        if manifest.model_fingerprint != self.spec.model_fingerprint {
+            return Err(StoreError::mismatch(
+                "model",
+                &self.spec.model_fingerprint,
+                &manifest.model_fingerprint,
+            ));
+        }
+        self.manifests.write(manifest)
+    }
+
+    /// The manifest of `schema_name` for this store's model.
+    pub fn read_manifest(&self, schema_name: &str) -> ManifestLookup {
+        self.manifests
+            .read(&self.spec.model_fingerprint, schema_name)
+    }
+}

@@ -1,0 +1,393 @@
+//! [`ModuleState`], what the store keeps for one unit (its KV block and tokens), the
+//! [`StateSpec`] a store is opened for (model fingerprint and KV layout), and the state's byte form:
+//! a safetensors file with tensors `layers.{i}.k`, `layers.{i}.v` (`(n_tokens, kv_heads,
+//! head_dim)`), `tokens` and `positions` (u32), and metadata naming the format version, kind, key,
+//! model fingerprint, dtype, layout and a sealed checksum (see [`super::checksum`]).
+//!
+//! Decoding trusts nothing: every metadata entry, tensor name, dtype and shape is checked, so a
+//! truncated file, a flipped byte or a file for another model is an error, never a panic or a
+//! silently wrong state. A state for another model or layout is [`StoreError::Mismatch`] (the file
+//! is fine, just not ours); anything else wrong is [`StoreError::Malformed`].
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+
+use candle_core::safetensors::Load;
+use candle_core::{DType, Device, Tensor};
+use safetensors::tensor::{Dtype as SafeDtype, SafeTensors, View};
+
+use super::StoreError;
+use super::checksum::{self, CHECKSUM_FIELD};
+use super::key::{STORE_FORMAT_VERSION, StateKind, StoreKey};
+use crate::kv_cache::{KvBlock, KvLayout};
+
+/// What a store holds states for: one model's fingerprint and the shape of its KV.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateSpec {
+    pub model_fingerprint: String,
+    pub layout: KvLayout,
+}
+
+/// One unit's stored state: its KV and the tokens it was computed for. Positions live in the
+/// [`KvBlock`] only, so they cannot disagree with it.
+#[derive(Clone, Debug)]
+pub struct ModuleState {
+    kv: KvBlock,
+    tokens: Vec<u32>,
+}
+
+impl ModuleState {
+    /// Pairs a block with its tokens, one token per KV row.
+    pub fn new(kv: KvBlock, tokens: Vec<u32>) -> Result<Self, StoreError> {
+        if tokens.len() != kv.len() {
+            return Err(StoreError::Malformed(format!(
+                "{} tokens for a KV block of {} rows",
+                tokens.len(),
+                kv.len()
+            )));
+        }
+        Ok(Self { kv, tokens })
+    }
+
+    pub fn kv(&self) -> &KvBlock {
+        &self.kv
+    }
+
+    pub fn into_kv(self) -> KvBlock {
+        self.kv
+    }
+
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub fn positions(&self) -> &[u32] {
+        self.kv.positions()
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Bytes of K, V, tokens and positions: what the RAM tier charges against its budget.
+    pub fn size_in_bytes(&self) -> usize {
+        self.kv.size_in_bytes() + 2 * std::mem::size_of::<u32>() * self.tokens.len()
+    }
+
+    /// Checks that the state has the spec's layout and dtype.
+    pub fn check_spec(&self, spec: &StateSpec) -> Result<(), StoreError> {
+        let layout = &spec.layout;
+        if self.kv.n_layers() != layout.n_layers {
+            return Err(StoreError::mismatch(
+                "number of layers",
+                layout.n_layers,
+                self.kv.n_layers(),
+            ));
+        }
+        let row_shape = [self.len(), layout.n_kv_heads, layout.head_dim];
+        for (layer_idx, (keys, values)) in self.kv.layers().iter().enumerate() {
+            for tensor in [keys, values] {
+                if tensor.dims() != row_shape {
+                    return Err(StoreError::mismatch(
+                        "KV layout",
+                        format!("layer {layer_idx} of shape {row_shape:?}"),
+                        format!("{:?}", tensor.dims()),
+                    ));
+                }
+                if tensor.dtype() != layout.dtype {
+                    return Err(StoreError::mismatch(
+                        "KV dtype",
+                        layout.dtype.as_str(),
+                        tensor.dtype().as_str(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The state as a sealed safetensors file for `key`.
+    pub fn to_safetensors(&self, key: &StoreKey, spec: &StateSpec) -> Result<Vec<u8>, StoreError> {
+        self.check_spec(spec)?;
+        let layout = &spec.layout;
+        let mut tensors = Vec::with_capacity(2 * layout.n_layers + 2);
+        for (layer_idx, (keys, values)) in self.kv.layers().iter().enumerate() {
+            tensors.push((
+                format!("layers.{layer_idx}.k"),
+                RawTensor::from_tensor(keys)?,
+            ));
+            tensors.push((
+                format!("layers.{layer_idx}.v"),
+                RawTensor::from_tensor(values)?,
+            ));
+        }
+        tensors.push(("tokens".to_string(), RawTensor::from_u32s(&self.tokens)));
+        tensors.push((
+            "positions".to_string(),
+            RawTensor::from_u32s(self.positions()),
+        ));
+        let metadata = HashMap::from([
+            (
+                "format_version".to_string(),
+                STORE_FORMAT_VERSION.to_string(),
+            ),
+            ("kind".to_string(), StateKind::Kv.name().to_string()),
+            ("key".to_string(), key.to_string()),
+            (
+                "model_fingerprint".to_string(),
+                spec.model_fingerprint.clone(),
+            ),
+            ("dtype".to_string(), layout.dtype.as_str().to_string()),
+            ("n_layers".to_string(), layout.n_layers.to_string()),
+            ("n_kv_heads".to_string(), layout.n_kv_heads.to_string()),
+            ("head_dim".to_string(), layout.head_dim.to_string()),
+            ("n_tokens".to_string(), self.len().to_string()),
+            (CHECKSUM_FIELD.to_string(), checksum::placeholder()),
+        ]);
+        let mut bytes = safetensors::serialize(tensors, Some(metadata))
+            .map_err(|error| StoreError::Malformed(format!("cannot serialise: {error}")))?;
+        checksum::seal(&mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// Decodes and checks a file written by [`Self::to_safetensors`] for `key` and `spec`; the
+    /// tensors are copied onto the CPU (`bytes` may be a memory map that goes away).
+    pub fn from_safetensors(
+        bytes: &[u8],
+        key: &StoreKey,
+        spec: &StateSpec,
+    ) -> Result<Self, StoreError> {
+        checksum::verify(bytes)?;
+        let malformed = |what: String| StoreError::Malformed(what);
+        let (_, header) = SafeTensors::read_metadata(bytes)
+            .map_err(|error| malformed(format!("bad safetensors header: {error}")))?;
+        let tensors = SafeTensors::deserialize(bytes)
+            .map_err(|error| malformed(format!("bad safetensors file: {error}")))?;
+        let empty = HashMap::new();
+        let metadata = Metadata(header.metadata().as_ref().unwrap_or(&empty));
+
+        let version = metadata.get("format_version")?;
+        if version != STORE_FORMAT_VERSION.to_string() {
+            return Err(malformed(format!(
+                "format version {version}, this build reads {STORE_FORMAT_VERSION}"
+            )));
+        }
+        let kind = metadata.get("kind")?;
+        if kind != StateKind::Kv.name() {
+            return Err(malformed(format!("holds `{kind}` state, not KV")));
+        }
+        let layout = &spec.layout;
+        let fingerprint = metadata.get("model_fingerprint")?;
+        if fingerprint != spec.model_fingerprint {
+            return Err(StoreError::mismatch(
+                "model",
+                &spec.model_fingerprint,
+                fingerprint,
+            ));
+        }
+        let dtype = metadata.get("dtype")?;
+        if dtype != layout.dtype.as_str() {
+            return Err(StoreError::mismatch(
+                "KV dtype",
+                layout.dtype.as_str(),
+                dtype,
+            ));
+        }
+        let found_layout = [
+            metadata.get_usize("n_layers")?,
+            metadata.get_usize("n_kv_heads")?,
+            metadata.get_usize("head_dim")?,
+        ];
+        let expected_layout = [layout.n_layers, layout.n_kv_heads, layout.head_dim];
+        if found_layout != expected_layout {
+            return Err(StoreError::mismatch(
+                "KV layout (layers, kv heads, head dim)",
+                format!("{expected_layout:?}"),
+                format!("{found_layout:?}"),
+            ));
+        }
+        let stored_key = metadata.get("key")?;
+        if stored_key != key.as_str() {
+            return Err(malformed(format!("holds key {stored_key}, expected {key}")));
+        }
+        let n_tokens = metadata.get_usize("n_tokens")?;
+
+        let expected_names: HashSet<String> = (0..layout.n_layers)
+            .flat_map(|layer_idx| {
+                [
+                    format!("layers.{layer_idx}.k"),
+                    format!("layers.{layer_idx}.v"),
+                ]
+            })
+            .chain(["tokens".to_string(), "positions".to_string()])
+            .collect();
+        let names: HashSet<String> = tensors.names().into_iter().map(str::to_string).collect();
+        if names != expected_names {
+            let mut unexpected: Vec<_> = names.symmetric_difference(&expected_names).collect();
+            unexpected.sort();
+            return Err(malformed(format!(
+                "tensor names differ from the format: {unexpected:?}"
+            )));
+        }
+        let tokens = read_u32s(&tensors, "tokens", n_tokens)?;
+        let positions = read_u32s(&tensors, "positions", n_tokens)?;
+        let row_shape = [n_tokens, layout.n_kv_heads, layout.head_dim];
+        let layers = (0..layout.n_layers)
+            .map(|layer_idx| {
+                Ok((
+                    read_kv(
+                        &tensors,
+                        &format!("layers.{layer_idx}.k"),
+                        row_shape,
+                        layout.dtype,
+                    )?,
+                    read_kv(
+                        &tensors,
+                        &format!("layers.{layer_idx}.v"),
+                        row_shape,
+                        layout.dtype,
+                    )?,
+                ))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let kv = KvBlock::new(layers, positions)
+            .map_err(|error| malformed(format!("inconsistent KV: {error}")))?;
+        Self::new(kv, tokens)
+    }
+}
+
+/// The `__metadata__` map, with typed lookups that fail as [`StoreError::Malformed`].
+struct Metadata<'a>(&'a HashMap<String, String>);
+
+impl Metadata<'_> {
+    fn get(&self, name: &str) -> Result<&str, StoreError> {
+        self.0
+            .get(name)
+            .map(String::as_str)
+            .ok_or_else(|| StoreError::Malformed(format!("metadata lacks `{name}`")))
+    }
+
+    fn get_usize(&self, name: &str) -> Result<usize, StoreError> {
+        let text = self.get(name)?;
+        text.parse().map_err(|_| {
+            StoreError::Malformed(format!("metadata `{name}` is `{text}`, not a count"))
+        })
+    }
+}
+
+fn read_u32s(tensors: &SafeTensors<'_>, name: &str, len: usize) -> Result<Vec<u32>, StoreError> {
+    let view = tensor_view(tensors, name)?;
+    if view.dtype() != SafeDtype::U32 || view.shape() != [len] {
+        return Err(StoreError::Malformed(format!(
+            "`{name}` is {:?} {:?}, expected U32 [{len}]",
+            view.dtype(),
+            view.shape()
+        )));
+    }
+    Ok(view
+        .data()
+        .chunks_exact(4)
+        .map(|chunk| u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
+        .collect())
+}
+
+fn read_kv(
+    tensors: &SafeTensors<'_>,
+    name: &str,
+    shape: [usize; 3],
+    dtype: DType,
+) -> Result<Tensor, StoreError> {
+    let view = tensor_view(tensors, name)?;
+    if view.dtype() != SafeDtype::from(dtype) || view.shape() != shape {
+        return Err(StoreError::Malformed(format!(
+            "`{name}` is {:?} {:?}, expected {dtype:?} {shape:?}",
+            view.dtype(),
+            view.shape()
+        )));
+    }
+    Ok(view.load(&Device::Cpu)?)
+}
+
+fn tensor_view<'data>(
+    tensors: &SafeTensors<'data>,
+    name: &str,
+) -> Result<safetensors::tensor::TensorView<'data>, StoreError> {
+    tensors
+        .tensor(name)
+        .map_err(|error| StoreError::Malformed(format!("tensor `{name}`: {error}")))
+}
+
+/// A tensor's little-endian bytes, ready for `safetensors::serialize`. Our own type rather than
+/// candle's `View for Tensor`, whose byte conversion panics on failure.
+struct RawTensor {
+    dtype: SafeDtype,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+impl RawTensor {
+    fn from_tensor(tensor: &Tensor) -> Result<Self, StoreError> {
+        let flat = tensor.flatten_all()?;
+        let data: Vec<u8> = match tensor.dtype() {
+            DType::F32 => flat
+                .to_vec1::<f32>()?
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect(),
+            DType::F16 => flat
+                .to_vec1::<half::f16>()?
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect(),
+            DType::BF16 => flat
+                .to_vec1::<half::bf16>()?
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect(),
+            other => {
+                return Err(StoreError::Unsupported(format!(
+                    "KV of dtype {} cannot be stored (f32, f16 and bf16 can)",
+                    other.as_str()
+                )));
+            }
+        };
+        Ok(Self {
+            dtype: tensor.dtype().into(),
+            shape: tensor.dims().to_vec(),
+            data,
+        })
+    }
+
+    fn from_u32s(values: &[u32]) -> Self {
+        Self {
+            dtype: SafeDtype::U32,
+            shape: vec![values.len()],
+            data: values
+                .iter()
+                .flat_map(|value| value.to_le_bytes())
+                .collect(),
+        }
+    }
+}
+
+impl View for RawTensor {
+    fn dtype(&self) -> SafeDtype {
+        self.dtype
+    }
+
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.data)
+    }
+
+    fn data_len(&self) -> usize {
+        self.data.len()
+    }
+}
