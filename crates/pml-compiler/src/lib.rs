@@ -5,10 +5,13 @@
 //!
 //! The checker's entry points are [`check_schema`], [`check_prompt`] and [`check_source`]; the
 //! resolved schema model that later stages build on is [`SchemaIndex`]; every diagnostic code is
-//! documented in [`rules`].
+//! documented in [`rules`]. [`layout_schema`] lays a schema out on a model's positions and
+//! [`bind_prompt`] binds a prompt to that layout, producing the [`plan`] types the runtime runs.
 
+pub mod bind;
 pub mod chat_template;
 pub mod check;
+pub mod layout;
 pub mod plan;
 pub mod rules;
 pub mod schema_index;
@@ -16,10 +19,12 @@ pub mod source_loader;
 pub mod suggest;
 pub mod tokenizer;
 
+pub use bind::bind_prompt;
 pub use check::{
     CheckEnvironment, FileCheck, PromptCheckOptions, ResolvedSchema, SchemaCheck, SchemaLookup,
     SchemaResolver, check_prompt, check_schema, check_source,
 };
+pub use layout::{layout_schema, unit_of};
 pub use rules::all_rules;
 pub use schema_index::{ModuleId, SchemaIndex, Scope};
 pub use source_loader::{

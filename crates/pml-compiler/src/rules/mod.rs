@@ -1,11 +1,14 @@
 //! The registry of compiler diagnostics: one documented [`Rule`] per stable code, schema rules
-//! `PML1xx` in [`SCHEMA_RULES`] and prompt rules `PML2xx` in [`PROMPT_RULES`]. Codes are never
-//! renumbered; a retired rule keeps its number out of use. [`all_rules`] adds the parser's rules
-//! and is what `pmlc explain` and the `docs/diagnostics.md` test read.
+//! `PML1xx` in [`SCHEMA_RULES`], prompt rules `PML2xx` in [`PROMPT_RULES`] and layout and
+//! binding rules `PML3xx` in [`LAYOUT_RULES`]. Codes are never renumbered; a retired rule keeps
+//! its number out of use. [`all_rules`] adds the parser's rules and is what `pmlc explain` and the
+//! `docs/diagnostics.md` test read.
 
+mod layout_rules;
 mod prompt_rules;
 mod schema_rules;
 
+pub use layout_rules::*;
 pub use prompt_rules::*;
 pub use schema_rules::*;
 
@@ -17,6 +20,7 @@ pub fn all_rules() -> impl Iterator<Item = &'static Rule> {
         .iter()
         .chain(SCHEMA_RULES)
         .chain(PROMPT_RULES)
+        .chain(LAYOUT_RULES)
 }
 
 /// The rule with this code (case-insensitive, so `pml101` works on the command line).
@@ -54,11 +58,16 @@ mod tests {
                 .iter()
                 .all(|rule| rule.code.starts_with("PML2") && rule.code.len() == 6)
         );
+        assert!(
+            LAYOUT_RULES
+                .iter()
+                .all(|rule| rule.code.starts_with("PML3") && rule.code.len() == 6)
+        );
     }
 
     #[test]
     fn rules_are_documented() {
-        for rule in SCHEMA_RULES.iter().chain(PROMPT_RULES) {
+        for rule in SCHEMA_RULES.iter().chain(PROMPT_RULES).chain(LAYOUT_RULES) {
             assert!(
                 rule.name
                     .chars()

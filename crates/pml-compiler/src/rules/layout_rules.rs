@@ -1,0 +1,59 @@
+//! Rules checked when a schema is laid out on a model's positions and a prompt is bound to that
+//! layout (`PML3xx`). They need a model (its tokenizer, chat template and context length), so
+//! `pmlc check` cannot report them; `pmlc compile` and `pml run` do.
+
+use pml_syntax::{Rule, Severity};
+
+pub const SCHEMA_TOO_LONG: Rule = Rule {
+    code: "PML301",
+    name: "schema-too-long",
+    severity: Severity::Error,
+    summary: "A schema laid out for a model needs more positions than the model's context holds.",
+    why: "Every module keeps its positions whether a prompt imports it or not, and a prompt's new \
+          text goes after the end of the schema, so a schema that fills the context leaves no room \
+          for the question or the answer.",
+    example: "<schema name=\"library\">\n  <module name=\"book-1\">... 30 000 tokens ...</module>\n  \
+              <module name=\"book-2\">... 30 000 tokens ...</module>\n</schema>\n\
+              <!-- laid out for a model with a 32 768-token context -->",
+};
+
+pub const SCAFFOLD_TOO_LONG: Rule = Rule {
+    code: "PML302",
+    name: "scaffold-too-long",
+    severity: Severity::Error,
+    summary: "A parameter's scaffold text takes more tokens than the parameter's `len`.",
+    why: "A parameter occupies exactly `len` positions; its scaffold text fills them when no \
+          argument is given, so text that does not fit would overrun the positions of what follows.",
+    example: "<param name=\"duration\" len=\"2\">one long and lazy week</param>",
+};
+
+pub const TOKENIZER_FAILED: Rule = Rule {
+    code: "PML303",
+    name: "tokenizer-failed",
+    severity: Severity::Error,
+    summary: "The model's tokenizer could not encode a text of the schema or the prompt.",
+    why: "Positions are counted in tokens; a text that cannot be tokenized has no length and no \
+          place in the layout. This points at a broken tokenizer or model file rather than at the \
+          PML source.",
+    example: "<module name=\"notes\">any text the tokenizer rejects</module>",
+};
+
+pub const LAYOUT_MISMATCH: Rule = Rule {
+    code: "PML304",
+    name: "layout-mismatch",
+    severity: Severity::Error,
+    summary: "A prompt is bound to a layout that was computed for a different version of its \
+              schema.",
+    why: "A layout records each module's positions and tokens; if the schema gained, lost or \
+          renamed modules since, the prompt's imports would splice the wrong cached states.",
+    example: "<!-- travel.pml changed after `pmlc compile travel.pml` -->\n\
+              <prompt schema=\"travel\">\n  <travel-plan/>\n</prompt>",
+};
+
+/// Every layout and binding rule, in code order.
+pub const LAYOUT_RULES: &[Rule] = &[
+    SCHEMA_TOO_LONG,
+    SCAFFOLD_TOO_LONG,
+    TOKENIZER_FAILED,
+    LAYOUT_MISMATCH,
+];
