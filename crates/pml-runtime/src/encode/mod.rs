@@ -1,0 +1,183 @@
+//! Module encoding: computing and storing the KV of every unit of a laid-out schema
+//! ([`encode_schema`]), root first, then modules in pre-order.
+//!
+//! Scaffolded (the default, design §3): a unit's tokens are computed in one forward pass after its
+//! context — the rows of its root and ancestors at positions below its start, spliced from their
+//! stored KV — and only the unit's own rows are kept. Isolated (the Prompt Cache paper): the
+//! context is BOS alone. Each unit is stored under a key of the model, the mode, its tokens and
+//! positions and its context ([`key`]), so encoding again computes only the units whose key is
+//! not in the store yet.
+//!
+//! - [`key`]: model identity and unit keys.
+//! - [`states`]: the store port ([`UnitStates`]) and an in-memory store.
+//! - [`context`]: which rows a unit attends to; row selection; layout checks.
+//! - [`unit_encoder`]: one unit's state on demand (memory, store, or encoded now).
+//! - [`chunked`]: position-ordered prefill in bounded passes.
+
+pub mod chunked;
+pub mod context;
+pub mod key;
+pub mod states;
+pub mod unit_encoder;
+
+use std::time::{Duration, Instant};
+
+use pml_compiler::plan::{EncodeMode, LayoutUnit, SchemaLayout, UnitId};
+
+use crate::kv_cache::KvCacheError;
+use crate::model::{EngineError, Model};
+
+pub use key::{ModelIdentity, UnitKey, context_hash, mode_name};
+pub use states::{MemoryStates, StatesError, UnitState, UnitStates};
+pub use unit_encoder::{StateOrigin, UnitEncoder};
+
+/// Why a schema could not be encoded.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeError {
+    #[error(transparent)]
+    Engine(Box<EngineError>),
+    #[error(transparent)]
+    KvCache(#[from] KvCacheError),
+    #[error(transparent)]
+    States(#[from] StatesError),
+    #[error("invalid layout: {0}")]
+    InvalidLayout(String),
+}
+
+impl From<EngineError> for EncodeError {
+    fn from(error: EngineError) -> Self {
+        EncodeError::Engine(Box::new(error))
+    }
+}
+
+impl From<candle_core::Error> for EncodeError {
+    fn from(error: candle_core::Error) -> Self {
+        EncodeError::Engine(Box::new(EngineError::Tensor(error)))
+    }
+}
+
+/// How to encode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EncodeOptions {
+    pub mode: EncodeMode,
+    /// The model's BOS token, if it uses one (see [`pml_compiler::Tokenizer::bos_token`]).
+    pub bos: Option<u32>,
+}
+
+/// What happened to one unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnitOutcome {
+    /// Computed and stored now.
+    Encoded,
+    /// Its key was already in the store.
+    Reused,
+    /// No tokens of its own (only nested modules).
+    Empty,
+}
+
+/// Progress of [`encode_schema`], for a progress bar.
+#[derive(Clone, Copy, Debug)]
+pub enum EncodeEvent<'a> {
+    /// Before the first unit.
+    Start { n_units: usize, n_tokens: usize },
+    /// After unit number `index` (0-based, in encoding order).
+    Unit {
+        index: usize,
+        unit: &'a LayoutUnit,
+        outcome: UnitOutcome,
+    },
+}
+
+/// One unit's line of the report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitReport {
+    pub unit: UnitId,
+    /// `a/b` path of the module; empty for the root.
+    pub path: String,
+    pub n_tokens: usize,
+    pub outcome: UnitOutcome,
+    /// [`UnitKey::digest`] of the unit.
+    pub key_digest: String,
+}
+
+/// What [`encode_schema`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EncodeReport {
+    pub schema_name: String,
+    pub mode: EncodeMode,
+    pub units: Vec<UnitReport>,
+    pub elapsed: Duration,
+    /// Stored states found unusable and re-encoded.
+    pub warnings: Vec<String>,
+}
+
+impl EncodeReport {
+    pub fn n_encoded(&self) -> usize {
+        self.count(UnitOutcome::Encoded)
+    }
+
+    pub fn n_reused(&self) -> usize {
+        self.count(UnitOutcome::Reused)
+    }
+
+    /// Tokens computed in this run.
+    pub fn tokens_encoded(&self) -> usize {
+        self.units
+            .iter()
+            .filter(|unit| unit.outcome == UnitOutcome::Encoded)
+            .map(|unit| unit.n_tokens)
+            .sum()
+    }
+
+    fn count(&self, outcome: UnitOutcome) -> usize {
+        self.units
+            .iter()
+            .filter(|unit| unit.outcome == outcome)
+            .count()
+    }
+}
+
+/// Encodes every unit of `layout` that `states` does not hold yet, in layout order (root first,
+/// then modules in pre-order), reporting each unit to `progress`.
+pub fn encode_schema(
+    model: &Model,
+    identity: &ModelIdentity,
+    layout: &SchemaLayout,
+    options: EncodeOptions,
+    states: &dyn UnitStates,
+    progress: &mut dyn FnMut(EncodeEvent<'_>),
+) -> Result<EncodeReport, EncodeError> {
+    let start = Instant::now();
+    let mut encoder = UnitEncoder::new(model, identity, layout, options.mode, options.bos, states)?;
+    progress(EncodeEvent::Start {
+        n_units: layout.units.len(),
+        n_tokens: layout.units.iter().map(|unit| unit.tokens.len()).sum(),
+    });
+    let mut units = Vec::with_capacity(layout.units.len());
+    for (index, unit) in layout.units.iter().enumerate() {
+        let outcome = match encoder.ensure(unit.id)? {
+            StateOrigin::Encoded => UnitOutcome::Encoded,
+            StateOrigin::Store | StateOrigin::Memory => UnitOutcome::Reused,
+            StateOrigin::Empty => UnitOutcome::Empty,
+        };
+        units.push(UnitReport {
+            unit: unit.id,
+            path: unit.path.join("/"),
+            n_tokens: unit.tokens.len(),
+            outcome,
+            key_digest: encoder.key(unit.id)?.digest(),
+        });
+        progress(EncodeEvent::Unit {
+            index,
+            unit,
+            outcome,
+        });
+    }
+    Ok(EncodeReport {
+        schema_name: layout.schema_name.clone(),
+        mode: options.mode,
+        units,
+        elapsed: start.elapsed(),
+        warnings: encoder.warnings().to_vec(),
+    })
+}

@@ -1,0 +1,169 @@
+//! Cached inference: running a prompt bound to a laid-out schema ([`BoundPrompt`]) with the
+//! modules' stored KV.
+//!
+//! - Mode [`InferenceMode::Reuse`] (Prompt Cache): splice the imported units' cached rows in
+//!   position order, compute only the new tokens ([`reuse`]).
+//! - Mode [`InferenceMode::Full`]: the identical token/position sequence prefilled with no cache,
+//!   the reference every other mode is measured against ([`full`]).
+//!
+//! Both produce a [`Prefill`] (the KV cache and the last prompt token's logits); [`generate`] hands
+//! it to the shared decoding loop, so TTFT includes store loads and splicing. [`session`] wraps a
+//! model, tokenizer, chat template and store into the API the CLI calls.
+
+pub mod full;
+pub mod plan;
+pub mod reuse;
+pub mod session;
+pub mod stats;
+
+use std::fmt;
+use std::str::FromStr;
+
+use candle_core::Tensor;
+use pml_compiler::Tokenizer;
+use pml_compiler::plan::BoundPrompt;
+
+use crate::encode::{EncodeError, UnitEncoder};
+use crate::generation::{GenerateError, Generation, Generator, SamplingParams};
+use crate::kv_cache::{KvCache, KvCacheError};
+use crate::model::{EngineError, Model};
+
+pub use plan::{PlannedSpan, SplicePlan};
+pub use session::{Runtime, RuntimeError, RuntimeOptions};
+pub use stats::{PrefillStats, RunStats};
+
+/// How a bound prompt's prefill is computed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum InferenceMode {
+    /// Splice cached module KV and compute only the new tokens.
+    #[default]
+    Reuse,
+    /// Compute every token with no cache (the reference).
+    Full,
+}
+
+impl InferenceMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            InferenceMode::Reuse => "reuse",
+            InferenceMode::Full => "full",
+        }
+    }
+}
+
+impl fmt::Display for InferenceMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for InferenceMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "reuse" => Ok(InferenceMode::Reuse),
+            "full" => Ok(InferenceMode::Full),
+            other => Err(format!(
+                "unknown mode `{other}` (expected `reuse` or `full`)"
+            )),
+        }
+    }
+}
+
+/// Why cached inference failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InferenceError {
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    #[error(transparent)]
+    Engine(Box<EngineError>),
+    #[error(transparent)]
+    Generate(Box<GenerateError>),
+    #[error("invalid bound prompt: {0}")]
+    InvalidPrompt(String),
+}
+
+impl From<EngineError> for InferenceError {
+    fn from(error: EngineError) -> Self {
+        InferenceError::Engine(Box::new(error))
+    }
+}
+
+impl From<KvCacheError> for InferenceError {
+    fn from(error: KvCacheError) -> Self {
+        InferenceError::Engine(Box::new(EngineError::KvCache(error)))
+    }
+}
+
+/// A prompt's prefill: the KV cache holding every prompt token and the last one's logits.
+#[derive(Clone, Debug)]
+pub struct Prefill {
+    pub kv: KvCache,
+    /// `(vocab_size,)` logits of the prompt's last token (the highest position).
+    pub logits: Tensor,
+    pub stats: PrefillStats,
+}
+
+/// The prefill of `plan` in `mode`, leaving room for `reserve` decoded tokens.
+pub fn prefill(
+    model: &Model,
+    encoder: &mut UnitEncoder<'_>,
+    plan: &SplicePlan,
+    mode: InferenceMode,
+    reserve: usize,
+) -> Result<Prefill, InferenceError> {
+    match mode {
+        InferenceMode::Reuse => reuse::prefill_reuse(model, encoder, plan, reserve),
+        InferenceMode::Full => full::prefill_full(model, plan),
+    }
+}
+
+/// Runs `bound` in `mode` and generates the answer, streaming text to `on_text`. Decoding
+/// continues at one past the prompt's highest position.
+pub fn generate(
+    model: &Model,
+    tokenizer: &dyn Tokenizer,
+    encoder: &mut UnitEncoder<'_>,
+    bound: &BoundPrompt,
+    mode: InferenceMode,
+    params: &SamplingParams,
+    on_text: &mut dyn FnMut(&str),
+) -> Result<(Generation, RunStats), InferenceError> {
+    let plan = SplicePlan::new(encoder.layout(), bound)?;
+    let mut prefill_stats = None;
+    let mut kv = model.new_kv_cache()?;
+    let generated = Generator::new(model, tokenizer).generate_after(
+        &mut kv,
+        &plan.all_tokens,
+        params,
+        on_text,
+        |kv| {
+            let prefill = prefill(model, encoder, &plan, mode, params.max_tokens)
+                .map_err(|error| GenerateError::Prefill(Box::new(error)))?;
+            *kv = prefill.kv;
+            prefill_stats = Some(prefill.stats);
+            Ok(prefill.logits)
+        },
+    );
+    let generation = match generated {
+        Ok(generation) => generation,
+        Err(GenerateError::Prefill(error)) => {
+            return Err(match error.downcast::<InferenceError>() {
+                Ok(error) => *error,
+                Err(other) => InferenceError::Generate(Box::new(GenerateError::Prefill(other))),
+            });
+        }
+        Err(error) => return Err(InferenceError::Generate(Box::new(error))),
+    };
+    let prefill = prefill_stats.ok_or_else(|| {
+        InferenceError::InvalidPrompt("generation finished without a prefill".into())
+    })?;
+    let stats = RunStats {
+        prefill,
+        time_to_first_token: generation.timings.time_to_first_token,
+        tokens_generated: generation.token_ids.len(),
+        decode_ms_per_token: generation.timings.decode_ms_per_token(),
+    };
+    Ok((generation, stats))
+}

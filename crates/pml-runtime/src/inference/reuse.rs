@@ -1,0 +1,71 @@
+//! Mode `reuse` (Prompt Cache's cached inference): load each imported unit's state, keep the rows
+//! the prompt uses, re-rotate K of units placed at other positions, splice everything into one KV
+//! cache (one concatenation per layer), then compute all new tokens in one forward pass over it,
+//! masked by position.
+
+use std::time::Instant;
+
+use crate::encode::context::select_rows;
+use crate::encode::unit_encoder::describe;
+use crate::encode::{StateOrigin, UnitEncoder};
+use crate::kv_cache::{KvBlock, KvCache};
+use crate::model::Model;
+
+use super::plan::SplicePlan;
+use super::stats::PrefillStats;
+use super::{InferenceError, InferenceMode, Prefill};
+use crate::encode::chunked::prefill_sorted;
+
+/// Splices the plan's cached spans and computes its new tokens; `reserve` is how many slots to
+/// leave for decoding. Units missing from the store are encoded now (and stored).
+pub fn prefill_reuse(
+    model: &Model,
+    encoder: &mut UnitEncoder<'_>,
+    plan: &SplicePlan,
+    reserve: usize,
+) -> Result<Prefill, InferenceError> {
+    let mut stats = PrefillStats::new(InferenceMode::Reuse);
+    let warnings_before = encoder.warnings().len();
+
+    let load_start = Instant::now();
+    let mut blocks: Vec<KvBlock> = Vec::with_capacity(plan.spans.len());
+    for span in &plan.spans {
+        let (state, origin) = encoder.state(span.unit)?;
+        match origin {
+            StateOrigin::Store => stats.units_loaded += 1,
+            StateOrigin::Encoded => {
+                let layout_unit = crate::encode::context::unit(encoder.layout(), span.unit)?;
+                stats.units_encoded_on_the_fly.push(describe(layout_unit));
+            }
+            StateOrigin::Memory | StateOrigin::Empty => {}
+        }
+        let rows = select_rows(&state, &span.rows)?;
+        let rows = if span.is_moved() {
+            model.reposition(&rows, &span.positions)?
+        } else {
+            rows
+        };
+        blocks.push(rows);
+    }
+    stats.load = load_start.elapsed();
+    stats.warnings = encoder.warnings()[warnings_before..].to_vec();
+
+    let splice_start = Instant::now();
+    let block_refs: Vec<&KvBlock> = blocks.iter().collect();
+    let mut kv = KvCache::from_blocks(
+        model.kv_layout(),
+        model.device(),
+        &block_refs,
+        plan.new_tokens.len() + reserve,
+    )?;
+    drop(blocks);
+    stats.splice = splice_start.elapsed();
+    stats.tokens_reused = kv.len();
+
+    let compute_start = Instant::now();
+    let logits = prefill_sorted(model, &plan.new_tokens, &plan.new_positions, &mut kv, true)?
+        .ok_or_else(|| InferenceError::InvalidPrompt("no new tokens".into()))?;
+    stats.compute = compute_start.elapsed();
+    stats.tokens_new = plan.new_tokens.len();
+    Ok(Prefill { kv, logits, stats })
+}
