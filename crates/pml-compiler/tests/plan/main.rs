@@ -4,4 +4,5 @@
 mod bind_tests;
 mod examples;
 mod layout_tests;
+mod never_panics;
 mod support;
