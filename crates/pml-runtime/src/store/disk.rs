@@ -129,10 +129,11 @@ impl Tier for DiskTier {
         let bytes = state.to_safetensors(key, &self.spec)?;
         write_atomically(&self.path_of(key), &bytes)?;
         self.counters.puts.fetch_add(1, Ordering::Relaxed);
+        let bytes = bytes.len() as u64;
         self.counters
             .bytes_written
-            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        Ok(PutOutcome::Stored)
+            .fetch_add(bytes, Ordering::Relaxed);
+        Ok(PutOutcome::Stored { bytes })
     }
 
     fn contains(&self, key: &StoreKey) -> Result<bool, StoreError> {

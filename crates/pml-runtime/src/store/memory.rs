@@ -144,7 +144,7 @@ impl Tier for MemoryTier {
             .bytes_written
             .fetch_add(bytes, Ordering::Relaxed);
         self.evict_over_budget();
-        Ok(PutOutcome::Stored)
+        Ok(PutOutcome::Stored { bytes })
     }
 
     fn contains(&self, key: &StoreKey) -> Result<bool, StoreError> {

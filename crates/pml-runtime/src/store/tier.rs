@@ -34,12 +34,10 @@ pub trait Tier: Send + Sync {
 /// What a tier did with a put.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PutOutcome {
-    Stored,
+    /// Stored, occupying `bytes` in this tier (the file size on disk: what a manifest records).
+    Stored { bytes: u64 },
     /// The state alone exceeds the tier's budget, so it was not cached.
-    TooLarge {
-        bytes: u64,
-        budget_bytes: u64,
-    },
+    TooLarge { bytes: u64, budget_bytes: u64 },
 }
 
 /// A snapshot of one tier's counters since it was opened.

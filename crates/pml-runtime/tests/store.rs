@@ -1,0 +1,372 @@
+//! The module store end to end in one process: states through bytes and through the disk tier
+//! (tiny-model KV and hand-made tensors of every stored dtype), refusal of states for another
+//! model or layout, corruption detected and removed, failed writes leaving nothing behind, and
+//! the RAM-over-disk stack (read-through, promotion, write-through, manifests).
+
+mod store_support;
+
+use std::sync::Arc;
+
+use candle_core::{DType, Device};
+use pml_compiler::plan::EncodeMode;
+use pml_runtime::kv_cache::KvLayout;
+use pml_runtime::model::tiny::random_model;
+use pml_runtime::model::{Arch, WeightFormat};
+use pml_runtime::store::{
+    ContextHash, DiskTier, Manifest, ManifestLookup, ManifestUnit, MemoryTier, ModuleState,
+    ModuleStore, PutOutcome, StateSpec, StoreConfig, StoreError, StoreKeyParts, Tier,
+};
+use store_support::{
+    FINGERPRINT, LAYOUT, assert_same_state, files_under, key_of, spec, state, state_with,
+};
+
+/// The KV of a tiny model's forward pass over 11 tokens, as a module state, with its spec and key.
+fn tiny_model_state(arch: Arch) -> (StateSpec, pml_runtime::store::StoreKey, ModuleState) {
+    let model = random_model(arch, 3, WeightFormat::F32, &Device::Cpu).expect("tiny model");
+    let tokens: Vec<u32> = (0..11).map(|i| (i * 37 + 5) % 256).collect();
+    let positions: Vec<u32> = (4..15).collect();
+    let mut kv = model.new_kv_cache().expect("cache");
+    model
+        .forward(&tokens, &positions, &mut kv)
+        .expect("forward");
+    let block = kv.to_block().expect("block");
+    let spec = StateSpec {
+        model_fingerprint: format!("tiny-{arch:?}"),
+        layout: model.kv_layout(),
+    };
+    let key = StoreKeyParts {
+        model_fingerprint: &spec.model_fingerprint,
+        weight_format: model.weight_format(),
+        kv_dtype: model.kv_layout().dtype,
+        kind: Default::default(),
+        encode_mode: EncodeMode::Isolated,
+        tokens: &tokens,
+        positions: &positions,
+        context: ContextHash::NONE,
+    }
+    .key();
+    let state = ModuleState::new(block, tokens).expect("state");
+    (spec, key, state)
+}
+
+#[test]
+fn tiny_model_kv_round_trips_through_bytes_and_disk() {
+    for arch in [Arch::Qwen2, Arch::Gemma3] {
+        let (spec, key, state) = tiny_model_state(arch);
+        let bytes = state.to_safetensors(&key, &spec).expect("encode");
+        let decoded = ModuleState::from_safetensors(&bytes, &key, &spec).expect("decode");
+        assert_same_state(&decoded, &state);
+
+        let root = tempfile::tempdir().expect("tempdir");
+        let disk = DiskTier::open(root.path(), spec.clone()).expect("disk tier");
+        assert!(disk.get(&key).expect("get").is_none());
+        disk.put(&key, &Arc::new(state.clone())).expect("put");
+        assert!(disk.contains(&key).expect("contains"));
+        let loaded = disk.get(&key).expect("get").expect("hit");
+        assert_same_state(&loaded, &state);
+        let file_len = std::fs::metadata(disk.path_of(&key)).expect("file").len();
+        assert_eq!(file_len, bytes.len() as u64);
+        let stats = disk.stats();
+        assert_eq!((stats.hits, stats.misses, stats.puts), (1, 1, 1));
+        assert_eq!(stats.bytes_read, file_len);
+    }
+}
+
+#[test]
+fn every_stored_dtype_and_empty_states_round_trip() {
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let layout = KvLayout { dtype, ..LAYOUT };
+        let spec = StateSpec {
+            model_fingerprint: FINGERPRINT.to_string(),
+            layout,
+        };
+        for n_tokens in [0, 1, 5] {
+            let state = state_with(layout, 9, n_tokens);
+            let key = key_of(9, n_tokens);
+            let bytes = state.to_safetensors(&key, &spec).expect("encode");
+            let decoded = ModuleState::from_safetensors(&bytes, &key, &spec).expect("decode");
+            assert_same_state(&decoded, &state);
+        }
+    }
+}
+
+#[test]
+fn states_for_another_model_or_layout_are_refused() {
+    let state = state(1, 4);
+    let key = key_of(1, 4);
+    let bytes = state.to_safetensors(&key, &spec()).expect("encode");
+
+    let other_model = StateSpec {
+        model_fingerprint: "another".to_string(),
+        ..spec()
+    };
+    let other_heads = StateSpec {
+        layout: KvLayout {
+            n_kv_heads: 1,
+            head_dim: 16,
+            ..LAYOUT
+        },
+        ..spec()
+    };
+    let other_layers = StateSpec {
+        layout: KvLayout {
+            n_layers: 4,
+            ..LAYOUT
+        },
+        ..spec()
+    };
+    let other_dtype = StateSpec {
+        layout: KvLayout {
+            dtype: DType::F16,
+            ..LAYOUT
+        },
+        ..spec()
+    };
+    for (other, what) in [
+        (&other_model, "model"),
+        (&other_heads, "KV layout"),
+        (&other_layers, "KV layout"),
+        (&other_dtype, "KV dtype"),
+    ] {
+        let error = ModuleState::from_safetensors(&bytes, &key, other).expect_err("must refuse");
+        assert!(
+            matches!(&error, StoreError::Mismatch { what: found, .. } if found.starts_with(what)),
+            "{what}: {error}"
+        );
+        // The writer side refuses too.
+        if other.layout != LAYOUT {
+            assert!(matches!(
+                state.to_safetensors(&key, other),
+                Err(StoreError::Mismatch { .. })
+            ));
+        }
+    }
+    let error = ModuleState::from_safetensors(&bytes, &key_of(2, 4), &spec()).expect_err("key");
+    assert!(matches!(error, StoreError::Malformed(_)), "{error}");
+
+    // On disk a state for another model is reported but kept: it is valid for that model.
+    let root = tempfile::tempdir().expect("tempdir");
+    DiskTier::open(root.path(), spec())
+        .and_then(|disk| disk.put(&key, &Arc::new(state)))
+        .expect("put");
+    let foreign = DiskTier::open(root.path(), other_model).expect("disk tier");
+    assert!(matches!(
+        foreign.get(&key),
+        Err(StoreError::Mismatch { .. })
+    ));
+    assert!(foreign.contains(&key).expect("contains"), "file kept");
+}
+
+#[test]
+fn corrupt_and_truncated_files_are_reported_removed_and_replaceable() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let disk = DiskTier::open(root.path(), spec()).expect("disk tier");
+    let state = Arc::new(state(3, 6));
+    let key = key_of(3, 6);
+    disk.put(&key, &state).expect("put");
+    let path = disk.path_of(&key);
+    let good = std::fs::read(&path).expect("read");
+
+    let header_len = u64::from_le_bytes(good[..8].try_into().expect("8 bytes")) as usize;
+    let flip_at = [
+        0,
+        3,
+        8,
+        8 + header_len / 2,
+        8 + header_len + 5,
+        good.len() - 1,
+    ];
+    let damaged: Vec<(String, Vec<u8>)> = flip_at
+        .iter()
+        .map(|&index| {
+            let mut bytes = good.clone();
+            bytes[index] ^= 0x40;
+            (format!("byte {index} flipped"), bytes)
+        })
+        .chain(
+            [0, 7, 8 + header_len, good.len() - 1]
+                .iter()
+                .map(|&len| (format!("truncated to {len} bytes"), good[..len].to_vec())),
+        )
+        .chain([(format!("{} zero bytes appended", 16), {
+            let mut bytes = good.clone();
+            bytes.extend([0; 16]);
+            bytes
+        })])
+        .collect();
+    for (expected_corrupt, (what, bytes)) in damaged.into_iter().enumerate() {
+        std::fs::write(&path, &bytes).expect("write damaged file");
+        match disk.get(&key) {
+            Err(StoreError::Corrupt { key: reported, .. }) => assert_eq!(reported, key.as_str()),
+            other => panic!("{what}: expected Corrupt, got {other:?}"),
+        }
+        assert!(!path.exists(), "{what}: corrupt file must be removed");
+        assert!(disk.get(&key).expect("miss after removal").is_none());
+        assert_eq!(disk.stats().corrupt, expected_corrupt as u64 + 1);
+        disk.put(&key, &state).expect("re-put");
+        assert_same_state(&disk.get(&key).expect("get").expect("hit"), &state);
+    }
+}
+
+#[test]
+fn failed_writes_leave_no_partial_files() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let disk = DiskTier::open(root.path(), spec()).expect("disk tier");
+    let key = key_of(4, 3);
+    // A non-empty directory where the file should go makes the final rename fail after the
+    // temporary file was written and synced.
+    let path = disk.path_of(&key);
+    std::fs::create_dir_all(path.join("blocker")).expect("blocking directory");
+    let before = files_under(root.path());
+    let error = disk
+        .put(&key, &Arc::new(state(4, 3)))
+        .expect_err("rename must fail");
+    assert!(matches!(error, StoreError::Io { .. }), "{error}");
+    assert_eq!(
+        files_under(root.path()),
+        before,
+        "temporary file left behind"
+    );
+    assert_eq!(disk.stats().puts, 0);
+
+    // A file where the shard directory should be: the write cannot even start.
+    let key = key_of(5, 3);
+    let shard = disk.path_of(&key).parent().expect("shard").to_path_buf();
+    if !shard.exists() {
+        std::fs::write(&shard, b"not a directory").expect("blocking file");
+        let before = files_under(root.path());
+        assert!(disk.put(&key, &Arc::new(state(5, 3))).is_err());
+        assert_eq!(files_under(root.path()), before);
+    }
+}
+
+#[test]
+fn ram_over_disk_reads_through_promotes_and_writes_through() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let config = StoreConfig {
+        root: root.path().to_path_buf(),
+        ram_budget_bytes: 1 << 20,
+    };
+    let key = key_of(6, 5);
+    let state = state(6, 5);
+    {
+        let store = ModuleStore::open(&config, spec()).expect("store");
+        let outcomes = store.put(&key, state.clone()).expect("put");
+        let file_bytes = state.to_safetensors(&key, &spec()).expect("encode").len() as u64;
+        let names: Vec<_> = outcomes.iter().map(|put| (put.tier, put.outcome)).collect();
+        assert_eq!(
+            names,
+            [
+                (
+                    "ram",
+                    PutOutcome::Stored {
+                        bytes: state.size_in_bytes() as u64
+                    }
+                ),
+                ("disk", PutOutcome::Stored { bytes: file_bytes })
+            ]
+        );
+        for tier in store.tiers() {
+            assert!(tier.contains(&key).expect("contains"), "{}", tier.name());
+        }
+        let hit = store.get(&key).expect("get").expect("hit");
+        assert_eq!(hit.tier, "ram");
+    }
+    // A new process: RAM is empty, the disk answers and the state is promoted.
+    let store = ModuleStore::open(&config, spec()).expect("store");
+    let first = store.get(&key).expect("get").expect("hit");
+    assert_eq!(first.tier, "disk");
+    assert_same_state(&first.state, &state);
+    let second = store.get(&key).expect("get").expect("hit");
+    assert_eq!(second.tier, "ram");
+    assert!(
+        Arc::ptr_eq(&first.state, &second.state),
+        "promoted copy is shared"
+    );
+    let stats = store.stats();
+    let counts: Vec<_> = stats
+        .tiers
+        .iter()
+        .map(|tier| (tier.tier, tier.hits, tier.misses, tier.puts))
+        .collect();
+    assert_eq!(counts, [("ram", 1, 1, 1), ("disk", 1, 0, 0)]);
+    assert_eq!(stats.promotion_failures, 0);
+
+    assert!(store.get(&key_of(7, 5)).expect("get").is_none());
+    assert!(store.remove(&key).expect("remove"));
+    assert!(!store.contains(&key).expect("contains"));
+
+    // A state of another layout never enters the store.
+    let wrong = state_with(
+        KvLayout {
+            n_layers: 2,
+            ..LAYOUT
+        },
+        6,
+        5,
+    );
+    assert!(matches!(
+        store.put(&key, wrong),
+        Err(StoreError::Mismatch { .. })
+    ));
+}
+
+#[test]
+fn states_over_the_ram_budget_still_reach_disk() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let memory = MemoryTier::new(100);
+    let disk = DiskTier::open(root.path(), spec()).expect("disk tier");
+    let store = ModuleStore::with_tiers(
+        spec(),
+        vec![Box::new(memory), Box::new(disk)],
+        pml_runtime::store::ManifestStore::new(root.path()),
+    );
+    let key = key_of(8, 4);
+    let outcomes = store.put(&key, state(8, 4)).expect("put");
+    assert!(matches!(outcomes[0].outcome, PutOutcome::TooLarge { .. }));
+    assert!(matches!(outcomes[1].outcome, PutOutcome::Stored { .. }));
+    // Every get comes from disk; a refused promotion is not a failure.
+    for _ in 0..2 {
+        assert_eq!(store.get(&key).expect("get").expect("hit").tier, "disk");
+    }
+    assert_eq!(store.stats().promotion_failures, 0);
+}
+
+#[test]
+fn manifests_go_through_the_store() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let config = StoreConfig {
+        root: root.path().to_path_buf(),
+        ram_budget_bytes: 1 << 20,
+    };
+    let store = ModuleStore::open(&config, spec()).expect("store");
+    assert_eq!(store.read_manifest("travel"), ManifestLookup::Missing);
+    let key = key_of(1, 2);
+    let manifest = Manifest::new(
+        "travel",
+        FINGERPRINT,
+        EncodeMode::Scaffolded,
+        vec![ManifestUnit {
+            unit_id: 1,
+            path: vec!["travel-plan".to_string()],
+            key,
+            n_tokens: 2,
+            bytes: 1234,
+        }],
+    );
+    let path = store.write_manifest(&manifest).expect("write");
+    assert!(path.starts_with(root.path().join("manifests")));
+    assert_eq!(
+        store.read_manifest("travel").found(),
+        Some(manifest.clone())
+    );
+
+    let foreign = Manifest {
+        model_fingerprint: "another".to_string(),
+        ..manifest
+    };
+    assert!(matches!(
+        store.write_manifest(&foreign),
+        Err(StoreError::Mismatch { .. })
+    ));
+}
