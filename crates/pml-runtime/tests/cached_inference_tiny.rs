@@ -12,8 +12,7 @@ use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
 use pml_compiler::{TokenizeError, Tokenizer};
 use pml_runtime::encode::{
-    EncodeError, EncodeOptions, EncodeReport, MemoryStates, ModelIdentity, UnitEncoder,
-    UnitOutcome, encode_schema,
+    EncodeError, EncodeOptions, EncodeReport, UnitEncoder, UnitOutcome, encode_schema,
 };
 use pml_runtime::generation::SamplingParams;
 use pml_runtime::inference::{
@@ -22,6 +21,10 @@ use pml_runtime::inference::{
 use pml_runtime::kv_cache::KvBlock;
 use pml_runtime::model::tiny::random_model;
 use pml_runtime::model::{Arch, Model, WeightFormat};
+use pml_runtime::store::{
+    DiskTier, ManifestStore, MemoryTier, ModuleStore, StateSpec, StoreConfig,
+};
+use tempfile::TempDir;
 
 use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff};
 
@@ -33,9 +36,24 @@ const PLACEHOLDER: u32 = 0;
 
 struct Fixture {
     model: Model,
-    identity: ModelIdentity,
-    states: MemoryStates,
+    store: ModuleStore,
     mode: EncodeMode,
+    _manifests: TempDir,
+}
+
+/// A RAM-only store for `model`, with manifests in a temporary directory.
+fn ram_store(model: &Model, fingerprint: &str) -> (ModuleStore, TempDir) {
+    let manifests = TempDir::new().expect("temporary directory");
+    let spec = StateSpec {
+        model_fingerprint: fingerprint.to_string(),
+        layout: model.kv_layout(),
+    };
+    let store = ModuleStore::with_tiers(
+        spec,
+        vec![Box::new(MemoryTier::new(1 << 30))],
+        ManifestStore::new(manifests.path()),
+    );
+    (store, manifests)
 }
 
 impl Fixture {
@@ -45,12 +63,12 @@ impl Fixture {
 
     fn with_mode(arch: Arch, mode: EncodeMode) -> Self {
         let model = random_model(arch, SEED, WeightFormat::F32, &Device::Cpu).expect("tiny model");
-        let identity = ModelIdentity::of(&model, format!("tiny-{arch:?}-{SEED}"));
+        let (store, manifests) = ram_store(&model, &format!("tiny-{arch:?}-{SEED}"));
         Self {
             model,
-            identity,
-            states: MemoryStates::new(),
+            store,
             mode,
+            _manifests: manifests,
         }
     }
 
@@ -59,27 +77,13 @@ impl Fixture {
             mode: self.mode,
             bos: Some(BOS),
         };
-        encode_schema(
-            &self.model,
-            &self.identity,
-            layout,
-            options,
-            &self.states,
-            &mut |_| {},
-        )
-        .expect("schema encodes")
+        encode_schema(&self.model, layout, options, &self.store, &mut |_| {})
+            .expect("schema encodes")
     }
 
     fn encoder<'a>(&'a self, layout: &'a SchemaLayout) -> UnitEncoder<'a> {
-        UnitEncoder::new(
-            &self.model,
-            &self.identity,
-            layout,
-            self.mode,
-            Some(BOS),
-            &self.states,
-        )
-        .expect("layout is valid")
+        UnitEncoder::new(&self.model, layout, self.mode, Some(BOS), &self.store)
+            .expect("layout is valid")
     }
 
     fn prefill(&self, layout: &SchemaLayout, bound: &BoundPrompt, mode: InferenceMode) -> Prefill {
@@ -270,8 +274,8 @@ fn isolated_encoding_sees_only_bos() {
         // Its key differs from the scaffolded one: the context is part of it.
         let scaffolded = Fixture::new(arch);
         assert_ne!(
-            fixture.encoder(&layout).key(outer).unwrap().digest(),
-            scaffolded.encoder(&layout).key(outer).unwrap().digest()
+            fixture.encoder(&layout).key(outer).unwrap(),
+            scaffolded.encoder(&layout).key(outer).unwrap()
         );
     }
 }
@@ -600,7 +604,8 @@ fn recompiling_re_encodes_only_what_changed() {
     // The root changed: everything.
     let changed_root = fixture.encode(&three_modules(4, 11, 71));
     assert_eq!(changed_root.n_encoded(), 4);
-    assert_eq!(fixture.states.len(), 4 + 2 + 1 + 4);
+    let entries = fixture.store.stats().tiers[0].entries;
+    assert_eq!(entries, Some(4 + 2 + 1 + 4));
 }
 
 #[test]
@@ -615,7 +620,7 @@ fn a_state_missing_from_the_store_is_encoded_on_the_fly() {
         // Both the imported module and its ancestor, whose rows its encoding needs, are gone.
         for unit in [outer, inner] {
             let key = fixture.encoder(&layout).key(unit).unwrap();
-            assert!(fixture.states.remove(&key).is_some());
+            assert!(fixture.store.remove(&key).unwrap());
         }
         let recovered = fixture.prefill(&layout, &bound, InferenceMode::Reuse);
         assert_eq!(
@@ -662,10 +667,9 @@ fn bad_bindings_and_layouts_are_errors() {
     };
     let result = encode_schema(
         &fixture.model,
-        &fixture.identity,
         &broken,
         options,
-        &fixture.states,
+        &fixture.store,
         &mut |_| {},
     );
     assert!(matches!(result, Err(EncodeError::InvalidLayout(_))));
@@ -723,13 +727,14 @@ fn plain_template() -> ChatTemplate {
 fn runtime_generates_the_same_answer_in_both_modes() {
     for arch in ARCHES {
         let model = random_model(arch, SEED, WeightFormat::F32, &Device::Cpu).unwrap();
+        let (store, _manifests) = ram_store(&model, "tiny");
         let runtime = Runtime::from_parts(
             model,
-            "tiny",
             Box::new(LetterTokenizer),
             plain_template(),
-            Box::new(MemoryStates::new()),
+            store,
             EncodeMode::Scaffolded,
+            4096,
         );
         let (layout, doc) = prefix_and_module();
         let mut events = 0;
@@ -744,7 +749,7 @@ fn runtime_generates_the_same_answer_in_both_modes() {
         };
         let mut streamed = String::new();
         let (reuse, reuse_stats) = runtime
-            .run(
+            .run_bound(
                 &layout,
                 &bound,
                 InferenceMode::Reuse,
@@ -753,7 +758,7 @@ fn runtime_generates_the_same_answer_in_both_modes() {
             )
             .unwrap();
         let (full, full_stats) = runtime
-            .run(&layout, &bound, InferenceMode::Full, &params, &mut |_| {})
+            .run_bound(&layout, &bound, InferenceMode::Full, &params, &mut |_| {})
             .unwrap();
         assert_eq!(reuse.token_ids, full.token_ids, "{arch:?}");
         assert_eq!(reuse.token_ids.len(), 12);
@@ -765,4 +770,149 @@ fn runtime_generates_the_same_answer_in_both_modes() {
         assert!(summary.contains("mode reuse"), "{summary}");
         assert!(summary.contains("reused 33"), "{summary}");
     }
+}
+
+fn tiny_runtime(arch: Arch, store: ModuleStore) -> Runtime {
+    let model = random_model(arch, SEED, WeightFormat::F32, &Device::Cpu).unwrap();
+    Runtime::from_parts(
+        model,
+        Box::new(LetterTokenizer),
+        plain_template(),
+        store,
+        EncodeMode::Scaffolded,
+        4096,
+    )
+}
+
+const SCHEMA: &str = r#"<schema name="notes">
+  You answer questions about the notes below.
+  <module name="notes">The meeting moved to Tuesday; bring the slides.</module>
+</schema>"#;
+
+const PROMPT: &str = r#"<prompt schema="notes"><notes/>When is the meeting?</prompt>"#;
+
+#[test]
+fn runtime_compiles_and_runs_sources() {
+    for arch in ARCHES {
+        let model = random_model(arch, SEED, WeightFormat::F32, &Device::Cpu).unwrap();
+        let (store, _manifests) = ram_store(&model, "tiny");
+        let runtime = tiny_runtime(arch, store);
+        let loader = pml_compiler::MemorySourceLoader::new();
+        let (schema, report) = runtime.compile(SCHEMA, &loader, &mut |_| {}).unwrap();
+        assert_eq!(report.n_encoded(), 2);
+        assert!(report.manifest_path.is_file());
+        let manifest = runtime
+            .store()
+            .read_manifest("notes")
+            .found()
+            .expect("manifest");
+        assert_eq!(manifest.units.len(), 2);
+        let (_, again) = runtime.compile(SCHEMA, &loader, &mut |_| {}).unwrap();
+        assert_eq!((again.n_encoded(), again.n_reused()), (0, 2));
+
+        let params = SamplingParams {
+            temperature: 0.0,
+            max_tokens: 8,
+            ..SamplingParams::default()
+        };
+        let (reuse, stats) = runtime
+            .run(&schema, PROMPT, InferenceMode::Reuse, &params, &mut |_| {})
+            .unwrap();
+        let (full, _) = runtime
+            .run(&schema, PROMPT, InferenceMode::Full, &params, &mut |_| {})
+            .unwrap();
+        assert_eq!(reuse.token_ids, full.token_ids, "{arch:?}");
+        let cached_tokens: usize = schema
+            .layout
+            .units
+            .iter()
+            .map(|unit| unit.tokens.len())
+            .sum();
+        assert_eq!(stats.prefill.tokens_reused, cached_tokens);
+        assert!(stats.prefill.tokens_new >= "When is the meeting?".len());
+
+        let errors = runtime.run(
+            &schema,
+            r#"<prompt schema="notes"><nonesuch/></prompt>"#,
+            InferenceMode::Reuse,
+            &params,
+            &mut |_| {},
+        );
+        assert!(matches!(
+            errors,
+            Err(pml_runtime::inference::RuntimeError::Diagnostics { what: "prompt", .. })
+        ));
+        assert!(runtime.lay_out(PROMPT, &loader).is_err());
+    }
+}
+
+#[test]
+fn a_new_process_reads_states_from_disk_and_re_encodes_a_corrupt_one() {
+    let root = TempDir::new().unwrap();
+    let config = StoreConfig {
+        root: root.path().to_path_buf(),
+        ram_budget_bytes: 1 << 30,
+    };
+    let open = || {
+        let model = random_model(Arch::Qwen2, SEED, WeightFormat::F32, &Device::Cpu).unwrap();
+        let spec = StateSpec {
+            model_fingerprint: "tiny-disk".to_string(),
+            layout: model.kv_layout(),
+        };
+        let store = ModuleStore::open(&config, spec.clone()).unwrap();
+        (tiny_runtime(Arch::Qwen2, store), spec)
+    };
+    let loader = pml_compiler::MemorySourceLoader::new();
+    let params = SamplingParams {
+        temperature: 0.0,
+        max_tokens: 4,
+        ..SamplingParams::default()
+    };
+    let (first, _) = open();
+    let (schema, report) = first.compile(SCHEMA, &loader, &mut |_| {}).unwrap();
+    assert_eq!(report.n_encoded(), 2);
+    let (expected, _) = first
+        .run(&schema, PROMPT, InferenceMode::Reuse, &params, &mut |_| {})
+        .unwrap();
+    drop(first);
+
+    // A fresh store (empty RAM tier) finds both units on disk.
+    let (second, spec) = open();
+    let (answer, stats) = second
+        .run(&schema, PROMPT, InferenceMode::Reuse, &params, &mut |_| {})
+        .unwrap();
+    assert_eq!(answer.token_ids, expected.token_ids);
+    assert_eq!(stats.prefill.units_loaded, 2);
+    assert!(stats.prefill.units_encoded_on_the_fly.is_empty());
+    drop(second);
+
+    // Damage the module's file: the next process re-encodes it, with a warning, same answer.
+    let (third, _) = open();
+    let key = UnitEncoder::new(
+        third.model(),
+        &schema.layout,
+        EncodeMode::Scaffolded,
+        Some(BOS),
+        third.store(),
+    )
+    .unwrap()
+    .key(UnitId(1))
+    .unwrap();
+    let path = DiskTier::open(root.path(), spec).unwrap().path_of(&key);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x55;
+    std::fs::write(&path, bytes).unwrap();
+    let (answer, stats) = third
+        .run(&schema, PROMPT, InferenceMode::Reuse, &params, &mut |_| {})
+        .unwrap();
+    assert_eq!(answer.token_ids, expected.token_ids);
+    assert_eq!(stats.prefill.units_encoded_on_the_fly, ["module `notes`"]);
+    assert_eq!(
+        stats.prefill.warnings.len(),
+        1,
+        "{:?}",
+        stats.prefill.warnings
+    );
+    assert!(stats.to_string().contains("warning"), "{stats}");
 }

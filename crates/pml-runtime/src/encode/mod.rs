@@ -1,34 +1,31 @@
 //! Module encoding: computing and storing the KV of every unit of a laid-out schema
-//! ([`encode_schema`]), root first, then modules in pre-order.
+//! ([`encode_schema`]), root first, then modules in pre-order, and recording the schema's
+//! manifest in the store.
 //!
 //! Scaffolded (the default, design §3): a unit's tokens are computed in one forward pass after its
 //! context — the rows of its root and ancestors at positions below its start, spliced from their
 //! stored KV — and only the unit's own rows are kept. Isolated (the Prompt Cache paper): the
 //! context is BOS alone. Each unit is stored under a key of the model, the mode, its tokens and
-//! positions and its context ([`key`]), so encoding again computes only the units whose key is
-//! not in the store yet.
+//! positions and its context, so encoding again computes only the units whose key is not in the
+//! store yet.
 //!
-//! - [`key`]: model identity and unit keys.
-//! - [`states`]: the store port ([`UnitStates`]) and an in-memory store.
 //! - [`context`]: which rows a unit attends to; row selection; layout checks.
-//! - [`unit_encoder`]: one unit's state on demand (memory, store, or encoded now).
+//! - [`unit_encoder`]: one unit's state on demand (memory, store, or encoded now), and its key.
 //! - [`chunked`]: position-ordered prefill in bounded passes.
 
 pub mod chunked;
 pub mod context;
-pub mod key;
-pub mod states;
 pub mod unit_encoder;
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use pml_compiler::plan::{EncodeMode, LayoutUnit, SchemaLayout, UnitId};
 
 use crate::kv_cache::KvCacheError;
 use crate::model::{EngineError, Model};
+use crate::store::{Manifest, ManifestUnit, ModuleStore, PutOutcome, StoreError, StoreKey};
 
-pub use key::{ModelIdentity, UnitKey, context_hash, mode_name};
-pub use states::{MemoryStates, StatesError, UnitState, UnitStates};
 pub use unit_encoder::{StateOrigin, UnitEncoder};
 
 /// Why a schema could not be encoded.
@@ -39,7 +36,7 @@ pub enum EncodeError {
     #[error(transparent)]
     KvCache(#[from] KvCacheError),
     #[error(transparent)]
-    States(#[from] StatesError),
+    Store(#[from] StoreError),
     #[error("invalid layout: {0}")]
     InvalidLayout(String),
 }
@@ -96,8 +93,8 @@ pub struct UnitReport {
     pub path: String,
     pub n_tokens: usize,
     pub outcome: UnitOutcome,
-    /// [`UnitKey::digest`] of the unit.
-    pub key_digest: String,
+    /// The unit's store key; `None` for an empty unit (nothing stored).
+    pub key: Option<StoreKey>,
 }
 
 /// What [`encode_schema`] did.
@@ -109,6 +106,8 @@ pub struct EncodeReport {
     pub elapsed: Duration,
     /// Stored states found unusable and re-encoded.
     pub warnings: Vec<String>,
+    /// Where the schema's manifest was written.
+    pub manifest_path: PathBuf,
 }
 
 impl EncodeReport {
@@ -137,35 +136,50 @@ impl EncodeReport {
     }
 }
 
-/// Encodes every unit of `layout` that `states` does not hold yet, in layout order (root first,
-/// then modules in pre-order), reporting each unit to `progress`.
+/// Encodes every unit of `layout` that `store` does not hold yet, in layout order (root first,
+/// then modules in pre-order), reporting each unit to `progress`, then writes the schema's
+/// manifest.
 pub fn encode_schema(
     model: &Model,
-    identity: &ModelIdentity,
     layout: &SchemaLayout,
     options: EncodeOptions,
-    states: &dyn UnitStates,
+    store: &ModuleStore,
     progress: &mut dyn FnMut(EncodeEvent<'_>),
 ) -> Result<EncodeReport, EncodeError> {
     let start = Instant::now();
-    let mut encoder = UnitEncoder::new(model, identity, layout, options.mode, options.bos, states)?;
+    let mut encoder = UnitEncoder::new(model, layout, options.mode, options.bos, store)?;
     progress(EncodeEvent::Start {
         n_units: layout.units.len(),
         n_tokens: layout.units.iter().map(|unit| unit.tokens.len()).sum(),
     });
+    let previous = store.read_manifest(&layout.schema_name).found();
     let mut units = Vec::with_capacity(layout.units.len());
+    let mut manifest_units = Vec::with_capacity(layout.units.len());
     for (index, unit) in layout.units.iter().enumerate() {
         let outcome = match encoder.ensure(unit.id)? {
             StateOrigin::Encoded => UnitOutcome::Encoded,
             StateOrigin::Store | StateOrigin::Memory => UnitOutcome::Reused,
             StateOrigin::Empty => UnitOutcome::Empty,
         };
+        let key = match outcome {
+            UnitOutcome::Empty => None,
+            _ => Some(encoder.key(unit.id)?),
+        };
+        if let Some(key) = &key {
+            manifest_units.push(ManifestUnit {
+                unit_id: unit.id.0,
+                path: unit.path.clone(),
+                key: key.clone(),
+                n_tokens: unit.tokens.len(),
+                bytes: stored_bytes(&encoder, model, unit, key, previous.as_ref()),
+            });
+        }
         units.push(UnitReport {
             unit: unit.id,
             path: unit.path.join("/"),
             n_tokens: unit.tokens.len(),
             outcome,
-            key_digest: encoder.key(unit.id)?.digest(),
+            key,
         });
         progress(EncodeEvent::Unit {
             index,
@@ -173,11 +187,50 @@ pub fn encode_schema(
             outcome,
         });
     }
+    let manifest = Manifest::new(
+        layout.schema_name.clone(),
+        store.spec().model_fingerprint.clone(),
+        options.mode,
+        manifest_units,
+    );
+    let manifest_path = store.write_manifest(&manifest)?;
     Ok(EncodeReport {
         schema_name: layout.schema_name.clone(),
         mode: options.mode,
         units,
         elapsed: start.elapsed(),
         warnings: encoder.warnings().to_vec(),
+        manifest_path,
+    })
+}
+
+/// Bytes a unit's state takes in the slowest tier that stored it (its file on disk): from this
+/// run's put, else from the previous manifest, else the size of its K and V.
+fn stored_bytes(
+    encoder: &UnitEncoder<'_>,
+    model: &Model,
+    unit: &LayoutUnit,
+    key: &StoreKey,
+    previous: Option<&Manifest>,
+) -> u64 {
+    let from_put = encoder.puts(unit.id).and_then(|puts| {
+        puts.iter().rev().find_map(|put| match put.outcome {
+            PutOutcome::Stored { bytes } => Some(bytes),
+            PutOutcome::TooLarge { .. } => None,
+        })
+    });
+    let from_previous = || {
+        previous.and_then(|manifest| {
+            manifest
+                .units
+                .iter()
+                .find(|entry| entry.key == *key)
+                .map(|entry| entry.bytes)
+        })
+    };
+    from_put.or_else(from_previous).unwrap_or_else(|| {
+        let layout = model.kv_layout();
+        let row_bytes = 2 * layout.n_layers * layout.n_kv_heads * layout.head_dim;
+        (row_bytes * layout.dtype.size_in_bytes() * unit.tokens.len()) as u64
     })
 }

@@ -1,22 +1,29 @@
-//! [`UnitEncoder`]: a unit's KV on demand — from this run's memory, from the store (checked against
-//! the unit's tokens and positions), or encoded now after its context and saved. Schema encoding
-//! walks every unit through it; cached inference asks it for the units a prompt imports, so a
-//! state missing from the store is encoded on the fly instead of failing or being guessed.
+//! [`UnitEncoder`]: a unit's KV on demand — from this run's memory, from the module store
+//! (checked against the unit's tokens and positions), or encoded now after its context and put in
+//! the store. Schema encoding walks every unit through it; cached inference asks it for the units
+//! a prompt imports, so a state missing from the store (evicted, corrupt, never compiled) is
+//! encoded on the fly instead of failing or being guessed.
+//!
+//! A unit's store key covers the model (the store's fingerprint, the weight format, the KV
+//! dtype), the encoding mode, the unit's tokens and positions and a hash of its context's tokens
+//! and positions ([`StoreKeyParts`]); so recompiling re-encodes only the units whose tokens,
+//! positions or context changed.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use candle_core::Tensor;
-use pml_compiler::plan::{EncodeMode, SchemaLayout, UnitId};
+use pml_compiler::plan::{EncodeMode, LayoutUnit, SchemaLayout, UnitId};
 
 use crate::kv_cache::{KvBlock, KvCache};
 use crate::model::Model;
+use crate::store::{
+    ContextHash, ModuleState, ModuleStore, StateKind, StoreError, StoreKey, StoreKeyParts, TierPut,
+};
 
 use super::EncodeError;
 use super::chunked::prefill_sorted;
-use super::context::{UnitRows, context_rows, context_tokens, select_rows, unit};
-use super::key::{ModelIdentity, UnitKey, context_hash};
-use super::states::{UnitState, UnitStates};
+use super::context::{UnitRows, context_rows, context_tokens, select_rows, unit, validate_layout};
 
 /// Where a unit's state came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,7 +32,7 @@ pub enum StateOrigin {
     Memory,
     /// Read from the store.
     Store,
-    /// Computed now (and saved).
+    /// Computed now (and put in the store).
     Encoded,
     /// The unit has no tokens of its own: nothing to compute or store.
     Empty,
@@ -34,12 +41,13 @@ pub enum StateOrigin {
 /// The model, layout and store that unit states are computed with and kept in.
 pub struct UnitEncoder<'a> {
     model: &'a Model,
-    identity: &'a ModelIdentity,
     layout: &'a SchemaLayout,
     mode: EncodeMode,
     bos: Option<u32>,
-    states: &'a dyn UnitStates,
+    store: &'a ModuleStore,
     known: HashMap<UnitId, Arc<KvBlock>>,
+    /// What the store's tiers did with each unit put in this run.
+    puts: HashMap<UnitId, Vec<TierPut>>,
     /// The last context's rows, so the next unit with the same context (union members, siblings
     /// right after their parent's text) does not gather them again.
     last_context: Option<(Vec<UnitRows>, Vec<KvBlock>)>,
@@ -47,24 +55,31 @@ pub struct UnitEncoder<'a> {
 }
 
 impl<'a> UnitEncoder<'a> {
-    /// `bos`: the model's BOS token, if it uses one (the isolated mode's only context).
+    /// `bos`: the model's BOS token, if it uses one (the isolated mode's only context). The store
+    /// must be the store of this model's KV layout.
     pub fn new(
         model: &'a Model,
-        identity: &'a ModelIdentity,
         layout: &'a SchemaLayout,
         mode: EncodeMode,
         bos: Option<u32>,
-        states: &'a dyn UnitStates,
+        store: &'a ModuleStore,
     ) -> Result<Self, EncodeError> {
-        super::context::validate_layout(layout)?;
+        validate_layout(layout)?;
+        if store.spec().layout != model.kv_layout() {
+            return Err(EncodeError::Store(StoreError::mismatch(
+                "KV layout",
+                format!("{:?}", model.kv_layout()),
+                format!("{:?}", store.spec().layout),
+            )));
+        }
         Ok(Self {
             model,
-            identity,
             layout,
             mode,
             bos,
-            states,
+            store,
             known: HashMap::new(),
+            puts: HashMap::new(),
             last_context: None,
             warnings: Vec::new(),
         })
@@ -74,33 +89,46 @@ impl<'a> UnitEncoder<'a> {
         self.layout
     }
 
-    /// Problems met and worked around (a stored state that did not match its unit).
+    pub fn store(&self) -> &'a ModuleStore {
+        self.store
+    }
+
+    /// Problems met and worked around (a stored state that was corrupt or did not match).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }
 
-    /// The store key of unit `unit_id`.
-    pub fn key(&self, unit_id: UnitId) -> Result<UnitKey, EncodeError> {
-        let layout_unit = unit(self.layout, unit_id)?;
-        let context = context_rows(self.layout, unit_id, self.mode, self.bos)?;
-        let (tokens, positions) = context_tokens(self.layout, &context)?;
-        Ok(UnitKey {
-            model: self.identity.clone(),
-            mode: self.mode,
-            tokens: layout_unit.tokens.clone(),
-            positions: layout_unit.positions.clone(),
-            context_hash: context_hash(&tokens, &positions),
-        })
+    /// What the tiers did with unit `unit_id`'s put, if it was encoded in this run.
+    pub fn puts(&self, unit_id: UnitId) -> Option<&[TierPut]> {
+        self.puts.get(&unit_id).map(Vec::as_slice)
     }
 
-    /// Makes sure the store holds unit `unit_id`'s state, encoding it when it does not; the
-    /// state is not read when it is already stored.
+    /// The store key of unit `unit_id`.
+    pub fn key(&self, unit_id: UnitId) -> Result<StoreKey, EncodeError> {
+        let layout_unit = unit(self.layout, unit_id)?;
+        let context = context_rows(self.layout, unit_id, self.mode, self.bos)?;
+        let (context_tokens, context_positions) = context_tokens(self.layout, &context)?;
+        Ok(StoreKeyParts {
+            model_fingerprint: &self.store.spec().model_fingerprint,
+            weight_format: self.model.weight_format(),
+            kv_dtype: self.model.kv_layout().dtype,
+            kind: StateKind::Kv,
+            encode_mode: self.mode,
+            tokens: &layout_unit.tokens,
+            positions: &layout_unit.positions,
+            context: ContextHash::of(&context_tokens, &context_positions),
+        }
+        .key())
+    }
+
+    /// Makes sure the store holds unit `unit_id`'s state, encoding it when it does not; a stored
+    /// state is not read.
     pub fn ensure(&mut self, unit_id: UnitId) -> Result<StateOrigin, EncodeError> {
         if unit(self.layout, unit_id)?.tokens.is_empty() {
             return Ok(StateOrigin::Empty);
         }
         let key = self.key(unit_id)?;
-        if self.states.contains(&key)? {
+        if self.store.contains(&key)? {
             return Ok(StateOrigin::Store);
         }
         self.encode(unit_id, &key)?;
@@ -119,27 +147,28 @@ impl<'a> UnitEncoder<'a> {
             return Ok((block, StateOrigin::Empty));
         }
         let key = self.key(unit_id)?;
-        if let Some(state) = self.states.load(&key)? {
-            let matches = state.tokens == layout_unit.tokens
-                && state.positions == layout_unit.positions
-                && state.kv.len() == layout_unit.tokens.len()
-                && state.kv.positions() == layout_unit.positions.as_slice()
-                && state.kv.n_layers() == self.model.config().n_layers;
-            if matches {
-                self.known.insert(unit_id, Arc::clone(&state.kv));
-                return Ok((state.kv, StateOrigin::Store));
+        match self.store.get(&key) {
+            Ok(Some(hit)) if matches_unit(&hit.state, layout_unit) => {
+                let block = Arc::new(hit.state.kv().clone());
+                self.known.insert(unit_id, Arc::clone(&block));
+                return Ok((block, StateOrigin::Store));
             }
-            self.warnings.push(format!(
+            Ok(Some(_)) => self.warnings.push(format!(
                 "the stored state of {} does not match its tokens and positions; re-encoded",
                 describe(layout_unit)
-            ));
+            )),
+            Ok(None) => {}
+            Err(error @ StoreError::Corrupt { .. }) => self
+                .warnings
+                .push(format!("{error} (re-encoded {})", describe(layout_unit))),
+            Err(error) => return Err(error.into()),
         }
         let block = self.encode(unit_id, &key)?;
         Ok((block, StateOrigin::Encoded))
     }
 
-    /// Encodes unit `unit_id` after its context, saves it under `key` and keeps it in memory.
-    fn encode(&mut self, unit_id: UnitId, key: &UnitKey) -> Result<Arc<KvBlock>, EncodeError> {
+    /// Encodes unit `unit_id` after its context, puts it under `key` and keeps it in memory.
+    fn encode(&mut self, unit_id: UnitId, key: &StoreKey) -> Result<Arc<KvBlock>, EncodeError> {
         let layout_unit = unit(self.layout, unit_id)?;
         let context = context_rows(self.layout, unit_id, self.mode, self.bos)?;
         let blocks = match self.last_context.take() {
@@ -168,14 +197,12 @@ impl<'a> UnitEncoder<'a> {
             &mut kv,
             false,
         )?;
-        let block = Arc::new(kv.slice(context_len..kv.len())?);
+        let block = kv.slice(context_len..kv.len())?;
         self.last_context = Some((context, blocks));
-        let state = UnitState {
-            kv: Arc::clone(&block),
-            tokens: layout_unit.tokens.clone(),
-            positions: layout_unit.positions.clone(),
-        };
-        self.states.save(key, &state)?;
+        let state = ModuleState::new(block.clone(), layout_unit.tokens.clone())?;
+        let puts = self.store.put(key, state)?;
+        self.puts.insert(unit_id, puts);
+        let block = Arc::new(block);
         self.known.insert(unit_id, Arc::clone(&block));
         Ok(block)
     }
@@ -192,8 +219,14 @@ impl<'a> UnitEncoder<'a> {
     }
 }
 
+/// Whether a stored state is exactly this unit's (a guard against key collisions and bugs).
+fn matches_unit(state: &ModuleState, layout_unit: &LayoutUnit) -> bool {
+    state.tokens() == layout_unit.tokens.as_slice()
+        && state.positions() == layout_unit.positions.as_slice()
+}
+
 /// `module `a/b`` or `the root`, for messages.
-pub fn describe(layout_unit: &pml_compiler::plan::LayoutUnit) -> String {
+pub fn describe(layout_unit: &LayoutUnit) -> String {
     if layout_unit.path.is_empty() && layout_unit.name.is_empty() {
         "the root".to_string()
     } else if layout_unit.path.is_empty() {

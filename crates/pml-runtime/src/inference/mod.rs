@@ -29,7 +29,7 @@ use crate::kv_cache::{KvCache, KvCacheError};
 use crate::model::{EngineError, Model};
 
 pub use plan::{PlannedSpan, SplicePlan};
-pub use session::{Runtime, RuntimeError, RuntimeOptions};
+pub use session::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
 pub use stats::{PrefillStats, RunStats};
 
 /// How a bound prompt's prefill is computed.

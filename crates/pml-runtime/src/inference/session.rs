@@ -1,30 +1,39 @@
 //! [`Runtime`]: one loaded model with its tokenizer, chat template and module store — the API the
-//! CLI and the server call. `encode` stores a laid-out schema's modules; `run` answers a bound
-//! prompt in a chosen mode and reports its statistics. Layout and binding are the compiler's:
-//! the runtime sees only [`SchemaLayout`] and [`BoundPrompt`].
+//! CLI and the server call.
+//!
+//! - [`Runtime::compile`]: a schema's source → check, layout, encode every unit the store lacks,
+//!   manifest (`pmlc compile`).
+//! - [`Runtime::run`]: a prompt's source and its schema's → layout, bind, cached inference in the
+//!   chosen mode, streamed answer and statistics (`pml run`).
+//!
+//! Below those, [`Runtime::encode`] and [`Runtime::run_bound`] take the compiler's
+//! [`SchemaLayout`] and [`BoundPrompt`] directly; [`Runtime::prefill`] stops after the prefill
+//! (benchmarks and fidelity measurements compare its logits across modes).
 
 use std::path::Path;
 
-use pml_compiler::Tokenizer;
 use pml_compiler::chat_template::ChatTemplate;
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout};
+use pml_compiler::{SchemaIndex, SourceLoader, Tokenizer, bind_prompt, layout_schema};
+use pml_syntax::Diagnostic;
+use pml_syntax::ast::{Prompt, Schema, SourceFile};
 
 use crate::chat::{ChatSetupError, model_chat_template};
 use crate::device::default_device;
 use crate::encode::{
-    EncodeError, EncodeEvent, EncodeOptions, EncodeReport, ModelIdentity, UnitEncoder, UnitStates,
-    encode_schema,
+    EncodeError, EncodeEvent, EncodeOptions, EncodeReport, UnitEncoder, encode_schema,
 };
 use crate::generation::{Generation, SamplingParams};
 use crate::gguf::{GgufError, GgufFile};
 use crate::model::{EngineError, Model, ModelConfig, WeightFormat};
+use crate::store::{ModuleStore, StateSpec, StoreConfig, StoreError};
 use crate::tokenizer::{GgufTokenizer, TokenizerError};
 
 use super::plan::SplicePlan;
 use super::stats::RunStats;
 use super::{InferenceError, InferenceMode, Prefill};
 
-/// Why a runtime could not be set up.
+/// Why a runtime could not be set up or a source could not be compiled or run.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     #[error(transparent)]
@@ -35,68 +44,105 @@ pub enum RuntimeError {
     Tokenizer(#[from] TokenizerError),
     #[error(transparent)]
     ChatTemplate(#[from] ChatSetupError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The source has errors (syntax, checks, layout or binding); render them with its text.
+    #[error("the {what} has {} error(s)", diagnostics.len())]
+    Diagnostics {
+        what: &'static str,
+        diagnostics: Vec<Diagnostic>,
+    },
+    #[error("expected a {expected}, but the file holds {found}")]
+    WrongKind {
+        expected: &'static str,
+        found: &'static str,
+    },
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    #[error(transparent)]
+    Inference(#[from] InferenceError),
 }
 
-/// How a runtime computes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How a runtime computes and where its store lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeOptions {
     pub weight_format: WeightFormat,
     pub encode_mode: EncodeMode,
+    pub store: StoreConfig,
+}
+
+impl RuntimeOptions {
+    /// The default weight format and encoding mode, and the store under `$PML_HOME`.
+    pub fn from_env() -> Result<Self, StoreError> {
+        Ok(Self {
+            weight_format: WeightFormat::default(),
+            encode_mode: EncodeMode::default(),
+            store: StoreConfig::from_env()?,
+        })
+    }
+}
+
+/// A schema parsed, indexed and laid out for this runtime's model.
+#[derive(Clone, Debug)]
+pub struct LaidOutSchema {
+    pub schema: Schema,
+    pub index: SchemaIndex,
+    pub layout: SchemaLayout,
 }
 
 /// A model ready for cached inference.
 pub struct Runtime {
     model: Model,
-    identity: ModelIdentity,
     tokenizer: Box<dyn Tokenizer>,
     template: ChatTemplate,
-    states: Box<dyn UnitStates>,
+    store: ModuleStore,
     encode_mode: EncodeMode,
+    max_positions: u32,
 }
 
 impl Runtime {
-    /// Loads the GGUF at `path` (weights, tokenizer, chat template, fingerprint) with `states`
-    /// as its module store.
-    pub fn load(
-        path: &Path,
-        options: RuntimeOptions,
-        states: Box<dyn UnitStates>,
-    ) -> Result<Self, RuntimeError> {
+    /// Loads the GGUF at `path` (weights, tokenizer, chat template, fingerprint, context length)
+    /// and opens its module store.
+    pub fn load(path: &Path, options: &RuntimeOptions) -> Result<Self, RuntimeError> {
         let mut gguf = GgufFile::open(path)?;
         let tokenizer = GgufTokenizer::from_gguf(&gguf)?;
         let template = model_chat_template(&gguf, &tokenizer)?;
-        let fingerprint = gguf.fingerprint().to_string();
+        let max_positions = u32::try_from(gguf.context_length()?).unwrap_or(u32::MAX);
         let config = ModelConfig::from_gguf(&gguf)?;
         let model =
             Model::from_source(config, &mut gguf, options.weight_format, &default_device())?;
+        let spec = StateSpec {
+            model_fingerprint: gguf.fingerprint().to_string(),
+            layout: model.kv_layout(),
+        };
+        let store = ModuleStore::open(&options.store, spec)?;
         Ok(Self::from_parts(
             model,
-            fingerprint,
             Box::new(tokenizer),
             template,
-            states,
+            store,
             options.encode_mode,
+            max_positions,
         ))
     }
 
-    /// A runtime from parts already in hand (tests use the tiny models); `fingerprint` must
-    /// identify the model's weights (see [`ModelIdentity`]).
+    /// A runtime from parts already in hand (tests use the tiny models). The store's spec must
+    /// name this model's fingerprint and KV layout.
     pub fn from_parts(
         model: Model,
-        fingerprint: impl Into<String>,
         tokenizer: Box<dyn Tokenizer>,
         template: ChatTemplate,
-        states: Box<dyn UnitStates>,
+        store: ModuleStore,
         encode_mode: EncodeMode,
+        max_positions: u32,
     ) -> Self {
-        let identity = ModelIdentity::of(&model, fingerprint);
         Self {
             model,
-            identity,
             tokenizer,
             template,
-            states,
+            store,
             encode_mode,
+            max_positions,
         }
     }
 
@@ -104,29 +150,105 @@ impl Runtime {
         &self.model
     }
 
-    pub fn identity(&self) -> &ModelIdentity {
-        &self.identity
-    }
-
-    /// The tokenizer layout and binding must use.
     pub fn tokenizer(&self) -> &dyn Tokenizer {
         self.tokenizer.as_ref()
     }
 
-    /// The chat template layout and binding expand role tags with.
     pub fn template(&self) -> &ChatTemplate {
         &self.template
     }
 
-    pub fn states(&self) -> &dyn UnitStates {
-        self.states.as_ref()
+    pub fn store(&self) -> &ModuleStore {
+        &self.store
     }
 
     pub fn encode_mode(&self) -> EncodeMode {
         self.encode_mode
     }
 
-    /// Encodes every unit of `layout` the store lacks (the work of `pmlc compile` after layout).
+    /// Parses, checks and lays out a schema's source; `loader` reads its `src` files.
+    pub fn lay_out(
+        &self,
+        schema_source: &str,
+        loader: &dyn SourceLoader,
+    ) -> Result<LaidOutSchema, RuntimeError> {
+        let schema = match parse(schema_source, "schema")? {
+            SourceFile::Schema(schema) => schema,
+            other => return Err(wrong_kind("schema", &other)),
+        };
+        let index = SchemaIndex::build(&schema);
+        let layout = layout_schema(
+            &schema,
+            &index,
+            schema_source,
+            self.tokenizer.as_ref(),
+            &self.template,
+            loader,
+            self.max_positions,
+        )
+        .map_err(|diagnostics| RuntimeError::Diagnostics {
+            what: "schema",
+            diagnostics,
+        })?;
+        Ok(LaidOutSchema {
+            schema,
+            index,
+            layout,
+        })
+    }
+
+    /// Lays a schema out and encodes every unit the store lacks (`pmlc compile`).
+    pub fn compile(
+        &self,
+        schema_source: &str,
+        loader: &dyn SourceLoader,
+        progress: &mut dyn FnMut(EncodeEvent<'_>),
+    ) -> Result<(LaidOutSchema, EncodeReport), RuntimeError> {
+        let laid_out = self.lay_out(schema_source, loader)?;
+        let report = self.encode(&laid_out.layout, progress)?;
+        Ok((laid_out, report))
+    }
+
+    /// Binds a prompt's source to a laid-out schema, with the generation prompt at the end.
+    pub fn bind(
+        &self,
+        schema: &LaidOutSchema,
+        prompt_source: &str,
+    ) -> Result<BoundPrompt, RuntimeError> {
+        let prompt: Prompt = match parse(prompt_source, "prompt")? {
+            SourceFile::Prompt(prompt) => prompt,
+            other => return Err(wrong_kind("prompt", &other)),
+        };
+        bind_prompt(
+            &prompt,
+            &schema.index,
+            &schema.layout,
+            prompt_source,
+            self.tokenizer.as_ref(),
+            &self.template,
+            true,
+        )
+        .map_err(|diagnostics| RuntimeError::Diagnostics {
+            what: "prompt",
+            diagnostics,
+        })
+    }
+
+    /// Answers a prompt (`pml run`): binds it to its schema, runs it in `mode` and streams the
+    /// answer to `on_text`. Units missing from the store are encoded on the fly (and reported).
+    pub fn run(
+        &self,
+        schema: &LaidOutSchema,
+        prompt_source: &str,
+        mode: InferenceMode,
+        params: &SamplingParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<(Generation, RunStats), RuntimeError> {
+        let bound = self.bind(schema, prompt_source)?;
+        Ok(self.run_bound(&schema.layout, &bound, mode, params, on_text)?)
+    }
+
+    /// Encodes every unit of `layout` the store lacks and writes the schema's manifest.
     pub fn encode(
         &self,
         layout: &SchemaLayout,
@@ -134,17 +256,15 @@ impl Runtime {
     ) -> Result<EncodeReport, EncodeError> {
         encode_schema(
             &self.model,
-            &self.identity,
             layout,
             self.encode_options(),
-            self.states.as_ref(),
+            &self.store,
             progress,
         )
     }
 
-    /// Answers `bound` in `mode`, streaming text to `on_text` (the work of `pml run` after
-    /// binding).
-    pub fn run(
+    /// Answers a bound prompt in `mode`, streaming text to `on_text`.
+    pub fn run_bound(
         &self,
         layout: &SchemaLayout,
         bound: &BoundPrompt,
@@ -164,7 +284,7 @@ impl Runtime {
         )
     }
 
-    /// The prefill alone (benchmarks and fidelity measurements compare its logits across modes).
+    /// The prefill alone: the KV cache of the whole prompt and its last token's logits.
     pub fn prefill(
         &self,
         layout: &SchemaLayout,
@@ -178,14 +298,7 @@ impl Runtime {
 
     fn encoder<'a>(&'a self, layout: &'a SchemaLayout) -> Result<UnitEncoder<'a>, EncodeError> {
         let options = self.encode_options();
-        UnitEncoder::new(
-            &self.model,
-            &self.identity,
-            layout,
-            options.mode,
-            options.bos,
-            self.states.as_ref(),
-        )
+        UnitEncoder::new(&self.model, layout, options.mode, options.bos, &self.store)
     }
 
     fn encode_options(&self) -> EncodeOptions {
@@ -194,4 +307,31 @@ impl Runtime {
             bos: self.tokenizer.bos_token(),
         }
     }
+}
+
+/// The parsed file, or its syntax errors.
+fn parse(source: &str, what: &'static str) -> Result<SourceFile, RuntimeError> {
+    let parse = pml_syntax::parse(source);
+    let errors: Vec<Diagnostic> = parse
+        .diagnostics
+        .into_iter()
+        .filter(Diagnostic::is_error)
+        .collect();
+    if errors.is_empty() {
+        Ok(parse.file)
+    } else {
+        Err(RuntimeError::Diagnostics {
+            what,
+            diagnostics: errors,
+        })
+    }
+}
+
+fn wrong_kind(expected: &'static str, found: &SourceFile) -> RuntimeError {
+    let found = match found {
+        SourceFile::Schema(_) => "a schema",
+        SourceFile::Prompt(_) => "a prompt",
+        SourceFile::Empty => "neither a schema nor a prompt",
+    };
+    RuntimeError::WrongKind { expected, found }
 }
