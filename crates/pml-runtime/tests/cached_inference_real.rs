@@ -1,0 +1,173 @@
+//! Cached inference on the real models (skipped when they are not fetched, unless
+//! `PML_REQUIRE_MODELS=1`): a chat system prompt in the root, a module of a few sentences right
+//! after it and the question as new text give the same logits in mode `reuse` as in mode `full`
+//! (f32 weights, so only summation order differs), and the same greedy answer; the maximum
+//! logit difference is printed. A schema compiled from PML source, where the user turn's closing
+//! string follows the module, is reuse's approximation: its deviation is printed too.
+
+mod cached_support;
+
+use pml_compiler::MemorySourceLoader;
+use pml_compiler::plan::{EncodeMode, SchemaLayout, UnitId};
+use pml_runtime::generation::SamplingParams;
+use pml_runtime::inference::{InferenceMode, Runtime, RuntimeOptions};
+use pml_runtime::model::WeightFormat;
+use pml_runtime::store::StoreConfig;
+use pml_runtime::testing::fetched_model;
+use pml_syntax::ast::Role;
+use tempfile::TempDir;
+
+use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff};
+
+const QWEN: &str = "qwen2.5-0.5b";
+const GEMMA: &str = "gemma3-270m";
+/// f32 weights: the two modes differ in summation order only (24 layers of it).
+const RELATIVE_TOLERANCE: f32 = 1e-4;
+
+const SYSTEM: &str = "You are a concise assistant. Answer from the document.";
+const DOCUMENT: &str = "The Hollow Pines observatory sits on a ridge above the town of Marlow. \
+    It was founded in 1921 by the astronomer Edith Caldwell, who ground its first mirror by hand. \
+    The main telescope was rebuilt in 1987 after a storm cracked the dome. \
+    Today the observatory opens to visitors every second Saturday of the month.";
+const QUESTION: &str = "Who founded the observatory, and when?";
+
+fn runtime(id: &str, weight_format: WeightFormat) -> Option<(Runtime, TempDir)> {
+    let path = fetched_model(id)?;
+    let store_root = TempDir::new().expect("temporary directory");
+    let options = RuntimeOptions {
+        weight_format,
+        encode_mode: EncodeMode::Scaffolded,
+        store: StoreConfig {
+            root: store_root.path().to_path_buf(),
+            ram_budget_bytes: 1 << 30,
+        },
+    };
+    let runtime = Runtime::load(&path, &options).expect("model loads");
+    Some((runtime, store_root))
+}
+
+/// Root: BOS (if any), the system turn and the user turn's opening; module `doc` right after;
+/// the question, the user turn's close and the generation prompt as new text.
+fn chat_layout(runtime: &Runtime) -> (SchemaLayout, UnitId, Vec<u32>) {
+    let tokenizer = runtime.tokenizer();
+    let template = runtime.template();
+    let encode = |text: &str, special: bool| tokenizer.encode(text, special).expect("encodes");
+    let mut builder = LayoutBuilder::new();
+    if let Some(bos) = tokenizer.bos_token() {
+        builder.text(UnitId::ROOT, &[bos]);
+    }
+    let system = template.markers(Role::System);
+    let user = template.markers(Role::User);
+    builder
+        .text(UnitId::ROOT, &encode(&system.open, true))
+        .text(UnitId::ROOT, &encode(SYSTEM, false))
+        .text(UnitId::ROOT, &encode(&system.close, true))
+        .text(UnitId::ROOT, &encode(&user.open, true));
+    let doc = builder.open("doc", UnitId::ROOT);
+    builder.text(doc, &encode(DOCUMENT, false));
+    builder.close(doc);
+    let mut tail = encode(&format!("\n{QUESTION}"), false);
+    tail.extend(encode(&user.close, true));
+    tail.extend(encode(&template.generation_prompt, true));
+    (builder.build("observatory"), doc, tail)
+}
+
+fn reuse_equals_full(id: &str) {
+    let Some((runtime, _store)) = runtime(id, WeightFormat::F32) else {
+        return;
+    };
+    let (layout, doc, tail) = chat_layout(&runtime);
+    let report = runtime.encode(&layout, &mut |_| {}).expect("encodes");
+    assert_eq!(report.n_encoded(), 2);
+    let bound = Binding::new(&layout, &[doc], &tail).bind();
+    let reuse = runtime
+        .prefill(&layout, &bound, InferenceMode::Reuse)
+        .expect("reuse");
+    let full = runtime
+        .prefill(&layout, &bound, InferenceMode::Full)
+        .expect("full");
+    let diff = max_abs_diff(&reuse.logits, &full.logits);
+    let scale = cached_support::max_abs(&full.logits);
+    eprintln!(
+        "{id}: reuse vs full, {} cached + {} new tokens: max |Δlogit| = {diff:.3e} (max |logit| \
+         {scale:.1})",
+        reuse.stats.tokens_reused, reuse.stats.tokens_new
+    );
+    assert_close(&reuse.logits, &full.logits, RELATIVE_TOLERANCE, id);
+
+    let params = SamplingParams {
+        temperature: 0.0,
+        max_tokens: 24,
+        ..SamplingParams::default()
+    };
+    let (reuse_answer, _) = runtime
+        .run_bound(&layout, &bound, InferenceMode::Reuse, &params, &mut |_| {})
+        .expect("reuse generates");
+    let (full_answer, _) = runtime
+        .run_bound(&layout, &bound, InferenceMode::Full, &params, &mut |_| {})
+        .expect("full generates");
+    eprintln!("{id} answered {:?}", reuse_answer.text);
+    assert_eq!(reuse_answer.token_ids, full_answer.token_ids);
+    assert!(
+        reuse_answer.text.contains("Caldwell"),
+        "{:?}",
+        reuse_answer.text
+    );
+}
+
+#[test]
+fn qwen_reuse_equals_full_after_the_system_prompt() {
+    reuse_equals_full(QWEN);
+}
+
+#[test]
+fn gemma_reuse_equals_full_after_the_system_prompt() {
+    reuse_equals_full(GEMMA);
+}
+
+/// The same conversation written as PML: the user turn's closing string is root text after the
+/// module, encoded without seeing it.
+#[test]
+fn qwen_compiled_schema_deviation_is_reported() {
+    let Some((runtime, _store)) = runtime(QWEN, WeightFormat::default()) else {
+        return;
+    };
+    let schema_source = format!(
+        "<schema name=\"observatory\">\n<system>{SYSTEM}</system>\n<user>\n\
+         <module name=\"doc\">{DOCUMENT}</module>\n</user>\n</schema>"
+    );
+    let prompt_source =
+        format!("<prompt schema=\"observatory\"><doc/><user>{QUESTION}</user></prompt>");
+    let loader = MemorySourceLoader::new();
+    let (schema, report) = runtime
+        .compile(&schema_source, &loader, &mut |_| {})
+        .expect("compiles");
+    assert_eq!(report.n_encoded(), 2);
+    let bound = runtime.bind(&schema, &prompt_source).expect("binds");
+    let reuse = runtime
+        .prefill(&schema.layout, &bound, InferenceMode::Reuse)
+        .expect("reuse");
+    let full = runtime
+        .prefill(&schema.layout, &bound, InferenceMode::Full)
+        .expect("full");
+    eprintln!(
+        "{QWEN} (default weights) compiled schema: reuse vs full max |Δlogit| = {:.3e}",
+        max_abs_diff(&reuse.logits, &full.logits)
+    );
+    let params = SamplingParams {
+        temperature: 0.0,
+        max_tokens: 24,
+        ..SamplingParams::default()
+    };
+    let (answer, stats) = runtime
+        .run(
+            &schema,
+            &prompt_source,
+            InferenceMode::Reuse,
+            &params,
+            &mut |_| {},
+        )
+        .expect("runs");
+    eprintln!("{QWEN} answered {:?}; {stats}", answer.text);
+    assert!(answer.text.contains("Caldwell"), "{:?}", answer.text);
+}
