@@ -1,7 +1,8 @@
 //! Load and store throughput of the module store for a state the size of the default model's
 //! (Qwen2.5-0.5B: 24 layers, 2 KV heads, head dim 64, f32 KV) over 1,000 tokens, about 24 MiB:
 //! a RAM-tier hit, a disk-tier hit (page cache warm: map, checksum, decode), decoding the bytes
-//! alone (what a remote tier would pay after the transfer), and a disk put.
+//! alone (what a remote tier would pay after the transfer), the sha256 pass alone (the part of a
+//! decode spent verifying), and a disk put (encode, checksum, write, two fsyncs).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use pml_runtime::kv_cache::{KvBlock, KvLayout};
 use pml_runtime::store::{
     ContextHash, DiskTier, MemoryTier, ModuleState, StateSpec, StoreKey, StoreKeyParts, Tier,
 };
+use sha2::{Digest, Sha256};
 
 const N_TOKENS: usize = 1000;
 
@@ -77,6 +79,9 @@ fn store_load(criterion: &mut Criterion) {
         bench.iter(|| {
             black_box(ModuleState::from_safetensors(&encoded, &key, &spec).expect("decode"))
         })
+    });
+    group.bench_function("sha256_only", |bench| {
+        bench.iter(|| black_box(Sha256::digest(&encoded)))
     });
     group.bench_function("disk_put", |bench| {
         bench.iter(|| black_box(disk.put(&key, &state).expect("disk put")))

@@ -241,6 +241,38 @@ fn failed_writes_leave_no_partial_files() {
 }
 
 #[test]
+fn stale_temporaries_of_crashed_writers_are_swept() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let disk = DiskTier::open(root.path(), spec()).expect("disk tier");
+    let key = key_of(2, 3);
+    disk.put(&key, &Arc::new(state(2, 3))).expect("put");
+    let shard = disk.path_of(&key).parent().expect("shard").to_path_buf();
+    let stale = shard.join(".tmp-crashed");
+    let fresh = root.path().join("manifests").join(".tmp-writing");
+    std::fs::create_dir_all(root.path().join("manifests")).expect("manifests dir");
+    for path in [&stale, &fresh] {
+        std::fs::write(path, b"partial").expect("temporary file");
+    }
+    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .and_then(|file| file.set_modified(an_hour_ago))
+        .expect("age the file");
+
+    let removed = disk
+        .remove_stale_temporaries(std::time::Duration::from_secs(600))
+        .expect("sweep");
+    assert_eq!(removed, 1);
+    assert!(!stale.exists());
+    assert!(fresh.exists(), "a write in progress must survive");
+    assert!(
+        disk.contains(&key).expect("contains"),
+        "entries are not temporaries"
+    );
+}
+
+#[test]
 fn ram_over_disk_reads_through_promotes_and_writes_through() {
     let root = tempfile::tempdir().expect("tempdir");
     let config = StoreConfig {

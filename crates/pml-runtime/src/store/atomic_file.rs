@@ -6,6 +6,7 @@
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 use super::StoreError;
 
@@ -42,4 +43,50 @@ pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreErr
     File::open(dir)
         .and_then(|directory| directory.sync_all())
         .map_err(|error| StoreError::io("sync directory", dir, error))
+}
+
+/// Removes temporary files older than `older_than` under `dir` (recursively): what a writer that
+/// crashed between creating and renaming its file left behind. Younger ones may belong to a
+/// write in progress in another process, so they stay.
+pub(super) fn remove_stale_temporaries(
+    dir: &Path,
+    older_than: Duration,
+) -> Result<usize, StoreError> {
+    let now = SystemTime::now();
+    let mut removed = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        let entries = match fs::read_dir(&current) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(StoreError::io("list", current, error)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|error| StoreError::io("list", &current, error))?;
+            let path = entry.path();
+            let metadata = match entry.metadata() {
+                Ok(metadata) => metadata,
+                // Renamed or removed by its writer since the listing.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(error) => return Err(StoreError::io("inspect", path, error)),
+            };
+            if metadata.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let is_temporary = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
+            let age = metadata
+                .modified()
+                .ok()
+                .and_then(|modified| now.duration_since(modified).ok());
+            if is_temporary && age.is_some_and(|age| age >= older_than) {
+                match fs::remove_file(&path) {
+                    Ok(()) => removed += 1,
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(error) => return Err(StoreError::io("remove", path, error)),
+                }
+            }
+        }
+    }
+    Ok(removed)
 }

@@ -10,11 +10,12 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use memmap2::Mmap;
 
 use super::StoreError;
-use super::atomic_file::write_atomically;
+use super::atomic_file::{self, write_atomically};
 use super::key::StoreKey;
 use super::state::{ModuleState, StateSpec};
 use super::tier::{PutOutcome, Tier, TierCounters, TierStats};
@@ -54,6 +55,13 @@ impl DiskTier {
 
     pub fn spec(&self) -> &StateSpec {
         &self.spec
+    }
+
+    /// Removes temporary files older than `older_than` that crashed writers left anywhere in
+    /// the store (entries and manifests); returns how many. An hour is a safe age: a write takes
+    /// well under a second.
+    pub fn remove_stale_temporaries(&self, older_than: Duration) -> Result<usize, StoreError> {
+        atomic_file::remove_stale_temporaries(&self.root, older_than)
     }
 
     /// Where the entry of `key` lives.
