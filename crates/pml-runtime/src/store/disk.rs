@@ -1,18 +1,18 @@
 //! The disk tier: one sealed safetensors file per key under `<root>/objects/<first two hex
-//! digits>/<key>.safetensors`, written atomically ([`super::atomic_file`]) and memory-mapped to
-//! load. A file that fails its checksum or its checks is removed and reported as
+//! digits>/<key>.safetensors`, written atomically ([`super::atomic_file`]) and read whole to
+//! load (every load verifies the sha256 of every byte, so a memory map would save no I/O, and it
+//! would need `unsafe`, which this project keeps to its kernels). A file that fails its checksum or its checks is removed and reported as
 //! [`StoreError::Corrupt`], so the caller re-encodes; a file for another model is left alone.
 //!
 //! Safe under concurrent writers, threads or processes: an entry is a single file published by
 //! one rename, and two writers of one key write identical bytes (the key fixes the content).
 
 use std::fs::{self, File};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-use memmap2::Mmap;
 
 use super::StoreError;
 use super::atomic_file::{self, write_atomically};
@@ -72,7 +72,7 @@ impl DiskTier {
             .join(format!("{key}.safetensors"))
     }
 
-    /// Maps and decodes the file of `key`; `Malformed` means the file is damaged.
+    /// Reads and decodes the file of `key`; `Malformed` means the file is damaged.
     fn load(&self, key: &StoreKey, file: &File, path: &Path) -> Result<ModuleState, StoreError> {
         let len = file
             .metadata()
@@ -83,13 +83,11 @@ impl DiskTier {
                 "truncated: only {len} bytes"
             )));
         }
-        // SAFETY: the mapping is undefined behaviour if the file changes while it is mapped. The
-        // store never changes a published file: writers rename a new file over it (the mapping
-        // keeps the old inode) and removal unlinks it (same). Only something outside the store
-        // truncating the file in place during this call could break that, and the map lives only
-        // until the tensors are copied out below.
-        let map = unsafe { Mmap::map(file) }.map_err(|error| StoreError::io("map", path, error))?;
-        let state = ModuleState::from_safetensors(&map, key, &self.spec)?;
+        let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        (&*file)
+            .read_to_end(&mut bytes)
+            .map_err(|error| StoreError::io("read", path, error))?;
+        let state = ModuleState::from_safetensors(&bytes, key, &self.spec)?;
         self.counters.bytes_read.fetch_add(len, Ordering::Relaxed);
         Ok(state)
     }
