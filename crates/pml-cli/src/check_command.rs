@@ -28,7 +28,8 @@ pub enum ColorChoice {
 }
 
 impl ColorChoice {
-    fn enabled(self) -> bool {
+    /// Whether diagnostics on stderr are coloured.
+    pub fn enabled(self) -> bool {
         match self {
             ColorChoice::Always => true,
             ColorChoice::Never => false,

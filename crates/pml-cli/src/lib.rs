@@ -1,6 +1,12 @@
-//! Shared code of the `pmlc` and `pml` binaries: file discovery, diagnostic output.
+//! Shared code of the `pmlc` and `pml` binaries: file discovery, diagnostic output, the path
+//! from files to a laid-out schema and a bound prompt, compiling, model fetching, exit statuses.
 
 pub mod check_command;
+pub mod compile_command;
 pub mod diagnostic_output;
+pub mod encode_progress;
 pub mod explain_command;
+pub mod failure;
+pub mod model_fetch;
+pub mod pipeline;
 pub mod schema_lookup;

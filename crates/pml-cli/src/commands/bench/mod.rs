@@ -1,0 +1,28 @@
+//! `pml bench ...`: benchmarks run from the command line on real models. `cache` compares the
+//! time to first token with and without the module cache.
+
+pub mod cache;
+pub mod cases;
+pub mod report;
+
+use clap::{Args, Subcommand};
+use pml_cli::failure::Failure;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Time to first token of `full` against `reuse`, on the example prompts and on document
+    /// prompts of chosen sizes.
+    Cache(cache::CacheArgs),
+}
+
+pub fn run(args: BenchArgs) -> Result<(), Failure> {
+    match args.command {
+        BenchCommand::Cache(args) => cache::run(args),
+    }
+}

@@ -1,0 +1,242 @@
+//! From files on disk to what the runtime runs, shared by `pmlc compile`, `pml run` and
+//! `pml bench`: read a source, check it the way `pmlc check` does (same schema lookup, same
+//! rendered diagnostics), open the model's runtime and store, lay a schema out and bind a prompt,
+//! turning every diagnostic into rendered output and every failure into a [`Failure`] with the
+//! right exit status.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use pml_compiler::FsSourceLoader;
+use pml_compiler::check::{
+    CheckEnvironment, PromptCheckOptions, SchemaLookup, SchemaResolver, check_source,
+};
+use pml_compiler::plan::{BoundPrompt, EncodeMode};
+use pml_runtime::inference::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
+use pml_runtime::model::WeightFormat;
+use pml_runtime::models::ModelSpec;
+use pml_runtime::store::{DEFAULT_RAM_BUDGET_BYTES, StoreConfig};
+use pml_syntax::Diagnostic;
+use pml_syntax::ast::SourceFile;
+
+use crate::failure::Failure;
+use crate::model_fetch::{fetch_if_missing, resolve_model};
+use crate::schema_lookup::{FsSchemaResolver, SchemaCache};
+
+/// A source file's path and text.
+#[derive(Clone, Debug)]
+pub struct SourceText {
+    pub path: PathBuf,
+    pub text: String,
+}
+
+impl SourceText {
+    /// Reads `path`; an unreadable file is a usage error (exit 2).
+    pub fn read(path: &Path) -> Result<Self, Failure> {
+        let text = std::fs::read_to_string(path).map_err(|error| {
+            Failure::usage(format!("cannot read `{}`: {error}", path.display()))
+        })?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            text,
+        })
+    }
+
+    /// The path as diagnostics name it.
+    pub fn name(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    /// The folder `src` files and sibling schemas are looked up in.
+    pub fn folder(&self) -> &Path {
+        self.path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+    }
+
+    /// Reads the schema's `src` files relative to its folder.
+    pub fn loader(&self) -> FsSourceLoader {
+        FsSourceLoader::new(self.folder())
+    }
+}
+
+/// How module states are computed at compile time (`--encode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum EncodeArg {
+    /// After the always-present text before the module (exact when imported right after it).
+    #[default]
+    Scaffolded,
+    /// Each module alone after BOS (the Prompt Cache paper).
+    Isolated,
+}
+
+impl From<EncodeArg> for EncodeMode {
+    fn from(arg: EncodeArg) -> Self {
+        match arg {
+            EncodeArg::Scaffolded => EncodeMode::Scaffolded,
+            EncodeArg::Isolated => EncodeMode::Isolated,
+        }
+    }
+}
+
+/// The model and the module store a command works with.
+#[derive(Args, Clone, Debug, Default)]
+pub struct RuntimeArgs {
+    /// Model id or alias (see `pml models list`); the default model when absent. Fetched first
+    /// if it is not yet.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Folder of the module store (default: `$PML_HOME/store`).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// How module states are encoded; `pml run` must use the mode the schema was compiled with.
+    #[arg(long, value_enum, default_value_t = EncodeArg::Scaffolded)]
+    pub encode: EncodeArg,
+}
+
+/// A loaded model with its store.
+pub struct OpenRuntime {
+    pub spec: &'static ModelSpec,
+    pub runtime: Runtime,
+}
+
+/// Resolves the model (fetching it when absent), loads it and opens its store.
+pub fn open_runtime(args: &RuntimeArgs) -> Result<OpenRuntime, Failure> {
+    let spec = resolve_model(args.model.as_deref()).map_err(Failure::Usage)?;
+    let path = fetch_if_missing(spec)?;
+    let store = match &args.store {
+        Some(root) => StoreConfig {
+            root: root.clone(),
+            ram_budget_bytes: DEFAULT_RAM_BUDGET_BYTES,
+        },
+        None => StoreConfig::from_env().context("locating the module store")?,
+    };
+    let options = RuntimeOptions {
+        weight_format: WeightFormat::default(),
+        encode_mode: args.encode.into(),
+        store,
+    };
+    let runtime = Runtime::load(&path, &options)
+        .with_context(|| format!("loading {} from {}", spec.id, path.display()))?;
+    Ok(OpenRuntime { spec, runtime })
+}
+
+/// What a checked file turned out to be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CheckedFile {
+    Schema,
+    /// A prompt, with the schema file it names (found as `pmlc check` finds it).
+    Prompt {
+        schema_path: PathBuf,
+    },
+    Empty,
+}
+
+/// Checks `file` as `pmlc check` does, printing its diagnostics (warnings too) to stderr. Errors
+/// give [`Failure::Reported`]; a prompt's schema is looked up by name unless `explicit_schema`.
+pub fn check(
+    file: &SourceText,
+    explicit_schema: Option<&Path>,
+    color: bool,
+) -> Result<CheckedFile, Failure> {
+    let mut cache = SchemaCache::default();
+    let mut resolver = RecordingResolver {
+        inner: FsSchemaResolver {
+            cache: &mut cache,
+            explicit: explicit_schema,
+            prompt_path: &file.path,
+        },
+        found: None,
+    };
+    let loader = file.loader();
+    let mut environment = CheckEnvironment {
+        loader: &loader,
+        resolver: &mut resolver,
+        options: PromptCheckOptions::default(),
+    };
+    let checked = check_source(&file.text, &mut environment);
+    print_diagnostics(&checked.diagnostics, file, color);
+    if checked.error_count() > 0 {
+        return Err(Failure::Reported);
+    }
+    match checked.file {
+        SourceFile::Schema(_) => Ok(CheckedFile::Schema),
+        SourceFile::Empty => Ok(CheckedFile::Empty),
+        SourceFile::Prompt(_) => {
+            let location = resolver
+                .found
+                .ok_or_else(|| Failure::usage(format!("no schema found for `{}`", file.name())))?;
+            Ok(CheckedFile::Prompt {
+                schema_path: PathBuf::from(location),
+            })
+        }
+    }
+}
+
+/// Remembers where the schema of the prompt being checked was found.
+struct RecordingResolver<'a> {
+    inner: FsSchemaResolver<'a>,
+    /// The found schema's location (its path, as the schema cache spells it).
+    found: Option<String>,
+}
+
+impl SchemaResolver for RecordingResolver<'_> {
+    fn resolve(&mut self, name: Option<&str>) -> SchemaLookup {
+        let lookup = self.inner.resolve(name);
+        if let SchemaLookup::Found(schema) = &lookup {
+            self.found = Some(schema.location.clone());
+        }
+        lookup
+    }
+}
+
+/// Renders `diagnostics` of `file` to stderr as `pmlc check` does.
+pub fn print_diagnostics(diagnostics: &[Diagnostic], file: &SourceText, color: bool) {
+    if diagnostics.is_empty() {
+        return;
+    }
+    let rendered = pml_syntax::render::render(diagnostics, &file.name(), &file.text, color);
+    // A closed stderr leaves nothing to report to; the exit status still tells.
+    let _ = write!(std::io::stderr().lock(), "{rendered}");
+}
+
+/// Lays `schema` out for the runtime's model, rendering layout errors against its source.
+pub fn lay_out(
+    runtime: &Runtime,
+    schema: &SourceText,
+    color: bool,
+) -> Result<LaidOutSchema, Failure> {
+    runtime
+        .lay_out(&schema.text, &schema.loader())
+        .map_err(|error| runtime_failure(error, schema, color))
+}
+
+/// Binds `prompt` to a laid-out schema, rendering binding errors against its source.
+pub fn bind(
+    runtime: &Runtime,
+    schema: &LaidOutSchema,
+    prompt: &SourceText,
+    color: bool,
+) -> Result<BoundPrompt, Failure> {
+    runtime
+        .bind(schema, &prompt.text)
+        .map_err(|error| runtime_failure(error, prompt, color))
+}
+
+/// A runtime error about `file`: diagnostics are rendered, a file of the wrong kind is a usage
+/// error, anything else a failure.
+fn runtime_failure(error: RuntimeError, file: &SourceText, color: bool) -> Failure {
+    match error {
+        RuntimeError::Diagnostics { diagnostics, .. } => {
+            print_diagnostics(&diagnostics, file, color);
+            Failure::Reported
+        }
+        error @ RuntimeError::WrongKind { .. } => {
+            Failure::usage(format!("`{}`: {error}", file.name()))
+        }
+        error => Failure::Failed(anyhow::Error::new(error).context(file.name())),
+    }
+}
