@@ -32,6 +32,10 @@ pub use plan::{PlannedSpan, SplicePlan};
 pub use session::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
 pub use stats::{PrefillStats, RunStats};
 
+/// Decoding slots allocated with the spliced cache; longer answers grow it geometrically, so a
+/// huge `max_tokens` never allocates up front.
+const MAX_RESERVED_SLOTS: usize = 2048;
+
 /// How a bound prompt's prefill is computed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum InferenceMode {
@@ -139,7 +143,8 @@ pub fn generate(
         params,
         on_text,
         |kv| {
-            let prefill = prefill(model, encoder, &plan, mode, params.max_tokens)
+            let reserve = params.max_tokens.min(MAX_RESERVED_SLOTS);
+            let prefill = prefill(model, encoder, &plan, mode, reserve)
                 .map_err(|error| GenerateError::Prefill(Box::new(error)))?;
             *kv = prefill.kv;
             prefill_stats = Some(prefill.stats);
