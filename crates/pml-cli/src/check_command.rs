@@ -6,7 +6,7 @@
 use crate::diagnostic_output::{JsonDiagnostic, Totals};
 use crate::schema_lookup::{FsSchemaResolver, SchemaCache, SchemaFile};
 use pml_compiler::FsSourceLoader;
-use pml_compiler::check::{CheckEnvironment, PromptCheckOptions, check_source};
+use pml_compiler::check::{CheckEnvironment, PromptCheckOptions, ResolvedSchema, check_source};
 use pml_syntax::LineIndex;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -102,8 +102,20 @@ pub fn run_check(options: &CheckOptions) -> u8 {
             resolver: &mut resolver,
             options: PromptCheckOptions::default(),
         };
-        let checked = check_source(&source, &mut environment);
+        let mut checked = check_source(&source, &mut environment);
         totals.add(&checked.diagnostics);
+        let error_count = checked.error_count();
+        if let Some(schema_check) = checked.schema.take() {
+            let location = path.display().to_string();
+            cache.insert(
+                path,
+                ResolvedSchema {
+                    index: schema_check.index,
+                    error_count,
+                    location,
+                },
+            );
+        }
         let file_name = path.display().to_string();
         match options.format {
             OutputFormat::Human => {

@@ -27,13 +27,26 @@ pub struct SchemaCache {
 impl SchemaCache {
     /// Reads, parses and checks the schema at `path` (once per run).
     pub fn load(&mut self, path: &Path) -> SchemaFile {
-        if let Some(file) = self.files.get(path) {
+        let key = cache_key(path);
+        if let Some(file) = self.files.get(&key) {
             return file.clone();
         }
         let file = read_schema(path);
-        self.files.insert(path.to_path_buf(), file.clone());
+        self.files.insert(key, file.clone());
         file
     }
+
+    /// Records a schema already checked as one of the files on the command line, so prompts
+    /// that name it do not parse it again.
+    pub fn insert(&mut self, path: &Path, schema: ResolvedSchema) {
+        self.files
+            .insert(cache_key(path), SchemaFile::Schema(Arc::new(schema)));
+    }
+}
+
+/// One key per file however it is named (`a.pml`, `./a.pml`, `dir/../a.pml`).
+fn cache_key(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
 }
 
 fn read_schema(path: &Path) -> SchemaFile {

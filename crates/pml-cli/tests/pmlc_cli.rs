@@ -351,3 +351,24 @@ fn explain() {
     let unknown = pmlc(&["explain", "PML999"], &root);
     assert_eq!(unknown.status.code(), Some(2));
 }
+
+#[test]
+fn a_schema_checked_first_serves_its_prompts() {
+    let output = pmlc(
+        &[
+            "check",
+            "--format",
+            "json",
+            "tests/fixtures/errors/broken.pml",
+            "./tests/fixtures/errors/PML204_schema_has_errors.pml",
+        ],
+        &repo_root(),
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let entries = json(&output);
+    assert_eq!(codes(&entries), ["PML101", "PML204"]);
+    assert_eq!(
+        entries[1]["message"],
+        "the schema this prompt uses has 1 error"
+    );
+}
