@@ -3,6 +3,10 @@
 //!
 //! `cargo run --release -p pml-runtime --example engine_speed -- [MODEL_ID] [FORMAT] [N_PREFILL]`
 //! with FORMAT one of `quantized`, `f32`, `f16`, `bf16`, `quantized-and-f16` (default).
+//!
+//! Besides wall time it prints the process's CPU time: on a loaded machine candle's worker
+//! threads spin at barriers and wall time says little, while with `RAYON_NUM_THREADS=1` the CPU
+//! time is close to what one idle core would take.
 
 use std::error::Error;
 use std::time::Instant;
@@ -42,28 +46,49 @@ fn main() -> Result<(), Box<dyn Error>> {
         .collect();
     let positions: Vec<u32> = (0..n_prefill as u32).collect();
     let mut kv = model.new_kv_cache()?;
-    let started = Instant::now();
+    let (started, cpu_started) = (Instant::now(), cpu_seconds());
     let mut logits = model.forward(&tokens, &positions, &mut kv)?;
     let prefill_seconds = started.elapsed().as_secs_f64();
+    let prefill_cpu = cpu_seconds() - cpu_started;
     println!(
-        "prefill {n_prefill} tokens: {:.2} s, {:.1} tok/s",
-        prefill_seconds,
-        n_prefill as f64 / prefill_seconds
+        "prefill {n_prefill} tokens: {prefill_seconds:.2} s wall ({:.1} tok/s), {prefill_cpu:.2} s \
+         CPU ({:.1} tok/s per CPU-second)",
+        n_prefill as f64 / prefill_seconds,
+        n_prefill as f64 / prefill_cpu
     );
 
-    let started = Instant::now();
+    let (started, cpu_started) = (Instant::now(), cpu_seconds());
     for step in 0..N_DECODE {
         let next = logits.argmax(0)?.to_scalar::<u32>()?;
         let position = (n_prefill + step) as u32;
         logits = model.forward(&[next], &[position], &mut kv)?;
     }
     let decode_seconds = started.elapsed().as_secs_f64();
+    let decode_cpu = cpu_seconds() - cpu_started;
     println!(
-        "decode {N_DECODE} tokens after {n_prefill}: {:.1} ms/token; resident {}",
+        "decode {N_DECODE} tokens after {n_prefill}: {:.1} ms/token wall, {:.1} ms/token CPU; \
+         resident {}",
         1000.0 * decode_seconds / N_DECODE as f64,
+        1000.0 * decode_cpu / N_DECODE as f64,
         resident_memory()
     );
     Ok(())
+}
+
+/// User + system CPU time of this process so far (Linux; 0 where unavailable).
+fn cpu_seconds() -> f64 {
+    // Fields 14 and 15 of /proc/self/stat, after the parenthesised command name, in clock ticks
+    // (100 per second on Linux).
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |index: usize| {
+        fields
+            .get(index)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// `VmRSS` of this process as Linux reports it.

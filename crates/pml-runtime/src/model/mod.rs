@@ -18,7 +18,7 @@ pub mod weights;
 pub use config::{Activation, Arch, LayerAttention, ModelConfig};
 pub use context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};
 pub use transformer::{ACTIVATION_DTYPE, Model};
-pub use weights::{FEW_ROWS, Linear, RmsNorm, TensorMap, TensorSource, WeightFormat};
+pub use weights::{FEW_ROWS, Linear, MatrixRole, RmsNorm, TensorMap, TensorSource, WeightFormat};
 
 use crate::gguf::GgufError;
 use crate::kv_cache::KvCacheError;

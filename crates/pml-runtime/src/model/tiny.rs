@@ -1,7 +1,7 @@
 //! Tiny random models of both families (3 layers, d_model 64, vocabulary 256), built in
 //! process from a seed so every run gets the same weights; they go through the same loader as
-//! GGUF files, with Q8_0 matrices so the quantized kernels are exercised too. Fast tests use
-//! them; nothing about them is meant to be a good language model.
+//! GGUF files, with Q5_0 and Q8_0 matrices like the real files so the quantized paths are
+//! exercised too. Fast tests use them; nothing about them is meant to be a good language model.
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
@@ -99,7 +99,14 @@ pub fn tiny_weights(
     let embedding_std = 1.0 / config.embedding_scale.unwrap_or(1.0);
     add(
         "token_embd.weight".into(),
-        matrix(&mut rng, config.vocab_size, d_model, embedding_std, device)?,
+        matrix(
+            &mut rng,
+            config.vocab_size,
+            d_model,
+            embedding_std,
+            GgmlDType::Q8_0,
+            device,
+        )?,
     );
     add(
         "output_norm.weight".into(),
@@ -108,17 +115,18 @@ pub fn tiny_weights(
     for layer_idx in 0..config.n_layers {
         let name = |tensor: &str| format!("blk.{layer_idx}.{tensor}");
         let fan_in = |width: usize| 1.0 / (width as f64).sqrt();
+        // Block types as in the real Q4_K_M files, whose narrow matrices fall back to Q5_0.
         let projections = [
-            ("attn_q", q_width, d_model),
-            ("attn_k", kv_width, d_model),
-            ("attn_v", kv_width, d_model),
-            ("attn_output", d_model, q_width),
-            ("ffn_gate", config.ffn_dim, d_model),
-            ("ffn_up", config.ffn_dim, d_model),
-            ("ffn_down", d_model, config.ffn_dim),
+            ("attn_q", q_width, d_model, GgmlDType::Q5_0),
+            ("attn_k", kv_width, d_model, GgmlDType::Q5_0),
+            ("attn_v", kv_width, d_model, GgmlDType::Q8_0),
+            ("attn_output", d_model, q_width, GgmlDType::Q5_0),
+            ("ffn_gate", config.ffn_dim, d_model, GgmlDType::Q5_0),
+            ("ffn_up", config.ffn_dim, d_model, GgmlDType::Q5_0),
+            ("ffn_down", d_model, config.ffn_dim, GgmlDType::Q8_0),
         ];
-        for (tensor, rows, columns) in projections {
-            let weight = matrix(&mut rng, rows, columns, fan_in(columns), device)?;
+        for (tensor, rows, columns, block_type) in projections {
+            let weight = matrix(&mut rng, rows, columns, fan_in(columns), block_type, device)?;
             add(name(&format!("{tensor}.weight")), weight);
         }
         if config.qkv_bias {
@@ -163,12 +171,13 @@ pub fn random_model(
     Model::from_source(config, &mut tensors, format, device)
 }
 
-/// Uniform entries with standard deviation `std`, stored as Q8_0 like a quantized checkpoint.
+/// Uniform entries with standard deviation `std`, stored in GGML blocks like a checkpoint.
 fn matrix(
     rng: &mut ChaCha8Rng,
     rows: usize,
     columns: usize,
     std: f64,
+    block_type: GgmlDType,
     device: &Device,
 ) -> Result<QTensor, EngineError> {
     let half_width = std * 3f64.sqrt();
@@ -176,7 +185,7 @@ fn matrix(
         .map(|_| rng.random_range(-half_width..half_width) as f32)
         .collect();
     let tensor = Tensor::from_vec(values, (rows, columns), device)?;
-    Ok(QTensor::quantize(&tensor, GgmlDType::Q8_0)?)
+    Ok(QTensor::quantize(&tensor, block_type)?)
 }
 
 fn vector(

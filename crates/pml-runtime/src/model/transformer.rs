@@ -10,7 +10,7 @@ use candle_core::{DType, Device, Tensor};
 use super::EngineError;
 use super::config::{Activation, LayerAttention, ModelConfig};
 use super::context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};
-use super::weights::{Linear, RmsNorm, TensorSource, WeightFormat};
+use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat};
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvBlock, KvCache, KvLayout};
 
@@ -137,13 +137,8 @@ impl Mlp {
         device: &Device,
     ) -> Result<Self, EngineError> {
         let mut linear = |name: &str| {
-            Linear::load(
-                source,
-                &format!("{prefix}.{name}.weight"),
-                None,
-                format,
-                device,
-            )
+            let name = format!("{prefix}.{name}.weight");
+            Linear::load(source, &name, None, MatrixRole::Projection, format, device)
         };
         Ok(Self {
             ffn_gate: linear("ffn_gate")?,
@@ -196,6 +191,7 @@ impl Attention {
                 source,
                 &format!("{prefix}.{name}.weight"),
                 bias.then_some(bias_name.as_str()),
+                MatrixRole::Projection,
                 format,
                 device,
             )
@@ -451,7 +447,20 @@ impl Model {
         device: &Device,
     ) -> Result<Self, EngineError> {
         config.validate()?;
-        let token_embd = Linear::load(source, "token_embd.weight", None, format, device)?;
+        let tied = !source.contains("output.weight");
+        let embedding_role = if tied {
+            MatrixRole::OutputHead
+        } else {
+            MatrixRole::Lookup
+        };
+        let token_embd = Linear::load(
+            source,
+            "token_embd.weight",
+            None,
+            embedding_role,
+            format,
+            device,
+        )?;
         if token_embd.out_features() != config.vocab_size {
             return Err(EngineError::InvalidWeights(format!(
                 "token_embd.weight has {} rows for a vocabulary of {}",
@@ -469,10 +478,18 @@ impl Model {
             config.rms_norm_eps,
             device,
         )?;
-        let output = if source.contains("output.weight") {
-            Some(Linear::load(source, "output.weight", None, format, device)?)
-        } else {
+        let output = if tied {
             None
+        } else {
+            let role = MatrixRole::OutputHead;
+            Some(Linear::load(
+                source,
+                "output.weight",
+                None,
+                role,
+                format,
+                device,
+            )?)
         };
         Ok(Self {
             config,

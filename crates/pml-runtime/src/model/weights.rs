@@ -13,19 +13,23 @@ use crate::gguf::GgufFile;
 
 /// How weight matrices are held in memory and multiplied.
 ///
-/// Measured on the 2-core CPU of the build machine with Qwen2.5-0.5B Q4_K_M (see
-/// `examples/engine_speed.rs`): quantized matmuls are fast for a few rows (decode is
-/// memory-bound, and Q4 reads a quarter of F16's bytes) but slow for many rows, where the
-/// dequantized F16 gemm wins several times over; hence the default keeps both.
+/// On the CPU, candle's quantized kernels read few bytes per weight, which is what decoding
+/// (one row, memory-bound) needs, but are slow for many rows, where a dequantized F16 gemm wins
+/// several times over; and candle has SIMD kernels for Q4_0, Q8_0 and the K-quants only, so the
+/// Q5_0 blocks most matrices of these files use take a scalar path. Hence the default keeps
+/// F16 copies for prefill and fast quantized blocks (Q5_0 requantized to Q8_0) for decoding.
+/// Figures: `examples/engine_speed.rs`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum WeightFormat {
-    /// GGML blocks as stored in the file, multiplied with candle's quantized kernels.
+    /// GGML blocks exactly as stored in the file, multiplied with candle's quantized kernels.
     Quantized,
     F32,
     F16,
     Bf16,
-    /// Quantized blocks for calls of at most [`FEW_ROWS`] rows (decode), F16 copies for larger
-    /// calls (prefill, recompute). Costs the memory of both.
+    /// Projections: F16 copies for calls of more than [`FEW_ROWS`] rows (prefill, recompute)
+    /// and quantized blocks with a fast kernel (requantized to Q8_0 where the stored type has
+    /// none) for fewer (decode). Vocabulary matrices: quantized blocks only, since they see few
+    /// rows (the LM head computes the rows that need logits) or none (embedding lookup).
     #[default]
     QuantizedAndF16,
 }
@@ -33,16 +37,44 @@ pub enum WeightFormat {
 /// Row count up to which [`WeightFormat::QuantizedAndF16`] uses the quantized kernels.
 pub const FEW_ROWS: usize = 8;
 
+/// What a matrix is used for, which decides the copies [`WeightFormat::QuantizedAndF16`] keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatrixRole {
+    /// Multiplied by the activations of every token (attention and MLP projections).
+    Projection,
+    /// Vocabulary-sized, multiplied only for the rows that need logits (the LM head).
+    OutputHead,
+    /// Only read row by row (token embeddings when the file has a separate LM head).
+    Lookup,
+}
+
 impl WeightFormat {
-    /// The dense dtype the format keeps, if it keeps one.
-    fn dense_dtype(self) -> Option<DType> {
+    /// The dense dtype the format keeps for `role`, if it keeps one.
+    fn dense_dtype(self, role: MatrixRole) -> Option<DType> {
         match self {
             WeightFormat::Quantized => None,
             WeightFormat::F32 => Some(DType::F32),
-            WeightFormat::F16 | WeightFormat::QuantizedAndF16 => Some(DType::F16),
+            WeightFormat::F16 => Some(DType::F16),
             WeightFormat::Bf16 => Some(DType::BF16),
+            WeightFormat::QuantizedAndF16 => (role == MatrixRole::Projection).then_some(DType::F16),
         }
     }
+}
+
+/// Whether candle multiplies blocks of `dtype` with SIMD on x86-64 (AVX2): its other block
+/// types fall back to scalar code many times slower.
+fn has_fast_cpu_kernel(dtype: GgmlDType) -> bool {
+    matches!(
+        dtype,
+        GgmlDType::Q4_0
+            | GgmlDType::Q8_0
+            | GgmlDType::Q2K
+            | GgmlDType::Q3K
+            | GgmlDType::Q4K
+            | GgmlDType::Q5K
+            | GgmlDType::Q6K
+            | GgmlDType::Q8K
+    )
 }
 
 /// Somewhere tensors can be read from by GGUF name.
@@ -105,11 +137,12 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// Loads `name` (and `bias_name`, if given) and converts it to `format`.
+    /// Loads `name` (and `bias_name`, if given) and holds it as `format` prescribes for `role`.
     pub fn load(
         source: &mut dyn TensorSource,
         name: &str,
         bias_name: Option<&str>,
+        role: MatrixRole,
         format: WeightFormat,
         device: &Device,
     ) -> Result<Self, EngineError> {
@@ -119,15 +152,18 @@ impl Linear {
             qtensor.dtype(),
             GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
         );
-        let weight = match format.dense_dtype() {
+        let weight = match format.dense_dtype(role) {
             // Plain float tensors gain nothing from the quantized kernels.
             None if stored_dense => Matrix::Dense(qtensor.dequantize(device)?),
-            None => Matrix::Quantized(Arc::new(qtensor)),
+            None if format == WeightFormat::Quantized || role == MatrixRole::Lookup => {
+                Matrix::Quantized(Arc::new(qtensor))
+            }
+            None => Matrix::Quantized(Arc::new(with_fast_kernel(qtensor, device)?)),
             Some(dtype) => {
                 let dense = qtensor.dequantize(device)?.to_dtype(dtype)?;
                 if format == WeightFormat::QuantizedAndF16 && !stored_dense {
                     Matrix::Both {
-                        quantized: Arc::new(qtensor),
+                        quantized: Arc::new(with_fast_kernel(qtensor, device)?),
                         dense,
                     }
                 } else {
@@ -194,6 +230,19 @@ impl Linear {
             }
         };
         weight + self.bias.as_ref().map_or(0, dense_bytes)
+    }
+}
+
+/// `qtensor` itself when candle has a fast kernel for its blocks, else requantized to Q8_0
+/// (finer than the 4- and 5-bit types it replaces, so the weights barely move).
+fn with_fast_kernel(qtensor: QTensor, device: &Device) -> Result<QTensor, EngineError> {
+    if has_fast_cpu_kernel(qtensor.dtype()) {
+        Ok(qtensor)
+    } else {
+        Ok(QTensor::quantize(
+            &qtensor.dequantize(device)?,
+            GgmlDType::Q8_0,
+        )?)
     }
 }
 

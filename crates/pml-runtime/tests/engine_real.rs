@@ -1,0 +1,253 @@
+//! The engine on the real models (skipped when they are not fetched, unless
+//! `PML_REQUIRE_MODELS=1`): configuration read from the GGUF, greedy answers to a chat prompt,
+//! and logits against llama.cpp's reference fixtures.
+
+use std::path::PathBuf;
+
+use candle_core::{Device, IndexOp, Tensor};
+use pml_compiler::Tokenizer;
+use pml_runtime::device::default_device;
+use pml_runtime::gguf::GgufFile;
+use pml_runtime::model::{
+    Arch, ForwardContext, ForwardOptions, LogitRows, Model, ModelConfig, WeightFormat,
+};
+use pml_runtime::testing::fetched_model;
+use pml_runtime::tokenizer::GgufTokenizer;
+use serde::Deserialize;
+
+const QWEN: &str = "qwen2.5-0.5b";
+const GEMMA: &str = "gemma3-270m";
+
+fn load(id: &str) -> Option<(Model, GgufTokenizer, GgufFile)> {
+    let path = fetched_model(id)?;
+    let gguf = GgufFile::open(&path).expect("GGUF opens");
+    let tokenizer = GgufTokenizer::from_gguf(&gguf).expect("tokenizer builds");
+    let model =
+        Model::load(&path, WeightFormat::default(), &default_device()).expect("model loads");
+    Some((model, tokenizer, gguf))
+}
+
+fn greedy(model: &Model, prompt: &[u32], n_new: usize) -> Vec<u32> {
+    let mut kv = model.new_kv_cache().unwrap();
+    let positions: Vec<u32> = (0..prompt.len() as u32).collect();
+    let mut logits = model.forward(prompt, &positions, &mut kv).unwrap();
+    let mut generated = Vec::new();
+    for step in 0..n_new {
+        let next = logits.argmax(0).unwrap().to_scalar::<u32>().unwrap();
+        generated.push(next);
+        let position = (prompt.len() + step) as u32;
+        logits = model.forward(&[next], &[position], &mut kv).unwrap();
+    }
+    generated
+}
+
+#[test]
+fn qwen_config_matches_the_model_card() {
+    let Some(path) = fetched_model(QWEN) else {
+        return;
+    };
+    let config = ModelConfig::from_gguf(&GgufFile::open(path).unwrap()).unwrap();
+    assert_eq!(config.arch, Arch::Qwen2);
+    assert_eq!(
+        (
+            config.n_layers,
+            config.d_model,
+            config.n_heads,
+            config.n_kv_heads,
+            config.head_dim
+        ),
+        (24, 896, 14, 2, 64)
+    );
+    assert!(config.qkv_bias);
+    assert!(config.layers.iter().all(|layer| {
+        layer.rope_base == 1e6 && layer.sliding_window.is_none() && layer.rope_position_scale == 1.0
+    }));
+}
+
+#[test]
+fn gemma_config_matches_the_model_card() {
+    let Some(path) = fetched_model(GEMMA) else {
+        return;
+    };
+    let gguf = GgufFile::open(path).unwrap();
+    let config = ModelConfig::from_gguf(&gguf).unwrap();
+    assert_eq!(config.arch, Arch::Gemma3);
+    assert_eq!(
+        (
+            config.n_layers,
+            config.d_model,
+            config.n_heads,
+            config.n_kv_heads,
+            config.head_dim
+        ),
+        (18, 640, 4, 1, 256)
+    );
+    let global: Vec<usize> = (0..config.n_layers)
+        .filter(|&il| config.layers[il].sliding_window.is_none())
+        .collect();
+    assert_eq!(
+        global,
+        vec![5, 11, 17],
+        "five local layers, then a global one"
+    );
+    for (il, layer) in config.layers.iter().enumerate() {
+        let expected_base = if global.contains(&il) { 1e6 } else { 1e4 };
+        assert_eq!(layer.rope_base, expected_base, "layer {il}");
+        if !global.contains(&il) {
+            assert_eq!(layer.sliding_window, Some(512));
+        }
+    }
+    assert_eq!(config.attention_scale, 1.0 / 16.0);
+    assert_eq!(config.embedding_scale, Some(640f64.sqrt()));
+
+    // Gemma's RMSNorm multiplies by (1 + w): the converter folded the 1 in, so stored norm
+    // weights sit around 1 and above rather than around 0.
+    let norm = gguf
+        .tensor("blk.0.ffn_norm.weight", &Device::Cpu)
+        .unwrap()
+        .dequantize(&Device::Cpu)
+        .unwrap();
+    let mean = norm.mean_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(mean > 0.5, "mean of blk.0.ffn_norm.weight is {mean}");
+}
+
+#[test]
+fn qwen_answers_paris() {
+    let Some((model, tokenizer, _)) = load(QWEN) else {
+        return;
+    };
+    let prompt = tokenizer
+        .encode(
+            "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+            true,
+        )
+        .unwrap();
+    let answer = tokenizer.decode(&greedy(&model, &prompt, 8)).unwrap();
+    eprintln!("qwen answered {answer:?}");
+    assert!(answer.contains("Paris"), "answer {answer:?}");
+}
+
+/// The fetched Gemma is the pretrained 270M model (its GGUF has no chat template): at the end of
+/// a chat-formatted question it repeats the question, as llama.cpp does too, so it is asked in
+/// plain text.
+#[test]
+fn gemma_answers_paris() {
+    let Some((model, tokenizer, _)) = load(GEMMA) else {
+        return;
+    };
+    let mut prompt: Vec<u32> = tokenizer.bos_token().into_iter().collect();
+    prompt.extend(
+        tokenizer
+            .encode("Question: What is the capital of France?\nAnswer:", false)
+            .unwrap(),
+    );
+    let answer = tokenizer.decode(&greedy(&model, &prompt, 4)).unwrap();
+    eprintln!("gemma answered {answer:?}");
+    assert!(answer.contains("Paris"), "answer {answer:?}");
+}
+
+/// `tests/fixtures/reference/logits-<id>.json`, written by `scripts/llama_reference.py`.
+#[derive(Deserialize)]
+struct ReferenceLogits {
+    model: String,
+    cases: Vec<ReferenceCase>,
+}
+
+#[derive(Deserialize)]
+struct ReferenceCase {
+    name: String,
+    ids: Vec<u32>,
+    positions: Vec<ReferencePosition>,
+}
+
+#[derive(Deserialize)]
+struct ReferencePosition {
+    /// `[token id, logit]`, best first.
+    top: Vec<(u32, f32)>,
+}
+
+/// llama.cpp quantizes activations to 8 bits in its matmuls and keeps K/V in f16, so where its
+/// best token leads the next by less than this, either may come out on top. A wrong detail of
+/// the forward pass (e.g. the RoPE base of Gemma's local layers) moves logits by several units
+/// and flips about a third of the positions instead.
+const NEAR_TIE: f32 = 0.5;
+
+fn compare_with_llama_cpp(id: &str) {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/reference")
+        .join(format!("logits-{id}.json"));
+    let Ok(text) = std::fs::read_to_string(&fixture) else {
+        eprintln!("skipped: {} not present", fixture.display());
+        return;
+    };
+    let Some((model, _, _)) = load(id) else {
+        return;
+    };
+    let reference: ReferenceLogits = serde_json::from_str(&text).expect("fixture parses");
+    assert_eq!(reference.model, id);
+
+    let (mut max_abs_diff, mut sum_abs_diff, mut n_compared) = (0f32, 0f64, 0usize);
+    let (mut n_positions, mut n_same_top1) = (0usize, 0usize);
+    for case in &reference.cases {
+        assert_eq!(case.ids.len(), case.positions.len(), "{}", case.name);
+        let mut kv = model.new_kv_cache().unwrap();
+        let context = ForwardContext::appending((0..case.ids.len() as u32).collect(), &kv);
+        let options = ForwardOptions {
+            logits: LogitRows::All,
+            keep_layer_inputs: false,
+        };
+        let logits = model
+            .forward_with(&case.ids, &context, &mut kv, &options)
+            .unwrap()
+            .logits
+            .unwrap();
+        for (row, expected) in case.positions.iter().enumerate() {
+            let row_logits: Tensor = logits.i(row).unwrap();
+            let row_values = row_logits.to_vec1::<f32>().unwrap();
+            let ours = row_logits.argmax(0).unwrap().to_scalar::<u32>().unwrap();
+            let (best, best_logit) = expected.top[0];
+            n_positions += 1;
+            if ours == best {
+                n_same_top1 += 1;
+            } else {
+                let theirs_for_ours = expected.top.iter().find(|(token, _)| *token == ours);
+                assert!(
+                    theirs_for_ours.is_some_and(|&(_, logit)| best_logit - logit < NEAR_TIE),
+                    "{id} {} position {row}: our top-1 {ours} is not a near-tie of llama.cpp's \
+                     {best} ({:?})",
+                    case.name,
+                    &expected.top[..3]
+                );
+            }
+            for &(token, logit) in &expected.top {
+                let diff = (row_values[token as usize] - logit).abs();
+                max_abs_diff = max_abs_diff.max(diff);
+                sum_abs_diff += f64::from(diff);
+                n_compared += 1;
+            }
+        }
+    }
+    eprintln!(
+        "{id}: top-1 equals llama.cpp's at {n_same_top1} of {n_positions} positions (the rest \
+         are near-ties); top-10 logits differ by {:.3} on average, {max_abs_diff:.3} at most",
+        sum_abs_diff / n_compared as f64
+    );
+    assert!(
+        n_same_top1 as f64 >= 0.95 * n_positions as f64,
+        "{id}: top-1 agrees at only {n_same_top1} of {n_positions} positions"
+    );
+    assert!(
+        max_abs_diff < 4.0,
+        "{id}: logits differ by up to {max_abs_diff}"
+    );
+}
+
+#[test]
+fn qwen_logits_match_llama_cpp() {
+    compare_with_llama_cpp(QWEN);
+}
+
+#[test]
+fn gemma_logits_match_llama_cpp() {
+    compare_with_llama_cpp(GEMMA);
+}
