@@ -21,6 +21,7 @@ pub(crate) const MULTIPLE_ROOTS: &str = "PML013";
 pub(crate) const CONTENT_OUTSIDE_ROOT: &str = "PML014";
 pub(crate) const NESTED_ROLE: &str = "PML015";
 pub(crate) const MISPLACED_ELEMENT: &str = "PML016";
+pub(crate) const NESTING_TOO_DEEP: &str = "PML017";
 
 /// Every code the parser emits, in code order.
 pub const SYNTAX_RULES: &[Rule] = &[
@@ -170,6 +171,16 @@ pub const SYNTAX_RULES: &[Rule] = &[
         why: "A root element (`<schema>`, `<prompt>`) cannot be nested, and a `<param>` holds only \
               its scaffold text; anything else there is dropped.",
         example: "<schema name=\"s\"><param name=\"p\" len=\"2\"><module name=\"m\"/></param></schema>",
+    },
+    Rule {
+        code: NESTING_TOO_DEEP,
+        name: "nesting-too-deep",
+        severity: Severity::Error,
+        summary: "Elements nest deeper than the limit (32 levels); deeper tags are kept as text.",
+        why: "Real schemas nest a handful of levels. Unbounded nesting would let one file exhaust \
+              the stack of every tool that walks the tree (checker, layout, editor), so the parser \
+              stops building elements at the limit and says so once.",
+        example: "<prompt schema=\"s\"><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a>",
     },
 ];
 

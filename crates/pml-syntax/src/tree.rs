@@ -16,6 +16,10 @@ use crate::text;
 /// At most this many `<` or unknown tags are labelled in one diagnostic; the message counts all.
 const MAX_LABELS_PER_RUN: usize = 8;
 
+/// Elements deeper than this are kept as text: every later stage walks the tree recursively, and
+/// a file of nested tags must not be able to overflow their stacks.
+pub(crate) const MAX_NESTING_DEPTH: usize = 32;
+
 #[derive(Clone, Debug)]
 pub(crate) struct Element {
     pub name: Name,
@@ -65,6 +69,8 @@ pub(crate) fn build(source: &str, diagnostics: &mut Vec<Diagnostic>) -> Document
         bottom_is_root: false,
         pending: PendingRun::default(),
         misspelled_open_names: Vec::new(),
+        reported_too_deep: false,
+        too_deep_open: 0,
         diagnostics,
     };
     for token in Lexer::new(source) {
@@ -112,6 +118,9 @@ struct Builder<'s, 'd> {
     pending: PendingRun,
     /// Open tags reported as misspelled elements: their close tags need no second diagnostic.
     misspelled_open_names: Vec<String>,
+    reported_too_deep: bool,
+    /// Open tags beyond [`MAX_NESTING_DEPTH`] kept as text; their close tags are text too.
+    too_deep_open: usize,
     diagnostics: &'d mut Vec<Diagnostic>,
 }
 
@@ -207,6 +216,10 @@ impl Builder<'_, '_> {
                 self.misspelled_open_names.push(tag.name.text.clone());
             }
             self.keep_tag_as_text(tag);
+            return;
+        }
+        if self.stack.len() >= MAX_NESTING_DEPTH {
+            self.keep_too_deep_tag_as_text(tag);
             return;
         }
         self.flush_run();
@@ -325,7 +338,32 @@ impl Builder<'_, '_> {
         self.pending.push(Piece::Raw, tag.span);
     }
 
+    /// Reported once per file: a generated file nested thousands deep would otherwise bury
+    /// everything else under one diagnostic per tag.
+    fn keep_too_deep_tag_as_text(&mut self, tag: RawTag) {
+        if !self.reported_too_deep {
+            self.reported_too_deep = true;
+            self.diagnostics.push(
+                Diagnostic::error(
+                    rules::NESTING_TOO_DEEP,
+                    format!("elements nest deeper than {MAX_NESTING_DEPTH} levels"),
+                )
+                .with_label(tag.span, "this tag and every deeper one are kept as text")
+                .with_help("flatten the structure: modules rarely need more than a few levels"),
+            );
+        }
+        if !tag.self_closing {
+            self.too_deep_open += 1;
+        }
+        self.keep_tag_as_text(tag);
+    }
+
     fn close_tag(&mut self, tag: RawTag) {
+        if self.too_deep_open > 0 {
+            self.too_deep_open -= 1;
+            self.keep_tag_as_text(tag);
+            return;
+        }
         let name = tag.name.text.as_str();
         if let Some(index) = self
             .stack

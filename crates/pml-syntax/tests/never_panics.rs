@@ -289,3 +289,35 @@ fn the_mutator_keeps_strings_valid_and_changes_them() {
     apply(&mut empty, &Mutation::Delete { at: 5 });
     assert_eq!(empty, "");
 }
+
+/// Deep nesting once overflowed the stack of every recursive stage; the parser now stops building
+/// elements at its depth limit, so neither it nor a walk of its tree can run out of stack.
+#[test]
+fn deeply_nested_input_is_bounded() {
+    for (open, close) in [("<module name=\"m\">", "</module>"), ("<a>", "</a>")] {
+        let root = if open.starts_with("<module") {
+            "<schema name=\"s\">"
+        } else {
+            "<prompt schema=\"s\">"
+        };
+        let depth = 100_000;
+        let source = format!("{root}{}{}", open.repeat(depth), close.repeat(depth));
+        let parsed = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || pml_syntax::parse(&source))
+            .expect("spawn parser thread")
+            .join()
+            .expect("parsing deeply nested input must not overflow a small stack");
+        let too_deep: Vec<_> = parsed
+            .diagnostics
+            .iter()
+            .filter(|diagnostic| diagnostic.code == "PML017")
+            .collect();
+        assert_eq!(
+            too_deep.len(),
+            1,
+            "{:?}",
+            &parsed.diagnostics[..3.min(parsed.diagnostics.len())]
+        );
+    }
+}
