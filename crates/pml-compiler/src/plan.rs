@@ -37,7 +37,9 @@ pub enum UnitKind {
     Root,
     Module,
     /// A member of a `<collection>`: positions are assigned at bind time, the layout's are nominal.
-    CollectionMember { collection: String },
+    CollectionMember {
+        collection: String,
+    },
 }
 
 /// A parameter's reserved positions inside its unit.
