@@ -17,7 +17,7 @@ pub const DEFAULT_QUESTION: &str = "Were Scott Derrickson and Ed Wood of the sam
 
 /// Tokens a document prompt spends besides its document (system turn, roles, question), so the
 /// whole prompt comes out near its nominal size.
-const DOCUMENT_PROMPT_OVERHEAD_TOKENS: usize = 80;
+const DOCUMENT_PROMPT_OVERHEAD_TOKENS: usize = 64;
 
 /// One prompt to time, with its schema.
 #[derive(Clone, Debug)]

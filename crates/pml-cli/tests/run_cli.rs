@@ -1,0 +1,273 @@
+//! `pmlc compile`, `pml run` and `pml bench cache` as built binaries. Without a model: exit
+//! statuses for bad input (errors 1, unreadable files and wrong kinds 2), checked before any model
+//! is loaded. On the default model (skipped with a notice when it is not fetched, unless
+//! `PML_REQUIRE_MODELS=1`): every example schema compiles into one fresh store, compiling again
+//! encodes nothing, every example prompt runs in mode `reuse` from that store without encoding
+//! anything on the fly, one answer is checked for sense, binding errors are diagnostics, and the cache
+//! benchmark reports a reused document.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use pml_runtime::models::DEFAULT_MODEL_ID;
+use pml_runtime::testing::fetched_model;
+use pml_syntax::ast::SourceFile;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn command(binary: &str, args: &[&str]) -> Output {
+    Command::new(binary)
+        .args(args)
+        .current_dir(repo_root())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("the binary runs")
+}
+
+fn pml(args: &[&str]) -> Output {
+    command(env!("CARGO_BIN_EXE_pml"), args)
+}
+
+fn pmlc(args: &[&str]) -> Output {
+    command(env!("CARGO_BIN_EXE_pmlc"), args)
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn assert_status(output: &Output, expected: i32, what: &str) {
+    assert_eq!(
+        output.status.code(),
+        Some(expected),
+        "{what}\nstdout:\n{}\nstderr:\n{}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+/// The example `.pml` files under `schemas/` (relative to the repository root), sorted, split
+/// into schemas and prompts by their root element.
+fn example_files() -> (Vec<String>, Vec<String>) {
+    fn walk(folder: &Path, files: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(folder).expect("list schemas/") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                walk(&path, files);
+            } else if path.extension().is_some_and(|extension| extension == "pml") {
+                files.push(path);
+            }
+        }
+    }
+    let root = repo_root();
+    let mut files = Vec::new();
+    walk(&root.join("schemas"), &mut files);
+    files.sort();
+    let (mut schemas, mut prompts) = (Vec::new(), Vec::new());
+    for path in files {
+        let source = std::fs::read_to_string(&path).expect("read an example");
+        let relative = path
+            .strip_prefix(&root)
+            .expect("below the root")
+            .display()
+            .to_string();
+        match pml_syntax::parse(&source).file {
+            SourceFile::Schema(_) => schemas.push(relative),
+            SourceFile::Prompt(_) => prompts.push(relative),
+            SourceFile::Empty => panic!("{relative} is neither a schema nor a prompt"),
+        }
+    }
+    (schemas, prompts)
+}
+
+#[test]
+fn a_prompt_with_errors_exits_1_with_its_diagnostic_before_loading_a_model() {
+    let output = pml(&["run", "tests/fixtures/errors/PML205_unknown_module.pml"]);
+    assert_status(&output, 1, "a prompt importing an unknown module");
+    let text = stderr(&output);
+    assert!(text.contains("PML205"), "{text}");
+    assert!(!text.contains("TTFT"), "nothing ran: {text}");
+    assert!(stdout(&output).is_empty());
+}
+
+#[test]
+fn a_missing_prompt_file_exits_2() {
+    let output = pml(&["run", "schemas/travel/no-such-prompt.pml"]);
+    assert_status(&output, 2, "a prompt file that does not exist");
+    assert!(
+        stderr(&output).contains("cannot read"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn run_refuses_a_schema_and_compile_refuses_a_prompt_with_exit_2() {
+    let output = pml(&["run", "schemas/travel/travel.pml"]);
+    assert_status(&output, 2, "pml run on a schema");
+    assert!(
+        stderr(&output).contains("is a schema"),
+        "{}",
+        stderr(&output)
+    );
+    let output = pmlc(&["compile", "schemas/travel/prompt-sydney-surf.pml"]);
+    assert_status(&output, 2, "pmlc compile on a prompt");
+    assert!(
+        stderr(&output).contains("is a prompt"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn compiling_a_schema_with_errors_exits_1_and_compiles_nothing() {
+    let output = pmlc(&["compile", "tests/fixtures/errors/PML102_duplicate_name.pml"]);
+    assert_status(&output, 1, "a schema with a duplicate module name");
+    let text = stderr(&output);
+    assert!(text.contains("PML102"), "{text}");
+    assert!(text.contains("nothing compiled"), "{text}");
+}
+
+#[test]
+fn examples_compile_once_and_every_prompt_runs_from_the_store() {
+    if fetched_model(DEFAULT_MODEL_ID).is_none() {
+        return;
+    }
+    let store = tempfile::tempdir().expect("a temporary store");
+    let store_arg = store.path().to_str().expect("a UTF-8 temp path");
+    let (schemas, prompts) = example_files();
+    assert!(
+        schemas.len() >= 7 && prompts.len() >= 26,
+        "{schemas:?} {prompts:?}"
+    );
+    let compile_args: Vec<&str> = ["compile", "--store", store_arg]
+        .into_iter()
+        .chain(schemas.iter().map(String::as_str))
+        .collect();
+
+    let first = pmlc(&compile_args);
+    assert_status(&first, 0, "compiling every example schema");
+    let summary = stderr(&first);
+    eprintln!("{summary}");
+    for schema in &schemas {
+        let line = summary
+            .lines()
+            .find(|line| line.contains(&format!("({schema}, scaffolded)")))
+            .unwrap_or_else(|| panic!("no summary line for {schema}:\n{summary}"));
+        assert!(line.contains("encoded"), "{line}");
+        assert!(!line.contains("nothing to encode"), "{line}");
+    }
+
+    let again = pmlc(&compile_args);
+    assert_status(&again, 0, "compiling the examples again");
+    let summary = stderr(&again);
+    let nothing = summary
+        .lines()
+        .filter(|line| line.contains("nothing to encode: all"))
+        .count();
+    assert_eq!(
+        nothing,
+        schemas.len(),
+        "recompiling encoded something:\n{summary}"
+    );
+
+    for prompt in &prompts {
+        let output = pml(&["run", prompt, "--store", store_arg, "--max-tokens", "6"]);
+        assert_status(&output, 0, prompt);
+        let (answer, summary) = (stdout(&output), stderr(&output));
+        eprintln!("{prompt}: {}", answer.trim_end());
+        assert!(
+            !answer.trim().is_empty(),
+            "{prompt} gave no answer:\n{summary}"
+        );
+        let line = summary
+            .lines()
+            .find(|line| line.contains("| mode reuse | TTFT"))
+            .unwrap_or_else(|| panic!("{prompt}: no summary line:\n{summary}"));
+        assert!(line.contains("tokens reused"), "{line}");
+        assert!(line.contains(" | generated "), "{line}");
+        assert!(
+            !summary.contains("compiling it first"),
+            "{prompt}: {summary}"
+        );
+        assert!(
+            !summary.contains("encoded on the fly"),
+            "{prompt}: {summary}"
+        );
+    }
+
+    // The answer is in one of the five documents the prompt imports (see schemas/docqa/README.md).
+    let output = pml(&[
+        "run",
+        "schemas/docqa/prompt-composer.pml",
+        "--store",
+        store_arg,
+        "--max-tokens",
+        "16",
+    ]);
+    assert_status(&output, 0, "the composer question");
+    let answer = stdout(&output);
+    assert!(
+        answer.contains("Marilyn Manson"),
+        "Tyler Bates plays guitar in Marilyn Manson's band: {answer}"
+    );
+}
+
+#[test]
+fn an_argument_too_long_for_its_parameter_is_a_binding_diagnostic() {
+    if fetched_model(DEFAULT_MODEL_ID).is_none() {
+        return;
+    }
+    let store = tempfile::tempdir().expect("a temporary store");
+    let output = pml(&[
+        "run",
+        "tests/fixtures/errors/PML210_argument_too_long.pml",
+        "--store",
+        store.path().to_str().expect("a UTF-8 temp path"),
+    ]);
+    assert_status(&output, 1, "an argument longer than its parameter");
+    let text = stderr(&output);
+    assert!(text.contains("PML210"), "{text}");
+    assert!(stdout(&output).is_empty());
+}
+
+#[test]
+fn the_cache_benchmark_reports_a_reused_document() {
+    if fetched_model(DEFAULT_MODEL_ID).is_none() {
+        return;
+    }
+    let output = pml(&[
+        "bench",
+        "cache",
+        "--no-examples",
+        "--sizes",
+        "256",
+        "--runs",
+        "1",
+        "--json",
+    ]);
+    assert_status(&output, 0, "pml bench cache on one small document");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("stdout is JSON");
+    assert_eq!(report["model"], DEFAULT_MODEL_ID);
+    let cases = report["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 1, "{report}");
+    let case = &cases[0];
+    assert_eq!(case["case"], "document-256");
+    let cached = case["cached_tokens"].as_u64().expect("cached tokens");
+    let new = case["new_tokens"].as_u64().expect("new tokens");
+    assert!(cached > 100 && new < 40, "{case}");
+    assert!(case["full_ttft"]["median_ms"].as_f64().is_some(), "{case}");
+    assert!(case["reuse_ttft"]["median_ms"].as_f64().is_some(), "{case}");
+    let compiled = report["compiled"].as_array().expect("compiled");
+    assert_eq!(compiled.len(), 1, "{report}");
+    assert_eq!(
+        compiled[0]["tokens"], compiled[0]["tokens_encoded"],
+        "{report}"
+    );
+}
