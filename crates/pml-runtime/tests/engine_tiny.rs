@@ -374,3 +374,62 @@ fn the_same_seed_builds_the_same_model() {
         assert!(max_abs_diff(&a, &c) > 1e-3);
     }
 }
+
+#[test]
+fn models_and_caches_can_move_between_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Model>();
+    assert_send_sync::<KvCache>();
+    assert_send_sync::<KvBlock>();
+}
+
+#[test]
+fn empty_and_malformed_calls_are_errors() {
+    let model = model(Arch::Qwen2);
+    let mut kv = model.new_kv_cache().unwrap();
+    assert!(model.forward(&[], &[], &mut kv).is_err());
+    assert!(model.forward(&[1, 2], &[0], &mut kv).is_err());
+    assert!(
+        model.forward(&[256], &[0], &mut kv).is_err(),
+        "token outside the vocabulary"
+    );
+    let hidden = model.embed(&[1, 2]).unwrap();
+    let context = ForwardContext::new(vec![0, 1], vec![0, 5]).unwrap();
+    assert!(
+        model.forward_layer(0, &hidden, &context, &mut kv).is_err(),
+        "slot 5 would leave a gap"
+    );
+    assert!(model.forward_layer(9, &hidden, &context, &mut kv).is_err());
+    assert!(model.logits(&hidden, &[2]).is_err());
+    assert_eq!(kv.len(), 0, "failed calls leave the cache as it was");
+}
+
+#[test]
+fn long_calls_attending_in_query_chunks_match_two_short_calls() {
+    // 1100 tokens x 4 heads x 1100 keys exceeds the engine's per-step score budget (4M), so
+    // the one-call pass splits its queries; the two calls below stay under it.
+    let model = model(Arch::Qwen2);
+    let tokens = random_tokens(1100, 12);
+    let positions: Vec<u32> = (0..1100).collect();
+    let (logits, _, _, _) = full_forward(&model, &tokens, &positions);
+
+    let mut kv = model.new_kv_cache().unwrap();
+    let options = ForwardOptions {
+        logits: LogitRows::All,
+        keep_layer_inputs: false,
+    };
+    let mut parts = Vec::new();
+    for range in [0..600, 600..1100] {
+        let context = ForwardContext::appending(positions[range.clone()].to_vec(), &kv);
+        let output = model
+            .forward_with(&tokens[range], &context, &mut kv, &options)
+            .unwrap();
+        parts.push(output.logits.unwrap());
+    }
+    assert_close(
+        &logits,
+        &Tensor::cat(&parts, 0).unwrap(),
+        TOLERANCE,
+        "chunked",
+    );
+}

@@ -17,6 +17,10 @@ use crate::kv_cache::{KvBlock, KvCache, KvLayout};
 /// Dtype of activations and of the KV cache.
 pub const ACTIVATION_DTYPE: DType = DType::F32;
 
+/// Most attention scores one step materialises (16 MiB of f32): long prefills attend in chunks
+/// of queries, which keeps the scores in cache and avoids huge short-lived allocations.
+const ATTENTION_SCORE_BUDGET: usize = 1 << 22;
+
 /// Rotary position embedding in the NEOX layout (dimension `i` pairs with `i + head_dim / 2`),
 /// as llama.cpp applies it to both families. Angles come from the positions in hand, so any
 /// position costs the same and nothing is precomputed.
@@ -273,9 +277,38 @@ impl Attention {
     }
 
     /// softmax(q k^T + mask) v for queries `(n, n_heads, head_dim)` over cached keys and values
-    /// `(n_keys, n_kv_heads, head_dim)`; returns `(n, n_heads * head_dim)`. The queries that
-    /// share a KV head are stacked so K and V are never repeated per head.
+    /// `(n_keys, n_kv_heads, head_dim)`; returns `(n, n_heads * head_dim)`. Long calls go in
+    /// chunks of queries so the scores of one chunk stay within [`ATTENTION_SCORE_BUDGET`].
     fn attend(
+        &self,
+        queries: &Tensor,
+        keys: &Tensor,
+        values: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor, EngineError> {
+        let n_queries = queries.dim(0)?;
+        let scores_per_query = self.n_heads * keys.dim(0)?;
+        let chunk = (ATTENTION_SCORE_BUDGET / scores_per_query.max(1)).max(1);
+        if chunk >= n_queries {
+            return self.attend_chunk(queries, keys, values, mask);
+        }
+        let mut outputs = Vec::with_capacity(n_queries.div_ceil(chunk));
+        for start in (0..n_queries).step_by(chunk) {
+            let len = chunk.min(n_queries - start);
+            let chunk_mask = mask.map(|mask| mask.narrow(0, start, len)).transpose()?;
+            outputs.push(self.attend_chunk(
+                &queries.narrow(0, start, len)?,
+                keys,
+                values,
+                chunk_mask.as_ref(),
+            )?);
+        }
+        Ok(Tensor::cat(&outputs, 0)?)
+    }
+
+    /// [`Self::attend`] in one piece. The queries that share a KV head are stacked so K and V
+    /// are never repeated per head.
+    fn attend_chunk(
         &self,
         queries: &Tensor,
         keys: &Tensor,
@@ -302,7 +335,7 @@ impl Attention {
             None => scores,
         };
         let weights = candle_nn::ops::softmax_last_dim(&scores)?;
-        let attended = weights.matmul(&values.contiguous()?)?; // (n_kv_heads, group * n_queries, head_dim)
+        let attended = weights.matmul(&values)?; // (n_kv_heads, group * n_queries, head_dim)
         Ok(attended
             .reshape((self.n_kv_heads, group, n_queries, head_dim))?
             .permute((2, 0, 1, 3))?
@@ -647,6 +680,9 @@ impl Model {
         kv: &mut KvCache,
         options: &ForwardOptions,
     ) -> Result<ForwardOutput, EngineError> {
+        if tokens.is_empty() {
+            return Err(EngineError::InvalidInput("no tokens to run".to_string()));
+        }
         if tokens.len() != context.len() {
             return Err(EngineError::InvalidInput(format!(
                 "{} tokens for a context of {}",

@@ -18,7 +18,11 @@ use crate::gguf::GgufFile;
 /// several times over; and candle has SIMD kernels for Q4_0, Q8_0 and the K-quants only, so the
 /// Q5_0 blocks most matrices of these files use take a scalar path. Hence the default keeps
 /// F16 copies for prefill and fast quantized blocks (Q5_0 requantized to Q8_0) for decoding.
-/// Figures: `examples/engine_speed.rs`.
+///
+/// Qwen2.5-0.5B Q4_K_M, one thread, CPU time (`examples/engine_speed.rs`, machine shared with
+/// other jobs): as stored, 3.9 tok/s prefill and 296 ms/token decode; F16, 60 tok/s and
+/// 80 ms/token in 1.29 GB; this default, 55-58 tok/s (512 tokens; 40 at 2048) and 77 ms/token
+/// in 1.35 GB resident.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum WeightFormat {
     /// GGML blocks exactly as stored in the file, multiplied with candle's quantized kernels.
