@@ -158,7 +158,8 @@ impl LayerKv {
         &self.positions
     }
 
-    /// K of every live slot, `(n_slots, kv_heads, head_dim)`, after RoPE.
+    /// K of every live slot, `(n_slots, kv_heads, head_dim)`, after RoPE. The view keeps its
+    /// contents whatever is written later, so K before and after a recompute can be compared.
     pub fn keys(&self) -> Result<Tensor, KvCacheError> {
         Ok(self.key_buffer.narrow(0, 0, self.len())?)
     }
