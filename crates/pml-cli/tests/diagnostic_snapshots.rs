@@ -7,42 +7,15 @@
 //! explicit schema (as with `--schema FILE`); argument lengths are counted one token per word.
 
 use pml_cli::schema_lookup::{FsSchemaResolver, SchemaCache};
+use pml_compiler::FsSourceLoader;
 use pml_compiler::check::{CheckEnvironment, PromptCheckOptions, check_source};
 use pml_compiler::rules::{PROMPT_RULES, SCHEMA_RULES, all_rules};
-use pml_compiler::{FsSourceLoader, TokenizeError, Tokenizer};
+use pml_compiler::testing::WordTokenizer;
 use std::path::{Path, PathBuf};
 
 /// The fixture folder relative to this crate (the working directory of `cargo test`), so paths
 /// in messages are the same on every machine.
 const FIXTURES: &str = "../../tests/fixtures/errors";
-
-struct WordTokenizer;
-
-impl Tokenizer for WordTokenizer {
-    fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
-        Ok(text.split_whitespace().map(|_| 1).collect())
-    }
-
-    fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
-        Ok(vec!["word"; ids.len()].join(" "))
-    }
-
-    fn bos_token(&self) -> Option<u32> {
-        None
-    }
-
-    fn eos_tokens(&self) -> Vec<u32> {
-        Vec::new()
-    }
-
-    fn placeholder_token(&self) -> u32 {
-        0
-    }
-
-    fn vocab_size(&self) -> usize {
-        2
-    }
-}
 
 fn explicit_schema(source: &str) -> Option<PathBuf> {
     let directive = source.strip_prefix("<!-- checked with: schema ")?;

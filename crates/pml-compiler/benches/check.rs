@@ -5,7 +5,8 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use pml_compiler::check::{PromptCheckOptions, check_prompt, check_schema};
-use pml_compiler::{MemorySourceLoader, SchemaIndex, TokenizeError, Tokenizer};
+use pml_compiler::testing::WordTokenizer;
+use pml_compiler::{MemorySourceLoader, SchemaIndex};
 use pml_syntax::ast::SourceFile;
 use std::fmt::Write;
 use std::hint::black_box;
@@ -57,35 +58,6 @@ fn generated_prompt(n_groups: usize) -> String {
     }
     prompt.push_str("  Which topic matters most?\n</prompt>\n");
     prompt
-}
-
-/// One token per whitespace-separated word.
-struct WordTokenizer;
-
-impl Tokenizer for WordTokenizer {
-    fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
-        Ok(text.split_whitespace().map(|_| 1).collect())
-    }
-
-    fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
-        Ok(vec!["word"; ids.len()].join(" "))
-    }
-
-    fn bos_token(&self) -> Option<u32> {
-        None
-    }
-
-    fn eos_tokens(&self) -> Vec<u32> {
-        Vec::new()
-    }
-
-    fn placeholder_token(&self) -> u32 {
-        0
-    }
-
-    fn vocab_size(&self) -> usize {
-        2
-    }
 }
 
 fn bench_check(criterion: &mut Criterion) {

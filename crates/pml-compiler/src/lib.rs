@@ -17,6 +17,7 @@ pub mod rules;
 pub mod schema_index;
 pub mod source_loader;
 pub mod suggest;
+pub mod testing;
 pub mod tokenizer;
 
 pub use bind::bind_prompt;
