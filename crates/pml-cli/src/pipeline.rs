@@ -82,6 +82,32 @@ impl From<EncodeArg> for EncodeMode {
     }
 }
 
+/// How the model's weights are held in memory (`--weights`); part of every store key, so a schema
+/// compiled with one format is encoded again for another.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum WeightsArg {
+    /// Quantized kernels for calls of a few rows (decode), f16 copies for larger ones.
+    #[default]
+    QuantizedAndF16,
+    /// The GGUF's quantized blocks only (least memory).
+    Quantized,
+    F16,
+    Bf16,
+    F32,
+}
+
+impl From<WeightsArg> for WeightFormat {
+    fn from(arg: WeightsArg) -> Self {
+        match arg {
+            WeightsArg::QuantizedAndF16 => WeightFormat::QuantizedAndF16,
+            WeightsArg::Quantized => WeightFormat::Quantized,
+            WeightsArg::F16 => WeightFormat::F16,
+            WeightsArg::Bf16 => WeightFormat::Bf16,
+            WeightsArg::F32 => WeightFormat::F32,
+        }
+    }
+}
+
 /// The model and the module store a command works with.
 #[derive(Args, Clone, Debug, Default)]
 pub struct RuntimeArgs {
@@ -95,6 +121,9 @@ pub struct RuntimeArgs {
     /// How module states are encoded; `pml run` must use the mode the schema was compiled with.
     #[arg(long, value_enum, default_value_t = EncodeArg::Scaffolded)]
     pub encode: EncodeArg,
+    /// How the weights are held in memory; compile and run with the same format.
+    #[arg(long, value_enum, default_value_t = WeightsArg::QuantizedAndF16)]
+    pub weights: WeightsArg,
 }
 
 /// A loaded model with its store.
@@ -115,7 +144,7 @@ pub fn open_runtime(args: &RuntimeArgs) -> Result<OpenRuntime, Failure> {
         None => StoreConfig::from_env().context("locating the module store")?,
     };
     let options = RuntimeOptions {
-        weight_format: WeightFormat::default(),
+        weight_format: args.weights.into(),
         encode_mode: args.encode.into(),
         store,
     };

@@ -11,7 +11,9 @@ use anyhow::Context;
 use clap::Args;
 use pml_cli::compile_command::compile_schema;
 use pml_cli::failure::Failure;
-use pml_cli::pipeline::{EncodeArg, OpenRuntime, RuntimeArgs, bind, lay_out, open_runtime};
+use pml_cli::pipeline::{
+    EncodeArg, OpenRuntime, RuntimeArgs, WeightsArg, bind, lay_out, open_runtime,
+};
 use pml_compiler::plan::BoundPrompt;
 use pml_runtime::generation::SamplingParams;
 use pml_runtime::inference::{InferenceMode, LaidOutSchema, RunStats};
@@ -50,6 +52,9 @@ pub struct CacheArgs {
     /// compile times are real encoding times).
     #[arg(long, value_name = "DIR")]
     store: Option<PathBuf>,
+    /// How the weights are held in memory.
+    #[arg(long, value_enum, default_value_t = WeightsArg::QuantizedAndF16)]
+    weights: WeightsArg,
     /// Print the results as JSON on stdout instead of tables.
     #[arg(long)]
     json: bool,
@@ -82,6 +87,7 @@ pub fn run(args: CacheArgs) -> Result<(), Failure> {
         model: args.model.clone(),
         store,
         encode: EncodeArg::Scaffolded,
+        weights: args.weights,
     })?;
     cases.extend(document_cases(
         &document,
