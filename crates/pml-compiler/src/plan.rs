@@ -75,6 +75,25 @@ pub struct LayoutUnit {
     pub scaffold: Vec<UnitId>,
 }
 
+impl LayoutUnit {
+    /// The schema root before any token is laid out: the unit every layout starts from.
+    pub fn root() -> Self {
+        LayoutUnit {
+            id: UnitId::ROOT,
+            name: String::new(),
+            path: Vec::new(),
+            kind: UnitKind::Root,
+            parent: None,
+            start: 0,
+            end: 0,
+            tokens: Vec::new(),
+            positions: Vec::new(),
+            params: Vec::new(),
+            scaffold: Vec::new(),
+        }
+    }
+}
+
 /// A schema laid out for one model (tokenizer + chat template).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SchemaLayout {

@@ -3,6 +3,7 @@
 //! for strings built from PML-ish fragments, and for mutations of the case files.
 
 use pml_syntax::ast::{Attribute, Name, PromptItem, SchemaItem, SourceFile};
+use pml_syntax::names::{ROOT_ELEMENTS, SCHEMA_ELEMENTS};
 use pml_syntax::{Span, parse, render};
 use proptest::prelude::*;
 use std::path::Path;
@@ -157,27 +158,16 @@ fn fragment() -> impl Strategy<Value = String> {
         Just("?>".to_owned()),
         Just("é".to_owned()),
         Just("東".to_owned()),
-        prop::sample::select(vec![
-            "schema",
-            "prompt",
-            "module",
-            "union",
-            "collection",
-            "param",
-            "parameter",
-            "system",
-            "user",
-            "assistant",
-            "name",
-            "len",
-            "length",
-            "default",
-            "scaffold",
-            "src",
-            "modle",
-            "unit.py",
-            "x",
-        ])
+        prop::sample::select(
+            ROOT_ELEMENTS
+                .iter()
+                .chain(SCHEMA_ELEMENTS)
+                .copied()
+                .chain([
+                    "name", "len", "length", "default", "scaffold", "src", "modle", "unit.py", "x",
+                ])
+                .collect::<Vec<_>>(),
+        )
         .prop_map(str::to_owned),
         "[a-zA-Z0-9 ]{1,5}",
     ]

@@ -52,19 +52,7 @@ impl<'a> Walker<'a> {
             cursor: 0,
             diagnostics: Vec::new(),
         };
-        walker.units.push(LayoutUnit {
-            id: UnitId::ROOT,
-            name: String::new(),
-            path: Vec::new(),
-            kind: UnitKind::Root,
-            parent: None,
-            start: 0,
-            end: 0,
-            tokens: Vec::new(),
-            positions: Vec::new(),
-            params: Vec::new(),
-            scaffold: Vec::new(),
-        });
+        walker.units.push(LayoutUnit::root());
         if let Some(bos) = walker.input.tokenizer.bos_token() {
             walker.push(UnitId::ROOT, &[bos]);
         }

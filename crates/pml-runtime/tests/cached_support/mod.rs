@@ -18,21 +18,8 @@ pub struct LayoutBuilder {
 
 impl LayoutBuilder {
     pub fn new() -> Self {
-        let root = LayoutUnit {
-            id: UnitId::ROOT,
-            name: String::new(),
-            path: Vec::new(),
-            kind: UnitKind::Root,
-            parent: None,
-            start: 0,
-            end: 0,
-            tokens: Vec::new(),
-            positions: Vec::new(),
-            params: Vec::new(),
-            scaffold: Vec::new(),
-        };
         Self {
-            units: vec![root],
+            units: vec![LayoutUnit::root()],
             cursor: 0,
         }
     }
