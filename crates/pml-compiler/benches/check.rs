@@ -5,47 +5,11 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use pml_compiler::check::{PromptCheckOptions, check_prompt, check_schema};
-use pml_compiler::testing::WordTokenizer;
+use pml_compiler::testing::{WordTokenizer, generated_schema};
 use pml_compiler::{MemorySourceLoader, SchemaIndex};
 use pml_syntax::ast::SourceFile;
 use std::fmt::Write;
 use std::hint::black_box;
-
-const TARGET_BYTES: usize = 1 << 20;
-
-fn generated_schema() -> (String, usize) {
-    let mut schema = String::from(
-        "<schema name=\"bench\">\n  <system>You are a careful assistant.</system>\n  <user>\n",
-    );
-    let mut n_groups = 0;
-    while schema.len() < TARGET_BYTES {
-        let index = n_groups;
-        let _ = write!(
-            schema,
-            r#"    <module name="topic-{index}">
-      Topic {index} is written for <param name="reader" len="8"/> in <param name="tone" len="4"/> words.
-      <union default="brief-{index}">
-        <module name="brief-{index}">A brief summary of topic {index}.</module>
-        <module name="detailed-{index}">
-          A detailed summary of topic {index} with <param name="focus" len="16">the main points</param>.
-          <union>
-            <module name="example-a">Example A of topic {index}.</module>
-            <module name="example-b">Example B of topic {index}.</module>
-          </union>
-        </module>
-      </union>
-      <collection name="sources-{index}">
-        <module name="source-1">The first source of topic {index}, quoted at some length.</module>
-        <module name="source-2">The second source of topic {index}, quoted at some length.</module>
-      </collection>
-    </module>
-"#
-        );
-        n_groups += 1;
-    }
-    schema.push_str("  </user>\n</schema>\n");
-    (schema, n_groups)
-}
 
 /// Imports every topic with arguments, a nested union member, and repeated collection members.
 fn generated_prompt(n_groups: usize) -> String {
@@ -61,7 +25,7 @@ fn generated_prompt(n_groups: usize) -> String {
 }
 
 fn bench_check(criterion: &mut Criterion) {
-    let (source, n_groups) = generated_schema();
+    let (source, n_groups) = generated_schema(1 << 20);
     let parse = pml_syntax::parse(&source);
     let SourceFile::Schema(schema) = &parse.file else {
         panic!("the generated schema parses as a schema")

@@ -29,6 +29,8 @@ enum Command {
     Run(commands::run::RunArgs),
     /// Benchmarks: time to first token with and without the module cache.
     Bench(commands::bench::BenchArgs),
+    /// Language server for editors, on stdin/stdout (see docs/editors.md).
+    Lsp(commands::lsp::LspArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => commands::generate::run(args).map_err(Failure::from),
         Command::Run(args) => commands::run::run(args),
         Command::Bench(args) => commands::bench::run(args),
+        Command::Lsp(args) => commands::lsp::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

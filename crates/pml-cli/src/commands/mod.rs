@@ -3,6 +3,8 @@
 pub mod answer_stream;
 pub mod bench;
 pub mod generate;
+pub mod lsp;
+pub mod lsp_store;
 pub mod models;
 pub mod plan_view;
 pub mod run;

@@ -7,7 +7,7 @@ mod prompt;
 mod schema;
 
 pub use prompt::{PromptCheckOptions, check_prompt, check_schema_attribute};
-pub use schema::{SchemaCheck, check_schema};
+pub use schema::{SchemaCheck, check_schema, element_attributes};
 
 use crate::rules::{self, diagnostic};
 use crate::schema_index::SchemaIndex;

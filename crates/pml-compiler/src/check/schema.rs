@@ -75,6 +75,19 @@ const UNION_ATTRIBUTES: &[&str] = &["default", "scaffold"];
 const COLLECTION_ATTRIBUTES: &[&str] = &["name"];
 const PARAM_ATTRIBUTES: &[&str] = &["name", "len", "length"];
 
+/// The attributes a schema element (or the `schema` root) accepts: the checker's table, which
+/// editors complete from. Role blocks and unknown elements accept none.
+pub fn element_attributes(tag: &str) -> &'static [&'static str] {
+    match tag {
+        "schema" => SCHEMA_ATTRIBUTES,
+        "module" => MODULE_ATTRIBUTES,
+        "union" => UNION_ATTRIBUTES,
+        "collection" => COLLECTION_ATTRIBUTES,
+        "param" | "parameter" => PARAM_ATTRIBUTES,
+        _ => &[],
+    }
+}
+
 fn check_elements(schema: &Schema, diagnostics: &mut Vec<Diagnostic>) {
     check_attributes("schema", &schema.attributes, SCHEMA_ATTRIBUTES, diagnostics);
     check_name_present("schema", schema.name.as_ref(), schema.open_tag, diagnostics);
