@@ -61,13 +61,14 @@ fn pmlc_check(path: &Path) -> Vec<(String, String)> {
         .as_array()
         .expect("an array")
         .iter()
-        .map(|entry| {
-            (
-                entry["code"].as_str().unwrap_or("").to_string(),
-                entry["message"].as_str().unwrap_or("").to_string(),
-            )
-        })
+        .map(code_and_message)
         .collect()
+}
+
+/// The `code` and `message` fields, alike in `pmlc check --format json` and in LSP diagnostics.
+fn code_and_message(entry: &Value) -> (String, String) {
+    let field = |name: &str| entry[name].as_str().unwrap_or("").to_string();
+    (field("code"), field("message"))
 }
 
 fn codes_and_messages(published: &Value) -> Vec<(String, String)> {
@@ -75,12 +76,7 @@ fn codes_and_messages(published: &Value) -> Vec<(String, String)> {
         .as_array()
         .expect("diagnostics array")
         .iter()
-        .map(|d| {
-            (
-                d["code"].as_str().unwrap_or("").to_string(),
-                d["message"].as_str().unwrap_or("").to_string(),
-            )
-        })
+        .map(code_and_message)
         .collect()
 }
 

@@ -113,20 +113,27 @@ fn complete_schema(offset: usize, context: TagContext) -> Vec<Completion> {
                 )
             })
             .collect(),
-        TagContext::Attributes { tag, written } => element_attributes(tag)
-            .iter()
-            .filter(|name| !written.contains(name))
-            .map(|name| {
-                keyword(
-                    name,
-                    &format!("{name}=\"\""),
-                    Span::new(offset, offset),
-                    CompletionItemKind::PROPERTY,
-                )
-            })
-            .collect(),
+        TagContext::Attributes { tag, written } => {
+            attributes(element_attributes(tag), &written, offset)
+        }
         TagContext::Other => Vec::new(),
     }
+}
+
+/// `name=""` for each of `names` not already `written`, inserted at `offset`.
+fn attributes(names: &[&str], written: &[&str], offset: usize) -> Vec<Completion> {
+    names
+        .iter()
+        .filter(|name| !written.contains(name))
+        .map(|name| {
+            keyword(
+                name,
+                &format!("{name}=\"\""),
+                Span::new(offset, offset),
+                CompletionItemKind::PROPERTY,
+            )
+        })
+        .collect()
 }
 
 fn keyword(label: &str, insert: &str, replace: Span, kind: CompletionItemKind) -> Completion {
@@ -219,18 +226,7 @@ fn complete_arguments(
 ) -> Vec<Completion> {
     let insert_at = Span::new(offset, offset);
     if tag == "prompt" {
-        return ["schema"]
-            .iter()
-            .filter(|name| !written.contains(name))
-            .map(|name| {
-                keyword(
-                    name,
-                    &format!("{name}=\"\""),
-                    insert_at,
-                    CompletionItemKind::PROPERTY,
-                )
-            })
-            .collect();
+        return attributes(&["schema"], written, offset);
     }
     let chain = import_chain(&prompt.items, offset);
     let Some(innermost) = chain.last() else {

@@ -5,41 +5,39 @@
 //! to the character's start, so no request can make the server slice a string off a boundary.
 
 use lsp_types::{Position, Range};
-use pml_syntax::Span;
+use pml_syntax::{LineIndex, Span};
 
-/// Line starts of one text, built once per version of a document.
+/// Line starts of one text (the parser's [`LineIndex`]), built once per version of a document.
 #[derive(Clone, Debug)]
 pub struct LineMap {
-    line_starts: Vec<usize>,
+    index: LineIndex,
 }
 
 impl LineMap {
     pub fn new(text: &str) -> Self {
-        let line_starts = std::iter::once(0)
-            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
-            .collect();
-        LineMap { line_starts }
+        LineMap {
+            index: LineIndex::new(text),
+        }
     }
 
     /// The LSP position of byte `offset` (clamped to the text and to a character boundary).
     pub fn position(&self, text: &str, offset: usize) -> Position {
         let offset = floor_char_boundary(text, offset.min(text.len()));
-        let line = self.line_starts.partition_point(|&start| start <= offset) - 1;
-        let start = self.line_starts[line];
-        let character = text[start..offset].encode_utf16().count();
+        let (line, byte_column) = self.index.line_col(offset);
+        let character = text[offset - byte_column..offset].encode_utf16().count();
         Position::new(to_u32(line), to_u32(character))
     }
 
     /// The byte offset of an LSP position, clamped to the end of its line and of the text.
     pub fn offset(&self, text: &str, position: Position) -> usize {
         let line = position.line as usize;
-        let Some(&start) = self.line_starts.get(line) else {
+        let Some(start) = self.index.line_start(line) else {
             return text.len();
         };
         let end = self
-            .line_starts
-            .get(line + 1)
-            .map_or(text.len(), |&next| next - 1);
+            .index
+            .line_start(line + 1)
+            .map_or(text.len(), |next| next - 1);
         let mut units = 0usize;
         for (index, character) in text[start..end].char_indices() {
             let width = character.len_utf16();

@@ -59,6 +59,11 @@ impl LineIndex {
         (line, offset - self.line_starts[line])
     }
 
+    /// Byte offset where zero-based `line` starts, if the text has that line.
+    pub fn line_start(&self, line: usize) -> Option<usize> {
+        self.line_starts.get(line).copied()
+    }
+
     /// Byte offset of a zero-based line and byte column, clamped to the line starts known.
     pub fn offset(&self, line: usize, col: usize) -> usize {
         let line = line.min(self.line_starts.len() - 1);
