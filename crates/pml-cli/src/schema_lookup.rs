@@ -3,7 +3,8 @@
 //! `<schema name="NAME">`. Schemas are read, parsed and checked once per run and shared.
 
 use pml_compiler::check::{ResolvedSchema, SchemaLookup, SchemaResolver};
-use pml_compiler::{FsSourceLoader, check_schema};
+use pml_compiler::schema_search::pml_files_in;
+use pml_compiler::{FsSourceLoader, SchemaSearch, check_schema};
 use pml_syntax::ast::SourceFile;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -102,18 +103,12 @@ impl SchemaResolver for FsSchemaResolver<'_> {
         let Some(name) = name else {
             return not_found(format!("`{}`", folder.display()));
         };
-        let by_file_name = folder.join(format!("{name}.pml"));
-        let mut candidates = vec![by_file_name.clone()];
-        candidates.extend(
-            pml_files_in(&folder)
-                .into_iter()
-                .filter(|path| *path != by_file_name),
-        );
-        for candidate in candidates {
-            if same_file(&candidate, self.prompt_path) {
+        let search = SchemaSearch::new(&folder, name, pml_files_in(&folder));
+        for candidate in search.candidates() {
+            if same_file(candidate, self.prompt_path) {
                 continue;
             }
-            if let SchemaFile::Schema(schema) = self.cache.load(&candidate)
+            if let SchemaFile::Schema(schema) = self.cache.load(candidate)
                 && schema
                     .index
                     .name()
@@ -122,32 +117,12 @@ impl SchemaResolver for FsSchemaResolver<'_> {
                 return SchemaLookup::Found(schema);
             }
         }
-        not_found(format!(
-            "`{}` and the other `.pml` files in `{}`",
-            by_file_name.display(),
-            folder.display()
-        ))
+        not_found(search.looked_in())
     }
 }
 
 fn not_found(looked_in: String) -> SchemaLookup {
     SchemaLookup::NotFound { looked_in }
-}
-
-/// The `.pml` files directly in `folder`, sorted so the search is reproducible.
-fn pml_files_in(folder: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(folder) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|path| {
-            path.extension().is_some_and(|extension| extension == "pml") && path.is_file()
-        })
-        .collect();
-    files.sort();
-    files
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

@@ -15,6 +15,7 @@ pub mod layout;
 pub mod plan;
 pub mod rules;
 pub mod schema_index;
+pub mod schema_search;
 pub mod source_loader;
 pub mod suggest;
 pub mod testing;
@@ -28,6 +29,7 @@ pub use check::{
 pub use layout::{layout_schema, unit_of};
 pub use rules::all_rules;
 pub use schema_index::{ModuleId, SchemaIndex, Scope};
+pub use schema_search::SchemaSearch;
 pub use source_loader::{
     FsSourceLoader, MemorySourceLoader, RefuseSources, SourceError, SourceLoader,
 };

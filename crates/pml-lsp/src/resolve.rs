@@ -1,13 +1,14 @@
 //! Finding a prompt's schema the way `pmlc check` does (`NAME.pml` beside the prompt, else any
-//! `.pml` file in its folder whose root is `<schema name="NAME">`, sorted), except that open
+//! `.pml` file in its folder whose root is `<schema name="NAME">`, sorted: [`SchemaSearch`]), except that open
 //! documents take precedence over the disk and count as files of their folder even when unsaved.
 //! A document that is not on disk (`untitled:`) is matched against the open schemas by name.
 
 use crate::schema_source::SchemaSource;
 use crate::workspace::{OpenDocument, Workspace};
+use pml_compiler::SchemaSearch;
 use pml_compiler::check::{SchemaLookup, SchemaResolver};
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use pml_compiler::schema_search::{is_pml, pml_files_in};
+use std::path::Path;
 use std::sync::Arc;
 
 pub struct WorkspaceResolver<'a> {
@@ -26,30 +27,27 @@ impl SchemaResolver for WorkspaceResolver<'_> {
         let Some(name) = name else {
             return not_found(format!("`{}`", folder.display()));
         };
-        let by_file_name = folder.join(format!("{name}.pml"));
-        let mut others: BTreeSet<PathBuf> = pml_files_in(folder);
-        others.extend(
-            self.workspace
-                .documents()
-                .filter_map(|open| open.path.clone())
-                .filter(|path| path.parent() == Some(folder) && is_pml(path)),
+        let open_in_folder = self
+            .workspace
+            .documents()
+            .filter_map(|open| open.path.clone())
+            .filter(|path| path.parent() == Some(folder) && is_pml(path));
+        let search = SchemaSearch::new(
+            folder,
+            name,
+            pml_files_in(folder).into_iter().chain(open_in_folder),
         );
-        others.remove(&by_file_name);
-        for candidate in std::iter::once(by_file_name.clone()).chain(others) {
-            if candidate == *prompt_path {
+        for candidate in search.candidates() {
+            if candidate == prompt_path {
                 continue;
             }
-            if let Some(schema) = self.workspace.schema_at(&candidate)
+            if let Some(schema) = self.workspace.schema_at(candidate)
                 && schema.name() == name
             {
                 return self.found(schema);
             }
         }
-        not_found(format!(
-            "`{}` and the other `.pml` files in `{}`",
-            by_file_name.display(),
-            folder.display()
-        ))
+        not_found(search.looked_in())
     }
 }
 
@@ -84,20 +82,4 @@ impl WorkspaceResolver<'_> {
 
 fn not_found(looked_in: String) -> SchemaLookup {
     SchemaLookup::NotFound { looked_in }
-}
-
-fn is_pml(path: &Path) -> bool {
-    path.extension().is_some_and(|extension| extension == "pml")
-}
-
-/// The `.pml` files directly in `folder`.
-fn pml_files_in(folder: &Path) -> BTreeSet<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(folder) else {
-        return BTreeSet::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|path| is_pml(path) && path.is_file())
-        .collect()
 }
