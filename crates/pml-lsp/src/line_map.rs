@@ -1,8 +1,9 @@
 //! Byte offsets ↔ LSP positions. LSP counts columns in UTF-16 code units (the default
 //! `positionEncoding`, and the only one every client supports); the parser's spans are UTF-8 byte
 //! offsets. Out-of-range positions are clamped as the specification asks (a character past the
-//! end of its line means the end of the line), and a position inside a surrogate pair rounds down
-//! to the character's start, so no request can make the server slice a string off a boundary.
+//! end of its line means the end of the line, before its `\n` or `\r\n`), and a position inside
+//! a surrogate pair rounds down to the character's start, so no request can make the server slice
+//! a string off a boundary.
 
 use lsp_types::{Position, Range};
 use pml_syntax::{LineIndex, Span};
@@ -34,10 +35,14 @@ impl LineMap {
         let Some(start) = self.index.line_start(line) else {
             return text.len();
         };
-        let end = self
+        // The line's content ends before its terminator, `\n` or `\r\n`.
+        let mut end = self
             .index
             .line_start(line + 1)
             .map_or(text.len(), |next| next - 1);
+        if end > start && text.as_bytes()[end - 1] == b'\r' && end < text.len() {
+            end -= 1;
+        }
         let mut units = 0usize;
         for (index, character) in text[start..end].char_indices() {
             let width = character.len_utf16();
@@ -94,6 +99,8 @@ mod tests {
         // Past the line's end: the end of the line (before `\n`).
         assert_eq!(map.offset(text, Position::new(0, 99)), 8);
         assert_eq!(map.offset(text, Position::new(1, 0)), 9);
+        // Past the end of a `\r\n` line: before the `\r`.
+        assert_eq!(map.offset(text, Position::new(1, 5)), 10);
         assert_eq!(map.offset(text, Position::new(9, 0)), text.len());
         // A byte offset inside `é` rounds down.
         assert_eq!(map.position(text, 2), Position::new(0, 1));

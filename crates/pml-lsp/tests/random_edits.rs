@@ -79,8 +79,9 @@ fn edit() -> impl Strategy<Value = Edit> {
         })
 }
 
-/// The reference model: lines of UTF-16 code units; positions clamp as LSP says, and a position
-/// inside a surrogate pair moves to the pair's start (as the server does).
+/// The reference model: lines of UTF-16 code units; positions clamp as LSP says (to the end of
+/// the line, before `\r\n` or `\n`), and a position inside a surrogate pair moves to the pair's
+/// start (as the server does).
 fn offset_in(units: &[u16], (line, character): (u32, u32)) -> usize {
     let mut start = 0;
     for _ in 0..line {
@@ -92,10 +93,13 @@ fn offset_in(units: &[u16], (line, character): (u32, u32)) -> usize {
             None => return units.len(),
         }
     }
-    let end = units[start..]
+    let mut end = units[start..]
         .iter()
         .position(|&unit| unit == u16::from(b'\n'))
         .map_or(units.len(), |newline| start + newline);
+    if end > start && end < units.len() && units[end - 1] == u16::from(b'\r') {
+        end -= 1;
+    }
     let mut offset = (start + character as usize).min(end);
     if offset < units.len() && (0xDC00..0xE000).contains(&units[offset]) && offset > start {
         offset -= 1;
