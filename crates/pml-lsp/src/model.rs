@@ -8,8 +8,9 @@ use pml_compiler::Tokenizer;
 use pml_compiler::chat_template::ChatTemplate;
 use pml_compiler::plan::LayoutUnit;
 
-/// What the module store holds for one unit of a schema compiled for the model.
-pub trait CompiledStates {
+/// What the module store holds for one unit of a schema compiled for the model. `Send`, so a host
+/// may run the server on a thread of its own.
+pub trait CompiledStates: Send {
     /// One line for the hover of `unit` (laid out now) in schema `schema_name`: its stored KV size
     /// and tier, or why there is none (not compiled, compiled from another version, ...).
     fn describe(&self, schema_name: &str, unit: &LayoutUnit) -> String;
