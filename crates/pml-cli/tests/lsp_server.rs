@@ -1,7 +1,8 @@
 //! `pml lsp` as an editor starts it: the built binary on stdin/stdout, spoken to in JSON-RPC.
 //! The lifecycle (initialize … shutdown, exit status 0), diagnostics on open and after
 //! incremental edits (with UTF-16 columns, and the same codes and messages as
-//! `pmlc check --format json`), hover, definition, completion, document symbols and references.
+//! `pmlc check --format json`), debouncing, hover, definition, completion, document symbols and
+//! references.
 
 mod lsp_client;
 
@@ -232,6 +233,31 @@ fn hover_shows_token_counts_with_the_fetched_model() {
         text.contains(&format!("With `{id}`:")) && text.contains("tokens of its own, positions"),
         "{text}"
     );
+    assert!(client.shutdown().success());
+    let _ = std::fs::remove_dir_all(&folder);
+}
+
+#[test]
+fn a_burst_of_edits_is_checked_once_after_the_debounce() {
+    let folder = folder("debounce");
+    let prompt = uri(&folder.join("trip.pml"));
+    // A long debounce, so that writing the burst cannot outlast it even on a loaded machine.
+    let (mut client, _) = LspClient::start(&["--no-model", "--debounce-ms", "1000"], &folder);
+    client.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": prompt, "languageId": "pml", "version": 1, "text": PROMPT}}),
+    );
+    for version in 2..=6 {
+        client.notify(
+            "textDocument/didChange",
+            json!({"textDocument": {"uri": prompt, "version": version}, "contentChanges": [
+                {"range": {"start": position(2, 0), "end": position(2, 0)}, "text": "x"}
+            ]}),
+        );
+    }
+    // The first diagnostics published are those of the last version: nothing in between.
+    let published = client.diagnostics(&prompt);
+    assert_eq!(published["version"], 6);
     assert!(client.shutdown().success());
     let _ = std::fs::remove_dir_all(&folder);
 }
