@@ -86,8 +86,10 @@ impl From<EncodeArg> for EncodeMode {
 /// compiled with one format is encoded again for another.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum WeightsArg {
-    /// Quantized kernels for calls of a few rows (decode), f16 copies for larger ones.
+    /// Quantized kernels for calls of a few rows (decode), f32 copies for larger ones (fastest).
     #[default]
+    QuantizedAndF32,
+    /// Quantized kernels for calls of a few rows (decode), f16 copies for larger ones.
     QuantizedAndF16,
     /// The GGUF's quantized blocks only (least memory).
     Quantized,
@@ -99,6 +101,7 @@ pub enum WeightsArg {
 impl From<WeightsArg> for WeightFormat {
     fn from(arg: WeightsArg) -> Self {
         match arg {
+            WeightsArg::QuantizedAndF32 => WeightFormat::QuantizedAndF32,
             WeightsArg::QuantizedAndF16 => WeightFormat::QuantizedAndF16,
             WeightsArg::Quantized => WeightFormat::Quantized,
             WeightsArg::F16 => WeightFormat::F16,
@@ -122,7 +125,7 @@ pub struct RuntimeArgs {
     #[arg(long, value_enum, default_value_t = EncodeArg::Scaffolded)]
     pub encode: EncodeArg,
     /// How the weights are held in memory; compile and run with the same format.
-    #[arg(long, value_enum, default_value_t = WeightsArg::QuantizedAndF16)]
+    #[arg(long, value_enum, default_value_t = WeightsArg::QuantizedAndF32)]
     pub weights: WeightsArg,
 }
 

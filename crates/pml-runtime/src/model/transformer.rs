@@ -21,6 +21,9 @@ pub const ACTIVATION_DTYPE: DType = DType::F32;
 /// of queries, which keeps the scores in cache and avoids huge short-lived allocations.
 const ATTENTION_SCORE_BUDGET: usize = 1 << 22;
 
+/// Rows the MLP takes at once (see [`Mlp::forward`]).
+const MLP_ROWS: usize = 512;
+
 /// Rotary position embedding in the NEOX layout (dimension `i` pairs with `i + head_dim / 2`),
 /// as llama.cpp applies it to both families. Angles come from the positions in hand, so any
 /// position costs the same and nothing is precomputed.
@@ -80,18 +83,48 @@ fn positions_as_offsets(positions: &[u32]) -> Vec<f64> {
         .collect()
 }
 
-/// Additive mask `(n_queries, n_keys)`: 0 where a query at position `q` may see a key at `k`
-/// (`k <= q`, and `q - k < window` in local layers), -inf elsewhere. `None` when every key is
-/// visible to every query, as when decoding one token after its past.
+/// Whether a query at position `query` may see a key at `key`: `key <= query`, and
+/// `query - key < window` in local layers.
+fn visible(query: u32, key: u32, window: Option<usize>) -> bool {
+    key <= query && window.is_none_or(|window| ((query - key) as usize) < window)
+}
+
+/// The slots `lo..hi` outside which no key is visible to any query with a position in
+/// `min_query..=max_query` (empty when none is): causal prefills and sliding windows then
+/// multiply only the keys a chunk of queries can see.
+fn visible_slots(
+    min_query: u32,
+    max_query: u32,
+    key_positions: &[u32],
+    window: Option<usize>,
+) -> std::ops::Range<usize> {
+    let maybe_visible = |&key: &u32| {
+        key <= max_query
+            && window.is_none_or(|window| u64::from(key) + window as u64 > u64::from(min_query))
+    };
+    match key_positions.iter().position(maybe_visible) {
+        Some(lo) => {
+            let hi = key_positions.len()
+                - key_positions
+                    .iter()
+                    .rev()
+                    .position(maybe_visible)
+                    .unwrap_or(0);
+            lo..hi
+        }
+        None => 0..0,
+    }
+}
+
+/// Additive mask `(n_queries, n_keys)`: 0 where a query may see a key (see [`visible`]), -inf
+/// elsewhere. `None` when every key is visible to every query, as when decoding one token after
+/// its past.
 fn position_mask(
     query_positions: &[u32],
     key_positions: &[u32],
     window: Option<usize>,
     device: &Device,
 ) -> Result<Option<Tensor>, EngineError> {
-    let visible = |query: u32, key: u32| {
-        key <= query && window.is_none_or(|window| ((query - key) as usize) < window)
-    };
     let (Some(&min_query), Some(&max_query)) =
         (query_positions.iter().min(), query_positions.iter().max())
     else {
@@ -101,14 +134,14 @@ fn position_mask(
     else {
         return Ok(None);
     };
-    if visible(min_query, max_key) && visible(max_query, min_key) {
+    if visible(min_query, max_key, window) && visible(max_query, min_key, window) {
         return Ok(None);
     }
     let mask: Vec<f32> = query_positions
         .iter()
         .flat_map(|&query| {
             key_positions.iter().map(move |&key| {
-                if visible(query, key) {
+                if visible(query, key, window) {
                     0.0
                 } else {
                     f32::NEG_INFINITY
@@ -152,7 +185,21 @@ impl Mlp {
         })
     }
 
+    /// Long inputs go through in blocks of [`MLP_ROWS`] rows: rows are independent, and the
+    /// `(rows, ffn_dim)` intermediates of a 4096-token prompt would otherwise take hundreds of MB.
     fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
+        let n_rows = x.dim(0)?;
+        if n_rows <= MLP_ROWS {
+            return self.forward_rows(x);
+        }
+        let blocks = (0..n_rows)
+            .step_by(MLP_ROWS)
+            .map(|start| self.forward_rows(&x.narrow(0, start, MLP_ROWS.min(n_rows - start))?))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Tensor::cat(&blocks, 0)?)
+    }
+
+    fn forward_rows(&self, x: &Tensor) -> Result<Tensor, EngineError> {
         let gate = self.ffn_gate.forward(x)?; // (n_tokens, ffn_dim)
         let gate = match self.activation {
             Activation::Silu => candle_nn::ops::silu(&gate)?,
@@ -276,32 +323,59 @@ impl Attention {
         Ok((keys, values))
     }
 
-    /// softmax(q k^T + mask) v for queries `(n, n_heads, head_dim)` over cached keys and values
-    /// `(n_keys, n_kv_heads, head_dim)`; returns `(n, n_heads * head_dim)`. Long calls go in
-    /// chunks of queries so the scores of one chunk stay within [`ATTENTION_SCORE_BUDGET`].
+    /// softmax(q k^T + mask) v for queries `(n, n_heads, head_dim)` at `query_positions` over
+    /// cached keys and values `(n_keys, n_kv_heads, head_dim)` at `key_positions`; returns
+    /// `(n, n_heads * head_dim)`. Long calls go in chunks of queries so the scores of one chunk
+    /// stay within [`ATTENTION_SCORE_BUDGET`]; each chunk multiplies only the slots that can be
+    /// visible to it, and builds a mask only for those.
     fn attend(
         &self,
         queries: &Tensor,
+        query_positions: &[u32],
         keys: &Tensor,
         values: &Tensor,
-        mask: Option<&Tensor>,
+        key_positions: &[u32],
     ) -> Result<Tensor, EngineError> {
         let n_queries = queries.dim(0)?;
         let scores_per_query = self.n_heads * keys.dim(0)?;
         let chunk = (ATTENTION_SCORE_BUDGET / scores_per_query.max(1)).max(1);
-        if chunk >= n_queries {
-            return self.attend_chunk(queries, keys, values, mask);
-        }
         let mut outputs = Vec::with_capacity(n_queries.div_ceil(chunk));
         for start in (0..n_queries).step_by(chunk) {
             let len = chunk.min(n_queries - start);
-            let chunk_mask = mask.map(|mask| mask.narrow(0, start, len)).transpose()?;
+            let chunk_positions = &query_positions[start..start + len];
+            let (Some(&min_query), Some(&max_query)) =
+                (chunk_positions.iter().min(), chunk_positions.iter().max())
+            else {
+                continue;
+            };
+            let slots = visible_slots(min_query, max_query, key_positions, self.sliding_window);
+            let chunk_queries = queries.narrow(0, start, len)?;
+            if slots.is_empty() {
+                // Nothing visible: not reachable from `forward_layer`, which writes each query's
+                // own key first; zeros rather than the NaNs of a softmax over -inf alone.
+                outputs.push(Tensor::zeros(
+                    (len, self.n_heads * self.head_dim),
+                    queries.dtype(),
+                    queries.device(),
+                )?);
+                continue;
+            }
+            let slot_positions = &key_positions[slots.clone()];
+            let mask = position_mask(
+                chunk_positions,
+                slot_positions,
+                self.sliding_window,
+                queries.device(),
+            )?;
             outputs.push(self.attend_chunk(
-                &queries.narrow(0, start, len)?,
-                keys,
-                values,
-                chunk_mask.as_ref(),
+                &chunk_queries,
+                &keys.narrow(0, slots.start, slots.len())?,
+                &values.narrow(0, slots.start, slots.len())?,
+                mask.as_ref(),
             )?);
+        }
+        if outputs.len() == 1 {
+            return Ok(outputs.remove(0));
         }
         Ok(Tensor::cat(&outputs, 0)?)
     }
@@ -409,17 +483,12 @@ impl Block {
         let queries = self.attention.queries(&x, &tables)?;
 
         let layer_kv = kv.layer(layer_idx)?;
-        let mask = position_mask(
-            positions,
-            layer_kv.positions(),
-            self.attention.sliding_window,
-            hidden.device(),
-        )?;
         let attended = self.attention.attend(
             &queries,
+            positions,
             &layer_kv.keys()?,
             &layer_kv.values()?,
-            mask.as_ref(),
+            layer_kv.positions(),
         )?;
         let attention_out = self.attention.attn_output.forward(&attended)?;
         let attention_out = match &self.post_attention_norm {

@@ -14,15 +14,16 @@ use crate::gguf::GgufFile;
 /// How weight matrices are held in memory and multiplied.
 ///
 /// On the CPU, candle's quantized kernels read few bytes per weight, which is what decoding
-/// (one row, memory-bound) needs, but are slow for many rows, where a dequantized F16 gemm wins
-/// several times over; and candle has SIMD kernels for Q4_0, Q8_0 and the K-quants only, so the
-/// Q5_0 blocks most matrices of these files use take a scalar path. Hence the default keeps
-/// F16 copies for prefill and fast quantized blocks (Q5_0 requantized to Q8_0) for decoding.
+/// (one row, memory-bound) needs, but are slow for many rows (one dot product per output, about
+/// 9 GFLOP/s here), where a dequantized gemm wins several times over; and candle has SIMD
+/// kernels for Q4_0, Q8_0 and the K-quants only, so the Q5_0 blocks most matrices of these files
+/// use take a scalar path. Hence the default keeps dense copies for prefill and fast quantized
+/// blocks (Q5_0 requantized to Q8_0) for decoding.
 ///
-/// Qwen2.5-0.5B Q4_K_M, one thread, CPU time (`examples/engine_speed.rs`, machine shared with
-/// other jobs): as stored, 3.9 tok/s prefill and 296 ms/token decode; F16, 60 tok/s and
-/// 80 ms/token in 1.29 GB; this default, 55-58 tok/s (512 tokens; 40 at 2048) and 77 ms/token
-/// in 1.35 GB resident.
+/// The dense copies are f32: on AVX2 without native f16 arithmetic the gemm crate converts f16
+/// panels to f32 on the fly, and one 512×896×4864 projection runs at 64 GFLOP/s in f32 against
+/// 40 in f16 on one core (`examples/kernel_probe.rs`), which outweighs the 0.7 GB the f32
+/// copies add for the default model (see docs/benchmarks.md, "Engine").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum WeightFormat {
     /// GGML blocks exactly as stored in the file, multiplied with candle's quantized kernels.
@@ -34,14 +35,17 @@ pub enum WeightFormat {
     /// and quantized blocks with a fast kernel (requantized to Q8_0 where the stored type has
     /// none) for fewer (decode). Vocabulary matrices: quantized blocks only, since they see few
     /// rows (the LM head computes the rows that need logits) or none (embedding lookup).
-    #[default]
     QuantizedAndF16,
+    /// As [`WeightFormat::QuantizedAndF16`] with F32 copies: the fastest prefill on CPUs
+    /// without f16 arithmetic, for twice the dense bytes.
+    #[default]
+    QuantizedAndF32,
 }
 
-/// Row count up to which [`WeightFormat::QuantizedAndF16`] uses the quantized kernels.
+/// Row count up to which the `QuantizedAnd*` formats use the quantized kernels.
 pub const FEW_ROWS: usize = 8;
 
-/// What a matrix is used for, which decides the copies [`WeightFormat::QuantizedAndF16`] keeps.
+/// What a matrix is used for, which decides the copies the `QuantizedAnd*` formats keep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatrixRole {
     /// Multiplied by the activations of every token (attention and MLP projections).
@@ -61,7 +65,16 @@ impl WeightFormat {
             WeightFormat::F16 => Some(DType::F16),
             WeightFormat::Bf16 => Some(DType::BF16),
             WeightFormat::QuantizedAndF16 => (role == MatrixRole::Projection).then_some(DType::F16),
+            WeightFormat::QuantizedAndF32 => (role == MatrixRole::Projection).then_some(DType::F32),
         }
+    }
+
+    /// Whether projections keep quantized blocks beside their dense copy.
+    fn keeps_both(self) -> bool {
+        matches!(
+            self,
+            WeightFormat::QuantizedAndF16 | WeightFormat::QuantizedAndF32
+        )
     }
 }
 
@@ -165,7 +178,7 @@ impl Linear {
             None => Matrix::Quantized(Arc::new(with_fast_kernel(qtensor, device)?)),
             Some(dtype) => {
                 let dense = qtensor.dequantize(device)?.to_dtype(dtype)?;
-                if format == WeightFormat::QuantizedAndF16 && !stored_dense {
+                if format.keeps_both() && !stored_dense {
                     Matrix::Both {
                         quantized: Arc::new(with_fast_kernel(qtensor, device)?),
                         dense,

@@ -163,6 +163,7 @@ pub fn weight_format_name(format: WeightFormat) -> &'static str {
         WeightFormat::F16 => "f16",
         WeightFormat::Bf16 => "bf16",
         WeightFormat::QuantizedAndF16 => "quantized+f16",
+        WeightFormat::QuantizedAndF32 => "quantized+f32",
     }
 }
 

@@ -1,8 +1,11 @@
 //! `pml bench ...`: benchmarks run from the command line on real models. `cache` compares the
-//! time to first token with and without the module cache.
+//! time to first token with and without the module cache; `engine` times the engine itself
+//! against llama.cpp.
 
 pub mod cache;
 pub mod cases;
+pub mod engine;
+pub mod engine_report;
 pub mod report;
 
 use clap::{Args, Subcommand};
@@ -19,10 +22,14 @@ enum BenchCommand {
     /// Time to first token of `full` against `reuse`, on the example prompts and on document
     /// prompts of chosen sizes.
     Cache(cache::CacheArgs),
+    /// Prefill throughput, TTFT, decode time and peak memory of the engine at several prompt
+    /// sizes, side by side with llama.cpp on the same GGUF when it is installed.
+    Engine(engine::EngineArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<(), Failure> {
     match args.command {
         BenchCommand::Cache(args) => cache::run(args),
+        BenchCommand::Engine(args) => engine::run(args),
     }
 }

@@ -33,7 +33,7 @@ impl Spread {
         })
     }
 
-    fn cell(&self) -> String {
+    pub(crate) fn cell(&self) -> String {
         format!(
             "{} ({}–{})",
             ms(self.median_ms),
@@ -151,7 +151,11 @@ impl BenchReport {
 
 /// A table with columns padded to their widest cell; the first column left-aligned, the others
 /// right-aligned.
-fn push_table<const N: usize>(out: &mut String, header: &[String; N], rows: &[[String; N]]) {
+pub(crate) fn push_table<const N: usize>(
+    out: &mut String,
+    header: &[String; N],
+    rows: &[[String; N]],
+) {
     let mut widths = header.clone().map(|cell| cell.chars().count());
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {

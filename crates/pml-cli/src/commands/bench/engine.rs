@@ -1,0 +1,351 @@
+//! `pml bench engine`: prefill throughput, time to first token, decode time per token and peak
+//! resident memory of PML's engine at several prompt sizes, side by side with llama.cpp on the
+//! same GGUF and the same token ids when its venv is installed (scripts/setup-llama-cpp.sh).
+//!
+//! Every measurement is a fresh process (this binary with a hidden `--child-tokens` argument, or
+//! scripts/llama_engine_bench.py in the venv), so each size's peak memory (VmHWM) is its own and
+//! neither engine inherits the other's warm caches. Rounds alternate which engine goes first.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use pml_cli::failure::Failure;
+use pml_cli::model_fetch::{fetch_if_missing, resolve_model};
+use pml_cli::pipeline::WeightsArg;
+use pml_runtime::device::default_device;
+use pml_runtime::model::{Model, WeightFormat};
+use pml_runtime::models::PmlHome;
+use serde::{Deserialize, Serialize};
+
+use super::engine_report::{EngineReport, SizeResult};
+
+/// The llama.cpp side, embedded so the binary needs no checkout to find it.
+const LLAMA_SCRIPT: &str = include_str!("../../../../../scripts/llama_engine_bench.py");
+
+#[derive(Args, Debug)]
+pub struct EngineArgs {
+    /// Model id or alias; the default model when absent.
+    #[arg(long)]
+    model: Option<String>,
+    /// Prompt sizes, in tokens.
+    #[arg(long, value_delimiter = ',', default_value = "512,2048,4096")]
+    sizes: Vec<usize>,
+    /// Rounds; each round measures every size once per engine.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    rounds: u16,
+    /// Tokens decoded (greedily) after each prefill.
+    #[arg(long, default_value_t = 32)]
+    decode: usize,
+    /// How PML holds the weights.
+    #[arg(long, value_enum, default_value_t = WeightsArg::QuantizedAndF32)]
+    weights: WeightsArg,
+    /// Threads llama.cpp uses (default: the cores candle uses).
+    #[arg(long)]
+    llama_threads: Option<usize>,
+    /// Measure PML only, even when llama.cpp is installed.
+    #[arg(long)]
+    no_llama: bool,
+    /// Print the results as JSON on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Internal: measure PML once on the token ids in this JSON file and print the result.
+    #[arg(long, hide = true, value_name = "FILE")]
+    child_tokens: Option<PathBuf>,
+}
+
+/// One engine, one prompt size, one process.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Measurement {
+    pub load_s: f64,
+    pub prefill_s: f64,
+    pub ttft_s: f64,
+    pub decode_ms_per_token: f64,
+    pub peak_rss_bytes: u64,
+}
+
+pub fn run(args: EngineArgs) -> Result<(), Failure> {
+    let spec = resolve_model(args.model.as_deref()).map_err(Failure::Usage)?;
+    let model_path = fetch_if_missing(spec)?;
+    if let Some(tokens_file) = &args.child_tokens {
+        let measurement = measure_pml(&model_path, args.weights.into(), tokens_file, args.decode)?;
+        println!(
+            "{}",
+            serde_json::to_string(&measurement).context("writing JSON")?
+        );
+        return Ok(());
+    }
+    if args.sizes.is_empty() || args.sizes.contains(&0) {
+        return Err(Failure::usage("`--sizes` needs positive prompt sizes"));
+    }
+    let llama = if args.no_llama {
+        None
+    } else {
+        let llama = find_llama()?;
+        if llama.is_none() {
+            eprintln!(
+                "llama.cpp is not installed (no venv with llama_cpp at {}): measuring PML only. \
+                 Install it with scripts/setup-llama-cpp.sh for the side-by-side comparison.",
+                llama_venv_python()?.display()
+            );
+        }
+        llama
+    };
+    let llama_threads = args.llama_threads.unwrap_or_else(default_threads);
+    let work = tempfile::Builder::new()
+        .prefix("pml-bench-engine-")
+        .tempdir()
+        .context("creating a temporary folder for the token ids")?;
+    let rounds = usize::from(args.rounds);
+    let mut results: Vec<SizeResult> = args
+        .sizes
+        .iter()
+        .map(|&size| SizeResult::new(size))
+        .collect();
+    for round in 0..rounds {
+        for result in &mut results {
+            let size = result.tokens;
+            let tokens_file = work.path().join(format!("tokens-{size}.json"));
+            write_tokens(&tokens_file, &bench_tokens(size))?;
+            let llama_first = round % 2 == 1;
+            let run_llama = |result: &mut SizeResult| -> Result<(), Failure> {
+                if let Some(python) = &llama {
+                    let measured = measure_llama(
+                        python,
+                        &model_path,
+                        &tokens_file,
+                        args.decode,
+                        llama_threads,
+                    )?;
+                    progress(round, rounds, size, "llama.cpp", &measured);
+                    result.llama.push(measured);
+                }
+                Ok(())
+            };
+            if llama_first {
+                run_llama(result)?;
+            }
+            let measured = measure_pml_in_child(&args, spec.id, &tokens_file)?;
+            progress(round, rounds, size, "pml", &measured);
+            result.pml.push(measured);
+            if !llama_first {
+                run_llama(result)?;
+            }
+        }
+    }
+    let report = EngineReport::new(
+        spec.id,
+        WeightFormat::from(args.weights),
+        rounds,
+        args.decode,
+        llama.is_some().then_some(llama_threads),
+        &results,
+    );
+    if args.json {
+        let json = serde_json::to_string_pretty(&report).context("writing JSON")?;
+        println!("{json}");
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}
+
+fn progress(round: usize, rounds: usize, size: usize, engine: &str, measured: &Measurement) {
+    eprintln!(
+        "[round {}/{rounds}] {size} tokens, {engine}: prefill {:.1} tok/s, decode {:.1} ms/token, \
+         peak {:.0} MiB",
+        round + 1,
+        size as f64 / measured.prefill_s,
+        measured.decode_ms_per_token,
+        measured.peak_rss_bytes as f64 / (1024.0 * 1024.0)
+    );
+}
+
+/// Ordinary-text token ids valid in both models' vocabularies (away from the control tokens at
+/// either end); speed does not depend on which tokens they are.
+fn bench_tokens(n: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| 1000 + (i * 7919) % 20_000).collect()
+}
+
+fn write_tokens(path: &Path, tokens: &[u32]) -> Result<(), Failure> {
+    let json = serde_json::to_string(tokens).context("writing token ids")?;
+    std::fs::write(path, json)
+        .with_context(|| format!("writing token ids to {}", path.display()))?;
+    Ok(())
+}
+
+fn read_tokens(path: &Path) -> Result<Vec<u32>, Failure> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading token ids from {}", path.display()))?;
+    let tokens: Vec<u32> = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a JSON array of token ids", path.display()))?;
+    if tokens.is_empty() {
+        return Err(Failure::usage(format!(
+            "{} holds no token ids",
+            path.display()
+        )));
+    }
+    Ok(tokens)
+}
+
+/// Cores candle's thread pools use, which llama.cpp gets too so the comparison is like for like.
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+/// Runs this binary on one size in a fresh process.
+fn measure_pml_in_child(
+    args: &EngineArgs,
+    model_id: &str,
+    tokens_file: &Path,
+) -> Result<Measurement, Failure> {
+    let exe = std::env::current_exe().context("locating the pml binary")?;
+    let weights = clap::ValueEnum::to_possible_value(&args.weights)
+        .map(|value| value.get_name().to_owned())
+        .context("naming the weight format")?;
+    let mut command = Command::new(exe);
+    command
+        .args([
+            "bench",
+            "engine",
+            "--model",
+            model_id,
+            "--weights",
+            &weights,
+        ])
+        .arg("--decode")
+        .arg(args.decode.to_string())
+        .arg("--child-tokens")
+        .arg(tokens_file);
+    run_measurement(command, "pml")
+}
+
+fn measure_llama(
+    python: &Path,
+    model_path: &Path,
+    tokens_file: &Path,
+    decode: usize,
+    threads: usize,
+) -> Result<Measurement, Failure> {
+    let mut command = Command::new(python);
+    command
+        .arg("-c")
+        .arg(LLAMA_SCRIPT)
+        .arg("--model")
+        .arg(model_path)
+        .arg("--tokens")
+        .arg(tokens_file)
+        .arg("--decode")
+        .arg(decode.to_string())
+        .arg("--threads")
+        .arg(threads.to_string());
+    run_measurement(command, "llama.cpp")
+}
+
+/// Runs `command`, which prints one [`Measurement`] as the last line of its stdout.
+fn run_measurement(mut command: Command, engine: &str) -> Result<Measurement, Failure> {
+    let output = command
+        .output()
+        .with_context(|| format!("starting the {engine} measurement"))?;
+    if !output.status.success() {
+        return Err(Failure::Failed(anyhow::anyhow!(
+            "the {engine} measurement failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    Ok(serde_json::from_str(line)
+        .with_context(|| format!("reading the {engine} measurement from `{line}`"))?)
+}
+
+/// Loads the model, prefills `tokens_file`'s ids, takes the greedy first token and decodes
+/// `decode` more, timing each phase.
+fn measure_pml(
+    model_path: &Path,
+    format: WeightFormat,
+    tokens_file: &Path,
+    decode: usize,
+) -> Result<Measurement, Failure> {
+    let tokens = read_tokens(tokens_file)?;
+    let started = Instant::now();
+    let model = Model::load(model_path, format, &default_device())
+        .with_context(|| format!("loading {}", model_path.display()))?;
+    let load_s = started.elapsed().as_secs_f64();
+
+    let positions: Vec<u32> = (0..tokens.len() as u32).collect();
+    let mut kv = model.new_kv_cache().context("making the KV cache")?;
+    let started = Instant::now();
+    let logits = model
+        .forward(&tokens, &positions, &mut kv)
+        .context("prefill")?;
+    let prefill_s = started.elapsed().as_secs_f64();
+    let mut next = greedy(&logits)?;
+    let ttft_s = started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    for step in 0..decode {
+        let position = (tokens.len() + step) as u32;
+        let logits = model
+            .forward(&[next], &[position], &mut kv)
+            .context("decode")?;
+        next = greedy(&logits)?;
+    }
+    let decode_ms_per_token = per_token_ms(started.elapsed(), decode);
+    Ok(Measurement {
+        load_s,
+        prefill_s,
+        ttft_s,
+        decode_ms_per_token,
+        peak_rss_bytes: peak_rss_bytes(),
+    })
+}
+
+fn greedy(logits: &candle_core::Tensor) -> Result<u32, Failure> {
+    Ok(logits
+        .argmax(0)
+        .and_then(|token| token.to_scalar::<u32>())
+        .context("picking the next token")?)
+}
+
+fn per_token_ms(elapsed: Duration, tokens: usize) -> f64 {
+    elapsed.as_secs_f64() * 1e3 / tokens.max(1) as f64
+}
+
+/// `VmHWM` (peak resident set) of this process, 0 where /proc does not say.
+fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                let kib = line.strip_prefix("VmHWM:")?.trim().strip_suffix("kB")?;
+                kib.trim().parse::<u64>().ok()
+            })
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+fn llama_venv_python() -> Result<PathBuf, Failure> {
+    let home = PmlHome::from_env().context("locating PML_HOME")?;
+    Ok(home
+        .root()
+        .join("venv-llama-cpp")
+        .join("bin")
+        .join("python"))
+}
+
+/// The venv's interpreter when it imports `llama_cpp`.
+fn find_llama() -> Result<Option<PathBuf>, Failure> {
+    let python = llama_venv_python()?;
+    if !python.exists() {
+        return Ok(None);
+    }
+    let imports = Command::new(&python)
+        .args(["-c", "import llama_cpp, numpy"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    Ok(imports.then_some(python))
+}

@@ -1,0 +1,252 @@
+//! The results of `pml bench engine`: per-size measurements of each engine summarised as median
+//! (min–max) over the rounds, the PML/llama.cpp ratios, the table printed for people and the
+//! JSON printed for tools.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use pml_runtime::model::WeightFormat;
+use serde::Serialize;
+
+use super::engine::Measurement;
+use super::report::{Spread, push_table};
+
+/// Every round's measurements of one prompt size.
+#[derive(Clone, Debug)]
+pub struct SizeResult {
+    pub tokens: usize,
+    pub pml: Vec<Measurement>,
+    pub llama: Vec<Measurement>,
+}
+
+impl SizeResult {
+    pub fn new(tokens: usize) -> Self {
+        Self {
+            tokens,
+            pml: Vec::new(),
+            llama: Vec::new(),
+        }
+    }
+}
+
+/// Median, smallest and largest of a rate (higher is better).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct RateSpread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// One engine at one size, over the rounds.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineSummary {
+    pub prefill_tokens_per_s: RateSpread,
+    pub ttft_ms: Spread,
+    pub decode_ms_per_token: Spread,
+    /// Largest peak resident memory (VmHWM) of the rounds' processes.
+    pub peak_rss_mib: f64,
+    pub load_ms: Spread,
+}
+
+impl EngineSummary {
+    /// `None` for no rounds.
+    fn of(tokens: usize, rounds: &[Measurement]) -> Option<Self> {
+        let durations = |seconds: fn(&Measurement) -> f64| -> Vec<Duration> {
+            rounds
+                .iter()
+                .map(|m| Duration::from_secs_f64(seconds(m).max(0.0)))
+                .collect()
+        };
+        let prefill = Spread::of(&durations(|m| m.prefill_s))?;
+        let rate = |ms: f64| tokens as f64 / (ms / 1e3);
+        Some(Self {
+            prefill_tokens_per_s: RateSpread {
+                median: rate(prefill.median_ms),
+                min: rate(prefill.max_ms),
+                max: rate(prefill.min_ms),
+            },
+            ttft_ms: Spread::of(&durations(|m| m.ttft_s))?,
+            decode_ms_per_token: Spread::of(&durations(|m| m.decode_ms_per_token / 1e3))?,
+            peak_rss_mib: rounds
+                .iter()
+                .map(|m| m.peak_rss_bytes as f64 / (1024.0 * 1024.0))
+                .fold(0.0, f64::max),
+            load_ms: Spread::of(&durations(|m| m.load_s))?,
+        })
+    }
+}
+
+/// Both engines at one size.
+#[derive(Clone, Debug, Serialize)]
+pub struct SizeSummary {
+    pub tokens: usize,
+    pub pml: EngineSummary,
+    pub llama_cpp: Option<EngineSummary>,
+    /// PML's median prefill throughput over llama.cpp's (above 1: PML is faster).
+    pub prefill_ratio: Option<f64>,
+    /// PML's median decode time per token over llama.cpp's (below 1: PML is faster).
+    pub decode_ratio: Option<f64>,
+}
+
+/// Everything one `pml bench engine` run measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineReport {
+    pub model: String,
+    pub weights: String,
+    pub rounds: usize,
+    pub decode_tokens: usize,
+    /// Threads given to llama.cpp; `None` when it was not measured.
+    pub llama_threads: Option<usize>,
+    pub sizes: Vec<SizeSummary>,
+}
+
+impl EngineReport {
+    pub fn new(
+        model: &str,
+        weights: WeightFormat,
+        rounds: usize,
+        decode_tokens: usize,
+        llama_threads: Option<usize>,
+        results: &[SizeResult],
+    ) -> Self {
+        let sizes = results
+            .iter()
+            .filter_map(|result| {
+                let pml = EngineSummary::of(result.tokens, &result.pml)?;
+                let llama_cpp = EngineSummary::of(result.tokens, &result.llama);
+                let prefill_ratio = llama_cpp.as_ref().map(|llama| {
+                    pml.prefill_tokens_per_s.median / llama.prefill_tokens_per_s.median
+                });
+                let decode_ratio = llama_cpp.as_ref().map(|llama| {
+                    pml.decode_ms_per_token.median_ms / llama.decode_ms_per_token.median_ms
+                });
+                Some(SizeSummary {
+                    tokens: result.tokens,
+                    pml,
+                    llama_cpp,
+                    prefill_ratio,
+                    decode_ratio,
+                })
+            })
+            .collect();
+        Self {
+            model: model.to_owned(),
+            weights: format!("{weights:?}"),
+            rounds,
+            decode_tokens,
+            llama_threads,
+            sizes,
+        }
+    }
+
+    /// The table printed by default: one row per engine and size, then the ratio.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "Engine speed on {} ({} weights), median (min–max) of {} rounds, each a fresh \
+             process; decode: {} tokens after the prompt",
+            self.model, self.weights, self.rounds, self.decode_tokens
+        );
+        let header = [
+            "tokens",
+            "engine",
+            "prefill tok/s",
+            "TTFT ms",
+            "decode ms/token",
+            "peak RSS MiB",
+        ]
+        .map(str::to_owned);
+        let mut rows: Vec<[String; 6]> = Vec::new();
+        for size in &self.sizes {
+            rows.push(engine_row(size.tokens, "pml", &size.pml));
+            if let Some(llama) = &size.llama_cpp {
+                let name = format!("llama.cpp ({} thr.)", self.llama_threads.unwrap_or(0));
+                rows.push(engine_row(size.tokens, &name, llama));
+            }
+            if let (Some(prefill), Some(decode)) = (size.prefill_ratio, size.decode_ratio) {
+                rows.push([
+                    size.tokens.to_string(),
+                    "pml / llama.cpp".to_owned(),
+                    format!("{prefill:.2}×"),
+                    String::new(),
+                    format!("{decode:.2}×"),
+                    String::new(),
+                ]);
+            }
+        }
+        push_table(&mut out, &header, &rows);
+        if self.llama_threads.is_none() {
+            let _ = writeln!(
+                out,
+                "\nllama.cpp not measured (install it with scripts/setup-llama-cpp.sh)"
+            );
+        }
+        out
+    }
+}
+
+fn engine_row(tokens: usize, engine: &str, summary: &EngineSummary) -> [String; 6] {
+    let rate = &summary.prefill_tokens_per_s;
+    [
+        tokens.to_string(),
+        engine.to_owned(),
+        format!("{:.1} ({:.1}–{:.1})", rate.median, rate.min, rate.max),
+        summary.ttft_ms.cell(),
+        summary.decode_ms_per_token.cell(),
+        format!("{:.0}", summary.peak_rss_mib),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measurement(prefill_s: f64, decode_ms: f64) -> Measurement {
+        Measurement {
+            load_s: 1.0,
+            prefill_s,
+            ttft_s: prefill_s,
+            decode_ms_per_token: decode_ms,
+            peak_rss_bytes: 1 << 30,
+        }
+    }
+
+    #[test]
+    fn ratios_compare_medians_and_rates_invert_times() {
+        let result = SizeResult {
+            tokens: 100,
+            pml: vec![
+                measurement(1.0, 40.0),
+                measurement(2.0, 60.0),
+                measurement(4.0, 50.0),
+            ],
+            llama: vec![
+                measurement(0.5, 20.0),
+                measurement(1.0, 25.0),
+                measurement(2.0, 30.0),
+            ],
+        };
+        let report = EngineReport::new("m", WeightFormat::F32, 3, 8, Some(2), &[result]);
+        let size = &report.sizes[0];
+        assert_eq!(size.pml.prefill_tokens_per_s.median, 50.0);
+        assert_eq!(size.pml.prefill_tokens_per_s.min, 25.0);
+        assert_eq!(size.pml.prefill_tokens_per_s.max, 100.0);
+        assert_eq!(size.prefill_ratio, Some(0.5));
+        assert_eq!(size.decode_ratio, Some(2.0));
+        assert_eq!(size.pml.peak_rss_mib, 1024.0);
+        assert!(report.table().contains("0.50×"));
+    }
+
+    #[test]
+    fn without_llama_there_is_no_ratio() {
+        let result = SizeResult {
+            tokens: 10,
+            pml: vec![measurement(1.0, 40.0)],
+            llama: Vec::new(),
+        };
+        let report = EngineReport::new("m", WeightFormat::F32, 1, 8, None, &[result]);
+        assert_eq!(report.sizes[0].prefill_ratio, None);
+        assert!(report.table().contains("llama.cpp not measured"));
+    }
+}
