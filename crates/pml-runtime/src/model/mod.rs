@@ -5,12 +5,14 @@
 //!
 //! - [`config`]: hyper-parameters from GGUF metadata.
 //! - [`weights`]: tensor sources and the weight format.
-//! - [`transformer`]: RoPE, mask, MLP, attention, block and [`Model`], top to bottom.
+//! - [`transformer`]: RoPE, MLP, attention, block and [`Model`], top to bottom.
+//! - `masked_softmax`: attention weights under the position mask, in one pass.
 //! - [`context`]: positions and slots of a call, options and output of a whole-model call.
 //! - [`tiny`]: deterministic random models of both families for fast tests.
 
 pub mod config;
 pub mod context;
+mod masked_softmax;
 pub mod tiny;
 pub mod transformer;
 pub mod weights;

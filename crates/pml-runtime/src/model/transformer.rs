@@ -1,4 +1,4 @@
-//! The decoder-only transformer of both families, in dependency order: RoPE → position mask →
+//! The decoder-only transformer of both families, in dependency order: RoPE → visible slots →
 //! MLP → attention → block → model. The whole-model forward pass is built from the per-layer
 //! step ([`Model::forward_layer`]) that selective recompute and hidden-state restore call
 //! directly; activations are f32 `(n_tokens, d_model)` matrices, one sequence per call.
@@ -10,6 +10,7 @@ use candle_core::{DType, Device, Tensor};
 use super::EngineError;
 use super::config::{Activation, LayerAttention, ModelConfig};
 use super::context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};
+use super::masked_softmax::masked_softmax;
 use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat};
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvBlock, KvCache, KvLayout};
@@ -83,12 +84,6 @@ fn positions_as_offsets(positions: &[u32]) -> Vec<f64> {
         .collect()
 }
 
-/// Whether a query at position `query` may see a key at `key`: `key <= query`, and
-/// `query - key < window` in local layers.
-fn visible(query: u32, key: u32, window: Option<usize>) -> bool {
-    key <= query && window.is_none_or(|window| ((query - key) as usize) < window)
-}
-
 /// The slots `lo..hi` outside which no key is visible to any query with a position in
 /// `min_query..=max_query` (empty when none is): causal prefills and sliding windows then
 /// multiply only the keys a chunk of queries can see.
@@ -114,46 +109,6 @@ fn visible_slots(
         }
         None => 0..0,
     }
-}
-
-/// Additive mask `(n_queries, n_keys)`: 0 where a query may see a key (see [`visible`]), -inf
-/// elsewhere. `None` when every key is visible to every query, as when decoding one token after
-/// its past.
-fn position_mask(
-    query_positions: &[u32],
-    key_positions: &[u32],
-    window: Option<usize>,
-    device: &Device,
-) -> Result<Option<Tensor>, EngineError> {
-    let (Some(&min_query), Some(&max_query)) =
-        (query_positions.iter().min(), query_positions.iter().max())
-    else {
-        return Ok(None);
-    };
-    let (Some(&min_key), Some(&max_key)) = (key_positions.iter().min(), key_positions.iter().max())
-    else {
-        return Ok(None);
-    };
-    if visible(min_query, max_key, window) && visible(max_query, min_key, window) {
-        return Ok(None);
-    }
-    let mask: Vec<f32> = query_positions
-        .iter()
-        .flat_map(|&query| {
-            key_positions.iter().map(move |&key| {
-                if visible(query, key, window) {
-                    0.0
-                } else {
-                    f32::NEG_INFINITY
-                }
-            })
-        })
-        .collect();
-    Ok(Some(Tensor::from_vec(
-        mask,
-        (query_positions.len(), key_positions.len()),
-        device,
-    )?))
 }
 
 /// Gated MLP: `down(act(gate(x)) * up(x))`.
@@ -323,11 +278,11 @@ impl Attention {
         Ok((keys, values))
     }
 
-    /// softmax(q k^T + mask) v for queries `(n, n_heads, head_dim)` at `query_positions` over
+    /// softmax(q k^T under the position mask) v for queries `(n, n_heads, head_dim)` at `query_positions` over
     /// cached keys and values `(n_keys, n_kv_heads, head_dim)` at `key_positions`; returns
     /// `(n, n_heads * head_dim)`. Long calls go in chunks of queries so the scores of one chunk
     /// stay within [`ATTENTION_SCORE_BUDGET`]; each chunk multiplies only the slots that can be
-    /// visible to it, and builds a mask only for those.
+    /// visible to it.
     fn attend(
         &self,
         queries: &Tensor,
@@ -351,8 +306,8 @@ impl Attention {
             let slots = visible_slots(min_query, max_query, key_positions, self.sliding_window);
             let chunk_queries = queries.narrow(0, start, len)?;
             if slots.is_empty() {
-                // Nothing visible: not reachable from `forward_layer`, which writes each query's
-                // own key first; zeros rather than the NaNs of a softmax over -inf alone.
+                // Nothing visible (not reachable from `forward_layer`, which writes each query's
+                // own key first): zeros, as `masked_softmax` gives a row that sees nothing.
                 outputs.push(Tensor::zeros(
                     (len, self.n_heads * self.head_dim),
                     queries.dtype(),
@@ -360,18 +315,12 @@ impl Attention {
                 )?);
                 continue;
             }
-            let slot_positions = &key_positions[slots.clone()];
-            let mask = position_mask(
-                chunk_positions,
-                slot_positions,
-                self.sliding_window,
-                queries.device(),
-            )?;
             outputs.push(self.attend_chunk(
                 &chunk_queries,
+                chunk_positions,
                 &keys.narrow(0, slots.start, slots.len())?,
                 &values.narrow(0, slots.start, slots.len())?,
-                mask.as_ref(),
+                &key_positions[slots],
             )?);
         }
         if outputs.len() == 1 {
@@ -385,12 +334,12 @@ impl Attention {
     fn attend_chunk(
         &self,
         queries: &Tensor,
+        query_positions: &[u32],
         keys: &Tensor,
         values: &Tensor,
-        mask: Option<&Tensor>,
+        key_positions: &[u32],
     ) -> Result<Tensor, EngineError> {
         let (n_queries, _, head_dim) = queries.dims3()?;
-        let n_keys = keys.dim(0)?;
         let group = self.n_heads / self.n_kv_heads;
         // (n_kv_heads, group * n_queries, head_dim)
         let queries = queries
@@ -401,14 +350,7 @@ impl Attention {
         let keys = keys.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
         let values = values.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
         let scores = queries.matmul(&keys.t()?)?; // (n_kv_heads, group * n_queries, n_keys)
-        let scores = match mask {
-            Some(mask) => scores
-                .reshape((self.n_kv_heads, group, n_queries, n_keys))?
-                .broadcast_add(mask)?
-                .reshape((self.n_kv_heads, group * n_queries, n_keys))?,
-            None => scores,
-        };
-        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+        let weights = masked_softmax(&scores, query_positions, key_positions, self.sliding_window)?;
         let attended = weights.matmul(&values)?; // (n_kv_heads, group * n_queries, head_dim)
         Ok(attended
             .reshape((self.n_kv_heads, group, n_queries, head_dim))?

@@ -1,0 +1,139 @@
+//! Softmax of attention scores under the position mask, in one pass over the scores: no mask
+//! tensor is built or added, and masked scores are never exponentiated. Rows are independent
+//! and spread over rayon's threads.
+
+use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+use super::EngineError;
+
+/// Whether a query at position `query` may see a key at `key`: `key <= query`, and
+/// `query - key < window` in local layers.
+pub(super) fn visible(query: u32, key: u32, window: Option<usize>) -> bool {
+    key <= query && window.is_none_or(|window| ((query - key) as usize) < window)
+}
+
+/// Scores `(heads, rows, n_keys)` where row `r` belongs to the query at
+/// `query_positions[r % query_positions.len()]` and column `k` to the key at `key_positions[k]`.
+struct MaskedSoftmax<'a> {
+    query_positions: &'a [u32],
+    key_positions: &'a [u32],
+    window: Option<usize>,
+}
+
+/// `softmax(scores)` over the keys each row's query may see (see [`visible`]), 0 for the
+/// others; a row that sees no key is all zeros. `scores`: f32 `(heads, rows, key_positions.len())`
+/// with `rows` a multiple of `query_positions.len()`.
+pub(super) fn masked_softmax(
+    scores: &Tensor,
+    query_positions: &[u32],
+    key_positions: &[u32],
+    window: Option<usize>,
+) -> Result<Tensor, EngineError> {
+    let (_, rows, n_keys) = scores.dims3()?;
+    if n_keys != key_positions.len()
+        || query_positions.is_empty()
+        || rows % query_positions.len() != 0
+    {
+        return Err(EngineError::InvalidInput(format!(
+            "masked softmax of scores {:?} for {} queries and {} keys",
+            scores.dims(),
+            query_positions.len(),
+            key_positions.len()
+        )));
+    }
+    let op = MaskedSoftmax {
+        query_positions,
+        key_positions,
+        window,
+    };
+    Ok(scores.contiguous()?.apply_op1_no_bwd(&op)?)
+}
+
+impl CustomOp1 for MaskedSoftmax<'_> {
+    fn name(&self) -> &'static str {
+        "masked-softmax"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            candle_core::bail!("masked softmax needs contiguous scores")
+        };
+        let scores = &storage.as_slice::<f32>()?[start..end];
+        let n_keys = self.key_positions.len();
+        let n_queries = self.query_positions.len();
+        let mut out = vec![0f32; scores.len()];
+        out.par_chunks_mut(n_keys)
+            .zip(scores.par_chunks(n_keys))
+            .enumerate()
+            .for_each(|(row, (out, scores))| {
+                let query = self.query_positions[row % n_queries];
+                let sees = |key: &u32| visible(query, *key, self.window);
+                let max = scores
+                    .iter()
+                    .zip(self.key_positions)
+                    .filter(|(_, key)| sees(key))
+                    .fold(f32::NEG_INFINITY, |max, (&score, _)| max.max(score));
+                if max == f32::NEG_INFINITY {
+                    return;
+                }
+                let mut sum = 0f32;
+                for ((out, &score), key) in out.iter_mut().zip(scores).zip(self.key_positions) {
+                    if sees(key) {
+                        *out = (score - max).exp();
+                        sum += *out;
+                    }
+                }
+                let inverse = sum.recip();
+                out.iter_mut().for_each(|out| *out *= inverse);
+            });
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::Device;
+
+    use super::*;
+
+    #[test]
+    fn matches_an_additive_mask_then_softmax() -> Result<(), EngineError> {
+        let device = Device::Cpu;
+        let scores = Tensor::arange(0f32, 24.0, &device)?
+            .affine(0.37, -2.0)?
+            .sin()?
+            .reshape((2, 3, 4))?;
+        let (queries, keys, window) = ([7u32, 9, 8], [6u32, 7, 8, 9], Some(2));
+        let ours = masked_softmax(&scores, &queries, &keys, window)?;
+        let mask: Vec<f32> = queries
+            .iter()
+            .flat_map(|&q| {
+                keys.iter().map(move |&k| {
+                    if visible(q, k, window) {
+                        0.0
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                })
+            })
+            .collect();
+        let mask = Tensor::from_vec(mask, (3, 4), &device)?;
+        let reference = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?)?;
+        let difference = (ours - reference)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(difference < 1e-6, "difference {difference}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_row_that_sees_nothing_is_zero() -> Result<(), EngineError> {
+        let scores = Tensor::ones((1, 1, 2), candle_core::DType::F32, &Device::Cpu)?;
+        let out = masked_softmax(&scores, &[0], &[1, 2], None)?;
+        assert_eq!(out.flatten_all()?.to_vec1::<f32>()?, vec![0.0, 0.0]);
+        Ok(())
+    }
+}
