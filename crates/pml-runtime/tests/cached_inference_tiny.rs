@@ -26,7 +26,7 @@ use pml_runtime::store::{
 };
 use tempfile::TempDir;
 
-use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff};
+use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff, ram_store};
 
 const SEED: u64 = 11;
 const ARCHES: [Arch; 2] = [Arch::Qwen2, Arch::Gemma3];
@@ -39,21 +39,6 @@ struct Fixture {
     store: ModuleStore,
     mode: EncodeMode,
     _manifests: TempDir,
-}
-
-/// A RAM-only store for `model`, with manifests in a temporary directory.
-fn ram_store(model: &Model, fingerprint: &str) -> (ModuleStore, TempDir) {
-    let manifests = TempDir::new().expect("temporary directory");
-    let spec = StateSpec {
-        model_fingerprint: fingerprint.to_string(),
-        layout: model.kv_layout(),
-    };
-    let store = ModuleStore::with_tiers(
-        spec,
-        vec![Box::new(MemoryTier::new(1 << 30))],
-        ManifestStore::new(manifests.path()),
-    );
-    (store, manifests)
 }
 
 impl Fixture {

@@ -31,6 +31,8 @@ enum Command {
     Bench(commands::bench::BenchArgs),
     /// Language server for editors, on stdin/stdout (see docs/editors.md).
     Lsp(commands::lsp::LspArgs),
+    /// Answer quality and fidelity of the cached modes on a QA file (HotpotQA, NQ-open).
+    Eval(commands::eval::EvalArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Lsp(args) => commands::lsp::run(args),
+        Command::Eval(args) => commands::eval::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,6 +2,8 @@
 
 pub mod answer_stream;
 pub mod bench;
+pub mod blend_args;
+pub mod eval;
 pub mod generate;
 pub mod lsp;
 pub mod lsp_store;

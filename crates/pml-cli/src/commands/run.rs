@@ -1,6 +1,7 @@
 //! `pml run PROMPT.pml`: check the prompt and find its schema (as `pmlc check` does), lay the
 //! schema out for the model and compile it on first use, bind the prompt, run it with the cached
-//! module states (mode `reuse`) or with a full prefill (mode `full`), stream the answer to stdout
+//! module states (mode `reuse`), with them repaired by selective recompute (mode `blend`) or with
+//! a full prefill (mode `full`), stream the answer to stdout
 //! and print the one-line summary (mode, TTFT, tokens reused / recomputed / new, generated tokens,
 //! decode speed) to stderr.
 
@@ -12,9 +13,10 @@ use pml_cli::check_command::ColorChoice;
 use pml_cli::compile_command::{compile_schema, units_missing};
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{CheckedFile, RuntimeArgs, SourceText, bind, check, lay_out, open_runtime};
-use pml_runtime::inference::InferenceMode;
+use pml_runtime::inference::{InferenceMode, Ratio};
 
 use super::answer_stream::AnswerStream;
+use super::blend_args::{BlendArgs, ModeArg, default_ratio};
 use super::plan_view::describe_plan;
 use super::sampling::SamplingArgs;
 
@@ -26,10 +28,16 @@ pub struct RunArgs {
     /// (`NAME.pml` next to the prompt, then any `.pml` in its folder with that schema name).
     #[arg(long, value_name = "FILE")]
     schema: Option<PathBuf>,
-    /// `reuse` splices the modules' cached states and computes only the new tokens; `full`
+    /// `reuse` splices the modules' cached states and computes only the new tokens; `blend`
+    /// also recomputes the cached tokens whose KV deviates most (`--recompute`); `full`
     /// prefills the same tokens at the same positions without any cache (the reference).
     #[arg(long, value_enum, default_value_t = ModeArg::Reuse)]
     mode: ModeArg,
+    /// Fraction of the cached tokens recomputed in mode `blend` (0 = reuse, 1 = full).
+    #[arg(long, value_name = "R", default_value_t = default_ratio())]
+    recompute: Ratio,
+    #[command(flatten)]
+    blend: BlendArgs,
     #[command(flatten)]
     runtime: RuntimeArgs,
     #[command(flatten)]
@@ -42,21 +50,6 @@ pub struct RunArgs {
     no_stream: bool,
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     color: ColorChoice,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ModeArg {
-    Reuse,
-    Full,
-}
-
-impl From<ModeArg> for InferenceMode {
-    fn from(mode: ModeArg) -> Self {
-        match mode {
-            ModeArg::Reuse => InferenceMode::Reuse,
-            ModeArg::Full => InferenceMode::Full,
-        }
-    }
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
@@ -82,8 +75,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     let runtime = &opened.runtime;
     let laid_out = lay_out(runtime, &schema, color)?;
     let bound = bind(runtime, &laid_out, &prompt, color)?;
-    let mode = InferenceMode::from(args.mode);
-    if mode == InferenceMode::Reuse {
+    let mode = args.blend.mode(args.mode, args.recompute);
+    if mode != InferenceMode::Full {
         let missing = units_missing(runtime, &laid_out.layout)?;
         if missing > 0 {
             eprintln!(

@@ -3,13 +3,17 @@
 //!
 //! - Mode [`InferenceMode::Reuse`] (Prompt Cache): splice the imported units' cached rows in
 //!   position order, compute only the new tokens ([`reuse`]).
+//! - Mode [`InferenceMode::Blend`] (CacheBlend): splice as `reuse` does, then recompute the
+//!   cached tokens whose KV deviates most together with the new ones ([`blend`]).
 //! - Mode [`InferenceMode::Full`]: the identical token/position sequence prefilled with no cache,
 //!   the reference every other mode is measured against ([`full`]).
 //!
-//! Both produce a [`Prefill`] (the KV cache and the last prompt token's logits); [`generate`] hands
+//! All produce a [`Prefill`] (the KV cache and the last prompt token's logits); [`generate`] hands
 //! it to the shared decoding loop, so TTFT includes store loads and splicing. [`session`] wraps a
 //! model, tokenizer, chat template and store into the API the CLI calls.
 
+pub mod blend;
+pub mod blend_options;
 pub mod full;
 pub mod plan;
 pub mod reuse;
@@ -28,6 +32,7 @@ use crate::generation::{GenerateError, Generation, Generator, SamplingParams};
 use crate::kv_cache::{KvCache, KvCacheError};
 use crate::model::{EngineError, Model};
 
+pub use blend_options::{BlendOptions, Deviation, Ratio};
 pub use plan::{PlannedSpan, SplicePlan};
 pub use session::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
 pub use stats::{PrefillStats, RunStats};
@@ -42,6 +47,8 @@ pub enum InferenceMode {
     /// Splice cached module KV and compute only the new tokens.
     #[default]
     Reuse,
+    /// Splice, then recompute the most deviating cached tokens with the new ones.
+    Blend(BlendOptions),
     /// Compute every token with no cache (the reference).
     Full,
 }
@@ -50,6 +57,7 @@ impl InferenceMode {
     pub fn name(self) -> &'static str {
         match self {
             InferenceMode::Reuse => "reuse",
+            InferenceMode::Blend(_) => "blend",
             InferenceMode::Full => "full",
         }
     }
@@ -57,7 +65,10 @@ impl InferenceMode {
 
 impl fmt::Display for InferenceMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        match self {
+            InferenceMode::Blend(options) => write!(f, "blend ({options})"),
+            other => f.write_str(other.name()),
+        }
     }
 }
 
@@ -68,8 +79,9 @@ impl FromStr for InferenceMode {
         match text {
             "reuse" => Ok(InferenceMode::Reuse),
             "full" => Ok(InferenceMode::Full),
+            "blend" => Ok(InferenceMode::Blend(BlendOptions::default())),
             other => Err(format!(
-                "unknown mode `{other}` (expected `reuse` or `full`)"
+                "unknown mode `{other}` (expected `reuse`, `blend` or `full`)"
             )),
         }
     }
@@ -86,11 +98,19 @@ pub enum InferenceError {
     Generate(Box<GenerateError>),
     #[error("invalid bound prompt: {0}")]
     InvalidPrompt(String),
+    #[error("invalid inference options: {0}")]
+    InvalidOptions(String),
 }
 
 impl From<EngineError> for InferenceError {
     fn from(error: EngineError) -> Self {
         InferenceError::Engine(Box::new(error))
+    }
+}
+
+impl From<candle_core::Error> for InferenceError {
+    fn from(error: candle_core::Error) -> Self {
+        InferenceError::Engine(Box::new(EngineError::Tensor(error)))
     }
 }
 
@@ -119,6 +139,9 @@ pub fn prefill(
 ) -> Result<Prefill, InferenceError> {
     match mode {
         InferenceMode::Reuse => reuse::prefill_reuse(model, encoder, plan, reserve),
+        InferenceMode::Blend(options) => {
+            blend::prefill_blend(model, encoder, plan, &options, reserve)
+        }
         InferenceMode::Full => full::prefill_full(model, plan),
     }
 }

@@ -1,7 +1,7 @@
 //! Mode `reuse` (Prompt Cache's cached inference): load each imported unit's state, keep the rows
 //! the prompt uses, re-rotate K of units placed at other positions, splice everything into one KV
 //! cache (one concatenation per layer), then compute all new tokens in one forward pass over it,
-//! masked by position.
+//! masked by position. [`splice`] is shared with mode `blend`, which starts from the same cache.
 
 use std::time::Instant;
 
@@ -25,8 +25,34 @@ pub fn prefill_reuse(
     reserve: usize,
 ) -> Result<Prefill, InferenceError> {
     let mut stats = PrefillStats::new(InferenceMode::Reuse);
-    let warnings_before = encoder.warnings().len();
+    let mut kv = splice(
+        model,
+        encoder,
+        plan,
+        plan.new_tokens.len() + reserve,
+        &mut stats,
+    )?;
+    stats.tokens_reused = kv.len();
 
+    let compute_start = Instant::now();
+    let logits = prefill_sorted(model, &plan.new_tokens, &plan.new_positions, &mut kv, true)?
+        .ok_or_else(|| InferenceError::InvalidPrompt("no new tokens".into()))?;
+    stats.compute = compute_start.elapsed();
+    stats.tokens_new = plan.new_tokens.len();
+    Ok(Prefill { kv, logits, stats })
+}
+
+/// The cache holding every cached span's rows, in `plan.spans` order (slot `i` is the `i`-th
+/// cached row), moved rows re-rotated to their positions in this prompt, with room for `extra`
+/// more slots. Fills in the load and splice parts of `stats`.
+pub(super) fn splice(
+    model: &Model,
+    encoder: &mut UnitEncoder<'_>,
+    plan: &SplicePlan,
+    extra: usize,
+    stats: &mut PrefillStats,
+) -> Result<KvCache, InferenceError> {
+    let warnings_before = encoder.warnings().len();
     let load_start = Instant::now();
     let mut blocks: Vec<KvBlock> = Vec::with_capacity(plan.spans.len());
     for span in &plan.spans {
@@ -52,20 +78,7 @@ pub fn prefill_reuse(
 
     let splice_start = Instant::now();
     let block_refs: Vec<&KvBlock> = blocks.iter().collect();
-    let mut kv = KvCache::from_blocks(
-        model.kv_layout(),
-        model.device(),
-        &block_refs,
-        plan.new_tokens.len() + reserve,
-    )?;
-    drop(blocks);
+    let kv = KvCache::from_blocks(model.kv_layout(), model.device(), &block_refs, extra)?;
     stats.splice = splice_start.elapsed();
-    stats.tokens_reused = kv.len();
-
-    let compute_start = Instant::now();
-    let logits = prefill_sorted(model, &plan.new_tokens, &plan.new_positions, &mut kv, true)?
-        .ok_or_else(|| InferenceError::InvalidPrompt("no new tokens".into()))?;
-    stats.compute = compute_start.elapsed();
-    stats.tokens_new = plan.new_tokens.len();
-    Ok(Prefill { kv, logits, stats })
+    Ok(kv)
 }

@@ -162,6 +162,20 @@ impl Runtime {
         &self.store
     }
 
+    /// Swaps in another store of this model (e.g. a RAM-only one for an evaluation that encodes
+    /// thousands of throwaway modules) and returns the old one.
+    pub fn replace_store(&mut self, store: ModuleStore) -> Result<ModuleStore, RuntimeError> {
+        if store.spec() != self.store.spec() {
+            return Err(StoreError::mismatch(
+                "store spec",
+                format!("{:?}", self.store.spec()),
+                format!("{:?}", store.spec()),
+            )
+            .into());
+        }
+        Ok(std::mem::replace(&mut self.store, store))
+    }
+
     pub fn encode_mode(&self) -> EncodeMode {
         self.encode_mode
     }

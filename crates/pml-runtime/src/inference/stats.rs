@@ -16,6 +16,9 @@ pub struct PrefillStats {
     pub tokens_new: usize,
     /// Cached tokens recomputed (selective recompute; 0 in `reuse` and `full`).
     pub tokens_recomputed: usize,
+    /// Positions of the tokens that ran through the last layer in mode `blend` (the recomputed
+    /// cached tokens and the new ones); empty in the other modes.
+    pub recomputed_positions: Vec<u32>,
     /// Units whose state was read from the store.
     pub units_loaded: usize,
     /// Units missing from the store, encoded (and stored) during this prefill: correct, but slow.
@@ -37,6 +40,7 @@ impl PrefillStats {
             tokens_reused: 0,
             tokens_new: 0,
             tokens_recomputed: 0,
+            recomputed_positions: Vec::new(),
             units_loaded: 0,
             units_encoded_on_the_fly: Vec::new(),
             load: Duration::ZERO,

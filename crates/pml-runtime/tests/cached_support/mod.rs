@@ -5,6 +5,9 @@
 #![allow(dead_code)]
 
 use candle_core::Tensor;
+use pml_runtime::model::Model;
+use pml_runtime::store::{ManifestStore, MemoryTier, ModuleStore, StateSpec};
+use tempfile::TempDir;
 use pml_compiler::plan::{
     BoundPrompt, CachedSpan, LayoutUnit, NewTokenKind, ParamSlot, SchemaLayout, UnitId, UnitKind,
 };
@@ -216,4 +219,19 @@ pub fn assert_close(a: &Tensor, b: &Tensor, relative: f32, what: &str) {
         diff <= relative * scale,
         "{what}: max abs diff {diff} > {relative} x {scale}"
     );
+}
+
+/// A RAM-only store for `model`, with manifests in a temporary directory.
+pub fn ram_store(model: &Model, fingerprint: &str) -> (ModuleStore, TempDir) {
+    let manifests = TempDir::new().expect("temporary directory");
+    let spec = StateSpec {
+        model_fingerprint: fingerprint.to_string(),
+        layout: model.kv_layout(),
+    };
+    let store = ModuleStore::with_tiers(
+        spec,
+        vec![Box::new(MemoryTier::new(1 << 30))],
+        ManifestStore::new(manifests.path()),
+    );
+    (store, manifests)
 }

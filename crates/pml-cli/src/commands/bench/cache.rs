@@ -192,7 +192,7 @@ impl Bench<'_> {
                 first_tokens.push(first_token);
                 match mode {
                     InferenceMode::Full => full.push(stats.time_to_first_token),
-                    InferenceMode::Reuse => {
+                    InferenceMode::Reuse | InferenceMode::Blend(_) => {
                         reuse.push(stats.time_to_first_token);
                         reuse_load.push(stats.prefill.load);
                         counts = Some((stats.prefill.tokens_reused, stats.prefill.tokens_new));

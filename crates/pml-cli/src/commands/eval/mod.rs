@@ -1,0 +1,181 @@
+//! `pml eval DATA`: answer-quality and fidelity evaluation of the cached modes on a QA file
+//! (HotpotQA distractor, NQ-open with oracle passages). Each question becomes a schema whose
+//! documents are members of a collection, and a prompt that imports them all and asks the
+//! question; modes `full` (once, the reference), `reuse` and `blend` at each ratio run on it.
+//! Every question's results are appended to `--out` as one JSON line as soon as they exist, so
+//! a stopped run keeps what it measured; the summary table (or JSON) follows at the end.
+
+pub mod data;
+pub mod report;
+pub mod runner;
+pub mod score;
+pub mod sources;
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use pml_cli::failure::Failure;
+use pml_cli::pipeline::{RuntimeArgs, open_runtime};
+use pml_runtime::inference::{InferenceMode, Ratio};
+use pml_runtime::store::{ManifestStore, MemoryTier, ModuleStore};
+
+use super::blend_args::{BlendArgs, ModeArg};
+use data::Dataset;
+use report::Summary;
+use runner::{QuestionResult, run_question};
+
+/// RAM for the evaluation's module states: every question's documents are encoded into it and
+/// the oldest are evicted.
+const EVAL_STORE_BYTES: u64 = 1 << 30;
+
+#[derive(Args)]
+pub struct EvalArgs {
+    /// The QA file: HotpotQA distractor `.json` or NQ-open `.jsonl[.gz]`.
+    data: PathBuf,
+    /// Its format (default: from the extension, `.json` HotpotQA, `.jsonl[.gz]` NQ-open).
+    #[arg(long, value_enum)]
+    format: Option<Dataset>,
+    /// Evaluate only the first N questions.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// Seed of the NQ-open distractor choice and the gold passage's place.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// NQ-open: other questions' passages given with each question's gold passage.
+    #[arg(long, default_value_t = 9)]
+    distractors: usize,
+    /// Recompute ratios of mode `blend`, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0.05,0.15,0.3")]
+    ratios: Vec<Ratio>,
+    /// Skip mode `reuse`.
+    #[arg(long)]
+    no_reuse: bool,
+    #[command(flatten)]
+    blend: BlendArgs,
+    /// Greedy tokens compared with mode `full`.
+    #[arg(long, default_value_t = 32)]
+    horizon: usize,
+    /// Append each question's results to this file as JSON lines while running.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Print the summary as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+}
+
+pub fn run(args: EvalArgs) -> Result<(), Failure> {
+    if args.horizon == 0 {
+        return Err(Failure::usage("--horizon must be at least 1".to_string()));
+    }
+    let format = match args.format {
+        Some(format) => format,
+        None => infer_format(&args.data)?,
+    };
+    let mut questions = data::load(&args.data, format, args.seed, args.distractors)?;
+    if let Some(limit) = args.limit {
+        questions.truncate(limit);
+    }
+    let mut modes: Vec<(String, InferenceMode)> = Vec::new();
+    if !args.no_reuse {
+        modes.push(("reuse".into(), InferenceMode::Reuse));
+    }
+    for &ratio in &args.ratios {
+        modes.push((
+            format!("blend r={ratio}"),
+            args.blend.mode(ModeArg::Blend, ratio),
+        ));
+    }
+
+    let mut opened = open_runtime(&args.runtime)?;
+    let manifests = tempfile::TempDir::new().context("creating a folder for manifests")?;
+    let spec = opened.runtime.store().spec().clone();
+    let store = ModuleStore::with_tiers(
+        spec,
+        vec![Box::new(MemoryTier::new(EVAL_STORE_BYTES))],
+        ManifestStore::new(manifests.path()),
+    );
+    opened
+        .runtime
+        .replace_store(store)
+        .context("switching to a RAM-only store")?;
+    let mut out = match &args.out {
+        Some(path) => Some(
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening {}", path.display()))?,
+        ),
+        None => None,
+    };
+
+    let bar = ProgressBar::with_draw_target(
+        Some(questions.len() as u64),
+        ProgressDrawTarget::stderr(),
+    );
+    bar.set_style(
+        ProgressStyle::with_template("{msg} {wide_bar} {pos}/{len} questions, eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(format!("eval {}", opened.spec.id));
+    let mut results: Vec<QuestionResult> = Vec::with_capacity(questions.len());
+    let mut failed = 0usize;
+    for question in &questions {
+        match run_question(&opened.runtime, question, &modes, args.horizon) {
+            Ok(result) => {
+                if let Some(out) = &mut out {
+                    let line = serde_json::to_string(&result).context("encoding a result")?;
+                    writeln!(out, "{line}")
+                        .and_then(|()| out.flush())
+                        .context("writing a result line")?;
+                }
+                results.push(result);
+            }
+            Err(error) => {
+                failed += 1;
+                bar.suspend(|| eprintln!("question {} skipped: {error:#}", question.id));
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+
+    let summary = Summary::of(&results);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&summary).context("encoding the summary")?
+        );
+    } else {
+        print!("{summary}");
+    }
+    eprintln!(
+        "model {} | {} questions answered, {failed} skipped | check layer {}",
+        opened.spec.id,
+        results.len(),
+        args.blend.check_layer
+    );
+    if results.is_empty() {
+        return Err(Failure::from(anyhow::anyhow!("no question could be evaluated")));
+    }
+    Ok(())
+}
+
+fn infer_format(path: &std::path::Path) -> Result<Dataset, Failure> {
+    let name = path.to_string_lossy();
+    if name.ends_with(".json") {
+        Ok(Dataset::Hotpotqa)
+    } else if name.ends_with(".jsonl") || name.ends_with(".jsonl.gz") {
+        Ok(Dataset::Nq)
+    } else {
+        Err(Failure::usage(format!(
+            "cannot tell the format of `{name}`: pass --format hotpotqa or --format nq"
+        )))
+    }
+}

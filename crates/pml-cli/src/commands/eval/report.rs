@@ -1,0 +1,166 @@
+//! The per-mode summary of an evaluation: answer quality (F1, exact match), fidelity to mode
+//! `full` (first-token agreement, first-token KL, greedy agreement), time to first token
+//! (median, and the median of each question's ratio to `full`, which machine load disturbs less)
+//! and how many cached tokens were recomputed.
+
+use std::fmt;
+
+use super::runner::QuestionResult;
+
+/// One mode's figures over the questions answered.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ModeSummary {
+    pub mode: String,
+    pub questions: usize,
+    pub f1: f64,
+    pub exact_match: f64,
+    pub first_token_agreement: f64,
+    pub first_token_kl: f64,
+    pub greedy_agreement: f64,
+    pub ttft_median_ms: f64,
+    pub ttft_ratio_to_full_median: f64,
+    pub tokens_recomputed_mean: f64,
+    pub tokens_cached_mean: f64,
+}
+
+/// Every mode's summary, in the order the modes ran.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Summary {
+    pub modes: Vec<ModeSummary>,
+}
+
+impl Summary {
+    pub fn of(results: &[QuestionResult]) -> Self {
+        let labels: Vec<String> = results
+            .first()
+            .map(|result| result.modes.iter().map(|mode| mode.mode.clone()).collect())
+            .unwrap_or_default();
+        let modes = labels
+            .iter()
+            .enumerate()
+            .map(|(index, label)| {
+                let rows: Vec<_> = results
+                    .iter()
+                    .filter_map(|result| Some((result.modes.first()?, result.modes.get(index)?)))
+                    .collect();
+                let mean = |value: &dyn Fn(&super::runner::ModeResult) -> f64| {
+                    mean(rows.iter().map(|(_, row)| value(row)))
+                };
+                ModeSummary {
+                    mode: label.clone(),
+                    questions: rows.len(),
+                    f1: mean(&|row| row.f1),
+                    exact_match: mean(&|row| row.exact_match),
+                    first_token_agreement: mean(&|row| f64::from(u8::from(row.first_token_agrees))),
+                    first_token_kl: mean(&|row| row.first_token_kl),
+                    greedy_agreement: mean(&|row| row.greedy_agreement),
+                    ttft_median_ms: median(rows.iter().map(|(_, row)| row.ttft_ms).collect()),
+                    ttft_ratio_to_full_median: median(
+                        rows.iter()
+                            .map(|(full, row)| row.ttft_ms / full.ttft_ms.max(f64::MIN_POSITIVE))
+                            .collect(),
+                    ),
+                    tokens_recomputed_mean: mean(&|row| row.tokens_recomputed as f64),
+                    tokens_cached_mean: mean(&|row| {
+                        (row.tokens_reused + row.tokens_recomputed) as f64
+                    }),
+                }
+            })
+            .collect();
+        Self { modes }
+    }
+}
+
+impl fmt::Display for Summary {
+    /// A Markdown table.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "| mode | n | F1 | EM | first-token agree | first-token KL | greedy-32 agree | \
+             TTFT median (ms) | TTFT / full (median) | recomputed / cached |"
+        )?;
+        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|")?;
+        for mode in &self.modes {
+            writeln!(
+                f,
+                "| {} | {} | {:.3} | {:.3} | {:.3} | {:.4} | {:.3} | {:.0} | {:.3} | {:.0} / {:.0} |",
+                mode.mode,
+                mode.questions,
+                mode.f1,
+                mode.exact_match,
+                mode.first_token_agreement,
+                mode.first_token_kl,
+                mode.greedy_agreement,
+                mode.ttft_median_ms,
+                mode.ttft_ratio_to_full_median,
+                mode.tokens_recomputed_mean,
+                mode.tokens_cached_mean,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = values.fold((0.0, 0usize), |(sum, n), value| (sum + value, n + 1));
+    if n == 0 { f64::NAN } else { sum / n as f64 }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::eval::runner::ModeResult;
+
+    fn row(mode: &str, f1: f64, ttft_ms: f64, agrees: bool) -> ModeResult {
+        ModeResult {
+            mode: mode.into(),
+            answer: String::new(),
+            f1,
+            exact_match: f1,
+            first_token_agrees: agrees,
+            first_token_kl: 0.0,
+            greedy_agreement: 1.0,
+            ttft_ms,
+            tokens_reused: 90,
+            tokens_recomputed: 10,
+            tokens_new: 5,
+        }
+    }
+
+    #[test]
+    fn summary_means_medians_and_ratios() {
+        let question = |full_ms: f64, reuse_ms: f64, agrees: bool| QuestionResult {
+            id: String::new(),
+            question: String::new(),
+            answers: Vec::new(),
+            encode_ms: 0.0,
+            modes: vec![row("full", 1.0, full_ms, true), row("reuse", 0.0, reuse_ms, agrees)],
+        };
+        let summary = Summary::of(&[
+            question(100.0, 10.0, true),
+            question(200.0, 40.0, false),
+            question(400.0, 40.0, false),
+        ]);
+        let reuse = &summary.modes[1];
+        assert_eq!(reuse.questions, 3);
+        assert_eq!(reuse.f1, 0.0);
+        assert!((reuse.first_token_agreement - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(reuse.ttft_median_ms, 40.0);
+        assert!((reuse.ttft_ratio_to_full_median - 0.1).abs() < 1e-12);
+        assert_eq!(reuse.tokens_cached_mean, 100.0);
+        assert!(summary.to_string().contains("| reuse | 3 |"));
+    }
+}

@@ -1,0 +1,202 @@
+//! One question through every mode: lay its schema out, encode its documents once (into the
+//! run's RAM store), bind the prompt, run mode `full` once as the reference and every other mode
+//! against it. Each mode's prefill is timed to its first token (TTFT: store loads, splice,
+//! recompute and the argmax), then decoded greedily — the reference for up to the horizon, the
+//! others only as long as they still agree with it or their answer is unfinished.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use pml_compiler::RefuseSources;
+use pml_runtime::inference::{InferenceMode, LaidOutSchema, Runtime};
+use pml_compiler::plan::BoundPrompt;
+
+use super::data::Question;
+use super::score::{Continuation, exact_match, f1, greedy_agreement, kl_divergence};
+use super::sources;
+
+/// What one mode did on one question.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ModeResult {
+    pub mode: String,
+    pub answer: String,
+    pub f1: f64,
+    pub exact_match: f64,
+    pub first_token_agrees: bool,
+    pub first_token_kl: f64,
+    pub greedy_agreement: f64,
+    pub ttft_ms: f64,
+    pub tokens_reused: usize,
+    pub tokens_recomputed: usize,
+    pub tokens_new: usize,
+}
+
+/// A question's results, the reference (`full`) first.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct QuestionResult {
+    pub id: String,
+    pub question: String,
+    pub answers: Vec<String>,
+    pub encode_ms: f64,
+    pub modes: Vec<ModeResult>,
+}
+
+/// A mode's greedy run.
+struct Decoded {
+    ttft: Duration,
+    first_logits: Vec<f32>,
+    continuation: Continuation,
+    answer: String,
+    tokens: (usize, usize, usize),
+}
+
+/// Runs `question` in mode `full` and in each of `modes`, decoding at most `horizon` tokens.
+pub fn run_question(
+    runtime: &Runtime,
+    question: &Question,
+    modes: &[(String, InferenceMode)],
+    horizon: usize,
+) -> anyhow::Result<QuestionResult> {
+    let schema_source = sources::schema(question);
+    let laid_out: LaidOutSchema = runtime
+        .lay_out(&schema_source, &RefuseSources)
+        .context("laying out the question's schema")?;
+    let encode_start = Instant::now();
+    runtime
+        .encode(&laid_out.layout, &mut |_| {})
+        .context("encoding the documents")?;
+    let encode_ms = encode_start.elapsed().as_secs_f64() * 1e3;
+    let bound = runtime
+        .bind(&laid_out, &sources::prompt(question))
+        .context("binding the question's prompt")?;
+
+    let reference = decode(runtime, &laid_out, &bound, InferenceMode::Full, None, horizon)?;
+    let mut results = vec![score(question, "full", &reference, &reference, horizon)];
+    for (label, mode) in modes {
+        let decoded = decode(runtime, &laid_out, &bound, *mode, Some(&reference), horizon)
+            .with_context(|| format!("mode {label}"))?;
+        results.push(score(question, label, &decoded, &reference, horizon));
+    }
+    Ok(QuestionResult {
+        id: question.id.clone(),
+        question: question.question.clone(),
+        answers: question.answers.clone(),
+        encode_ms,
+        modes: results,
+    })
+}
+
+fn score(
+    question: &Question,
+    label: &str,
+    decoded: &Decoded,
+    reference: &Decoded,
+    horizon: usize,
+) -> ModeResult {
+    let (tokens_reused, tokens_recomputed, tokens_new) = decoded.tokens;
+    ModeResult {
+        mode: label.to_string(),
+        f1: f1(&decoded.answer, &question.answers),
+        exact_match: exact_match(&decoded.answer, &question.answers),
+        answer: decoded.answer.clone(),
+        first_token_agrees: decoded.continuation.tokens.first()
+            == reference.continuation.tokens.first(),
+        first_token_kl: kl_divergence(&reference.first_logits, &decoded.first_logits),
+        greedy_agreement: greedy_agreement(
+            &reference.continuation,
+            &decoded.continuation,
+            horizon,
+        ),
+        ttft_ms: decoded.ttft.as_secs_f64() * 1e3,
+        tokens_reused,
+        tokens_recomputed,
+        tokens_new,
+    }
+}
+
+/// Prefills `bound` in `mode` and decodes greedily: up to `horizon` tokens or the end of
+/// sequence for the reference; otherwise while the tokens still match `reference` or the answer
+/// (its first line) is unfinished.
+fn decode(
+    runtime: &Runtime,
+    laid_out: &LaidOutSchema,
+    bound: &BoundPrompt,
+    mode: InferenceMode,
+    reference: Option<&Decoded>,
+    horizon: usize,
+) -> anyhow::Result<Decoded> {
+    let model = runtime.model();
+    let tokenizer = runtime.tokenizer();
+    let eos = tokenizer.eos_tokens();
+    let start = Instant::now();
+    let prefill = runtime.prefill(&laid_out.layout, bound, mode)?;
+    let first_logits: Vec<f32> = prefill.logits.to_vec1()?;
+    let first = argmax(&first_logits);
+    let ttft = start.elapsed();
+
+    let stats = &prefill.stats;
+    let tokens = (
+        stats.tokens_reused,
+        stats.tokens_recomputed,
+        stats.tokens_new,
+    );
+    let mut kv = prefill.kv;
+    let mut position = kv.positions().iter().max().map_or(0, |&p| p + 1);
+    let mut continuation = Continuation {
+        tokens: vec![first],
+        ended: eos.contains(&first),
+    };
+    while !continuation.ended && continuation.tokens.len() < horizon {
+        if let Some(reference) = reference {
+            let n = continuation.tokens.len();
+            let agrees = reference.continuation.tokens.get(..n) == Some(&continuation.tokens[..]);
+            if !agrees && answer_finished(&answer_text(tokenizer, &continuation.tokens, &eos)?) {
+                break;
+            }
+        }
+        let last = *continuation.tokens.last().unwrap_or(&first);
+        let logits: Vec<f32> = model.forward(&[last], &[position], &mut kv)?.to_vec1()?;
+        position += 1;
+        let next = argmax(&logits);
+        continuation.tokens.push(next);
+        continuation.ended = eos.contains(&next);
+    }
+    let answer = first_line(&answer_text(tokenizer, &continuation.tokens, &eos)?);
+    Ok(Decoded {
+        ttft,
+        first_logits,
+        continuation,
+        answer,
+        tokens,
+    })
+}
+
+fn answer_text(
+    tokenizer: &dyn pml_compiler::Tokenizer,
+    tokens: &[u32],
+    eos: &[u32],
+) -> anyhow::Result<String> {
+    let ids: Vec<u32> = tokens
+        .iter()
+        .copied()
+        .filter(|token| !eos.contains(token))
+        .collect();
+    Ok(tokenizer.decode(&ids)?)
+}
+
+/// An answer is finished once a line of it is complete.
+fn answer_finished(text: &str) -> bool {
+    text.trim_start().contains('\n')
+}
+
+fn first_line(text: &str) -> String {
+    text.trim().lines().next().unwrap_or("").trim().to_string()
+}
+
+fn argmax(values: &[f32]) -> u32 {
+    values
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or(0, |(index, _)| index as u32)
+}

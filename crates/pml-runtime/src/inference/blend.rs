@@ -1,0 +1,274 @@
+//! Mode `blend` (CacheBlend's selective recompute, design §3): splice the cached spans as mode
+//! `reuse` does (moved units' K re-rotated), then repair the cross-attention the independent
+//! encodings lost by recomputing the few cached tokens whose KV deviates most.
+//!
+//! 1. *Probe*: the layers up to the check layer run on every token over a copy of the spliced
+//!    cache; each cached token's deviation is `||K_fresh − K_cached||²` (or V) at the check layer.
+//! 2. *Selection*: the top `r` fraction of cached tokens by deviation, every new token (the last
+//!    one included).
+//! 3. *Recompute*: only the selected tokens flow through every layer; their fresh K/V overwrite the
+//!    spliced rows and their queries attend over the whole spliced cache under the position mask.
+//!
+//! The probe's cache is discarded, so a token either keeps its spliced KV in every layer or is
+//! recomputed in every layer: `r = 0` is exactly mode `reuse` and `r = 1` exactly mode `full`
+//! (up to summation order). Gradual filtering narrows the selection once more one layer after the
+//! check layer, so there the dropped tokens keep their fresh KV in the layers already computed.
+
+use std::time::Instant;
+
+use candle_core::Tensor;
+
+use crate::encode::UnitEncoder;
+use crate::encode::chunked::MAX_CHUNK_TOKENS;
+use crate::kv_cache::KvCache;
+use crate::model::{ForwardContext, Model};
+
+use super::blend_options::{BlendOptions, Deviation};
+use super::plan::SplicePlan;
+use super::reuse::splice;
+use super::stats::PrefillStats;
+use super::{InferenceError, InferenceMode, Prefill};
+
+/// The prompt's tokens in position order, each with its KV slot: cached rows occupy the slots the
+/// splice gave them, new tokens follow in position order.
+struct Rows {
+    tokens: Vec<u32>,
+    context: ForwardContext,
+    /// Rows whose slot is a cached one.
+    cached: Vec<bool>,
+}
+
+impl Rows {
+    fn new(plan: &SplicePlan, kv: &KvCache) -> Result<Self, InferenceError> {
+        let n_cached = kv.len();
+        let cached_tokens = plan.spans.iter().flat_map(|span| span.tokens.iter().copied());
+        let mut rows: Vec<(u32, usize, u32)> = cached_tokens
+            .zip(kv.positions().iter().copied())
+            .enumerate()
+            .map(|(slot, (token, position))| (position, slot, token))
+            .chain(
+                plan.new_positions
+                    .iter()
+                    .zip(&plan.new_tokens)
+                    .enumerate()
+                    .map(|(index, (&position, &token))| (position, n_cached + index, token)),
+            )
+            .collect();
+        // Stable: new tokens keep their (position-sorted) order, so their slots stay ascending,
+        // which appending requires.
+        rows.sort_by_key(|&(position, _, _)| position);
+        let positions = rows.iter().map(|row| row.0).collect();
+        let slots: Vec<usize> = rows.iter().map(|row| row.1).collect();
+        Ok(Self {
+            tokens: rows.iter().map(|row| row.2).collect(),
+            cached: slots.iter().map(|&slot| slot < n_cached).collect(),
+            context: ForwardContext::new(positions, slots)?,
+        })
+    }
+
+    /// The row of the last new token, whose logits choose the first answer token.
+    fn last(&self) -> Result<usize, InferenceError> {
+        let last_slot = self.context.slots().iter().copied().max();
+        self.context
+            .slots()
+            .iter()
+            .position(|&slot| Some(slot) == last_slot)
+            .filter(|&row| !self.cached[row])
+            .ok_or_else(|| InferenceError::InvalidPrompt("no new tokens".into()))
+    }
+}
+
+/// Splices the plan's cached spans, recomputes the most deviating fraction of them together with
+/// the new tokens, and returns the last token's logits; `reserve` slots are left for decoding.
+pub fn prefill_blend(
+    model: &Model,
+    encoder: &mut UnitEncoder<'_>,
+    plan: &SplicePlan,
+    options: &BlendOptions,
+    reserve: usize,
+) -> Result<Prefill, InferenceError> {
+    let n_layers = model.config().n_layers;
+    let gradual_layer = options.check_layer + usize::from(options.gradual);
+    if gradual_layer >= n_layers {
+        return Err(InferenceError::InvalidOptions(format!(
+            "check layer {} {}of a model with {n_layers} layers",
+            options.check_layer,
+            if options.gradual {
+                "(and the gradual filter's next layer) "
+            } else {
+                ""
+            }
+        )));
+    }
+    let mut stats = PrefillStats::new(InferenceMode::Blend(*options));
+    let mut kv = splice(
+        model,
+        encoder,
+        plan,
+        plan.new_tokens.len() + reserve,
+        &mut stats,
+    )?;
+    let n_cached = kv.len();
+
+    let compute_start = Instant::now();
+    let rows = Rows::new(plan, &kv)?;
+    let last = rows.last()?;
+    let keep = options.recompute.of(n_cached);
+    let first_keep = if options.gradual {
+        (2 * keep).min(n_cached)
+    } else {
+        keep
+    };
+    let by_slot = probe(model, &rows, &kv, options)?;
+    let by_row: Vec<f32> = rows.context.slots().iter().map(|&slot| by_slot[slot]).collect();
+    let mut selected = select_by_deviation(&rows.cached, &by_row, first_keep);
+
+    // Views of the spliced rows at the gradual filter's layer, before recompute overwrites them.
+    let spliced_at_filter = if options.gradual {
+        Some(kv_of(&kv, gradual_layer, options.deviation)?)
+    } else {
+        None
+    };
+    let mut context = rows.context.select(&selected)?;
+    let selected_tokens: Vec<u32> = selected.iter().map(|&row| rows.tokens[row]).collect();
+    let mut hidden = model.embed(&selected_tokens)?;
+    for layer_idx in 0..n_layers {
+        hidden = forward_layer_chunked(model, layer_idx, &hidden, &context, &mut kv)?;
+        if let (Some(spliced), true) = (&spliced_at_filter, layer_idx == gradual_layer) {
+            let fresh = kv_of(&kv, layer_idx, options.deviation)?;
+            let deviation = squared_distance(spliced, &fresh)?;
+            let cached: Vec<bool> = selected.iter().map(|&row| rows.cached[row]).collect();
+            let by_row: Vec<f32> = selected
+                .iter()
+                .map(|&row| match rows.cached[row] {
+                    true => deviation[rows.context.slots()[row]],
+                    false => 0.0,
+                })
+                .collect();
+            let kept = select_by_deviation(&cached, &by_row, keep);
+            hidden = hidden.index_select(&row_ids(&kept, hidden.device())?, 0)?;
+            context = context.select(&kept)?;
+            selected = kept.iter().map(|&index| selected[index]).collect();
+        }
+    }
+    let last_index = selected
+        .iter()
+        .position(|&row| row == last)
+        .ok_or_else(|| InferenceError::InvalidPrompt("the last token was not selected".into()))?;
+    let logits = model.logits(&hidden, &[last_index])?.squeeze(0)?;
+    stats.compute = compute_start.elapsed();
+
+    let recomputed = selected.iter().filter(|&&row| rows.cached[row]).count();
+    stats.tokens_recomputed = recomputed;
+    stats.tokens_reused = n_cached - recomputed;
+    stats.tokens_new = plan.new_tokens.len();
+    stats.recomputed_positions = context.positions().to_vec();
+    Ok(Prefill { kv, logits, stats })
+}
+
+/// Runs layers `0..=check_layer` on every token over a copy of `kv` and returns each slot's
+/// squared distance between its fresh and spliced K (or V) at the check layer (new tokens' slots
+/// included, though selection ignores them).
+fn probe(
+    model: &Model,
+    rows: &Rows,
+    kv: &KvCache,
+    options: &BlendOptions,
+) -> Result<Vec<f32>, InferenceError> {
+    let mut probe_kv = kv.clone();
+    let mut hidden = model.embed(&rows.tokens)?;
+    for layer_idx in 0..=options.check_layer {
+        hidden = forward_layer_chunked(model, layer_idx, &hidden, &rows.context, &mut probe_kv)?;
+    }
+    let spliced = kv_of(kv, options.check_layer, options.deviation)?;
+    let fresh = kv_of(&probe_kv, options.check_layer, options.deviation)?;
+    let n_cached = spliced.dim(0)?;
+    let mut deviation = squared_distance(&spliced, &fresh.narrow(0, 0, n_cached)?)?;
+    deviation.resize(rows.tokens.len(), 0.0);
+    Ok(deviation)
+}
+
+/// The rows to recompute, ascending: every row that is not cached, and the `keep` cached rows
+/// with the largest deviation (ties to the earlier row).
+pub fn select_by_deviation(cached: &[bool], deviation_of_row: &[f32], keep: usize) -> Vec<usize> {
+    let mut candidates: Vec<usize> = (0..cached.len()).filter(|&row| cached[row]).collect();
+    candidates.sort_by(|&a, &b| {
+        deviation_of_row[b]
+            .total_cmp(&deviation_of_row[a])
+            .then(a.cmp(&b))
+    });
+    candidates.truncate(keep);
+    let mut selected: Vec<usize> = (0..cached.len())
+        .filter(|&row| !cached[row])
+        .chain(candidates)
+        .collect();
+    selected.sort_unstable();
+    selected
+}
+
+/// K or V of every live slot of layer `layer_idx`.
+fn kv_of(kv: &KvCache, layer_idx: usize, on: Deviation) -> Result<Tensor, InferenceError> {
+    let layer = kv.layer(layer_idx)?;
+    Ok(match on {
+        Deviation::Keys => layer.keys()?,
+        Deviation::Values => layer.values()?,
+    })
+}
+
+/// `||a_i − b_i||²` for every row `i` of `(n, heads, dim)` tensors (`b` may have more rows).
+fn squared_distance(a: &Tensor, b: &Tensor) -> Result<Vec<f32>, InferenceError> {
+    let n = a.dim(0)?;
+    let b = b.narrow(0, 0, n)?;
+    let distance = (a - b)?.sqr()?.flatten_from(1)?.sum(1)?;
+    Ok(distance.to_vec1::<f32>()?)
+}
+
+/// One layer for the tokens of `context` (in position order), in chunks of at most
+/// [`MAX_CHUNK_TOKENS`] so a long prompt's attention scores stay bounded; exact because a chunk
+/// never attends to a later one.
+fn forward_layer_chunked(
+    model: &Model,
+    layer_idx: usize,
+    hidden: &Tensor,
+    context: &ForwardContext,
+    kv: &mut KvCache,
+) -> Result<Tensor, InferenceError> {
+    let n = context.len();
+    if n <= MAX_CHUNK_TOKENS {
+        return Ok(model.forward_layer(layer_idx, hidden, context, kv)?);
+    }
+    let chunk_len = n.div_ceil(n.div_ceil(MAX_CHUNK_TOKENS));
+    let mut outputs = Vec::with_capacity(n.div_ceil(chunk_len));
+    for start in (0..n).step_by(chunk_len) {
+        let len = chunk_len.min(n - start);
+        let rows: Vec<usize> = (start..start + len).collect();
+        let chunk_context = context.select(&rows)?;
+        outputs.push(model.forward_layer(
+            layer_idx,
+            &hidden.narrow(0, start, len)?,
+            &chunk_context,
+            kv,
+        )?);
+    }
+    Ok(Tensor::cat(&outputs, 0)?)
+}
+
+fn row_ids(rows: &[usize], device: &candle_core::Device) -> Result<Tensor, InferenceError> {
+    let ids: Vec<u32> = rows.iter().map(|&row| row as u32).collect();
+    Ok(Tensor::new(ids.as_slice(), device)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::select_by_deviation;
+
+    #[test]
+    fn selection_keeps_every_new_row_and_the_most_deviating_cached_ones() {
+        let cached = [true, true, false, true, true, false];
+        let deviation = [0.5, 3.0, 0.0, 1.0, 3.0, 0.0];
+        assert_eq!(select_by_deviation(&cached, &deviation, 0), [2, 5]);
+        assert_eq!(select_by_deviation(&cached, &deviation, 2), [1, 2, 4, 5]);
+        assert_eq!(select_by_deviation(&cached, &deviation, 3), [1, 2, 3, 4, 5]);
+        assert_eq!(select_by_deviation(&cached, &deviation, 9), [0, 1, 2, 3, 4, 5]);
+    }
+}

@@ -1,0 +1,127 @@
+//! The settings of mode `blend` (selective recompute): how many cached tokens to recompute, at
+//! which layer to measure their deviation, on K or V, and whether to filter gradually. Kept
+//! `Copy + Eq + Hash` so a mode with its settings is a plain value ([`super::InferenceMode`]).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A fraction in `[0, 1]`, held in parts per million so it compares and hashes exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ratio(u32);
+
+impl Ratio {
+    const SCALE: f64 = 1e6;
+    pub const ZERO: Ratio = Ratio(0);
+    pub const ONE: Ratio = Ratio(1_000_000);
+
+    /// `value` rounded to parts per million; `None` outside `[0, 1]` or not a number.
+    pub fn new(value: f64) -> Option<Self> {
+        (0.0..=1.0)
+            .contains(&value)
+            .then(|| Ratio((value * Self::SCALE).round() as u32))
+    }
+
+    pub fn get(self) -> f64 {
+        f64::from(self.0) / Self::SCALE
+    }
+
+    /// `round(self × n)`, at most `n`.
+    pub fn of(self, n: usize) -> usize {
+        ((self.get() * n as f64).round() as usize).min(n)
+    }
+}
+
+impl fmt::Display for Ratio {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.get())
+    }
+}
+
+impl FromStr for Ratio {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let value: f64 = text
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{text}` is not a number"))?;
+        Ratio::new(value).ok_or_else(|| format!("{value} is not a fraction between 0 and 1"))
+    }
+}
+
+/// What the check layer compares between a token's fresh and cached state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Deviation {
+    /// `||K_fresh − K_cached||²` (the design's default).
+    #[default]
+    Keys,
+    /// `||V_fresh − V_cached||²` (CacheBlend's choice).
+    Values,
+}
+
+/// Settings of one `blend` prefill.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BlendOptions {
+    /// Fraction of the cached tokens recomputed in every layer (new tokens always are).
+    pub recompute: Ratio,
+    /// Layer whose K (or V) deviation chooses the tokens; the layers up to it run on every
+    /// token in a probe pass.
+    pub check_layer: usize,
+    pub deviation: Deviation,
+    /// CacheBlend's gradual filtering: choose twice the ratio at the check layer, recompute
+    /// those through the next layer, and keep the `recompute` fraction that deviates most there.
+    pub gradual: bool,
+}
+
+impl BlendOptions {
+    pub const DEFAULT_RATIO: f64 = 0.15;
+    pub const DEFAULT_CHECK_LAYER: usize = 1;
+}
+
+impl Default for BlendOptions {
+    fn default() -> Self {
+        Self {
+            recompute: Ratio((BlendOptions::DEFAULT_RATIO * Ratio::SCALE) as u32),
+            check_layer: BlendOptions::DEFAULT_CHECK_LAYER,
+            deviation: Deviation::Keys,
+            gradual: false,
+        }
+    }
+}
+
+impl fmt::Display for BlendOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "r={}, check layer {}, on {}",
+            self.recompute,
+            self.check_layer,
+            match self.deviation {
+                Deviation::Keys => "K",
+                Deviation::Values => "V",
+            }
+        )?;
+        if self.gradual {
+            f.write_str(", gradual")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_parse_round_and_count() {
+        let ratio: Ratio = "0.15".parse().expect("a ratio");
+        assert_eq!(ratio.of(100), 15);
+        assert_eq!(ratio.of(0), 0);
+        assert_eq!(Ratio::ONE.of(7), 7);
+        assert!("1.5".parse::<Ratio>().is_err());
+        assert!("-0.1".parse::<Ratio>().is_err());
+        assert!("x".parse::<Ratio>().is_err());
+        assert!("NaN".parse::<Ratio>().is_err());
+        assert_eq!(BlendOptions::default().recompute, ratio);
+    }
+}

@@ -1,0 +1,244 @@
+//! Mode `blend` (selective recompute) on the tiny random models of both families: `r = 1` is
+//! mode `full`, `r = 0` is mode `reuse`, the recomputed set always holds the new tokens and the
+//! last one, gradual filtering and V deviation keep those invariants, and re-rotating cached K
+//! by a position delta equals computing it at the new positions. The prompt reorders two
+//! collection-like members, so both are moved and attend across each other.
+
+mod cached_support;
+
+use candle_core::Device;
+use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
+use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
+use pml_runtime::inference::{
+    BlendOptions, Deviation, InferenceError, InferenceMode, Prefill, Ratio, SplicePlan, prefill,
+};
+use pml_runtime::model::tiny::random_model;
+use pml_runtime::model::{Arch, Model, WeightFormat};
+use pml_runtime::store::ModuleStore;
+use tempfile::TempDir;
+
+use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff, ram_store};
+
+const SEED: u64 = 23;
+const ARCHES: [Arch; 2] = [Arch::Qwen2, Arch::Gemma3];
+const BOS: u32 = 1;
+const RELATIVE_TOLERANCE: f32 = 1e-4;
+
+struct Fixture {
+    model: Model,
+    store: ModuleStore,
+    _manifests: TempDir,
+}
+
+impl Fixture {
+    fn new(arch: Arch) -> Self {
+        let model = random_model(arch, SEED, WeightFormat::F32, &Device::Cpu).expect("tiny model");
+        let (store, manifests) = ram_store(&model, &format!("tiny-{arch:?}-{SEED}"));
+        Self {
+            model,
+            store,
+            _manifests: manifests,
+        }
+    }
+
+    fn try_prefill(
+        &self,
+        layout: &SchemaLayout,
+        bound: &BoundPrompt,
+        mode: InferenceMode,
+    ) -> Result<Prefill, InferenceError> {
+        let options = EncodeOptions {
+            mode: EncodeMode::Scaffolded,
+            bos: Some(BOS),
+        };
+        encode_schema(&self.model, layout, options, &self.store, &mut |_| {}).expect("encodes");
+        let plan = SplicePlan::new(layout, bound)?;
+        let mut encoder =
+            UnitEncoder::new(&self.model, layout, options.mode, options.bos, &self.store)
+                .expect("layout is valid");
+        prefill(&self.model, &mut encoder, &plan, mode, 0)
+    }
+
+    fn prefill(&self, layout: &SchemaLayout, bound: &BoundPrompt, mode: InferenceMode) -> Prefill {
+        self.try_prefill(layout, bound, mode).expect("prefill runs")
+    }
+}
+
+fn tokens(first: u32, n: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| 2 + (first + i * 37) % 250).collect()
+}
+
+fn blend(recompute: f64) -> BlendOptions {
+    BlendOptions {
+        recompute: Ratio::new(recompute).expect("a fraction"),
+        ..BlendOptions::default()
+    }
+}
+
+/// A prefix, two members `a` and `b` of a collection, and a prompt that imports `b` before `a`
+/// (both moved) and asks with new text in between and after.
+fn reordered_members() -> (SchemaLayout, BoundPrompt) {
+    let mut builder = LayoutBuilder::new();
+    let mut prefix = vec![BOS];
+    prefix.extend(tokens(3, 6));
+    builder.text(UnitId::ROOT, &prefix);
+    let a = builder.open("a", UnitId::ROOT);
+    builder.text(a, &tokens(40, 11));
+    builder.close(a);
+    let b = builder.open("b", UnitId::ROOT);
+    builder.text(b, &tokens(90, 9));
+    builder.close(b);
+    let layout = builder.build("docs");
+    let start = layout.units[a.index()].start;
+    let mut binding = Binding::new(&layout, &[b, a], &tokens(150, 5));
+    binding.placed.push((b, start));
+    binding.placed.push((a, start + 9));
+    let bound = binding.bind();
+    (layout, bound)
+}
+
+#[test]
+fn recomputing_everything_is_mode_full() {
+    for arch in ARCHES {
+        let fixture = Fixture::new(arch);
+        let (layout, bound) = reordered_members();
+        let full = fixture.prefill(&layout, &bound, InferenceMode::Full);
+        let variants = [
+            blend(1.0),
+            BlendOptions {
+                deviation: Deviation::Values,
+                ..blend(1.0)
+            },
+            BlendOptions {
+                gradual: true,
+                check_layer: 0,
+                ..blend(1.0)
+            },
+        ];
+        for options in variants {
+            let blended = fixture.prefill(&layout, &bound, InferenceMode::Blend(options));
+            assert_close(
+                &blended.logits,
+                &full.logits,
+                RELATIVE_TOLERANCE,
+                &format!("{arch:?} blend {options} vs full"),
+            );
+            assert_eq!(blended.stats.tokens_recomputed, SplicePlan::new(&layout, &bound)
+                .expect("plan")
+                .n_cached());
+            assert_eq!(blended.stats.tokens_reused, 0);
+        }
+    }
+}
+
+#[test]
+fn recomputing_nothing_is_mode_reuse() {
+    for arch in ARCHES {
+        let fixture = Fixture::new(arch);
+        let (layout, bound) = reordered_members();
+        let reuse = fixture.prefill(&layout, &bound, InferenceMode::Reuse);
+        let full = fixture.prefill(&layout, &bound, InferenceMode::Full);
+        let blended = fixture.prefill(&layout, &bound, InferenceMode::Blend(blend(0.0)));
+        assert_close(
+            &blended.logits,
+            &reuse.logits,
+            RELATIVE_TOLERANCE,
+            &format!("{arch:?} blend r=0 vs reuse"),
+        );
+        assert_eq!(blended.stats.tokens_recomputed, 0);
+        assert_eq!(blended.stats.tokens_reused, reuse.stats.tokens_reused);
+        // The reordering makes reuse an approximation here, so the equalities above are not
+        // trivially those of a prompt where every mode agrees.
+        let gap = max_abs_diff(&reuse.logits, &full.logits);
+        eprintln!("{arch:?}: reuse vs full max |Δlogit| = {gap:.3e}");
+        assert!(gap > RELATIVE_TOLERANCE * cached_support::max_abs(&full.logits).max(1.0));
+    }
+}
+
+#[test]
+fn the_selection_holds_the_new_tokens_the_last_one_and_r_of_the_cached() {
+    for arch in ARCHES {
+        let fixture = Fixture::new(arch);
+        let (layout, bound) = reordered_members();
+        let plan = SplicePlan::new(&layout, &bound).expect("plan");
+        for (ratio, gradual) in [(0.1, false), (0.25, false), (0.5, true), (0.75, false)] {
+            let options = BlendOptions {
+                gradual,
+                ..blend(ratio)
+            };
+            let blended = fixture.prefill(&layout, &bound, InferenceMode::Blend(options));
+            let stats = &blended.stats;
+            let expected = (ratio * plan.n_cached() as f64).round() as usize;
+            assert_eq!(stats.tokens_recomputed, expected, "{arch:?} {options}");
+            assert_eq!(stats.tokens_reused + expected, plan.n_cached());
+            assert_eq!(stats.tokens_new, plan.new_tokens.len());
+            assert_eq!(
+                stats.recomputed_positions.len(),
+                expected + plan.new_tokens.len()
+            );
+            for position in &plan.new_positions {
+                assert!(
+                    stats.recomputed_positions.contains(position),
+                    "{arch:?} {options}: new position {position} not recomputed"
+                );
+            }
+            let last = plan.all_positions.last().expect("a last token");
+            assert_eq!(stats.recomputed_positions.iter().max(), Some(last));
+            let answers = blended.logits.dims().to_vec();
+            assert_eq!(answers, [fixture.model.config().vocab_size]);
+        }
+    }
+}
+
+#[test]
+fn a_check_layer_past_the_model_is_an_error() {
+    let fixture = Fixture::new(Arch::Qwen2);
+    let (layout, bound) = reordered_members();
+    let n_layers = fixture.model.config().n_layers;
+    for options in [
+        BlendOptions {
+            check_layer: n_layers,
+            ..blend(0.5)
+        },
+        BlendOptions {
+            check_layer: n_layers - 1,
+            gradual: true,
+            ..blend(0.5)
+        },
+    ] {
+        let result = fixture.try_prefill(&layout, &bound, InferenceMode::Blend(options));
+        assert!(
+            matches!(result, Err(InferenceError::InvalidOptions(_))),
+            "{options}: {:?}",
+            result.map(|prefill| prefill.stats)
+        );
+    }
+}
+
+#[test]
+fn re_rotating_k_by_a_delta_equals_computing_it_at_the_new_positions() {
+    for arch in ARCHES {
+        let model = random_model(arch, SEED, WeightFormat::F32, &Device::Cpu).expect("model");
+        let text = tokens(7, 12);
+        let at = |first: u32| -> Vec<u32> { (first..first + text.len() as u32).collect() };
+        let run = |positions: &[u32]| {
+            let mut kv = model.new_kv_cache().expect("cache");
+            model.forward(&text, positions, &mut kv).expect("forward");
+            kv.to_block().expect("block")
+        };
+        let encoded = run(&at(3));
+        for new_first in [0, 40, 517] {
+            let moved = model
+                .reposition(&encoded, &at(new_first))
+                .expect("reposition");
+            let computed = run(&at(new_first));
+            for (layer, ((moved_k, moved_v), (k, v))) in
+                moved.layers().iter().zip(computed.layers()).enumerate()
+            {
+                let what = format!("{arch:?} layer {layer} moved to {new_first}");
+                assert_close(moved_k, k, RELATIVE_TOLERANCE, &format!("{what}: K"));
+                assert_close(moved_v, v, RELATIVE_TOLERANCE, &format!("{what}: V"));
+            }
+        }
+    }
+}
