@@ -55,7 +55,7 @@ pub enum Deviation {
     /// `||K_fresh − K_cached||²` (the design's default).
     #[default]
     Keys,
-    /// `||V_fresh − V_cached||²` (CacheBlend's choice).
+    /// `||V_fresh − V_cached||²` (the paper's "KV deviation" leaves K or V open).
     Values,
 }
 
