@@ -123,9 +123,10 @@ fn recomputing_everything_is_mode_full() {
                 RELATIVE_TOLERANCE,
                 &format!("{arch:?} blend {options} vs full"),
             );
-            assert_eq!(blended.stats.tokens_recomputed, SplicePlan::new(&layout, &bound)
-                .expect("plan")
-                .n_cached());
+            assert_eq!(
+                blended.stats.tokens_recomputed,
+                SplicePlan::new(&layout, &bound).expect("plan").n_cached()
+            );
             assert_eq!(blended.stats.tokens_reused, 0);
         }
     }

@@ -21,9 +21,7 @@ use pml_runtime::inference::{
 use pml_runtime::kv_cache::KvBlock;
 use pml_runtime::model::tiny::random_model;
 use pml_runtime::model::{Arch, Model, WeightFormat};
-use pml_runtime::store::{
-    DiskTier, ManifestStore, MemoryTier, ModuleStore, StateSpec, StoreConfig,
-};
+use pml_runtime::store::{DiskTier, ModuleStore, StateSpec, StoreConfig};
 use tempfile::TempDir;
 
 use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff, ram_store};

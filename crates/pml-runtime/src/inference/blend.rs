@@ -41,7 +41,10 @@ struct Rows {
 impl Rows {
     fn new(plan: &SplicePlan, kv: &KvCache) -> Result<Self, InferenceError> {
         let n_cached = kv.len();
-        let cached_tokens = plan.spans.iter().flat_map(|span| span.tokens.iter().copied());
+        let cached_tokens = plan
+            .spans
+            .iter()
+            .flat_map(|span| span.tokens.iter().copied());
         let mut rows: Vec<(u32, usize, u32)> = cached_tokens
             .zip(kv.positions().iter().copied())
             .enumerate()
@@ -120,7 +123,12 @@ pub fn prefill_blend(
         keep
     };
     let by_slot = probe(model, &rows, &kv, options)?;
-    let by_row: Vec<f32> = rows.context.slots().iter().map(|&slot| by_slot[slot]).collect();
+    let by_row: Vec<f32> = rows
+        .context
+        .slots()
+        .iter()
+        .map(|&slot| by_slot[slot])
+        .collect();
     let mut selected = select_by_deviation(&rows.cached, &by_row, first_keep);
 
     // Views of the spliced rows at the gradual filter's layer, before recompute overwrites them.
@@ -269,6 +277,9 @@ mod tests {
         assert_eq!(select_by_deviation(&cached, &deviation, 0), [2, 5]);
         assert_eq!(select_by_deviation(&cached, &deviation, 2), [1, 2, 4, 5]);
         assert_eq!(select_by_deviation(&cached, &deviation, 3), [1, 2, 3, 4, 5]);
-        assert_eq!(select_by_deviation(&cached, &deviation, 9), [0, 1, 2, 3, 4, 5]);
+        assert_eq!(
+            select_by_deviation(&cached, &deviation, 9),
+            [0, 1, 2, 3, 4, 5]
+        );
     }
 }

@@ -5,12 +5,12 @@
 #![allow(dead_code)]
 
 use candle_core::Tensor;
-use pml_runtime::model::Model;
-use pml_runtime::store::{ManifestStore, MemoryTier, ModuleStore, StateSpec};
-use tempfile::TempDir;
 use pml_compiler::plan::{
     BoundPrompt, CachedSpan, LayoutUnit, NewTokenKind, ParamSlot, SchemaLayout, UnitId, UnitKind,
 };
+use pml_runtime::model::Model;
+use pml_runtime::store::{ManifestStore, MemoryTier, ModuleStore, StateSpec};
+use tempfile::TempDir;
 
 /// Lays out units on consecutive positions: a cursor advances over every text run; modules
 /// open at the cursor; union members rewind it to the union's start.

@@ -185,7 +185,11 @@ mod tests {
         assert_eq!(questions.len(), 5);
         for (i, question) in questions.iter().enumerate() {
             assert_eq!(question.documents.len(), 4);
-            let titles: Vec<&str> = question.documents.iter().map(|d| d.title.as_str()).collect();
+            let titles: Vec<&str> = question
+                .documents
+                .iter()
+                .map(|d| d.title.as_str())
+                .collect();
             assert_eq!(
                 titles.iter().filter(|&&t| t == format!("t{i}")).count(),
                 1,

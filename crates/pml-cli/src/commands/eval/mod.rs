@@ -115,10 +115,8 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
         None => None,
     };
 
-    let bar = ProgressBar::with_draw_target(
-        Some(questions.len() as u64),
-        ProgressDrawTarget::stderr(),
-    );
+    let bar =
+        ProgressBar::with_draw_target(Some(questions.len() as u64), ProgressDrawTarget::stderr());
     bar.set_style(
         ProgressStyle::with_template("{msg} {wide_bar} {pos}/{len} questions, eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -162,7 +160,9 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
         args.blend.check_layer
     );
     if results.is_empty() {
-        return Err(Failure::from(anyhow::anyhow!("no question could be evaluated")));
+        return Err(Failure::from(anyhow::anyhow!(
+            "no question could be evaluated"
+        )));
     }
     Ok(())
 }

@@ -147,7 +147,10 @@ mod tests {
             question: String::new(),
             answers: Vec::new(),
             encode_ms: 0.0,
-            modes: vec![row("full", 1.0, full_ms, true), row("reuse", 0.0, reuse_ms, agrees)],
+            modes: vec![
+                row("full", 1.0, full_ms, true),
+                row("reuse", 0.0, reuse_ms, agrees),
+            ],
         };
         let summary = Summary::of(&[
             question(100.0, 10.0, true),

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use pml_compiler::RefuseSources;
-use pml_runtime::inference::{InferenceMode, LaidOutSchema, Runtime};
 use pml_compiler::plan::BoundPrompt;
+use pml_runtime::inference::{InferenceMode, LaidOutSchema, Runtime};
 
 use super::data::Question;
 use super::score::{Continuation, exact_match, f1, greedy_agreement, kl_divergence};
@@ -70,7 +70,14 @@ pub fn run_question(
         .bind(&laid_out, &sources::prompt(question))
         .context("binding the question's prompt")?;
 
-    let reference = decode(runtime, &laid_out, &bound, InferenceMode::Full, None, horizon)?;
+    let reference = decode(
+        runtime,
+        &laid_out,
+        &bound,
+        InferenceMode::Full,
+        None,
+        horizon,
+    )?;
     let mut results = vec![score(question, "full", &reference, &reference, horizon)];
     for (label, mode) in modes {
         let decoded = decode(runtime, &laid_out, &bound, *mode, Some(&reference), horizon)
@@ -102,11 +109,7 @@ fn score(
         first_token_agrees: decoded.continuation.tokens.first()
             == reference.continuation.tokens.first(),
         first_token_kl: kl_divergence(&reference.first_logits, &decoded.first_logits),
-        greedy_agreement: greedy_agreement(
-            &reference.continuation,
-            &decoded.continuation,
-            horizon,
-        ),
+        greedy_agreement: greedy_agreement(&reference.continuation, &decoded.continuation, horizon),
         ttft_ms: decoded.ttft.as_secs_f64() * 1e3,
         tokens_reused,
         tokens_recomputed,

@@ -65,7 +65,11 @@ pub fn kl_divergence(reference_logits: &[f32], logits: &[f32]) -> f64 {
         .zip(&q)
         .map(|(&log_p, &log_q)| {
             let prob = log_p.exp();
-            if prob > 0.0 { prob * (log_p - log_q) } else { 0.0 }
+            if prob > 0.0 {
+                prob * (log_p - log_q)
+            } else {
+                0.0
+            }
         })
         .sum::<f64>()
         .max(0.0)
@@ -77,7 +81,10 @@ fn log_softmax(logits: &[f32]) -> Vec<f64> {
         .copied()
         .fold(f32::NEG_INFINITY, f32::max)
         .into();
-    let sum: f64 = logits.iter().map(|&x| (f64::from(x) - max).exp()).sum::<f64>();
+    let sum: f64 = logits
+        .iter()
+        .map(|&x| (f64::from(x) - max).exp())
+        .sum::<f64>();
     let log_sum = sum.ln() + max;
     logits.iter().map(|&x| f64::from(x) - log_sum).collect()
 }
@@ -121,13 +128,20 @@ mod tests {
 
     #[test]
     fn squad_normalisation_f1_and_exact_match() {
-        assert_eq!(normalize("The  Eiffel-Tower, a landmark!"), "eiffeltower landmark");
+        assert_eq!(
+            normalize("The  Eiffel-Tower, a landmark!"),
+            "eiffeltower landmark"
+        );
         assert_eq!(exact_match("the Yes.", &golds(&["yes"])), 1.0);
         assert_eq!(exact_match("no", &golds(&["yes"])), 0.0);
         assert_eq!(f1("Barack Obama", &golds(&["Obama"])), 2.0 / 3.0);
         assert_eq!(f1("Obama", &golds(&["nobody", "Barack Obama"])), 2.0 / 3.0);
         assert_eq!(f1("", &golds(&["x"])), 0.0);
-        assert_eq!(f1("a", &golds(&["the"])), 1.0, "both empty after normalising");
+        assert_eq!(
+            f1("a", &golds(&["the"])),
+            1.0,
+            "both empty after normalising"
+        );
     }
 
     #[test]
@@ -149,9 +163,18 @@ mod tests {
             tokens: tokens.to_vec(),
             ended: false,
         };
-        assert_eq!(greedy_agreement(&ended(&[1, 2, 9]), &ended(&[1, 2, 9]), 32), 1.0);
-        assert_eq!(greedy_agreement(&ended(&[1, 2, 9]), &open(&[1, 2, 3]), 32), 2.0 / 32.0);
+        assert_eq!(
+            greedy_agreement(&ended(&[1, 2, 9]), &ended(&[1, 2, 9]), 32),
+            1.0
+        );
+        assert_eq!(
+            greedy_agreement(&ended(&[1, 2, 9]), &open(&[1, 2, 3]), 32),
+            2.0 / 32.0
+        );
         assert_eq!(greedy_agreement(&open(&[5; 32]), &open(&[5; 32]), 32), 1.0);
-        assert_eq!(greedy_agreement(&ended(&[1, 9]), &open(&[1, 9, 4]), 32), 2.0 / 32.0);
+        assert_eq!(
+            greedy_agreement(&ended(&[1, 9]), &open(&[1, 9, 4]), 32),
+            2.0 / 32.0
+        );
     }
 }
