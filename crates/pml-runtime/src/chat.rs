@@ -1,10 +1,13 @@
 //! A model's chat template: the Jinja source from its GGUF (`tokenizer.chat_template`), or the
 //! built-in one for its architecture when the file has none (Gemma-3 GGUFs often lack it), analysed
-//! into role strings with the model's BOS/EOS spellings.
+//! into role strings with the model's BOS/EOS spellings; and the prompt tokens of a chat.
 
 use pml_compiler::chat_template::{
     ChatTemplate, ChatTemplateError, TemplateTokens, builtin_template,
 };
+
+use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
+use pml_syntax::ast::Role;
 
 use crate::gguf::{GgufError, GgufFile};
 use crate::tokenizer::GgufTokenizer;
@@ -59,4 +62,38 @@ pub fn model_chat_template(
         chat_template_source(gguf)?,
         &tokens,
     )?)
+}
+
+/// Prompt tokens of a chat: BOS (if the model uses one), the turns in order each wrapped in its
+/// role's markers (the template's default preamble first when no turn is a system turn), then the
+/// generation prompt. Template text may contain control tokens; the turns' text is encoded as
+/// plain text so it cannot forge them.
+pub fn chat_prompt_tokens(
+    template: &ChatTemplate,
+    tokenizer: &dyn Tokenizer,
+    turns: &[(Role, &str)],
+) -> Result<Vec<u32>, TokenizeError> {
+    // (text, whether it may contain control tokens), in prompt order.
+    let mut pieces: Vec<(&str, bool)> = Vec::new();
+    if !turns.iter().any(|(role, _)| *role == Role::System) {
+        pieces.push((template.default_preamble.as_str(), true));
+    }
+    for &(role, text) in turns {
+        let markers = template.markers(role);
+        pieces.extend([
+            (markers.open.as_str(), true),
+            (text, false),
+            (markers.close.as_str(), true),
+        ]);
+    }
+    pieces.push((template.generation_prompt.as_str(), true));
+
+    let mut tokens: Vec<u32> = tokenizer.bos_token().into_iter().collect();
+    for (text, allow_special) in pieces {
+        // An empty marker adds nothing (a SentencePiece tokenizer would encode a lone space).
+        if !text.is_empty() {
+            tokens.extend(tokenizer.encode(text, allow_special)?);
+        }
+    }
+    Ok(tokens)
 }

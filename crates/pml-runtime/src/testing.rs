@@ -1,10 +1,20 @@
 //! Support for tests that need a fetched model, shared by every crate's tests: such a test asks
 //! [`fetched_model`] for the model's path and returns early (printing why) when the model is absent,
-//! unless `PML_REQUIRE_MODELS=1`, under which a missing model fails the test. Test-only: it panics.
+//! unless `PML_REQUIRE_MODELS=1`, under which a missing model fails the test. Also a runtime on a
+//! tiny random model ([`tiny_runtime`]) for tests of the layers above. Test-only: it panics.
 
 use std::path::PathBuf;
 
+use candle_core::Device;
+use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
+use pml_compiler::plan::EncodeMode;
+use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
+
+use crate::inference::Runtime;
+use crate::model::tiny::random_model;
+use crate::model::{Arch, WeightFormat};
 use crate::models::{ModelError, model_path};
+use crate::store::{ManifestStore, MemoryTier, ModuleStore, StateSpec};
 
 /// Environment variable that turns a missing model into a test failure.
 pub const REQUIRE_MODELS_ENV: &str = "PML_REQUIRE_MODELS";
@@ -27,5 +37,84 @@ pub fn fetched_model(id: &str) -> Option<PathBuf> {
             None
         }
         Err(error) => panic!("model {id} is required by this test: {error}"),
+    }
+}
+
+/// A [`Runtime`] on a seeded random model of `arch` (256-token vocabulary), with a tokenizer of
+/// one token per byte that decodes each id as a letter and has no end-of-turn token (so generation
+/// always runs to `max_tokens`), empty chat markers, and a RAM-only store whose manifests live in
+/// the returned temporary directory (keep it alive as long as the runtime). For tests of whatever
+/// sits on top of a runtime (the server) where the answer's content does not matter.
+///
+/// # Panics
+/// When the random model or the temporary directory cannot be built.
+pub fn tiny_runtime(arch: Arch, seed: u64) -> (Runtime, tempfile::TempDir) {
+    let model = random_model(arch, seed, WeightFormat::F32, &Device::Cpu).expect("tiny model");
+    let manifests = tempfile::TempDir::new().expect("temporary directory");
+    let spec = StateSpec {
+        model_fingerprint: format!("tiny-{arch:?}-{seed}"),
+        layout: model.kv_layout(),
+    };
+    let store = ModuleStore::with_tiers(
+        spec,
+        vec![Box::new(MemoryTier::new(1 << 30))],
+        ManifestStore::new(manifests.path()),
+    );
+    let markers = RoleMarkers {
+        open: String::new(),
+        close: String::new(),
+    };
+    let template = ChatTemplate {
+        system: markers.clone(),
+        user: markers.clone(),
+        assistant: markers,
+        generation_prompt: String::new(),
+        emits_bos: false,
+        system_style: SystemStyle::Native,
+        default_preamble: String::new(),
+    };
+    let runtime = Runtime::from_parts(
+        model,
+        Box::new(LetterTokenizer),
+        template,
+        store,
+        EncodeMode::Scaffolded,
+        4096,
+    );
+    (runtime, manifests)
+}
+
+/// The tokenizer of [`tiny_runtime`].
+pub struct LetterTokenizer;
+
+/// BOS of [`LetterTokenizer`]; 0 is its placeholder.
+const LETTER_BOS: u32 = 1;
+
+impl Tokenizer for LetterTokenizer {
+    fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
+        Ok(text.bytes().map(u32::from).collect())
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
+        Ok(ids
+            .iter()
+            .map(|&id| char::from(b'a' + (id % 26) as u8))
+            .collect())
+    }
+
+    fn bos_token(&self) -> Option<u32> {
+        Some(LETTER_BOS)
+    }
+
+    fn eos_tokens(&self) -> Vec<u32> {
+        Vec::new()
+    }
+
+    fn placeholder_token(&self) -> u32 {
+        0
+    }
+
+    fn vocab_size(&self) -> usize {
+        256
     }
 }

@@ -10,6 +10,7 @@
 pub mod ast;
 pub mod diagnostic;
 pub mod dump;
+pub mod json;
 mod lexer;
 mod lower;
 pub mod names;

@@ -33,6 +33,8 @@ enum Command {
     Lsp(commands::lsp::LspArgs),
     /// Answer quality and fidelity of the cached modes on a QA file (HotpotQA, NQ-open).
     Eval(commands::eval::EvalArgs),
+    /// Serve schemas and prompts over HTTP (OpenAI-compatible completions, batched decoding).
+    Serve(commands::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => commands::bench::run(args),
         Command::Lsp(args) => commands::lsp::run(args),
         Command::Eval(args) => commands::eval::run(args),
+        Command::Serve(args) => commands::serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -126,38 +126,20 @@ fn chat_template(gguf: &GgufFile, tokenizer: &GgufTokenizer) -> anyhow::Result<C
     Ok(ChatTemplate::from_template(source, &tokens)?)
 }
 
-/// BOS (if the model uses one), the system turn (or the template's default preamble), the user
-/// turn and the generation prompt. Template text may contain control tokens; the user's and the
-/// system's text are encoded as plain text so they cannot forge them.
-fn chat_prompt_tokens<'a>(
-    template: &'a ChatTemplate,
+/// BOS, the system turn (or the template's default preamble), the user turn and the generation
+/// prompt.
+fn chat_prompt_tokens(
+    template: &ChatTemplate,
     tokenizer: &GgufTokenizer,
-    system: Option<&'a str>,
-    user: &'a str,
+    system: Option<&str>,
+    user: &str,
 ) -> anyhow::Result<Vec<u32>> {
-    let turn = |role: Role, text: &'a str| {
-        let markers = template.markers(role);
-        [
-            (markers.open.as_str(), true),
-            (text, false),
-            (markers.close.as_str(), true),
-        ]
-    };
-    // (text, whether it may contain control tokens), in prompt order.
-    let mut pieces: Vec<(&str, bool)> = Vec::new();
-    match system {
-        Some(system) => pieces.extend(turn(Role::System, system)),
-        None => pieces.push((template.default_preamble.as_str(), true)),
-    }
-    pieces.extend(turn(Role::User, user));
-    pieces.push((template.generation_prompt.as_str(), true));
-
-    let mut tokens: Vec<u32> = tokenizer.bos_token().into_iter().collect();
-    for (text, allow_special) in pieces {
-        // An empty marker adds nothing (a SentencePiece tokenizer would encode a lone space).
-        if !text.is_empty() {
-            tokens.extend(tokenizer.encode(text, allow_special)?);
-        }
-    }
-    Ok(tokens)
+    let mut turns: Vec<(Role, &str)> = system
+        .map(|system| (Role::System, system))
+        .into_iter()
+        .collect();
+    turns.push((Role::User, user));
+    Ok(pml_runtime::chat::chat_prompt_tokens(
+        template, tokenizer, &turns,
+    )?)
 }

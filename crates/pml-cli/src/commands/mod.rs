@@ -11,3 +11,4 @@ pub mod models;
 pub mod plan_view;
 pub mod run;
 pub mod sampling;
+pub mod serve;

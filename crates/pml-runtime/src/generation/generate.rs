@@ -8,9 +8,8 @@ use std::time::{Duration, Instant};
 use candle_core::{DType, Tensor};
 use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
 
-use super::detokenizer::IncrementalDetokenizer;
-use super::sampling::{Sampler, SamplingError, SamplingParams};
-use super::stop::StopStringMatcher;
+use super::sampling::{SamplingError, SamplingParams};
+use super::step::{DecodeState, DecodeStep};
 use crate::kv_cache::KvCache;
 use crate::model::{EngineError, Model};
 
@@ -137,16 +136,11 @@ pub struct Generation {
 pub struct Generator<'a> {
     model: &'a Model,
     tokenizer: &'a dyn Tokenizer,
-    eos_tokens: Vec<u32>,
 }
 
 impl<'a> Generator<'a> {
     pub fn new(model: &'a Model, tokenizer: &'a dyn Tokenizer) -> Self {
-        Generator {
-            model,
-            tokenizer,
-            eos_tokens: tokenizer.eos_tokens(),
-        }
+        Generator { model, tokenizer }
     }
 
     /// Computes `prompt.new_tokens` after whatever `kv` holds (nothing, for a plain prompt), then
@@ -188,10 +182,6 @@ impl<'a> Generator<'a> {
         on_text: &mut dyn FnMut(&str),
         prefill: impl FnOnce(&mut KvCache) -> Result<Tensor, GenerateError>,
     ) -> Result<Generation, GenerateError> {
-        let mut sampler = Sampler::new(params.clone())?;
-        let mut stop_matcher = StopStringMatcher::new(&params.stop);
-        let mut detokenizer = IncrementalDetokenizer::new(self.tokenizer, prompt_tokens);
-        let mut history = prompt_tokens.to_vec();
         let mut output = StreamedOutput {
             text: String::new(),
             on_text,
@@ -203,7 +193,7 @@ impl<'a> Generator<'a> {
             prefill: prefill_start.elapsed(),
             ..GenerationTimings::default()
         };
-        let mut next_position = kv
+        let next_position = kv
             .positions()
             .iter()
             .max()
@@ -211,52 +201,27 @@ impl<'a> Generator<'a> {
             .ok_or_else(|| {
                 GenerateError::InvalidPrompt("the prefill left the KV cache empty".into())
             })?;
+        let mut state = DecodeState::new(self.tokenizer, prompt_tokens, params, next_position)?;
 
-        let mut token_ids = Vec::new();
         let mut step_start = prefill_start;
+        let mut sampled = 0usize;
         let finish_reason = loop {
-            if token_ids.len() >= params.max_tokens {
-                break FinishReason::Length;
-            }
-            let token = sampler.sample(&logits, &history)?;
-            if token_ids.is_empty() {
+            let step = state.accept(&logits, &mut |piece| output.emit(piece))?;
+            if sampled == 0 {
                 timings.time_to_first_token = step_start.elapsed();
             } else {
                 timings.decode_steps.push(step_start.elapsed());
             }
-            if self.eos_tokens.contains(&token) {
-                break FinishReason::Eos;
-            }
-            token_ids.push(token);
-            history.push(token);
-            let scan = stop_matcher.push(&detokenizer.push(token)?);
-            output.emit(&scan.text);
-            if scan.stopped {
-                break FinishReason::Stop;
-            }
-            if token_ids.len() >= params.max_tokens {
-                // The last token's forward pass would only feed a token never sampled.
-                break FinishReason::Length;
-            }
-            step_start = Instant::now();
-            logits = logits_to_vec(&self.model.forward(&[token], &[next_position], kv)?)?;
-            next_position += 1;
-        };
-
-        let finish_reason = match finish_reason {
-            FinishReason::Stop => FinishReason::Stop,
-            other => {
-                // Bytes of an unfinished character, and text held back as a possible stop string.
-                let scan = stop_matcher.push(&detokenizer.finish()?);
-                output.emit(&scan.text);
-                if scan.stopped {
-                    FinishReason::Stop
-                } else {
-                    output.emit(&stop_matcher.finish());
-                    other
+            sampled += 1;
+            match step {
+                DecodeStep::Finished(reason) => break reason,
+                DecodeStep::Continue { token, position } => {
+                    step_start = Instant::now();
+                    logits = logits_to_vec(&self.model.forward(&[token], &[position], kv)?)?;
                 }
             }
         };
+        let token_ids = state.into_token_ids();
         Ok(Generation {
             text: output.text,
             token_ids,
@@ -282,7 +247,7 @@ impl StreamedOutput<'_> {
 }
 
 /// The logits of one token as f32 values.
-fn logits_to_vec(logits: &Tensor) -> Result<Vec<f32>, GenerateError> {
+pub fn logits_to_vec(logits: &Tensor) -> Result<Vec<f32>, GenerateError> {
     Ok(logits
         .flatten_all()?
         .to_dtype(DType::F32)?

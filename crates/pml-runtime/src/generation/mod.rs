@@ -1,10 +1,12 @@
 //! Text generation: sampling the next token ([`sampling`]), incremental detokenization
 //! ([`detokenizer`]), stop strings ([`stop`]), and the prefill-then-decode loop that streams text
-//! and measures time to first token ([`generate`]).
+//! and measures time to first token ([`generate`]), built on one sequence's per-token state
+//! ([`step`]), which a server's batched scheduler drives as well.
 
 pub mod detokenizer;
 pub mod generate;
 pub mod sampling;
+pub mod step;
 pub mod stop;
 #[cfg(test)]
 mod test_tokenizer;
@@ -12,6 +14,8 @@ mod test_tokenizer;
 pub use detokenizer::IncrementalDetokenizer;
 pub use generate::{
     FinishReason, GenerateError, Generation, GenerationTimings, Generator, PromptInput,
+    logits_to_vec,
 };
 pub use sampling::{Sampler, SamplingError, SamplingParams};
+pub use step::{DecodeState, DecodeStep};
 pub use stop::{StopScan, StopStringMatcher};

@@ -7,9 +7,11 @@
 //! - [`weights`]: tensor sources and the weight format.
 //! - [`transformer`]: RoPE, MLP, attention, block and [`Model`], top to bottom.
 //! - `masked_softmax`: attention weights under the position mask, in one pass.
+//! - [`batch`]: one token of each of several sequences in one pass (continuous batching).
 //! - [`context`]: positions and slots of a call, options and output of a whole-model call.
 //! - [`tiny`]: deterministic random models of both families for fast tests.
 
+pub mod batch;
 pub mod config;
 pub mod context;
 mod masked_softmax;
@@ -17,6 +19,7 @@ pub mod tiny;
 pub mod transformer;
 pub mod weights;
 
+pub use batch::DecodeSlot;
 pub use config::{Activation, Arch, LayerAttention, ModelConfig};
 pub use context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};
 pub use transformer::{ACTIVATION_DTYPE, Model};

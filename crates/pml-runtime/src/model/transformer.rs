@@ -29,13 +29,13 @@ const MLP_ROWS: usize = 512;
 /// as llama.cpp applies it to both families. Angles come from the positions in hand, so any
 /// position costs the same and nothing is precomputed.
 #[derive(Clone, Debug)]
-struct RotaryEmbedding {
+pub(crate) struct RotaryEmbedding {
     inverse_frequencies: Vec<f64>,
     position_scale: f64,
 }
 
 /// cos and sin of one call's rows, `(n_tokens, head_dim / 2)` each.
-struct RotaryTables {
+pub(crate) struct RotaryTables {
     cos: Tensor,
     sin: Tensor,
 }
@@ -52,7 +52,11 @@ impl RotaryEmbedding {
     }
 
     /// Tables rotating row `i` by `offsets[i]` (a position, or a signed position delta).
-    fn tables(&self, offsets: &[f64], device: &Device) -> Result<RotaryTables, EngineError> {
+    pub(crate) fn tables(
+        &self,
+        offsets: &[f64],
+        device: &Device,
+    ) -> Result<RotaryTables, EngineError> {
         let half = self.inverse_frequencies.len();
         let mut cos = Vec::with_capacity(offsets.len() * half);
         let mut sin = Vec::with_capacity(offsets.len() * half);
@@ -77,7 +81,7 @@ impl RotaryEmbedding {
     }
 }
 
-fn positions_as_offsets(positions: &[u32]) -> Vec<f64> {
+pub(crate) fn positions_as_offsets(positions: &[u32]) -> Vec<f64> {
     positions
         .iter()
         .map(|&position| f64::from(position))
@@ -113,7 +117,7 @@ fn visible_slots(
 
 /// Gated MLP: `down(act(gate(x)) * up(x))`.
 #[derive(Clone, Debug)]
-struct Mlp {
+pub(crate) struct Mlp {
     ffn_gate: Linear,
     ffn_up: Linear,
     ffn_down: Linear,
@@ -142,7 +146,7 @@ impl Mlp {
 
     /// Long inputs go through in blocks of [`MLP_ROWS`] rows: rows are independent, and the
     /// `(rows, ffn_dim)` intermediates of a 4096-token prompt would otherwise take hundreds of MB.
-    fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
         let n_rows = x.dim(0)?;
         if n_rows <= MLP_ROWS {
             return self.forward_rows(x);
@@ -167,14 +171,14 @@ impl Mlp {
 
 /// Grouped-query self-attention over the whole KV cache of a layer.
 #[derive(Clone, Debug)]
-struct Attention {
+pub(crate) struct Attention {
     attn_q: Linear,
     attn_k: Linear,
     attn_v: Linear,
-    attn_output: Linear,
+    pub(crate) attn_output: Linear,
     attn_q_norm: Option<RmsNorm>,
     attn_k_norm: Option<RmsNorm>,
-    rope: RotaryEmbedding,
+    pub(crate) rope: RotaryEmbedding,
     sliding_window: Option<usize>,
     n_heads: usize,
     n_kv_heads: usize,
@@ -247,7 +251,7 @@ impl Attention {
     }
 
     /// Rotated, scaled queries `(n_tokens, n_heads, head_dim)` of the normed input `x`.
-    fn queries(&self, x: &Tensor, tables: &RotaryTables) -> Result<Tensor, EngineError> {
+    pub(crate) fn queries(&self, x: &Tensor, tables: &RotaryTables) -> Result<Tensor, EngineError> {
         let n_tokens = x.dim(0)?;
         let queries = self
             .attn_q
@@ -261,7 +265,7 @@ impl Attention {
     }
 
     /// Keys (after RoPE) and values `(n_tokens, n_kv_heads, head_dim)` of the normed input `x`.
-    fn keys_values(
+    pub(crate) fn keys_values(
         &self,
         x: &Tensor,
         tables: &RotaryTables,
@@ -283,7 +287,7 @@ impl Attention {
     /// `(n, n_heads * head_dim)`. Long calls go in chunks of queries so the scores of one chunk
     /// stay within [`ATTENTION_SCORE_BUDGET`]; each chunk multiplies only the slots that can be
     /// visible to it.
-    fn attend(
+    pub(crate) fn attend(
         &self,
         queries: &Tensor,
         query_positions: &[u32],
@@ -363,13 +367,13 @@ impl Attention {
 /// One transformer layer: pre-norm attention and MLP with residuals, plus Gemma's norms of the
 /// two outputs (`post_attention_norm`, `post_ffw_norm`).
 #[derive(Clone, Debug)]
-struct Block {
-    attn_norm: RmsNorm,
-    attention: Attention,
-    post_attention_norm: Option<RmsNorm>,
-    ffn_norm: RmsNorm,
-    mlp: Mlp,
-    post_ffw_norm: Option<RmsNorm>,
+pub(crate) struct Block {
+    pub(crate) attn_norm: RmsNorm,
+    pub(crate) attention: Attention,
+    pub(crate) post_attention_norm: Option<RmsNorm>,
+    pub(crate) ffn_norm: RmsNorm,
+    pub(crate) mlp: Mlp,
+    pub(crate) post_ffw_norm: Option<RmsNorm>,
 }
 
 impl Block {
@@ -469,7 +473,7 @@ pub struct Model {
     format: WeightFormat,
     device: Device,
     token_embd: Linear,
-    blocks: Vec<Block>,
+    pub(crate) blocks: Vec<Block>,
     output_norm: RmsNorm,
     /// `None`: tied to `token_embd` (no `output.weight` in the file).
     output: Option<Linear>,
@@ -782,7 +786,7 @@ impl Model {
         Ok(())
     }
 
-    fn check_cache(&self, kv: &KvCache) -> Result<(), EngineError> {
+    pub(crate) fn check_cache(&self, kv: &KvCache) -> Result<(), EngineError> {
         if *kv.layout() != self.kv_layout() {
             return Err(EngineError::InvalidInput(format!(
                 "a KV cache of layout {:?} for a model of layout {:?}",

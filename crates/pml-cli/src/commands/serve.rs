@@ -1,0 +1,110 @@
+//! `pml serve`: load the model once, optionally load every schema of a folder, and answer
+//! prompts over HTTP until Ctrl-C / SIGTERM (which drains in-flight requests). The server itself
+//! lives in the `pml-server` crate; this module only turns flags into its configuration.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use pml_cli::failure::Failure;
+use pml_cli::pipeline::{RuntimeArgs, open_runtime};
+use pml_server::{ServerConfig, ServerHandle};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Address to listen on (loopback by default: put a proxy in front to expose it).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+    /// Load (and compile in the background) every `*.pml` schema in this folder at start; their
+    /// `src=` includes are read relative to it. Uploaded schemas may not use `src=`.
+    #[arg(long, value_name = "DIR")]
+    schemas: Option<PathBuf>,
+    /// Bearer token required to upload or delete schemas (also read from `PML_ADMIN_TOKEN`).
+    #[arg(long, env = "PML_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Most sequences decoded together in one batched step.
+    #[arg(long, default_value_t = 16)]
+    max_batch: usize,
+    /// Completions that may wait for the engine; beyond it requests get 503.
+    #[arg(long, default_value_t = 64)]
+    queue: usize,
+    /// Largest `max_tokens` a request may ask for.
+    #[arg(long, default_value_t = 4096)]
+    max_tokens_limit: usize,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_body_bytes: usize,
+    /// Seconds after which a request is ended.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+}
+
+pub fn run(args: ServeArgs) -> Result<(), Failure> {
+    let opened = open_runtime(&args.runtime)?;
+    let config = ServerConfig {
+        model_name: opened.spec.id.to_string(),
+        max_body_bytes: args.max_body_bytes,
+        max_tokens_limit: args.max_tokens_limit,
+        queue_capacity: args.queue,
+        max_batch: args.max_batch,
+        request_timeout: Duration::from_secs(args.timeout),
+        admin_token: args.admin_token,
+        handle_signals: true,
+        ..ServerConfig::default()
+    };
+    let addr = SocketAddr::new(args.host, args.port);
+    let server = pml_server::start(opened.runtime, config, addr)
+        .with_context(|| format!("starting the server on {addr}"))?;
+    if let Some(folder) = &args.schemas {
+        load_schemas(&server, folder)?;
+    }
+    eprintln!(
+        "serving {} on http://{} (Ctrl-C stops after in-flight requests)",
+        opened.spec.id,
+        server.addr()
+    );
+    server.join().context("serving")?;
+    Ok(())
+}
+
+/// Loads every `*.pml` schema file of `folder`; prompt files there are skipped.
+fn load_schemas(server: &ServerHandle, folder: &Path) -> Result<(), Failure> {
+    let entries = std::fs::read_dir(folder)
+        .with_context(|| format!("reading {}", folder.display()))
+        .map_err(Failure::Usage)?;
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "pml"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let source = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))
+            .map_err(Failure::Usage)?;
+        if !source.trim_start().starts_with("<schema") {
+            continue;
+        }
+        match server.load_schema(source, folder.to_path_buf()) {
+            Ok(info) => eprintln!(
+                "schema {} from {}: {} units, compiling",
+                info.name,
+                path.display(),
+                info.units_total
+            ),
+            Err(error) => {
+                return Err(Failure::Failed(anyhow::anyhow!(
+                    "{}: {error} (run `pmlc check {}` for details)",
+                    path.display(),
+                    path.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! One sequence's decoding state, advanced one sampled token at a time: sampler, stop strings,
+//! incremental detokenizer and the token budget. [`super::Generator`] drives it for one sequence
+//! with a forward pass per token; a server's scheduler drives many of them from one batched pass,
+//! so both stop, stream and count tokens identically.
+
+use pml_compiler::tokenizer::Tokenizer;
+
+use super::detokenizer::IncrementalDetokenizer;
+use super::generate::{FinishReason, GenerateError};
+use super::sampling::{Sampler, SamplingParams};
+use super::stop::StopStringMatcher;
+
+/// What to do after a token was accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeStep {
+    /// Run `token` at `position` through the model; its logits choose the next token.
+    Continue { token: u32, position: u32 },
+    /// Generation is over; all of the text has been emitted.
+    Finished(FinishReason),
+}
+
+/// Sampling, stopping and detokenizing state of one sequence between forward passes.
+pub struct DecodeState<'t> {
+    sampler: Sampler,
+    stop_matcher: StopStringMatcher,
+    detokenizer: IncrementalDetokenizer<'t>,
+    eos_tokens: Vec<u32>,
+    history: Vec<u32>,
+    token_ids: Vec<u32>,
+    max_tokens: usize,
+    next_position: u32,
+}
+
+impl<'t> DecodeState<'t> {
+    /// State after a prefill of `prompt_tokens` (every prompt token in position order);
+    /// decoded tokens go at `next_position` and after.
+    pub fn new(
+        tokenizer: &'t dyn Tokenizer,
+        prompt_tokens: &[u32],
+        params: &SamplingParams,
+        next_position: u32,
+    ) -> Result<Self, GenerateError> {
+        Ok(Self {
+            sampler: Sampler::new(params.clone())?,
+            stop_matcher: StopStringMatcher::new(&params.stop),
+            detokenizer: IncrementalDetokenizer::new(tokenizer, prompt_tokens),
+            eos_tokens: tokenizer.eos_tokens(),
+            history: prompt_tokens.to_vec(),
+            token_ids: Vec::new(),
+            max_tokens: params.max_tokens,
+            next_position,
+        })
+    }
+
+    /// Generated tokens so far, without an end-of-turn token.
+    pub fn token_ids(&self) -> &[u32] {
+        &self.token_ids
+    }
+
+    pub fn into_token_ids(self) -> Vec<u32> {
+        self.token_ids
+    }
+
+    /// Samples the next token from the last token's `logits` (f32, one per vocabulary entry),
+    /// hands any text that settled to `emit` and says whether to continue.
+    pub fn accept(
+        &mut self,
+        logits: &[f32],
+        emit: &mut dyn FnMut(&str),
+    ) -> Result<DecodeStep, GenerateError> {
+        if self.token_ids.len() >= self.max_tokens {
+            return self.finish(FinishReason::Length, emit);
+        }
+        let token = self.sampler.sample(logits, &self.history)?;
+        if self.eos_tokens.contains(&token) {
+            return self.finish(FinishReason::Eos, emit);
+        }
+        self.token_ids.push(token);
+        self.history.push(token);
+        let scan = self.stop_matcher.push(&self.detokenizer.push(token)?);
+        emit_nonempty(emit, &scan.text);
+        if scan.stopped {
+            return Ok(DecodeStep::Finished(FinishReason::Stop));
+        }
+        if self.token_ids.len() >= self.max_tokens {
+            // The last token's forward pass would only feed a token never sampled.
+            return self.finish(FinishReason::Length, emit);
+        }
+        let position = self.next_position;
+        self.next_position += 1;
+        Ok(DecodeStep::Continue { token, position })
+    }
+
+    /// Flushes bytes of an unfinished character and text held back as a possible stop string.
+    fn finish(
+        &mut self,
+        reason: FinishReason,
+        emit: &mut dyn FnMut(&str),
+    ) -> Result<DecodeStep, GenerateError> {
+        let scan = self.stop_matcher.push(&self.detokenizer.finish()?);
+        emit_nonempty(emit, &scan.text);
+        if scan.stopped {
+            return Ok(DecodeStep::Finished(FinishReason::Stop));
+        }
+        emit_nonempty(emit, &self.stop_matcher.finish());
+        Ok(DecodeStep::Finished(reason))
+    }
+}
+
+fn emit_nonempty(emit: &mut dyn FnMut(&str), piece: &str) {
+    if !piece.is_empty() {
+        emit(piece);
+    }
+}

@@ -1,0 +1,64 @@
+//! The HTTP layer: axum routes that parse requests, hand them to the engine over channels and
+//! shape its reports into OpenAI-compatible JSON or server-sent events. Nothing here touches a
+//! tensor or the model.
+//!
+//! - [`error`]: error responses (OpenAI's `{"error": …}` shape, plus PML diagnostics).
+//! - [`openai`]: request and response bodies of the completion endpoints.
+//! - [`completions`]: `/v1/completions` and `/v1/chat/completions`, streaming or not.
+//! - [`schemas`]: schema upload, progress, listing, deletion (bearer-token protected).
+//! - [`status`]: `/health`, `/metrics`, `/openapi.yaml`.
+
+pub mod completions;
+pub mod error;
+pub mod openai;
+pub mod schemas;
+pub mod status;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{MethodRouter, delete, get, post};
+
+use crate::config::ServerConfig;
+use crate::engine::EngineHandle;
+
+/// What every handler can reach.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub engine: EngineHandle,
+    pub config: Arc<ServerConfig>,
+}
+
+/// Every route: method, path (axum and OpenAPI spell parameters alike, `{name}`), handler. The
+/// OpenAPI document is tested against this table.
+pub fn routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
+    vec![
+        ("get", "/health", get(status::health)),
+        ("get", "/metrics", get(status::metrics)),
+        ("get", "/openapi.yaml", get(status::openapi)),
+        ("post", "/v1/schemas", post(schemas::upload)),
+        ("get", "/v1/schemas", get(schemas::list)),
+        ("get", "/v1/schemas/{name}", get(schemas::show)),
+        ("delete", "/v1/schemas/{name}", delete(schemas::remove)),
+        ("post", "/v1/completions", post(completions::completion)),
+        (
+            "post",
+            "/v1/chat/completions",
+            post(completions::chat_completion),
+        ),
+    ]
+}
+
+/// The router of a server, with the body-size limit of `state.config`.
+pub fn router(state: AppState) -> Router {
+    let limit = state.config.max_body_bytes;
+    routes()
+        .into_iter()
+        .fold(Router::new(), |router, (_, path, handler)| {
+            router.route(path, handler)
+        })
+        .fallback(error::not_found)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}

@@ -1,0 +1,95 @@
+//! Schema endpoints. `POST /v1/schemas` takes a PML schema as the body, lays it out at once
+//! (400 with diagnostics when it has errors) and answers 202 while the engine encodes it; `GET
+//! /v1/schemas/{name}` shows the progress. Upload and deletion need the admin bearer token when
+//! the server has one.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use tokio::sync::oneshot;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::engine::EngineRequest;
+use crate::engine::schemas::SchemaInfo;
+
+pub async fn upload(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    let source = String::from_utf8(body.to_vec())
+        .map_err(|_| ApiError::bad_request("the schema is not UTF-8 text"))?;
+    let (reply, answer) = oneshot::channel();
+    state.engine.send(EngineRequest::Upload {
+        source,
+        sources_root: None,
+        reply,
+    })?;
+    let info = answer
+        .await
+        .map_err(|_| ApiError::internal("the engine stopped"))??;
+    Ok((StatusCode::ACCEPTED, Json(info)).into_response())
+}
+
+pub async fn list(State(state): State<AppState>) -> Json<serde_json::Value> {
+    Json(json!({"object": "list", "data": state.engine.schemas.list()}))
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<SchemaInfo>, ApiError> {
+    state
+        .engine
+        .schemas
+        .get(&name)
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("no schema named `{name}`")))
+}
+
+pub async fn remove(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    authorize(&state, &headers)?;
+    let (reply, answer) = oneshot::channel();
+    state.engine.send(EngineRequest::Delete {
+        name: name.clone(),
+        reply,
+    })?;
+    match answer.await {
+        Ok(true) => Ok(StatusCode::NO_CONTENT),
+        Ok(false) => Err(ApiError::not_found(format!("no schema named `{name}`"))),
+        Err(_) => Err(ApiError::internal("the engine stopped")),
+    }
+}
+
+/// 401 unless the request carries `Authorization: Bearer <admin token>` (when one is set).
+fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = &state.config.admin_token else {
+        return Ok(());
+    };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    match presented {
+        Some(presented) if constant_time_eq(presented.as_bytes(), token.as_bytes()) => Ok(()),
+        _ => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "schema upload and deletion need `Authorization: Bearer <admin token>`",
+        )),
+    }
+}
+
+/// Equality whose time does not depend on where the inputs first differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,42 @@
+//! What a server allows and how it schedules: limits on requests, the queue, the batch.
+
+use std::time::Duration;
+
+/// Limits and scheduling settings of one server.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Name reported as `model` in responses and `/health`.
+    pub model_name: String,
+    /// Largest request body accepted (larger ones get 413).
+    pub max_body_bytes: usize,
+    /// Largest `max_tokens` a request may ask for (larger ones get 400).
+    pub max_tokens_limit: usize,
+    /// `max_tokens` of a request that names none.
+    pub default_max_tokens: usize,
+    /// Completions waiting for admission beyond which new ones get 503.
+    pub queue_capacity: usize,
+    /// Most sequences decoded together in one batched step.
+    pub max_batch: usize,
+    /// A completion still running this long after it arrived is ended.
+    pub request_timeout: Duration,
+    /// Bearer token required to upload or delete schemas; `None` leaves them open.
+    pub admin_token: Option<String>,
+    /// Shut down on Ctrl-C / SIGTERM (the CLI); tests stop the server through its handle.
+    pub handle_signals: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            model_name: "pml".to_string(),
+            max_body_bytes: 1 << 20,
+            max_tokens_limit: 4096,
+            default_max_tokens: 16,
+            queue_capacity: 64,
+            max_batch: 16,
+            request_timeout: Duration::from_secs(600),
+            admin_token: None,
+            handle_signals: false,
+        }
+    }
+}

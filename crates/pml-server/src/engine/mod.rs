@@ -1,0 +1,186 @@
+//! The engine: one thread owns the [`Runtime`] (model, tokenizer, store) and everything that
+//! touches tensors; the HTTP layer talks to it only through [`EngineHandle`], over channels.
+//!
+//! - [`schemas`]: uploaded schemas and their compile progress, readable without the engine.
+//! - [`scheduler`]: the engine loop — schema uploads, admission (one prefill per step, so new
+//!   requests interleave fairly with running ones), batched decode steps, timeouts and
+//!   cancellation.
+//! - [`sequence`]: one admitted completion between decode steps.
+
+pub mod scheduler;
+pub mod schemas;
+pub mod sequence;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use pml_runtime::generation::{FinishReason, SamplingParams};
+use pml_runtime::inference::{InferenceMode, Runtime};
+use pml_syntax::ast::Role;
+use pml_syntax::json::JsonDiagnostic;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::ServerConfig;
+use crate::metrics::{Metrics, Outcome};
+use schemas::{SchemaInfo, SchemaRegistry};
+
+/// What a completion is asked to continue.
+#[derive(Clone, Debug)]
+pub enum PromptSource {
+    /// A PML prompt (`<prompt schema="…">`), answered with its schema's cached modules.
+    Pml(String),
+    /// Plain text, tokenized as is after BOS and prefilled in full.
+    Text(String),
+    /// Chat turns, wrapped in the model's chat template.
+    Chat(Vec<(Role, String)>),
+}
+
+/// A completion request as the engine receives it.
+#[derive(Debug)]
+pub struct CompletionJob {
+    pub prompt: PromptSource,
+    pub mode: InferenceMode,
+    pub params: SamplingParams,
+    /// When the request arrived: time to first token counts from here.
+    pub arrived: Instant,
+    pub deadline: Instant,
+    /// Where the engine reports; dropping the receiver cancels the job.
+    pub events: mpsc::UnboundedSender<JobEvent>,
+}
+
+/// Token counts of a prompt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PromptUsage {
+    pub prompt_tokens: usize,
+    /// Rows spliced from stored module KV.
+    pub cached_tokens: usize,
+    pub recomputed_tokens: usize,
+    /// Tokens computed in the prefill.
+    pub new_tokens: usize,
+}
+
+/// How a completion ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobEnd {
+    Finished(FinishReason),
+    TimedOut,
+}
+
+/// What the engine reports about one completion, in order: `Started`, then `Text` pieces, then
+/// `Done` — or a single `Failed` when the prompt cannot be run.
+#[derive(Debug)]
+pub enum JobEvent {
+    Started(PromptUsage),
+    Text(String),
+    Done {
+        end: JobEnd,
+        completion_tokens: usize,
+    },
+    Failed(JobError),
+}
+
+/// Why a completion or an upload could not be run.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// The schema or prompt has errors, as JSON diagnostics.
+    #[error("the {what} has {} error(s)", diagnostics.len())]
+    Diagnostics {
+        what: &'static str,
+        diagnostics: Vec<JsonDiagnostic>,
+    },
+    #[error("no schema named `{0}` is loaded")]
+    UnknownSchema(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("the engine failed: {0}")]
+    Internal(String),
+}
+
+/// Requests the engine thread serves.
+#[derive(Debug)]
+pub enum EngineRequest {
+    /// Lay a schema out now (answering with its diagnostics if it has errors) and encode it in
+    /// the background.
+    Upload {
+        source: String,
+        /// Folder `src=` includes are read from: only for the operator's own schemas
+        /// (`--schemas DIR`); `None` (every HTTP upload) refuses them.
+        sources_root: Option<std::path::PathBuf>,
+        reply: oneshot::Sender<Result<SchemaInfo, JobError>>,
+    },
+    /// Forget a schema; answers whether it was loaded.
+    Delete {
+        name: String,
+        reply: oneshot::Sender<bool>,
+    },
+    Complete(CompletionJob),
+}
+
+/// Why a request could not reach the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the queue is full ({0} completions waiting)")]
+    QueueFull(usize),
+    #[error("the engine has stopped")]
+    Stopped,
+}
+
+/// The HTTP layer's side of the engine: cheap to clone, never blocks.
+#[derive(Clone, Debug)]
+pub struct EngineHandle {
+    requests: mpsc::UnboundedSender<EngineRequest>,
+    queue_capacity: usize,
+    pub schemas: Arc<SchemaRegistry>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl EngineHandle {
+    /// Queues a completion, or refuses it when `queue_capacity` completions already wait.
+    pub fn submit(&self, job: CompletionJob) -> Result<(), SubmitError> {
+        let queued = self.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
+        if queued >= self.queue_capacity {
+            self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+            self.metrics.count_outcome(Outcome::Rejected);
+            return Err(SubmitError::QueueFull(queued));
+        }
+        self.requests
+            .send(EngineRequest::Complete(job))
+            .map_err(|_| {
+                self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+                SubmitError::Stopped
+            })
+    }
+
+    /// Sends a schema upload or deletion.
+    pub fn send(&self, request: EngineRequest) -> Result<(), SubmitError> {
+        self.requests
+            .send(request)
+            .map_err(|_| SubmitError::Stopped)
+    }
+}
+
+/// Starts the engine thread on `runtime`. The thread ends when every handle is dropped and the
+/// last admitted completion has finished (graceful shutdown drains).
+pub fn spawn(
+    runtime: Runtime,
+    config: &ServerConfig,
+) -> std::io::Result<(EngineHandle, JoinHandle<()>)> {
+    let (requests, receiver) = mpsc::unbounded_channel();
+    let handle = EngineHandle {
+        requests,
+        queue_capacity: config.queue_capacity,
+        schemas: Arc::new(SchemaRegistry::default()),
+        metrics: Arc::new(Metrics::default()),
+    };
+    let schemas = Arc::clone(&handle.schemas);
+    let metrics = Arc::clone(&handle.metrics);
+    let max_batch = config.max_batch.max(1);
+    let thread = std::thread::Builder::new()
+        .name("pml-engine".to_string())
+        .spawn(move || {
+            scheduler::Scheduler::new(&runtime, schemas, metrics, max_batch).run(receiver);
+        })?;
+    Ok((handle, thread))
+}

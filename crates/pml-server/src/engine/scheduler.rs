@@ -1,0 +1,276 @@
+//! The engine loop. Each turn: take every request that arrived (blocking only when idle), drop
+//! sequences whose client left or whose deadline passed, encode one uploaded schema, admit one
+//! waiting completion (its prefill), then run one batched decode step over every active
+//! sequence. One prefill per step keeps new requests from starving running ones and running ones
+//! from starving new ones; the batch shares each weight read among all active sequences.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use candle_core::DType;
+use pml_compiler::{FsSourceLoader, RefuseSources};
+use pml_runtime::encode::EncodeEvent;
+use pml_runtime::inference::{LaidOutSchema, Runtime};
+use pml_runtime::model::DecodeSlot;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::error::TryRecvError;
+
+use super::schemas::{SchemaInfo, SchemaRegistry, SchemaStatus};
+use super::sequence::{Sequence, runtime_error};
+use super::{CompletionJob, EngineRequest, JobEnd, JobError};
+use crate::metrics::{Metrics, Outcome, TierHits};
+
+/// The engine thread's state; borrows the runtime it owns for the thread's lifetime.
+pub struct Scheduler<'r> {
+    runtime: &'r Runtime,
+    registry: Arc<SchemaRegistry>,
+    metrics: Arc<Metrics>,
+    max_batch: usize,
+    schemas: HashMap<String, LaidOutSchema>,
+    to_encode: VecDeque<String>,
+    waiting: VecDeque<CompletionJob>,
+    active: Vec<Sequence<'r>>,
+}
+
+impl<'r> Scheduler<'r> {
+    pub fn new(
+        runtime: &'r Runtime,
+        registry: Arc<SchemaRegistry>,
+        metrics: Arc<Metrics>,
+        max_batch: usize,
+    ) -> Self {
+        Self {
+            runtime,
+            registry,
+            metrics,
+            max_batch,
+            schemas: HashMap::new(),
+            to_encode: VecDeque::new(),
+            waiting: VecDeque::new(),
+            active: Vec::new(),
+        }
+    }
+
+    /// Serves requests until every sender is gone and all accepted work is done.
+    pub fn run(mut self, mut requests: UnboundedReceiver<EngineRequest>) {
+        let mut open = true;
+        loop {
+            if open && self.is_idle() {
+                match requests.blocking_recv() {
+                    Some(request) => self.handle(request),
+                    None => open = false,
+                }
+            }
+            while open {
+                match requests.try_recv() {
+                    Ok(request) => self.handle(request),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => open = false,
+                }
+            }
+            if !open && self.is_idle() {
+                return;
+            }
+            self.retire_cancelled_and_late();
+            self.encode_one_schema();
+            self.admit_one();
+            self.decode_step();
+            self.metrics
+                .active_sequences
+                .store(self.active.len(), Ordering::Relaxed);
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.active.is_empty() && self.waiting.is_empty() && self.to_encode.is_empty()
+    }
+
+    fn handle(&mut self, request: EngineRequest) {
+        match request {
+            EngineRequest::Upload {
+                source,
+                sources_root,
+                reply,
+            } => {
+                let _ = reply.send(self.lay_out(&source, sources_root));
+            }
+            EngineRequest::Delete { name, reply } => {
+                let known = self.schemas.remove(&name).is_some();
+                self.registry.remove(&name);
+                let _ = reply.send(known);
+            }
+            EngineRequest::Complete(job) => self.waiting.push_back(job),
+        }
+    }
+
+    /// Checks and lays out an uploaded schema and queues its encoding. `src=` includes are
+    /// refused unless `sources_root` names the operator's folder: an upload must not read the
+    /// server's files.
+    fn lay_out(
+        &mut self,
+        source: &str,
+        sources_root: Option<PathBuf>,
+    ) -> Result<SchemaInfo, JobError> {
+        let laid_out = match sources_root {
+            Some(root) => self.runtime.lay_out(source, &FsSourceLoader::new(root)),
+            None => self.runtime.lay_out(source, &RefuseSources),
+        }
+        .map_err(|error| runtime_error(error, source))?;
+        let name = laid_out
+            .schema
+            .name
+            .as_ref()
+            .map(|name| name.text.clone())
+            .ok_or_else(|| {
+                JobError::BadRequest("the schema has no name (`<schema name=\"…\">`)".to_string())
+            })?;
+        let info = SchemaInfo {
+            name: name.clone(),
+            status: SchemaStatus::Queued,
+            units_total: laid_out.layout.units.len(),
+            units_done: 0,
+            units_encoded: 0,
+            error: None,
+        };
+        self.registry.insert(info.clone());
+        self.schemas.insert(name.clone(), laid_out);
+        self.to_encode.retain(|queued| *queued != name);
+        self.to_encode.push_back(name);
+        Ok(info)
+    }
+
+    /// Encodes every unit of the next queued schema that the store lacks, reporting progress.
+    fn encode_one_schema(&mut self) {
+        let Some(name) = self.to_encode.pop_front() else {
+            return;
+        };
+        let Some(schema) = self.schemas.get(&name) else {
+            return; // deleted while queued
+        };
+        let registry = &self.registry;
+        registry.update(&name, |info| info.status = SchemaStatus::Compiling);
+        let result = self
+            .runtime
+            .encode(&schema.layout, &mut |event| match event {
+                EncodeEvent::Start { n_units, .. } => {
+                    registry.update(&name, |info| info.units_total = n_units);
+                }
+                EncodeEvent::Unit { index, .. } => {
+                    registry.update(&name, |info| info.units_done = index + 1);
+                }
+            });
+        registry.update(&name, |info| match &result {
+            Ok(report) => {
+                info.status = SchemaStatus::Ready;
+                info.units_done = info.units_total;
+                info.units_encoded = report.n_encoded();
+            }
+            Err(error) => {
+                info.status = SchemaStatus::Failed;
+                info.error = Some(error.to_string());
+            }
+        });
+        self.publish_store_stats();
+    }
+
+    /// Prefills the longest-waiting completion whose client is still there, if the batch has room.
+    fn admit_one(&mut self) {
+        while self.active.len() < self.max_batch {
+            let Some(job) = self.waiting.pop_front() else {
+                return;
+            };
+            self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+            if job.events.is_closed() {
+                self.metrics.count_outcome(Outcome::Cancelled);
+                continue;
+            }
+            if Instant::now() >= job.deadline {
+                let _ = job.events.send(super::JobEvent::Done {
+                    end: JobEnd::TimedOut,
+                    completion_tokens: 0,
+                });
+                self.metrics.count_outcome(Outcome::TimedOut);
+                continue;
+            }
+            let progress = Sequence::admit(self.runtime, &self.schemas, job, &self.metrics);
+            if let Some(sequence) = progress {
+                self.active.push(sequence);
+            }
+            self.publish_store_stats();
+            return;
+        }
+    }
+
+    fn retire_cancelled_and_late(&mut self) {
+        let now = Instant::now();
+        let metrics = &self.metrics;
+        let active = std::mem::take(&mut self.active);
+        for sequence in active {
+            if sequence.is_cancelled() {
+                metrics.count_outcome(Outcome::Cancelled);
+            } else if sequence.is_past_deadline(now) {
+                sequence.end(JobEnd::TimedOut, metrics);
+            } else {
+                self.active.push(sequence);
+            }
+        }
+    }
+
+    /// One token for every active sequence, in one batched forward pass.
+    fn decode_step(&mut self) {
+        if self.active.is_empty() {
+            return;
+        }
+        let start = Instant::now();
+        let mut slots: Vec<DecodeSlot<'_>> = self
+            .active
+            .iter_mut()
+            .map(|sequence| DecodeSlot {
+                token: sequence.next_token,
+                position: sequence.next_position,
+                kv: &mut sequence.kv,
+            })
+            .collect();
+        let rows = self
+            .runtime
+            .model()
+            .decode_batch(&mut slots)
+            .and_then(|logits| Ok(logits.to_dtype(DType::F32)?.to_vec2::<f32>()?));
+        let elapsed = start.elapsed();
+        let active = std::mem::take(&mut self.active);
+        let metrics = &self.metrics;
+        match rows {
+            Ok(rows) => {
+                for (sequence, row) in active.into_iter().zip(rows) {
+                    metrics.time_per_output_token.observe(elapsed);
+                    if let Some(sequence) = sequence.accept(&row, metrics) {
+                        self.active.push(sequence);
+                    }
+                }
+            }
+            Err(error) => {
+                for sequence in active {
+                    sequence.fail(JobError::Internal(error.to_string()), metrics);
+                }
+            }
+        }
+    }
+
+    fn publish_store_stats(&self) {
+        let stats = self.runtime.store().stats();
+        self.metrics.set_store(
+            stats
+                .tiers
+                .iter()
+                .map(|tier| TierHits {
+                    tier: tier.tier,
+                    hits: tier.hits,
+                    misses: tier.misses,
+                })
+                .collect(),
+        );
+    }
+}

@@ -1,0 +1,18 @@
+//! `pml serve`: one long-running process that holds a model, accepts schemas and answers prompts
+//! over HTTP (design §8, after mistral.rs's server / engine / model split).
+//!
+//! - [`engine`]: the one thread that owns the [`pml_runtime::inference::Runtime`]; requests
+//!   arrive over channels, decode steps of all active requests are batched.
+//! - [`api`]: the axum routes (OpenAI-compatible completions, schema upload, health, metrics);
+//!   it parses and answers HTTP and never touches a tensor.
+//! - [`metrics`]: counters and histograms, rendered for Prometheus.
+//! - [`server`]: binding, start, graceful shutdown.
+
+pub mod api;
+pub mod config;
+pub mod engine;
+pub mod metrics;
+pub mod server;
+
+pub use config::ServerConfig;
+pub use server::{ServerError, ServerHandle, start};

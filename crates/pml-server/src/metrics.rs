@@ -1,0 +1,235 @@
+//! Server metrics in the Prometheus text format: time to first token and time per output token
+//! as histograms, queue depth and active sequences as gauges, prompt tokens by origin (reused
+//! from the store, recomputed, computed new), store hits and misses per tier, request outcomes.
+//! The engine records; the HTTP layer only renders.
+
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Upper bounds (seconds) of the latency histograms' buckets.
+const BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+/// A cumulative latency histogram.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    counts: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, duration: Duration) {
+        let seconds = duration.as_secs_f64();
+        for (bound, count) in BUCKETS.iter().zip(&self.counts) {
+            if seconds <= *bound {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (bound, count) in BUCKETS.iter().zip(&self.counts) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{bound}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.count();
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+    }
+}
+
+/// How a completion request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Completed,
+    /// Refused with 503: the queue was full.
+    Rejected,
+    /// The client went away first.
+    Cancelled,
+    TimedOut,
+    /// Bad input or an engine failure.
+    Failed,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 5] = [
+        Outcome::Completed,
+        Outcome::Rejected,
+        Outcome::Cancelled,
+        Outcome::TimedOut,
+        Outcome::Failed,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Rejected => "rejected",
+            Outcome::Cancelled => "cancelled",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// One tier's lookups as last reported by the engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TierHits {
+    pub tier: &'static str,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+/// Every metric of one server.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub time_to_first_token: Histogram,
+    pub time_per_output_token: Histogram,
+    /// Completions accepted and not yet admitted by the engine.
+    pub queue_depth: AtomicUsize,
+    pub active_sequences: AtomicUsize,
+    pub tokens_reused: AtomicU64,
+    pub tokens_recomputed: AtomicU64,
+    pub tokens_new: AtomicU64,
+    pub tokens_generated: AtomicU64,
+    outcomes: [AtomicU64; Outcome::ALL.len()],
+    store: Mutex<Vec<TierHits>>,
+}
+
+impl Metrics {
+    pub fn count_outcome(&self, outcome: Outcome) {
+        self.outcomes[outcome as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn outcome_count(&self, outcome: Outcome) -> u64 {
+        self.outcomes[outcome as usize].load(Ordering::Relaxed)
+    }
+
+    /// Replaces the store counters with the engine's latest snapshot.
+    pub fn set_store(&self, tiers: Vec<TierHits>) {
+        if let Ok(mut store) = self.store.lock() {
+            *store = tiers;
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        self.time_to_first_token.render(
+            &mut out,
+            "pml_time_to_first_token_seconds",
+            "From a completion's arrival to its first token (queueing and prefill included).",
+        );
+        self.time_per_output_token.render(
+            &mut out,
+            "pml_time_per_output_token_seconds",
+            "Time of each decode step, per generated token after the first.",
+        );
+        let gauge = |out: &mut String, name: &str, help: &str, value: usize| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        };
+        gauge(
+            &mut out,
+            "pml_queue_depth",
+            "Completions waiting for the engine.",
+            self.queue_depth.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "pml_active_sequences",
+            "Completions being decoded.",
+            self.active_sequences.load(Ordering::Relaxed),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP pml_prompt_tokens_total Prompt tokens by origin.\n# TYPE pml_prompt_tokens_total counter"
+        );
+        for (origin, counter) in [
+            ("reused", &self.tokens_reused),
+            ("recomputed", &self.tokens_recomputed),
+            ("new", &self.tokens_new),
+        ] {
+            let _ = writeln!(
+                out,
+                "pml_prompt_tokens_total{{origin=\"{origin}\"}} {}",
+                counter.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP pml_generated_tokens_total Tokens generated.\n# TYPE pml_generated_tokens_total counter\npml_generated_tokens_total {}",
+            self.tokens_generated.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP pml_requests_total Completion requests by outcome.\n# TYPE pml_requests_total counter"
+        );
+        for outcome in Outcome::ALL {
+            let _ = writeln!(
+                out,
+                "pml_requests_total{{outcome=\"{}\"}} {}",
+                outcome.label(),
+                self.outcome_count(outcome)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP pml_store_lookups_total Module store lookups per tier.\n# TYPE pml_store_lookups_total counter"
+        );
+        if let Ok(store) = self.store.lock() {
+            for tier in store.iter() {
+                let _ = writeln!(
+                    out,
+                    "pml_store_lookups_total{{tier=\"{}\",result=\"hit\"}} {}\npml_store_lookups_total{{tier=\"{}\",result=\"miss\"}} {}",
+                    tier.tier, tier.hits, tier.tier, tier.misses
+                );
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_are_cumulative_and_render_for_prometheus() {
+        let metrics = Metrics::default();
+        metrics
+            .time_to_first_token
+            .observe(Duration::from_millis(30));
+        metrics.time_to_first_token.observe(Duration::from_secs(3));
+        metrics.count_outcome(Outcome::Rejected);
+        metrics.set_store(vec![TierHits {
+            tier: "ram",
+            hits: 4,
+            misses: 1,
+        }]);
+        let text = metrics.render();
+        assert!(text.contains("pml_time_to_first_token_seconds_bucket{le=\"0.025\"} 0"));
+        assert!(text.contains("pml_time_to_first_token_seconds_bucket{le=\"0.05\"} 1"));
+        assert!(text.contains("pml_time_to_first_token_seconds_bucket{le=\"5\"} 2"));
+        assert!(text.contains("pml_time_to_first_token_seconds_count 2"));
+        assert!(text.contains("pml_requests_total{outcome=\"rejected\"} 1"));
+        assert!(text.contains("pml_store_lookups_total{tier=\"ram\",result=\"hit\"} 4"));
+    }
+}

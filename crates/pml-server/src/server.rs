@@ -1,0 +1,174 @@
+//! Starting and stopping a server: the engine thread, then a tokio runtime on a thread of its
+//! own serving the router on a bound listener. Shutdown (the handle, or Ctrl-C / SIGTERM when
+//! the config asks) stops accepting connections, lets in-flight requests finish — streams
+//! included — and then lets the engine drain and stop.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use pml_runtime::inference::Runtime;
+use tokio::sync::oneshot;
+
+use crate::api::{AppState, router};
+use crate::config::ServerConfig;
+use crate::engine::schemas::SchemaInfo;
+use crate::engine::{self, EngineHandle, EngineRequest, JobError};
+
+/// Why a server could not start or stopped badly.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start the server's threads: {0}")]
+    Threads(std::io::Error),
+    #[error("the server failed: {0}")]
+    Serve(std::io::Error),
+    #[error("a server thread panicked")]
+    Panicked,
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct ServerHandle {
+    addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    /// For [`ServerHandle::load_schema`]; dropped on shutdown so the engine can stop.
+    engine_handle: Option<EngineHandle>,
+    http: Option<JoinHandle<Result<(), ServerError>>>,
+    engine: Option<JoinHandle<()>>,
+}
+
+/// Starts serving `runtime` on `addr` (port 0 picks a free port; see [`ServerHandle::addr`]).
+pub fn start(
+    runtime: Runtime,
+    config: ServerConfig,
+    addr: SocketAddr,
+) -> Result<ServerHandle, ServerError> {
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|source| ServerError::Bind { addr, source })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| ServerError::Bind { addr, source })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| ServerError::Bind { addr, source })?;
+    let (engine, engine_thread) = engine::spawn(runtime, &config).map_err(ServerError::Threads)?;
+    let handle_signals = config.handle_signals;
+    let state = AppState {
+        engine: engine.clone(),
+        config: Arc::new(config),
+    };
+    let (shutdown, shutdown_requested) = oneshot::channel::<()>();
+    let http = std::thread::Builder::new()
+        .name("pml-http".to_string())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .map_err(ServerError::Threads)?;
+            runtime.block_on(async move {
+                let listener =
+                    tokio::net::TcpListener::from_std(listener).map_err(ServerError::Serve)?;
+                let stop = async move {
+                    if handle_signals {
+                        tokio::select! {
+                            _ = shutdown_requested => {}
+                            _ = termination_signal() => {}
+                        }
+                    } else {
+                        let _ = shutdown_requested.await;
+                    }
+                };
+                axum::serve(listener, router(state))
+                    .with_graceful_shutdown(stop)
+                    .await
+                    .map_err(ServerError::Serve)
+            })
+        })
+        .map_err(ServerError::Threads)?;
+    Ok(ServerHandle {
+        addr,
+        shutdown: Some(shutdown),
+        engine_handle: Some(engine),
+        http: Some(http),
+        engine: Some(engine_thread),
+    })
+}
+
+impl ServerHandle {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting connections, waits for in-flight requests and the engine to finish.
+    pub fn shutdown(mut self) -> Result<(), ServerError> {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        self.join()
+    }
+
+    /// Loads a schema as an upload would, reading its `src=` includes from `sources_root`
+    /// (the operator's own schemas, `--schemas DIR`), and waits for its layout (not its
+    /// encoding, which follows in the background).
+    pub fn load_schema(
+        &self,
+        source: String,
+        sources_root: PathBuf,
+    ) -> Result<SchemaInfo, JobError> {
+        let stopped = || JobError::Internal("the engine has stopped".to_string());
+        let engine = self.engine_handle.as_ref().ok_or_else(stopped)?;
+        let (reply, answer) = oneshot::channel();
+        engine
+            .send(EngineRequest::Upload {
+                source,
+                sources_root: Some(sources_root),
+                reply,
+            })
+            .map_err(|_| stopped())?;
+        answer.blocking_recv().map_err(|_| stopped())?
+    }
+
+    /// Waits until the server stops (by a signal, when the config handles them).
+    pub fn join(mut self) -> Result<(), ServerError> {
+        self.engine_handle = None;
+        let served = match self.http.take() {
+            Some(http) => http.join().map_err(|_| ServerError::Panicked)?,
+            None => Ok(()),
+        };
+        // The router (and with it every engine handle) is gone: the engine drains and stops.
+        if let Some(engine) = self.engine.take() {
+            engine.join().map_err(|_| ServerError::Panicked)?;
+        }
+        served
+    }
+}
+
+/// Ctrl-C, or SIGTERM on Unix.
+async fn termination_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

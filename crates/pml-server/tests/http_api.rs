@@ -1,0 +1,433 @@
+//! The server over real HTTP on a loopback port, with the tiny random model (answers are
+//! letters; only their shape and counts matter): upload and compile progress, completions
+//! streamed and not, OpenAI shapes, the error statuses, queue limits, cancellation and shutdown.
+
+mod support;
+
+use std::time::Duration;
+
+use pml_server::ServerConfig;
+use serde_json::json;
+use support::{
+    EventStream, PROMPT, SCHEMA, TestServer, call, call_with_headers, completion_body,
+    json as parse,
+};
+
+#[test]
+fn upload_then_complete_with_cached_modules() {
+    let server = TestServer::tiny(ServerConfig::default());
+    let info = server.upload_ready(SCHEMA);
+    assert_eq!(info["name"], "notes");
+    assert_eq!(info["units_done"], info["units_total"]);
+    assert!(info["units_encoded"].as_u64() > Some(0), "{info}");
+
+    let (status, body) = call("GET", &server.url("/v1/schemas"), None, None);
+    assert_eq!(status, 200);
+    assert_eq!(parse(&body)["data"][0]["name"], "notes");
+
+    let (status, body) = call(
+        "POST",
+        &server.url("/v1/completions"),
+        Some(&completion_body(PROMPT, 6, false)),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let answer = parse(&body);
+    assert_eq!(answer["object"], "text_completion");
+    assert!(
+        answer["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("cmpl-"))
+    );
+    let choice = &answer["choices"][0];
+    assert_eq!(choice["index"], 0);
+    assert_eq!(choice["finish_reason"], "length");
+    assert_eq!(choice["text"].as_str().map(str::len), Some(6), "{answer}");
+    let usage = &answer["usage"];
+    assert_eq!(usage["completion_tokens"], 6);
+    let cached = usage["cached_tokens"].as_u64().expect("cached_tokens");
+    let new = usage["new_tokens"].as_u64().expect("new_tokens");
+    assert!(cached > 0 && new > 0, "{usage}");
+    assert_eq!(usage["prompt_tokens"].as_u64(), Some(cached + new));
+    assert_eq!(
+        usage["prompt_tokens_details"]["cached_tokens"].as_u64(),
+        Some(cached)
+    );
+    assert_eq!(usage["recomputed_tokens"], 0);
+    assert_eq!(
+        usage["total_tokens"].as_u64(),
+        Some(cached + new + 6),
+        "{usage}"
+    );
+
+    // Mode `full` computes every prompt token and, greedy, gives the same tokens here
+    // (one module right after the prefix is exact).
+    let body = json!({"prompt": PROMPT, "max_tokens": 6, "mode": "full"}).to_string();
+    let (status, full) = call("POST", &server.url("/v1/completions"), Some(&body), None);
+    assert_eq!(status, 200, "{full}");
+    let full = parse(&full);
+    assert_eq!(full["usage"]["cached_tokens"], 0);
+    assert_eq!(full["usage"]["new_tokens"].as_u64(), Some(cached + new));
+
+    assert!(server.metric("pml_prompt_tokens_total{origin=\"reused\"}") >= cached as f64);
+    assert!(server.metric("pml_store_lookups_total{tier=\"ram\",result=\"hit\"}") >= 1.0);
+    assert_eq!(server.metric("pml_time_to_first_token_seconds_count"), 2.0);
+}
+
+#[test]
+fn streamed_answer_matches_the_collected_one_and_ends_in_done() {
+    let server = TestServer::tiny(ServerConfig::default());
+    server.upload_ready(SCHEMA);
+    let (_, collected) = call(
+        "POST",
+        &server.url("/v1/completions"),
+        Some(&completion_body(PROMPT, 8, false)),
+        None,
+    );
+    let collected = parse(&collected);
+
+    let stream = EventStream::open(
+        &server.url("/v1/completions"),
+        &completion_body(PROMPT, 8, true),
+    );
+    assert_eq!(stream.status, 200);
+    assert_eq!(stream.content_type, "text/event-stream");
+    let events = stream.rest();
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{events:?}"
+    );
+    let chunks: Vec<_> = events[..events.len() - 1]
+        .iter()
+        .map(|e| parse(e))
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|chunk| chunk["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(
+        text,
+        collected["choices"][0]["text"].as_str().expect("text")
+    );
+    let last = chunks.last().expect("a final chunk");
+    assert_eq!(last["choices"][0]["finish_reason"], "length");
+    assert_eq!(last["usage"]["completion_tokens"], 8);
+    assert_eq!(
+        last["usage"]["cached_tokens"],
+        collected["usage"]["cached_tokens"]
+    );
+    assert!(
+        chunks[..chunks.len() - 1]
+            .iter()
+            .all(|chunk| chunk["choices"][0]["finish_reason"].is_null())
+    );
+}
+
+#[test]
+fn plain_text_and_chat_completions() {
+    let server = TestServer::tiny(ServerConfig::default());
+    let body = json!({"prompt": "hello there", "max_tokens": 3, "stop": ["zzzz"], "seed": 3,
+                      "temperature": 0.7, "top_p": 0.9})
+    .to_string();
+    let (status, text) = call("POST", &server.url("/v1/completions"), Some(&body), None);
+    assert_eq!(status, 200, "{text}");
+    let answer = parse(&text);
+    // BOS and one token per byte: nothing cached.
+    assert_eq!(answer["usage"]["prompt_tokens"], 12);
+    assert_eq!(answer["usage"]["new_tokens"], 12);
+    assert_eq!(answer["usage"]["cached_tokens"], 0);
+
+    let body = json!({"model": "tiny", "max_tokens": 4, "messages": [
+        {"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]})
+    .to_string();
+    let (status, text) = call(
+        "POST",
+        &server.url("/v1/chat/completions"),
+        Some(&body),
+        None,
+    );
+    assert_eq!(status, 200, "{text}");
+    let answer = parse(&text);
+    assert_eq!(answer["object"], "chat.completion");
+    assert_eq!(answer["model"], "tiny");
+    assert_eq!(answer["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(
+        answer["choices"][0]["message"]["content"]
+            .as_str()
+            .map(str::len),
+        Some(4)
+    );
+
+    let body = json!({"max_tokens": 2, "stream": true,
+                      "messages": [{"role": "user", "content": "hi"}]})
+    .to_string();
+    let events = EventStream::open(&server.url("/v1/chat/completions"), &body).rest();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let first = parse(&events[0]);
+    assert_eq!(first["object"], "chat.completion.chunk");
+    assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
+
+    let (status, text) = call("GET", &server.url("/health"), None, None);
+    assert_eq!((status, parse(&text)["status"].clone()), (200, json!("ok")));
+}
+
+#[test]
+fn bad_input_gets_400_with_diagnostics() {
+    let config = ServerConfig {
+        max_tokens_limit: 100,
+        ..ServerConfig::default()
+    };
+    let server = TestServer::tiny(config);
+    let broken =
+        r#"<schema name="broken"><module name="a">x</module><module name="a">y</module></schema>"#;
+    let (status, body) = call("POST", &server.url("/v1/schemas"), Some(broken), None);
+    assert_eq!(status, 400, "{body}");
+    let error = &parse(&body)["error"];
+    let diagnostic = &error["diagnostics"][0];
+    assert!(
+        diagnostic["code"]
+            .as_str()
+            .is_some_and(|code| code.starts_with("PML")),
+        "{body}"
+    );
+    assert!(diagnostic["message"].is_string());
+    assert!(diagnostic["labels"][0]["span"]["start"].is_u64(), "{body}");
+
+    // `src=` would read the server's files: refused for uploads.
+    let include = r#"<schema name="inc"><module name="a" src="/etc/passwd"/></schema>"#;
+    let (status, body) = call("POST", &server.url("/v1/schemas"), Some(include), None);
+    assert_eq!(status, 400, "{body}");
+    assert!(server.metric("pml_queue_depth") == 0.0);
+
+    server.upload_ready(SCHEMA);
+    let bad_prompt = r#"<prompt schema="notes"><nosuch/>hi</prompt>"#;
+    let (status, body) = call(
+        "POST",
+        &server.url("/v1/completions"),
+        Some(&completion_body(bad_prompt, 2, false)),
+        None,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        parse(&body)["error"]["diagnostics"][0]["code"].is_string(),
+        "{body}"
+    );
+
+    for body in [
+        "{not json".to_string(),
+        completion_body("hi", 101, false),
+        json!({"prompt": PROMPT, "mode": "sideways"}).to_string(),
+        json!({"prompt": PROMPT, "recompute": 0.2}).to_string(),
+        json!({"prompt": "hi", "temperature": -1.0}).to_string(),
+    ] {
+        let (status, text) = call("POST", &server.url("/v1/completions"), Some(&body), None);
+        assert_eq!(status, 400, "{body} -> {text}");
+        assert_eq!(parse(&text)["error"]["type"], "invalid_request_error");
+    }
+    let body = json!({"messages": [{"role": "robot", "content": "x"}]}).to_string();
+    let (status, _) = call(
+        "POST",
+        &server.url("/v1/chat/completions"),
+        Some(&body),
+        None,
+    );
+    assert_eq!(status, 400);
+}
+
+#[test]
+fn not_found_unauthorized_and_too_large() {
+    let config = ServerConfig {
+        admin_token: Some("s3cret".to_string()),
+        max_body_bytes: 4096,
+        ..ServerConfig::default()
+    };
+    let server = TestServer::tiny(config);
+    let schemas = server.url("/v1/schemas");
+    assert_eq!(call("POST", &schemas, Some(SCHEMA), None).0, 401);
+    assert_eq!(call("POST", &schemas, Some(SCHEMA), Some("wrong")).0, 401);
+    let (status, body) = call("POST", &schemas, Some(SCHEMA), Some("s3cret"));
+    assert_eq!(status, 202, "{body}");
+
+    let notes = server.url("/v1/schemas/notes");
+    assert_eq!(call("DELETE", &notes, None, None).0, 401);
+    assert_eq!(
+        call("GET", &server.url("/v1/schemas/nope"), None, None).0,
+        404
+    );
+    assert_eq!(
+        call(
+            "DELETE",
+            &server.url("/v1/schemas/nope"),
+            None,
+            Some("s3cret")
+        )
+        .0,
+        404
+    );
+    assert_eq!(call("GET", &server.url("/v2/nothing"), None, None).0, 404);
+    let unknown = r#"<prompt schema="other">hi</prompt>"#;
+    let (status, body) = call(
+        "POST",
+        &server.url("/v1/completions"),
+        Some(&completion_body(unknown, 2, false)),
+        None,
+    );
+    assert_eq!(status, 404, "{body}");
+
+    let huge = "x".repeat(5000);
+    assert_eq!(call("POST", &schemas, Some(&huge), Some("s3cret")).0, 413);
+    let body = completion_body(&huge, 2, false);
+    assert_eq!(
+        call("POST", &server.url("/v1/completions"), Some(&body), None).0,
+        413
+    );
+
+    assert_eq!(call("DELETE", &notes, None, Some("s3cret")).0, 204);
+    assert_eq!(call("GET", &notes, None, None).0, 404);
+}
+
+#[test]
+fn a_full_queue_answers_503_with_retry_after() {
+    let config = ServerConfig {
+        max_batch: 1,
+        queue_capacity: 1,
+        ..ServerConfig::default()
+    };
+    let server = TestServer::tiny(config);
+    let url = server.url("/v1/completions");
+    // One request decoding (the batch is full) ...
+    let mut running = EventStream::open(&url, &completion_body("long", 4000, true));
+    assert!(running.next_data().is_some());
+    // ... one waiting ...
+    let waiting_url = url.clone();
+    let waiting = std::thread::spawn(move || {
+        call(
+            "POST",
+            &waiting_url,
+            Some(&completion_body("wait", 2, false)),
+            None,
+        )
+        .0
+    });
+    server.wait_for_metric("pml_queue_depth", 1.0);
+    // ... and the next one is refused.
+    let (status, retry_after, body) = call_with_headers(
+        "POST",
+        &url,
+        Some(&completion_body("no room", 2, false)),
+        None,
+    );
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    assert_eq!(parse(&body)["error"]["type"], "overloaded_error");
+    assert_eq!(
+        server.metric("pml_requests_total{outcome=\"rejected\"}"),
+        1.0
+    );
+    drop(running);
+    assert_eq!(waiting.join().expect("waiting client"), 200);
+}
+
+#[test]
+fn a_dropped_stream_cancels_its_sequence() {
+    let server = TestServer::tiny(ServerConfig::default());
+    let mut stream = EventStream::open(
+        &server.url("/v1/completions"),
+        &completion_body("never read to the end", 4000, true),
+    );
+    assert!(stream.next_data().is_some());
+    assert!(stream.next_data().is_some());
+    assert_eq!(server.metric("pml_active_sequences"), 1.0);
+    drop(stream);
+    server.wait_for_metric("pml_requests_total{outcome=\"cancelled\"}", 1.0);
+    server.wait_for_metric("pml_active_sequences", 0.0);
+    assert_eq!(
+        server.metric("pml_requests_total{outcome=\"completed\"}"),
+        0.0
+    );
+}
+
+#[test]
+fn a_request_past_its_deadline_gets_504() {
+    let config = ServerConfig {
+        request_timeout: Duration::ZERO,
+        ..ServerConfig::default()
+    };
+    let server = TestServer::tiny(config);
+    let (status, body) = call(
+        "POST",
+        &server.url("/v1/completions"),
+        Some(&completion_body("late", 2, false)),
+        None,
+    );
+    assert_eq!(status, 504, "{body}");
+    assert_eq!(
+        server.metric("pml_requests_total{outcome=\"timed_out\"}"),
+        1.0
+    );
+}
+
+#[test]
+fn shutdown_drains_in_flight_streams() {
+    let mut server = TestServer::tiny(ServerConfig::default());
+    let mut stream = EventStream::open(
+        &server.url("/v1/completions"),
+        &completion_body("drain me", 200, true),
+    );
+    assert!(stream.next_data().is_some());
+    let handle = server.handle.take().expect("running server");
+    let stopper = std::thread::spawn(move || handle.shutdown());
+    let rest = stream.rest();
+    assert_eq!(rest.last().map(String::as_str), Some("[DONE]"));
+    let last = parse(&rest[rest.len() - 2]);
+    assert_eq!(last["usage"]["completion_tokens"], 200);
+    stopper.join().expect("stopper").expect("clean shutdown");
+}
+
+#[test]
+fn concurrent_requests_are_batched_and_match_sequential_answers() {
+    let server = TestServer::tiny(ServerConfig::default());
+    server.upload_ready(SCHEMA);
+    let prompts: Vec<String> = (0..6)
+        .map(|i| match i % 2 {
+            0 => PROMPT.to_string(),
+            _ => format!("plain prompt number {i}"),
+        })
+        .collect();
+    let url = server.url("/v1/completions");
+    let alone: Vec<String> = prompts
+        .iter()
+        .map(|prompt| {
+            call(
+                "POST",
+                &url,
+                Some(&completion_body(prompt, 12, false)),
+                None,
+            )
+            .1
+        })
+        .collect();
+    let together: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = prompts
+            .iter()
+            .map(|prompt| {
+                let url = &url;
+                scope.spawn(move || {
+                    call("POST", url, Some(&completion_body(prompt, 12, false)), None).1
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("client"))
+            .collect()
+    });
+    for (a, b) in alone.iter().zip(&together) {
+        assert_eq!(
+            parse(a)["choices"][0]["text"],
+            parse(b)["choices"][0]["text"],
+            "batched decoding changed an answer"
+        );
+    }
+}

@@ -1,0 +1,194 @@
+//! Shared by the server's integration tests: a server on a loopback port (tiny random model
+//! unless a runtime is given) and a small blocking HTTP client for it.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use pml_runtime::inference::Runtime;
+use pml_runtime::model::Arch;
+use pml_runtime::testing::tiny_runtime;
+use pml_server::{ServerConfig, ServerHandle};
+use serde_json::Value;
+
+pub const SCHEMA: &str = r#"<schema name="notes">
+  You answer questions about the notes below.
+  <module name="notes">The meeting moved to Tuesday; bring the slides.</module>
+</schema>"#;
+
+pub const PROMPT: &str = r#"<prompt schema="notes"><notes/>When is the meeting?</prompt>"#;
+
+/// A running server and the temporary directory its store's manifests live in.
+pub struct TestServer {
+    pub handle: Option<ServerHandle>,
+    pub base: String,
+    _manifests: Option<tempfile::TempDir>,
+}
+
+impl TestServer {
+    /// The tiny Qwen2-shaped model with `config`.
+    pub fn tiny(config: ServerConfig) -> Self {
+        let (runtime, manifests) = tiny_runtime(Arch::Qwen2, 7);
+        let mut server = Self::with_runtime(runtime, config);
+        server._manifests = Some(manifests);
+        server
+    }
+
+    pub fn with_runtime(runtime: Runtime, config: ServerConfig) -> Self {
+        let addr: SocketAddr = "127.0.0.1:0".parse().expect("loopback address");
+        let handle = pml_server::start(runtime, config, addr).expect("server starts");
+        let base = format!("http://{}", handle.addr());
+        Self {
+            handle: Some(handle),
+            base,
+            _manifests: None,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Uploads `schema` and waits until it is compiled.
+    pub fn upload_ready(&self, schema: &str) -> Value {
+        let (status, body) = call("POST", &self.url("/v1/schemas"), Some(schema), None);
+        assert_eq!(status, 202, "{body}");
+        let name = json(&body)["name"].as_str().expect("name").to_string();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (status, body) = call("GET", &self.url(&format!("/v1/schemas/{name}")), None, None);
+            assert_eq!(status, 200, "{body}");
+            let info = json(&body);
+            match info["status"].as_str() {
+                Some("ready") => return info,
+                Some("failed") => panic!("compilation failed: {body}"),
+                _ => {}
+            }
+            assert!(
+                Instant::now() < deadline,
+                "schema never became ready: {body}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The value of a metric line (`name{labels}` exactly as rendered).
+    pub fn metric(&self, series: &str) -> f64 {
+        let (status, text) = call("GET", &self.url("/metrics"), None, None);
+        assert_eq!(status, 200);
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {series} in:\n{text}"))
+    }
+
+    /// Polls until `series` reaches `value`.
+    pub fn wait_for_metric(&self, series: &str, value: f64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.metric(series) != value {
+            assert!(Instant::now() < deadline, "{series} never reached {value}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.shutdown();
+        }
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout_read(Duration::from_secs(120))
+        .build()
+}
+
+/// Status and body of one request; `token` goes in as a bearer token.
+pub fn call(method: &str, url: &str, body: Option<&str>, token: Option<&str>) -> (u16, String) {
+    let (status, _, body) = call_with_headers(method, url, body, token);
+    (status, body)
+}
+
+/// Status, `Retry-After` header and body of one request.
+pub fn call_with_headers(
+    method: &str,
+    url: &str,
+    body: Option<&str>,
+    token: Option<&str>,
+) -> (u16, Option<String>, String) {
+    let mut request = agent().request(method, url);
+    if let Some(token) = token {
+        request = request.set("Authorization", &format!("Bearer {token}"));
+    }
+    let result = match body {
+        Some(body) => request.send_string(body),
+        None => request.call(),
+    };
+    let response = match result {
+        Ok(response) => response,
+        Err(ureq::Error::Status(_, response)) => response,
+        Err(error) => panic!("{method} {url}: {error}"),
+    };
+    let status = response.status();
+    let retry_after = response.header("Retry-After").map(str::to_string);
+    let mut text = String::new();
+    response
+        .into_reader()
+        .read_to_string(&mut text)
+        .expect("response body");
+    (status, retry_after, text)
+}
+
+pub fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|error| panic!("not JSON ({error}): {text}"))
+}
+
+/// A streamed response, read event by event.
+pub struct EventStream {
+    pub status: u16,
+    pub content_type: String,
+    lines: Box<dyn BufRead + Send>,
+}
+
+impl EventStream {
+    pub fn open(url: &str, body: &str) -> Self {
+        let response = match agent().post(url).send_string(body) {
+            Ok(response) => response,
+            Err(ureq::Error::Status(_, response)) => response,
+            Err(error) => panic!("POST {url}: {error}"),
+        };
+        Self {
+            status: response.status(),
+            content_type: response.content_type().to_string(),
+            lines: Box::new(BufReader::new(response.into_reader())),
+        }
+    }
+
+    /// The next `data:` payload, `None` at the end of the stream.
+    pub fn next_data(&mut self) -> Option<String> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.lines.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            if let Some(data) = line.trim_end().strip_prefix("data: ") {
+                return Some(data.to_string());
+            }
+        }
+    }
+
+    /// Every remaining payload.
+    pub fn rest(mut self) -> Vec<String> {
+        std::iter::from_fn(|| self.next_data()).collect()
+    }
+}
+
+pub fn completion_body(prompt: &str, max_tokens: usize, stream: bool) -> String {
+    serde_json::json!({"prompt": prompt, "max_tokens": max_tokens, "stream": stream}).to_string()
+}
