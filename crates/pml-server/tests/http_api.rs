@@ -69,9 +69,19 @@ fn upload_then_complete_with_cached_modules() {
     assert_eq!(full["usage"]["cached_tokens"], 0);
     assert_eq!(full["usage"]["new_tokens"].as_u64(), Some(cached + new));
 
+    // Mode `blend` recomputes the requested fraction of the cached tokens.
+    let body =
+        json!({"prompt": PROMPT, "max_tokens": 2, "mode": "blend", "recompute": 0.5}).to_string();
+    let (status, blend) = call("POST", &server.url("/v1/completions"), Some(&body), None);
+    assert_eq!(status, 200, "{blend}");
+    let recomputed = parse(&blend)["usage"]["recomputed_tokens"]
+        .as_u64()
+        .expect("recomputed_tokens");
+    assert!(recomputed > 0 && recomputed <= cached, "{blend}");
+
     assert!(server.metric("pml_prompt_tokens_total{origin=\"reused\"}") >= cached as f64);
     assert!(server.metric("pml_store_lookups_total{tier=\"ram\",result=\"hit\"}") >= 1.0);
-    assert_eq!(server.metric("pml_time_to_first_token_seconds_count"), 2.0);
+    assert_eq!(server.metric("pml_time_to_first_token_seconds_count"), 3.0);
 }
 
 #[test]
@@ -219,6 +229,7 @@ fn bad_input_gets_400_with_diagnostics() {
         completion_body("hi", 101, false),
         json!({"prompt": PROMPT, "mode": "sideways"}).to_string(),
         json!({"prompt": PROMPT, "recompute": 0.2}).to_string(),
+        json!({"prompt": PROMPT, "mode": "blend", "recompute": 1.5}).to_string(),
         json!({"prompt": "hi", "temperature": -1.0}).to_string(),
     ] {
         let (status, text) = call("POST", &server.url("/v1/completions"), Some(&body), None);

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pml_runtime::generation::{FinishReason, SamplingParams};
-use pml_runtime::inference::InferenceMode;
+use pml_runtime::inference::{InferenceMode, Ratio};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -33,9 +33,9 @@ pub struct GenerationFields {
     pub seed: Option<u64>,
     #[serde(default)]
     pub stream: bool,
-    /// PML: how a PML prompt's prefill is computed (`reuse`, `full`, …).
+    /// PML: how a PML prompt's prefill is computed (`reuse`, `blend`, `full`).
     pub mode: Option<String>,
-    /// PML: fraction of cached tokens to recompute, for modes that recompute.
+    /// PML: fraction of cached tokens to recompute in mode `blend` (0 to 1).
     pub recompute: Option<f32>,
 }
 
@@ -92,18 +92,21 @@ impl GenerationFields {
         params
             .validate()
             .map_err(|error| ApiError::bad_request(error.to_string()))?;
-        let mode = match &self.mode {
+        let mut mode = match &self.mode {
             Some(mode) => mode
                 .parse::<InferenceMode>()
                 .map_err(ApiError::bad_request)?,
             None => InferenceMode::default(),
         };
         if let Some(recompute) = self.recompute {
-            // No mode of this build recomputes cached tokens; refuse rather than ignore it.
-            return Err(ApiError::bad_request(format!(
-                "recompute = {recompute} needs a mode that recomputes cached tokens; mode `{mode}` \
-                 does not"
-            )));
+            let InferenceMode::Blend(options) = &mut mode else {
+                return Err(ApiError::bad_request(format!(
+                    "recompute = {recompute} applies to mode `blend` only, not `{mode}`"
+                )));
+            };
+            options.recompute = Ratio::new(f64::from(recompute)).ok_or_else(|| {
+                ApiError::bad_request(format!("recompute = {recompute} is not within 0..=1"))
+            })?;
         }
         Ok((params, mode))
     }
