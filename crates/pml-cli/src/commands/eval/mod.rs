@@ -3,7 +3,8 @@
 //! documents are members of a collection, and a prompt that imports them all and asks the
 //! question; modes `full` (once, the reference), `reuse` and `blend` at each ratio run on it.
 //! Every question's results are appended to `--out` as one JSON line as soon as they exist, so
-//! a stopped run keeps what it measured; the summary table (or JSON) follows at the end.
+//! a stopped run keeps what it measured; the summary table (or JSON) follows at the end, and
+//! `--summarize FILE` prints it from such a file (runs split in parts, or stopped early).
 
 pub mod data;
 pub mod report;
@@ -34,8 +35,13 @@ const EVAL_STORE_BYTES: u64 = 1 << 30;
 
 #[derive(Args)]
 pub struct EvalArgs {
-    /// The QA file: HotpotQA distractor `.json` or NQ-open `.jsonl[.gz]`.
+    /// The QA file: HotpotQA distractor `.json` or NQ-open `.jsonl[.gz]` (with `--summarize`, a
+    /// results file written by `--out`).
     data: PathBuf,
+    /// Print the summary of a results file written by `--out` (one result per question id,
+    /// the first kept; a partial or stopped run is fine) instead of evaluating.
+    #[arg(long)]
+    summarize: bool,
     /// Its format (default: from the extension, `.json` HotpotQA, `.jsonl[.gz]` NQ-open).
     #[arg(long, value_enum)]
     format: Option<Dataset>,
@@ -70,6 +76,18 @@ pub struct EvalArgs {
 }
 
 pub fn run(args: EvalArgs) -> Result<(), Failure> {
+    if args.summarize {
+        let results = report::read_results(&args.data)?;
+        if results.is_empty() {
+            return Err(Failure::from(anyhow::anyhow!(
+                "{} holds no results",
+                args.data.display()
+            )));
+        }
+        print_summary(&Summary::of(&results), args.json)?;
+        eprintln!("{} questions", results.len());
+        return Ok(());
+    }
     if args.horizon == 0 {
         return Err(Failure::usage("--horizon must be at least 1".to_string()));
     }
@@ -144,15 +162,7 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
     }
     bar.finish_and_clear();
 
-    let summary = Summary::of(&results);
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&summary).context("encoding the summary")?
-        );
-    } else {
-        print!("{summary}");
-    }
+    print_summary(&Summary::of(&results), args.json)?;
     eprintln!(
         "model {} | {} questions answered, {failed} skipped | check layer {}",
         opened.spec.id,
@@ -163,6 +173,18 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
         return Err(Failure::from(anyhow::anyhow!(
             "no question could be evaluated"
         )));
+    }
+    Ok(())
+}
+
+fn print_summary(summary: &Summary, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(summary).context("encoding the summary")?
+        );
+    } else {
+        print!("{summary}");
     }
     Ok(())
 }

@@ -3,7 +3,11 @@
 //! (median, and the median of each question's ratio to `full`, which machine load disturbs less)
 //! and how many cached tokens were recomputed.
 
+use std::collections::HashSet;
 use std::fmt;
+use std::path::Path;
+
+use anyhow::Context;
 
 use super::runner::QuestionResult;
 
@@ -101,6 +105,35 @@ impl fmt::Display for Summary {
     }
 }
 
+/// The results streamed to a `--out` file (several runs may have appended to it): one per
+/// question id, the first kept; blank lines skipped, a line that does not parse is an error
+/// except a last one cut short by a stopped run.
+pub fn read_results(path: &Path) -> anyhow::Result<Vec<QuestionResult>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    let mut seen = HashSet::new();
+    let mut results = Vec::with_capacity(lines.len());
+    for (index, line) in lines.iter().enumerate() {
+        let result: QuestionResult = match serde_json::from_str(line) {
+            Ok(result) => result,
+            Err(_) if index + 1 == lines.len() && !text.ends_with('\n') => break,
+            Err(error) => {
+                return Err(error).with_context(|| {
+                    format!("line {} of {} is not a result", index + 1, path.display())
+                });
+            }
+        };
+        if seen.insert(result.id.clone()) {
+            results.push(result);
+        }
+    }
+    Ok(results)
+}
+
 fn mean(values: impl Iterator<Item = f64>) -> f64 {
     let (sum, n) = values.fold((0.0, 0usize), |(sum, n), value| (sum + value, n + 1));
     if n == 0 { f64::NAN } else { sum / n as f64 }
@@ -138,6 +171,32 @@ mod tests {
             tokens_recomputed: 10,
             tokens_new: 5,
         }
+    }
+
+    #[test]
+    fn streamed_results_are_read_back_once_per_question() {
+        let dir = tempfile::TempDir::new().expect("temporary directory");
+        let path = dir.path().join("results.jsonl");
+        let result = |id: &str| QuestionResult {
+            id: id.into(),
+            question: String::new(),
+            answers: Vec::new(),
+            encode_ms: 0.0,
+            modes: vec![row("full", 1.0, 10.0, true)],
+        };
+        let line = |id: &str| serde_json::to_string(&result(id)).expect("encodes");
+        let text = format!(
+            "{}\n\n{}\n{}\n{{\"id\": \"cut",
+            line("a"),
+            line("b"),
+            line("a")
+        );
+        std::fs::write(&path, text).expect("writes");
+        let read = read_results(&path).expect("reads");
+        let ids: Vec<&str> = read.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        std::fs::write(&path, format!("not json\n{}\n", line("a"))).expect("writes");
+        assert!(read_results(&path).is_err());
     }
 
     #[test]

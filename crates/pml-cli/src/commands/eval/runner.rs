@@ -16,7 +16,7 @@ use super::score::{Continuation, exact_match, f1, greedy_agreement, kl_divergenc
 use super::sources;
 
 /// What one mode did on one question.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ModeResult {
     pub mode: String,
     pub answer: String,
@@ -32,7 +32,7 @@ pub struct ModeResult {
 }
 
 /// A question's results, the reference (`full`) first.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct QuestionResult {
     pub id: String,
     pub question: String,
