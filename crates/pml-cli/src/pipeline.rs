@@ -17,7 +17,7 @@ use pml_compiler::plan::{BoundPrompt, EncodeMode};
 use pml_runtime::inference::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
 use pml_runtime::model::WeightFormat;
 use pml_runtime::models::ModelSpec;
-use pml_runtime::store::{DEFAULT_RAM_BUDGET_BYTES, StoreConfig};
+use pml_runtime::store::{DiskTier, StoreConfig, StoreError};
 use pml_syntax::Diagnostic;
 use pml_syntax::ast::SourceFile;
 
@@ -118,9 +118,11 @@ pub struct RuntimeArgs {
     /// if it is not yet.
     #[arg(long)]
     pub model: Option<String>,
-    /// Folder of the module store (default: `$PML_HOME/store`).
-    #[arg(long, value_name = "DIR")]
-    pub store: Option<PathBuf>,
+    /// Module store tiers, fastest first: a comma-separated list of `ram:SIZE`,
+    /// `disk:PATH[?max=SIZE]` and `redis://HOST:PORT[?max=SIZE&timeout_ms=N]`, or a folder
+    /// (RAM over disk there). Default: `$PML_STORE`, else RAM over disk at `$PML_HOME/store`.
+    #[arg(long, value_name = "SPEC")]
+    pub store: Option<String>,
     /// How module states are encoded; `pml run` must use the mode the schema was compiled with.
     #[arg(long, value_enum, default_value_t = EncodeArg::Scaffolded)]
     pub encode: EncodeArg,
@@ -139,13 +141,7 @@ pub struct OpenRuntime {
 pub fn open_runtime(args: &RuntimeArgs) -> Result<OpenRuntime, Failure> {
     let spec = resolve_model(args.model.as_deref()).map_err(Failure::Usage)?;
     let path = fetch_if_missing(spec)?;
-    let store = match &args.store {
-        Some(root) => StoreConfig {
-            root: root.clone(),
-            ram_budget_bytes: DEFAULT_RAM_BUDGET_BYTES,
-        },
-        None => StoreConfig::from_env().context("locating the module store")?,
-    };
+    let store = store_config(args.store.as_deref())?;
     let options = RuntimeOptions {
         weight_format: args.weights.into(),
         encode_mode: args.encode.into(),
@@ -154,6 +150,19 @@ pub fn open_runtime(args: &RuntimeArgs) -> Result<OpenRuntime, Failure> {
     let runtime = Runtime::load(&path, &options)
         .with_context(|| format!("loading {} from {}", spec.id, path.display()))?;
     Ok(OpenRuntime { spec, runtime })
+}
+
+/// The store `--store SPEC` names (parsed by [`StoreConfig::parse`]), else `$PML_STORE`'s, else
+/// the default; a spec that does not parse is a usage error.
+pub fn store_config(spec: Option<&str>) -> Result<StoreConfig, Failure> {
+    let parsed = match spec {
+        Some(spec) => DiskTier::default_root().and_then(|root| StoreConfig::parse(spec, &root)),
+        None => StoreConfig::from_env(),
+    };
+    parsed.map_err(|error| match error {
+        StoreError::InvalidSpec(_) => Failure::usage(error.to_string()),
+        error => Failure::Failed(anyhow::Error::new(error).context("locating the module store")),
+    })
 }
 
 /// What a checked file turned out to be.

@@ -15,7 +15,7 @@ use pml_compiler::MemorySourceLoader;
 use pml_runtime::generation::SamplingParams;
 use pml_runtime::inference::{InferenceMode, Runtime, RuntimeOptions};
 use pml_runtime::models::{DEFAULT_MODEL_ID, model_path};
-use pml_runtime::store::StoreConfig;
+use pml_runtime::store::{DEFAULT_RAM_BUDGET_BYTES, StoreConfig};
 
 const PLACES: [&str; 6] = [
     "Aldmoor",
@@ -38,10 +38,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         .map_or_else(|| temporary.path().to_path_buf(), Into::into);
 
     let mut options = RuntimeOptions::from_env()?;
-    options.store = StoreConfig {
-        root: store_root,
-        ..options.store
-    };
+    options.store = StoreConfig::local(store_root, DEFAULT_RAM_BUDGET_BYTES);
     let started = Instant::now();
     let runtime = Runtime::load(&model_path(&model_id)?, &options)?;
     println!(

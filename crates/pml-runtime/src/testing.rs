@@ -2,6 +2,9 @@
 //! [`fetched_model`] for the model's path and returns early (printing why) when the model is absent,
 //! unless `PML_REQUIRE_MODELS=1`, under which a missing model fails the test. Also a runtime on a
 //! tiny random model ([`tiny_runtime`]) for tests of the layers above. Test-only: it panics.
+//! [`redis_server`] starts a throwaway `redis-server` the same way.
+
+pub mod redis_server;
 
 use std::path::PathBuf;
 

@@ -37,10 +37,7 @@ fn runtime(id: &str, weight_format: WeightFormat) -> Option<(Runtime, TempDir)> 
     let options = RuntimeOptions {
         weight_format,
         encode_mode: EncodeMode::Scaffolded,
-        store: StoreConfig {
-            root: store_root.path().to_path_buf(),
-            ram_budget_bytes: 1 << 30,
-        },
+        store: StoreConfig::local(store_root.path().to_path_buf(), 1 << 30),
     };
     let runtime = Runtime::load(&path, &options).expect("model loads");
     Some((runtime, store_root))

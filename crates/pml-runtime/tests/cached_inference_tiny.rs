@@ -832,10 +832,7 @@ fn runtime_compiles_and_runs_sources() {
 #[test]
 fn a_new_process_reads_states_from_disk_and_re_encodes_a_corrupt_one() {
     let root = TempDir::new().unwrap();
-    let config = StoreConfig {
-        root: root.path().to_path_buf(),
-        ram_budget_bytes: 1 << 30,
-    };
+    let config = StoreConfig::local(root.path().to_path_buf(), 1 << 30);
     let open = || {
         let model = random_model(Arch::Qwen2, SEED, WeightFormat::F32, &Device::Cpu).unwrap();
         let spec = StateSpec {

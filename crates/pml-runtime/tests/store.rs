@@ -275,10 +275,7 @@ fn stale_temporaries_of_crashed_writers_are_swept() {
 #[test]
 fn ram_over_disk_reads_through_promotes_and_writes_through() {
     let root = tempfile::tempdir().expect("tempdir");
-    let config = StoreConfig {
-        root: root.path().to_path_buf(),
-        ram_budget_bytes: 1 << 20,
-    };
+    let config = StoreConfig::local(root.path().to_path_buf(), 1 << 20);
     let key = key_of(6, 5);
     let state = state(6, 5);
     {
@@ -367,10 +364,7 @@ fn states_over_the_ram_budget_still_reach_disk() {
 #[test]
 fn manifests_go_through_the_store() {
     let root = tempfile::tempdir().expect("tempdir");
-    let config = StoreConfig {
-        root: root.path().to_path_buf(),
-        ram_budget_bytes: 1 << 20,
-    };
+    let config = StoreConfig::local(root.path().to_path_buf(), 1 << 20);
     let store = ModuleStore::open(&config, spec()).expect("store");
     assert_eq!(store.read_manifest("travel"), ManifestLookup::Missing);
     let key = key_of(1, 2);

@@ -30,10 +30,7 @@ fn n_tokens(seed: u32) -> usize {
 }
 
 fn config(root: &Path) -> StoreConfig {
-    StoreConfig {
-        root: root.to_path_buf(),
-        ram_budget_bytes: 1 << 20,
-    }
+    StoreConfig::local(root.to_path_buf(), 1 << 20)
 }
 
 /// What `pmlc compile` does to the store: put every unit, then write the manifest.

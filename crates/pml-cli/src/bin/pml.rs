@@ -35,6 +35,9 @@ enum Command {
     Eval(commands::eval::EvalArgs),
     /// Serve schemas and prompts over HTTP (OpenAI-compatible completions, batched decoding).
     Serve(commands::serve::ServeArgs),
+    /// Chat, one user turn per line of stdin; `--session NAME` saves every turn's state to the
+    /// store and resumes the conversation from it later.
+    Chat(commands::chat::ChatArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Lsp(args) => commands::lsp::run(args),
         Command::Eval(args) => commands::eval::run(args),
         Command::Serve(args) => commands::serve::run(args),
+        Command::Chat(args) => commands::chat::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -216,7 +216,7 @@ fn stored_bytes(
     let from_put = encoder.puts(unit.id).and_then(|puts| {
         puts.iter().rev().find_map(|put| match put.outcome {
             PutOutcome::Stored { bytes } => Some(bytes),
-            PutOutcome::TooLarge { .. } => None,
+            PutOutcome::TooLarge { .. } | PutOutcome::Unavailable => None,
         })
     });
     let from_previous = || {

@@ -166,9 +166,28 @@ pub fn random_model(
     format: WeightFormat,
     device: &Device,
 ) -> Result<Model, EngineError> {
-    let config = tiny_config(arch);
+    random_model_with(tiny_config(arch), seed, format, device)
+}
+
+/// A model of any `config` with random weights from `seed` (benchmarks build full-size ones).
+pub fn random_model_with(
+    config: ModelConfig,
+    seed: u64,
+    format: WeightFormat,
+    device: &Device,
+) -> Result<Model, EngineError> {
     let mut tensors = tiny_weights(&config, seed, device)?;
     Model::from_source(config, &mut tensors, format, device)
+}
+
+/// `config` with multi-head attention (one KV head per query head) and `vocab_size` tokens: the
+/// same layers and widths, so a like-for-like model where K/V are as wide as the hidden states.
+pub fn mha_variant(config: &ModelConfig, vocab_size: usize) -> ModelConfig {
+    ModelConfig {
+        n_kv_heads: config.n_heads,
+        vocab_size,
+        ..config.clone()
+    }
 }
 
 /// Uniform entries with standard deviation `std`, stored in GGML blocks like a checkpoint.

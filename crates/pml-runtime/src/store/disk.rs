@@ -6,13 +6,18 @@
 //!
 //! Safe under concurrent writers, threads or processes: an entry is a single file published by
 //! one rename, and two writers of one key write identical bytes (the key fixes the content).
+//!
+//! With a byte budget ([`DiskTier::with_budget`]) a hit refreshes its file's modification time
+//! and a put that takes the tier over budget scans the entries and removes the least recently
+//! used (oldest modification time) down to 90% of the budget, so scans stay rare. Several
+//! processes may share the folder: each scan measures what is really there.
 
 use std::fs::{self, File};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
 
 use super::StoreError;
 use super::atomic_file::{self, write_atomically};
@@ -26,7 +31,19 @@ use crate::models::PmlHome;
 pub struct DiskTier {
     root: PathBuf,
     spec: StateSpec,
+    budget_bytes: Option<u64>,
+    /// Bytes held as of the last scan plus this process's puts since (only kept with a budget).
+    resident_bytes: AtomicU64,
+    /// One eviction scan at a time in this process.
+    eviction: Mutex<()>,
     counters: TierCounters,
+}
+
+/// One entry file found by a scan.
+struct EntryFile {
+    path: PathBuf,
+    bytes: u64,
+    modified: SystemTime,
 }
 
 impl DiskTier {
@@ -39,8 +56,89 @@ impl DiskTier {
         Ok(Self {
             root,
             spec,
+            budget_bytes: None,
+            resident_bytes: AtomicU64::new(0),
+            eviction: Mutex::new(()),
             counters: TierCounters::default(),
         })
+    }
+
+    /// Bounds the tier to `budget_bytes` (none: unbounded), measuring what it holds now.
+    pub fn with_budget(mut self, budget_bytes: Option<u64>) -> Result<Self, StoreError> {
+        self.budget_bytes = budget_bytes;
+        if budget_bytes.is_some() {
+            let held = self.scan()?.iter().map(|entry| entry.bytes).sum();
+            self.resident_bytes.store(held, Ordering::Relaxed);
+        }
+        Ok(self)
+    }
+
+    pub fn budget_bytes(&self) -> Option<u64> {
+        self.budget_bytes
+    }
+
+    /// Every entry file under `objects/` (temporaries excluded).
+    fn scan(&self) -> Result<Vec<EntryFile>, StoreError> {
+        let objects = self.root.join("objects");
+        let mut found = Vec::new();
+        let shards =
+            fs::read_dir(&objects).map_err(|error| StoreError::io("list", &objects, error))?;
+        for shard in shards {
+            let shard = shard.map_err(|error| StoreError::io("list", &objects, error))?;
+            let files = match fs::read_dir(shard.path()) {
+                Ok(files) => files,
+                // A stray file beside the shards, or a shard removed since the listing.
+                Err(_) => continue,
+            };
+            for file in files.flatten() {
+                let path = file.path();
+                if path
+                    .extension()
+                    .is_none_or(|extension| extension != "safetensors")
+                {
+                    continue;
+                }
+                // Removed by another process since the listing: not ours to count.
+                let Ok(metadata) = file.metadata() else {
+                    continue;
+                };
+                found.push(EntryFile {
+                    path,
+                    bytes: metadata.len(),
+                    modified: metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                });
+            }
+        }
+        Ok(found)
+    }
+
+    /// Removes least recently used entries until the tier holds at most 90% of its budget.
+    fn evict_over_budget(&self, budget: u64) -> Result<(), StoreError> {
+        let _evicting = self.eviction.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.resident_bytes.load(Ordering::Relaxed) <= budget {
+            return Ok(());
+        }
+        let mut entries = self.scan()?;
+        let mut held: u64 = entries.iter().map(|entry| entry.bytes).sum();
+        let target = budget / 10 * 9;
+        entries.sort_by_key(|entry| entry.modified);
+        for entry in entries {
+            if held <= target {
+                break;
+            }
+            match fs::remove_file(&entry.path) {
+                Ok(()) => {
+                    self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                    held = held.saturating_sub(entry.bytes);
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                    held = held.saturating_sub(entry.bytes);
+                }
+                Err(error) => return Err(StoreError::io("evict", entry.path, error)),
+            }
+        }
+        self.resident_bytes.store(held, Ordering::Relaxed);
+        Ok(())
     }
 
     /// `$PML_HOME/store` (default `~/.cache/pml/store`).
@@ -110,6 +208,10 @@ impl Tier for DiskTier {
         };
         match self.load(key, &file, &path) {
             Ok(state) => {
+                if self.budget_bytes.is_some() {
+                    // Recency for eviction only: a file whose time cannot be set is just older.
+                    let _ = file.set_modified(SystemTime::now());
+                }
                 self.counters.hits.fetch_add(1, Ordering::Relaxed);
                 Ok(Some(Arc::new(state)))
             }
@@ -133,13 +235,26 @@ impl Tier for DiskTier {
 
     fn put(&self, key: &StoreKey, state: &Arc<ModuleState>) -> Result<PutOutcome, StoreError> {
         let bytes = state.to_safetensors(key, &self.spec)?;
+        let len = bytes.len() as u64;
+        if let Some(budget) = self.budget_bytes
+            && len > budget
+        {
+            self.counters.rejected_puts.fetch_add(1, Ordering::Relaxed);
+            return Ok(PutOutcome::TooLarge {
+                bytes: len,
+                budget_bytes: budget,
+            });
+        }
         write_atomically(&self.path_of(key), &bytes)?;
         self.counters.puts.fetch_add(1, Ordering::Relaxed);
-        let bytes = bytes.len() as u64;
         self.counters
             .bytes_written
-            .fetch_add(bytes, Ordering::Relaxed);
-        Ok(PutOutcome::Stored { bytes })
+            .fetch_add(len, Ordering::Relaxed);
+        if let Some(budget) = self.budget_bytes {
+            self.resident_bytes.fetch_add(len, Ordering::Relaxed);
+            self.evict_over_budget(budget)?;
+        }
+        Ok(PutOutcome::Stored { bytes: len })
     }
 
     fn contains(&self, key: &StoreKey) -> Result<bool, StoreError> {
@@ -161,6 +276,9 @@ impl Tier for DiskTier {
     }
 
     fn stats(&self) -> TierStats {
-        self.counters.snapshot(self.name(), None, None)
+        let resident = self
+            .budget_bytes
+            .map(|_| self.resident_bytes.load(Ordering::Relaxed));
+        self.counters.snapshot(self.name(), resident, None)
     }
 }

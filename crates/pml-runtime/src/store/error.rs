@@ -30,6 +30,11 @@ pub enum StoreError {
     },
     #[error("{0}")]
     Unsupported(String),
+    /// A store specification (`--store`, `PML_STORE`) that does not parse.
+    #[error(
+        "invalid store {0}; expected a comma-separated list of `ram:SIZE`, `disk:PATH[?max=SIZE]` and `redis://HOST:PORT[?max=SIZE]`"
+    )]
+    InvalidSpec(String),
     #[error("`{0}` is not a store key (expected 64 lowercase hex digits)")]
     InvalidKey(String),
     #[error("cannot {action} {path}: {source}")]

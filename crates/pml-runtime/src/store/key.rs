@@ -68,27 +68,74 @@ impl From<StoreKey> for String {
     }
 }
 
-/// What a stored state holds. Hidden-state restore (HCache) will add a variant; the kind is part
-/// of the key and of the file metadata, so kinds can never be confused.
+/// What a stored state holds. The kind (with its layer) is part of the key and of the file
+/// metadata, so kinds can never be confused.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum StateKind {
-    /// Per-layer K (after RoPE) and V of the unit's tokens.
+    /// Per-layer K (after RoPE) and V of the unit's tokens, every layer.
     #[default]
     Kv,
+    /// K and V of one layer (a layer the restore planner keeps as KV).
+    KvLayer(u16),
+    /// The input hidden states of one layer, `(n_tokens, d_model)`: restored by projecting them
+    /// to K/V at the unit's positions (HCache).
+    HiddenLayer(u16),
 }
 
 impl StateKind {
     pub fn name(self) -> &'static str {
         match self {
             StateKind::Kv => "kv",
+            StateKind::KvLayer(_) => "kv-layer",
+            StateKind::HiddenLayer(_) => "hidden-layer",
+        }
+    }
+
+    /// The layer of a one-layer kind.
+    pub fn layer(self) -> Option<usize> {
+        match self {
+            StateKind::Kv => None,
+            StateKind::KvLayer(layer) | StateKind::HiddenLayer(layer) => Some(usize::from(layer)),
+        }
+    }
+
+    /// The kind named `name` (of layer `layer` for one-layer kinds), as file metadata spells it.
+    pub fn parse(name: &str, layer: Option<u16>) -> Option<Self> {
+        match (name, layer) {
+            ("kv", None) => Some(StateKind::Kv),
+            ("kv-layer", Some(layer)) => Some(StateKind::KvLayer(layer)),
+            ("hidden-layer", Some(layer)) => Some(StateKind::HiddenLayer(layer)),
+            _ => None,
         }
     }
 }
 
 /// Hash of the tokens and positions a unit was encoded after (its scaffold context); every
-/// empty context, isolated encoding included, is [`ContextHash::NONE`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// empty context, isolated encoding included, is [`ContextHash::NONE`]. Serialised as 64 hex
+/// digits (saved conversations record it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct ContextHash([u8; 32]);
+
+impl TryFrom<String> for ContextHash {
+    type Error = StoreError;
+
+    fn try_from(text: String) -> Result<Self, StoreError> {
+        let bytes = StoreKey::parse(&text)?;
+        let mut hash = [0; 32];
+        for (index, byte) in hash.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&bytes.as_str()[2 * index..2 * index + 2], 16)
+                .map_err(|_| StoreError::InvalidKey(text.clone()))?;
+        }
+        Ok(Self(hash))
+    }
+}
+
+impl From<ContextHash> for String {
+    fn from(hash: ContextHash) -> String {
+        hash.0.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+}
 
 impl ContextHash {
     pub const NONE: ContextHash = ContextHash([0; 32]);
@@ -140,6 +187,10 @@ impl StoreKeyParts<'_> {
         ] {
             hasher.update((text.len() as u64).to_le_bytes());
             hasher.update(text.as_bytes());
+        }
+        // Whole-unit KV keys hash no layer, so they are unchanged since before one-layer kinds.
+        if let Some(layer) = self.kind.layer() {
+            hasher.update((layer as u64).to_le_bytes());
         }
         hash_u32s(&mut hasher, self.tokens);
         hash_u32s(&mut hasher, self.positions);
@@ -228,6 +279,18 @@ mod tests {
             },
             StoreKeyParts {
                 encode_mode: EncodeMode::Isolated,
+                ..base()
+            },
+            StoreKeyParts {
+                kind: StateKind::KvLayer(0),
+                ..base()
+            },
+            StoreKeyParts {
+                kind: StateKind::KvLayer(1),
+                ..base()
+            },
+            StoreKeyParts {
+                kind: StateKind::HiddenLayer(0),
                 ..base()
             },
             StoreKeyParts {

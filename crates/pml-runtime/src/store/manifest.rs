@@ -165,7 +165,7 @@ impl ManifestStore {
 
 /// A file name that cannot escape its directory: ASCII letters, digits, `-` and `_` are kept,
 /// anything else becomes `_`, and a changed name gets a hash suffix so two names never collide.
-fn safe_file_name(name: &str) -> String {
+pub(crate) fn safe_file_name(name: &str) -> String {
     let kept: String = name
         .chars()
         .map(|c| {

@@ -5,31 +5,36 @@
 //! - [`state`]: [`ModuleState`] and its checked safetensors form; [`StateSpec`] of a model.
 //! - [`tier`]: the [`Tier`] interface and its counters.
 //! - [`memory`]: host RAM, byte budget, LRU.
-//! - [`disk`]: one memory-mapped, checksummed, atomically written file per key.
+//! - [`disk`]: one checksummed, atomically written file per key; optional byte budget, LRU by
+//!   modification time.
+//! - [`redis`]: a shared Redis server; chunked, checksummed values; warns and degrades when down.
+//! - [`config`]: which tiers a store stacks, parsed from `--store` / `PML_STORE` specifications.
 //! - [`manifest`]: per-schema manifests of what compiling stored.
-//! - [`module_store`]: [`ModuleStore`], the tiers stacked (RAM over disk).
+//! - [`module_store`]: [`ModuleStore`], the tiers stacked (RAM over disk over Redis).
 //!
-//! Device memory, Redis and hidden-state formats slot in as further [`Tier`]s and
-//! [`key::StateKind`]s; the byte form in [`state`] is what a remote tier would ship.
+//! Device memory slots in as a further [`Tier`]; the byte form in [`state`] is what the disk and
+//! Redis tiers hold.
 
-mod atomic_file;
+pub(crate) mod atomic_file;
 mod checksum;
+pub mod config;
 pub mod disk;
 mod error;
 pub mod key;
 pub mod manifest;
 pub mod memory;
 pub mod module_store;
+pub mod redis;
 pub mod state;
 pub mod tier;
 
+pub use config::{DEFAULT_RAM_BUDGET_BYTES, STORE_ENV, StoreConfig, TierConfig, parse_size};
 pub use disk::DiskTier;
 pub use error::StoreError;
 pub use key::{ContextHash, STORE_FORMAT_VERSION, StateKind, StoreKey, StoreKeyParts};
 pub use manifest::{Manifest, ManifestLookup, ManifestStore, ManifestUnit};
 pub use memory::MemoryTier;
-pub use module_store::{
-    DEFAULT_RAM_BUDGET_BYTES, ModuleStore, StoreConfig, StoreHit, StoreStats, TierPut,
-};
+pub use module_store::{ModuleStore, StoreHit, StoreStats, TierPut};
+pub use redis::{RedisConfig, RedisTier};
 pub use state::{ModuleState, StateSpec};
 pub use tier::{PutOutcome, Tier, TierStats};

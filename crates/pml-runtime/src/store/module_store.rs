@@ -1,38 +1,21 @@
-//! [`ModuleStore`]: a stack of [`Tier`]s, fastest first (RAM over disk by default). Gets read
-//! through the stack and promote a hit into every faster tier; puts write through to every tier;
-//! each tier keeps its own counters. Manifests of compiled schemas live beside the tiers.
+//! [`ModuleStore`]: a stack of [`Tier`]s, fastest first (RAM over disk by default, Redis last
+//! when configured). Gets read through the stack and promote a hit into every faster tier; puts
+//! write through to every tier; each tier keeps its own counters and budget. Manifests of
+//! compiled schemas live beside the tiers.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::StoreError;
+use super::config::{StoreConfig, TierConfig};
 use super::disk::DiskTier;
 use super::key::StoreKey;
 use super::manifest::{Manifest, ManifestLookup, ManifestStore};
 use super::memory::MemoryTier;
+use super::redis::RedisTier;
 use super::state::{ModuleState, StateSpec};
 use super::tier::{PutOutcome, Tier, TierStats};
-
-/// Default RAM budget: 2 GiB holds about 85k tokens of the default model's f32 KV.
-pub const DEFAULT_RAM_BUDGET_BYTES: u64 = 2 << 30;
-
-/// Where the default store lives and how much RAM it may use.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoreConfig {
-    pub root: PathBuf,
-    pub ram_budget_bytes: u64,
-}
-
-impl StoreConfig {
-    /// `$PML_HOME/store` with the default RAM budget.
-    pub fn from_env() -> Result<Self, StoreError> {
-        Ok(Self {
-            root: DiskTier::default_root()?,
-            ram_budget_bytes: DEFAULT_RAM_BUDGET_BYTES,
-        })
-    }
-}
 
 /// A successful lookup: the state and the tier that had it.
 #[derive(Clone, Debug)]
@@ -65,13 +48,26 @@ pub struct ModuleStore {
 }
 
 impl ModuleStore {
-    /// RAM over disk under `config.root`.
+    /// The tiers `config` lists, manifests under `config.root`.
     pub fn open(config: &StoreConfig, spec: StateSpec) -> Result<Self, StoreError> {
-        let disk = DiskTier::open(&config.root, spec.clone())?;
-        let memory = MemoryTier::new(config.ram_budget_bytes);
+        let tiers = config
+            .tiers
+            .iter()
+            .map(|tier| -> Result<Box<dyn Tier>, StoreError> {
+                Ok(match tier {
+                    TierConfig::Ram { budget_bytes } => Box::new(MemoryTier::new(*budget_bytes)),
+                    TierConfig::Disk { root, budget_bytes } => {
+                        Box::new(DiskTier::open(root, spec.clone())?.with_budget(*budget_bytes)?)
+                    }
+                    TierConfig::Redis(redis) => {
+                        Box::new(RedisTier::open(redis.clone(), spec.clone())?)
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
         Ok(Self::with_tiers(
             spec,
-            vec![Box::new(memory), Box::new(disk)],
+            tiers,
             ManifestStore::new(&config.root),
         ))
     }

@@ -1,8 +1,10 @@
-//! [`ModuleState`], what the store keeps for one unit (its KV block and tokens), the
-//! [`StateSpec`] a store is opened for (model fingerprint and KV layout), and the state's byte form:
-//! a safetensors file with tensors `layers.{i}.k`, `layers.{i}.v` (`(n_tokens, kv_heads,
-//! head_dim)`), `tokens` and `positions` (u32), and metadata naming the format version, kind, key,
-//! model fingerprint, dtype, layout and a sealed checksum (see [`super::checksum`]).
+//! [`ModuleState`], what the store keeps for one unit (its KV block and tokens, or one layer's KV
+//! or input hidden states: see [`StateKind`]), the [`StateSpec`] a store is opened for (model
+//! fingerprint and KV layout), and the state's byte form: a safetensors file with tensors
+//! `layers.{i}.k`, `layers.{i}.v` (`(n_tokens, kv_heads, head_dim)`) for the layers it holds or
+//! `layers.{i}.hidden` (`(n_tokens, d_model)`), `tokens` and `positions` (u32), and metadata
+//! naming the format version, kind, layer, key, model fingerprint, dtype, layout and a sealed
+//! checksum (see [`super::checksum`]).
 //!
 //! Decoding trusts nothing: every metadata entry, tensor name, dtype and shape is checked, so a
 //! truncated file, a flipped byte or a file for another model is an error, never a panic or a
@@ -28,25 +30,81 @@ pub struct StateSpec {
     pub layout: KvLayout,
 }
 
-/// One unit's stored state: its KV and the tokens it was computed for. Positions live in the
-/// [`KvBlock`] only, so they cannot disagree with it.
+/// One unit's stored state: its KV (every layer, or one) or one layer's input hidden states, and
+/// the tokens it was computed for. Positions live in the [`KvBlock`] only (a block of no layers
+/// for hidden states), so they cannot disagree with it.
 #[derive(Clone, Debug)]
 pub struct ModuleState {
+    kind: StateKind,
     kv: KvBlock,
+    hidden: Option<Tensor>,
     tokens: Vec<u32>,
 }
 
 impl ModuleState {
-    /// Pairs a block with its tokens, one token per KV row.
+    /// Pairs a block of every layer with its tokens, one token per KV row.
     pub fn new(kv: KvBlock, tokens: Vec<u32>) -> Result<Self, StoreError> {
+        Self::build(StateKind::Kv, kv, None, tokens)
+    }
+
+    /// One layer's K and V `(n_tokens, kv_heads, head_dim)` at `positions`.
+    pub fn kv_layer(
+        layer: u16,
+        keys: Tensor,
+        values: Tensor,
+        positions: Vec<u32>,
+        tokens: Vec<u32>,
+    ) -> Result<Self, StoreError> {
+        let kv = KvBlock::new(vec![(keys, values)], positions)?;
+        Self::build(StateKind::KvLayer(layer), kv, None, tokens)
+    }
+
+    /// One layer's input hidden states `(n_tokens, d_model)` of tokens at `positions`.
+    pub fn hidden_layer(
+        layer: u16,
+        hidden: Tensor,
+        positions: Vec<u32>,
+        tokens: Vec<u32>,
+    ) -> Result<Self, StoreError> {
+        let rows = hidden.dims2()?.0;
+        if rows != positions.len() {
+            return Err(StoreError::Malformed(format!(
+                "hidden states of {rows} rows for {} positions",
+                positions.len()
+            )));
+        }
+        let kv = KvBlock::new(Vec::new(), positions)?;
+        Self::build(StateKind::HiddenLayer(layer), kv, Some(hidden), tokens)
+    }
+
+    fn build(
+        kind: StateKind,
+        kv: KvBlock,
+        hidden: Option<Tensor>,
+        tokens: Vec<u32>,
+    ) -> Result<Self, StoreError> {
         if tokens.len() != kv.len() {
             return Err(StoreError::Malformed(format!(
-                "{} tokens for a KV block of {} rows",
+                "{} tokens for a state of {} rows",
                 tokens.len(),
                 kv.len()
             )));
         }
-        Ok(Self { kv, tokens })
+        Ok(Self {
+            kind,
+            kv,
+            hidden,
+            tokens,
+        })
+    }
+
+    pub fn kind(&self) -> StateKind {
+        self.kind
+    }
+
+    /// The input hidden states of a [`StateKind::HiddenLayer`] state.
+    pub fn hidden(&self) -> Option<&Tensor> {
+        self.hidden.as_ref()
     }
 
     pub fn kv(&self) -> &KvBlock {
@@ -73,18 +131,51 @@ impl ModuleState {
         self.tokens.is_empty()
     }
 
-    /// Bytes of K, V, tokens and positions: what the RAM tier charges against its budget.
+    /// Bytes of K, V, hidden states, tokens and positions: what the RAM tier charges against its
+    /// budget.
     pub fn size_in_bytes(&self) -> usize {
-        self.kv.size_in_bytes() + 2 * std::mem::size_of::<u32>() * self.tokens.len()
+        let hidden = self.hidden.as_ref().map_or(0, |hidden| {
+            hidden.elem_count() * hidden.dtype().size_in_bytes()
+        });
+        self.kv.size_in_bytes() + hidden + 2 * std::mem::size_of::<u32>() * self.tokens.len()
+    }
+
+    /// The layers a state of `kind` holds K/V for, in a store of `layout`.
+    fn kv_layers(kind: StateKind, layout: &KvLayout) -> Vec<usize> {
+        match kind {
+            StateKind::Kv => (0..layout.n_layers).collect(),
+            StateKind::KvLayer(layer) => vec![usize::from(layer)],
+            StateKind::HiddenLayer(_) => Vec::new(),
+        }
     }
 
     /// Checks that the state has the spec's layout and dtype.
     pub fn check_spec(&self, spec: &StateSpec) -> Result<(), StoreError> {
         let layout = &spec.layout;
-        if self.kv.n_layers() != layout.n_layers {
+        if let Some(layer) = self.kind.layer()
+            && layer >= layout.n_layers
+        {
+            return Err(StoreError::mismatch(
+                "layer index below",
+                layout.n_layers,
+                layer,
+            ));
+        }
+        if let Some(hidden) = &self.hidden {
+            let (rows, _) = hidden.dims2()?;
+            if rows != self.len() || hidden.dtype() != layout.dtype {
+                return Err(StoreError::mismatch(
+                    "hidden states",
+                    format!("{} rows of {}", self.len(), layout.dtype.as_str()),
+                    format!("{rows} rows of {}", hidden.dtype().as_str()),
+                ));
+            }
+        }
+        let expected_layers = Self::kv_layers(self.kind, layout).len();
+        if self.kv.n_layers() != expected_layers {
             return Err(StoreError::mismatch(
                 "number of layers",
-                layout.n_layers,
+                expected_layers,
                 self.kv.n_layers(),
             ));
         }
@@ -115,7 +206,8 @@ impl ModuleState {
         self.check_spec(spec)?;
         let layout = &spec.layout;
         let mut tensors = Vec::with_capacity(2 * layout.n_layers + 2);
-        for (layer_idx, (keys, values)) in self.kv.layers().iter().enumerate() {
+        let layer_ids = Self::kv_layers(self.kind, layout);
+        for (&layer_idx, (keys, values)) in layer_ids.iter().zip(self.kv.layers()) {
             tensors.push((
                 format!("layers.{layer_idx}.k"),
                 RawTensor::from_tensor(keys)?,
@@ -125,17 +217,23 @@ impl ModuleState {
                 RawTensor::from_tensor(values)?,
             ));
         }
+        if let (Some(hidden), Some(layer_idx)) = (&self.hidden, self.kind.layer()) {
+            tensors.push((
+                format!("layers.{layer_idx}.hidden"),
+                RawTensor::from_tensor(hidden)?,
+            ));
+        }
         tensors.push(("tokens".to_string(), RawTensor::from_u32s(&self.tokens)));
         tensors.push((
             "positions".to_string(),
             RawTensor::from_u32s(self.positions()),
         ));
-        let metadata = HashMap::from([
+        let mut metadata = HashMap::from([
             (
                 "format_version".to_string(),
                 STORE_FORMAT_VERSION.to_string(),
             ),
-            ("kind".to_string(), StateKind::Kv.name().to_string()),
+            ("kind".to_string(), self.kind.name().to_string()),
             ("key".to_string(), key.to_string()),
             (
                 "model_fingerprint".to_string(),
@@ -148,6 +246,12 @@ impl ModuleState {
             ("n_tokens".to_string(), self.len().to_string()),
             (CHECKSUM_FIELD.to_string(), checksum::placeholder()),
         ]);
+        if let Some(layer_idx) = self.kind.layer() {
+            metadata.insert("layer".to_string(), layer_idx.to_string());
+        }
+        if let Some(hidden) = &self.hidden {
+            metadata.insert("hidden_dim".to_string(), hidden.dims2()?.1.to_string());
+        }
         let mut bytes = safetensors::serialize(tensors, Some(metadata))
             .map_err(|error| StoreError::Malformed(format!("cannot serialise: {error}")))?;
         checksum::seal(&mut bytes)?;
@@ -176,10 +280,16 @@ impl ModuleState {
                 "format version {version}, this build reads {STORE_FORMAT_VERSION}"
             )));
         }
-        let kind = metadata.get("kind")?;
-        if kind != StateKind::Kv.name() {
-            return Err(malformed(format!("holds `{kind}` state, not KV")));
-        }
+        let kind_name = metadata.get("kind")?;
+        let layer = match metadata.0.get("layer") {
+            Some(_) => Some(
+                u16::try_from(metadata.get_usize("layer")?)
+                    .map_err(|_| malformed("layer index out of range".into()))?,
+            ),
+            None => None,
+        };
+        let kind = StateKind::parse(kind_name, layer)
+            .ok_or_else(|| malformed(format!("holds unknown `{kind_name}` state")))?;
         let layout = &spec.layout;
         let fingerprint = metadata.get("model_fingerprint")?;
         if fingerprint != spec.model_fingerprint {
@@ -216,13 +326,26 @@ impl ModuleState {
         }
         let n_tokens = metadata.get_usize("n_tokens")?;
 
-        let expected_names: HashSet<String> = (0..layout.n_layers)
+        if kind
+            .layer()
+            .is_some_and(|layer_idx| layer_idx >= layout.n_layers)
+        {
+            return Err(malformed(format!("layer {layer:?} of {}", layout.n_layers)));
+        }
+        let layer_ids = Self::kv_layers(kind, layout);
+        let hidden_name = match kind {
+            StateKind::HiddenLayer(layer_idx) => Some(format!("layers.{layer_idx}.hidden")),
+            _ => None,
+        };
+        let expected_names: HashSet<String> = layer_ids
+            .iter()
             .flat_map(|layer_idx| {
                 [
                     format!("layers.{layer_idx}.k"),
                     format!("layers.{layer_idx}.v"),
                 ]
             })
+            .chain(hidden_name.clone())
             .chain(["tokens".to_string(), "positions".to_string()])
             .collect();
         let names: HashSet<String> = tensors.names().into_iter().map(str::to_string).collect();
@@ -236,7 +359,8 @@ impl ModuleState {
         let tokens = read_u32s(&tensors, "tokens", n_tokens)?;
         let positions = read_u32s(&tensors, "positions", n_tokens)?;
         let row_shape = [n_tokens, layout.n_kv_heads, layout.head_dim];
-        let layers = (0..layout.n_layers)
+        let layers = layer_ids
+            .iter()
             .map(|layer_idx| {
                 Ok((
                     read_kv(
@@ -254,9 +378,21 @@ impl ModuleState {
                 ))
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
+        let hidden = match &hidden_name {
+            Some(name) => {
+                let width = metadata.get_usize("hidden_dim")?;
+                Some(read_tensor(
+                    &tensors,
+                    name,
+                    &[n_tokens, width],
+                    layout.dtype,
+                )?)
+            }
+            None => None,
+        };
         let kv = KvBlock::new(layers, positions)
             .map_err(|error| malformed(format!("inconsistent KV: {error}")))?;
-        Self::new(kv, tokens)
+        Self::build(kind, kv, hidden, tokens)
     }
 }
 
@@ -299,6 +435,16 @@ fn read_kv(
     tensors: &SafeTensors<'_>,
     name: &str,
     shape: [usize; 3],
+    dtype: DType,
+) -> Result<Tensor, StoreError> {
+    read_tensor(tensors, name, &shape, dtype)
+}
+
+/// Tensor `name`, checked to be of `dtype` and `shape`, copied onto the CPU.
+fn read_tensor(
+    tensors: &SafeTensors<'_>,
+    name: &str,
+    shape: &[usize],
     dtype: DType,
 ) -> Result<Tensor, StoreError> {
     let view = tensor_view(tensors, name)?;

@@ -1,6 +1,5 @@
-//! The [`Tier`] interface every storage level implements (host RAM and disk now; device memory
-//! and Redis later), what a put reports ([`PutOutcome`]), and the counters each tier keeps
-//! ([`TierStats`]).
+//! The [`Tier`] interface every storage level implements (host RAM, disk, Redis), what a put
+//! reports ([`PutOutcome`]), and the counters each tier keeps ([`TierStats`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +11,7 @@ use super::state::ModuleState;
 /// One storage level of the [`super::ModuleStore`]. Implementations are shared between threads
 /// (`&self` everywhere) and keep their own counters.
 pub trait Tier: Send + Sync {
-    /// Short name for statistics and reports (`"ram"`, `"disk"`).
+    /// Short name for statistics and reports (`"ram"`, `"disk"`, `"redis"`).
     fn name(&self) -> &'static str;
 
     /// The state under `key`, `None` on a miss. A damaged entry is dropped by the tier and
@@ -38,6 +37,9 @@ pub enum PutOutcome {
     Stored { bytes: u64 },
     /// The state alone exceeds the tier's budget, so it was not cached.
     TooLarge { bytes: u64, budget_bytes: u64 },
+    /// A remote tier could not be reached (or timed out): nothing was stored, and the other
+    /// tiers carry on without it.
+    Unavailable,
 }
 
 /// A snapshot of one tier's counters since it was opened.
@@ -54,6 +56,9 @@ pub struct TierStats {
     pub corrupt: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// Operations skipped or failed because a remote backend was unreachable or too slow (each
+    /// such get counts as a miss too).
+    pub unavailable: u64,
     /// Bytes held now, where the tier tracks it (the disk tier does not scan its directory).
     pub resident_bytes: Option<u64>,
     pub entries: Option<u64>,
@@ -70,6 +75,7 @@ pub(crate) struct TierCounters {
     pub corrupt: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
+    pub unavailable: AtomicU64,
 }
 
 impl TierCounters {
@@ -90,6 +96,7 @@ impl TierCounters {
             corrupt: load(&self.corrupt),
             bytes_read: load(&self.bytes_read),
             bytes_written: load(&self.bytes_written),
+            unavailable: load(&self.unavailable),
             resident_bytes,
             entries,
         }

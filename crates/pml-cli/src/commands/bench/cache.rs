@@ -82,7 +82,8 @@ pub fn run(args: CacheArgs) -> Result<(), Failure> {
     let store = args
         .store
         .clone()
-        .or_else(|| temporary_store.as_ref().map(|dir| dir.path().to_path_buf()));
+        .or_else(|| temporary_store.as_ref().map(|dir| dir.path().to_path_buf()))
+        .map(|dir| dir.display().to_string());
     let opened = open_runtime(&RuntimeArgs {
         model: args.model.clone(),
         store,

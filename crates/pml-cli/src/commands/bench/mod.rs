@@ -1,12 +1,14 @@
 //! `pml bench ...`: benchmarks run from the command line on real models. `cache` compares the
 //! time to first token with and without the module cache; `engine` times the engine itself
-//! against llama.cpp.
+//! against llama.cpp; `store` times restoring a unit's state from each store tier as KV, hidden
+//! states, recompute and the restore planner's mix.
 
 pub mod cache;
 pub mod cases;
 pub mod engine;
 pub mod engine_report;
 pub mod report;
+pub mod store;
 
 use clap::{Args, Subcommand};
 use pml_cli::failure::Failure;
@@ -25,11 +27,15 @@ enum BenchCommand {
     /// Prefill throughput, TTFT, decode time and peak memory of the engine at several prompt
     /// sizes, side by side with llama.cpp on the same GGUF when it is installed.
     Engine(engine::EngineArgs),
+    /// Restore time per store tier (RAM, disk, Redis) for KV, hidden states, recompute and the
+    /// restore planner, on the default model (GQA) and a random-weight MHA model.
+    Store(store::StoreArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<(), Failure> {
     match args.command {
         BenchCommand::Cache(args) => cache::run(args),
         BenchCommand::Engine(args) => engine::run(args),
+        BenchCommand::Store(args) => store::run(args),
     }
 }

@@ -1,0 +1,241 @@
+//! The store tiers and saved conversations through the built binaries, on Gemma-3-270M (the
+//! smaller model; skipped with a notice when it is not fetched, unless `PML_REQUIRE_MODELS=1`)
+//! and a real `redis-server` started by the test:
+//! - two processes with separate disks share a compiled schema through Redis: the second
+//!   encodes nothing, compiling or answering;
+//! - Redis killed: `pml run` warns and answers from local tiers and recomputation (exit 0);
+//! - `pml chat --session`: a two-turn conversation resumed from the store in a second process
+//!   answers its second turn as one process that kept it in memory (greedy decoding);
+//! - a bad `--store` is a usage error (exit 2).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use pml_runtime::testing::fetched_model;
+use pml_runtime::testing::redis_server::start_redis;
+
+const MODEL: &str = "gemma3-270m";
+
+const SCHEMA: &str = r#"<schema name="shared">
+  <system>
+    <module name="facts">Paris is the capital of France. Rome is the capital of Italy.</module>
+  </system>
+</schema>
+"#;
+
+const PROMPT: &str = r#"<prompt schema="shared">
+  <facts/>
+  <user>What is the capital of Italy?</user>
+</prompt>
+"#;
+
+fn run(binary: &str, args: &[&str], stdin: Option<&str>, dir: &Path) -> Output {
+    let mut child = Command::new(binary)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("PML_STORE")
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    if let Some(mut pipe) = child.stdin.take() {
+        pipe.write_all(stdin.unwrap_or_default().as_bytes())
+            .expect("write stdin");
+    }
+    child.wait_with_output().expect("the binary finishes")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn assert_ok(output: &Output, what: &str) {
+    assert!(
+        output.status.success(),
+        "{what}: {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn a_bad_store_spec_is_a_usage_error() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let output = run(
+        env!("CARGO_BIN_EXE_pml"),
+        &["chat", "--store", "ram:lots", "--model", MODEL],
+        Some(""),
+        home.path(),
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("invalid store"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn processes_share_a_compiled_schema_through_redis_and_survive_its_death() {
+    if fetched_model(MODEL).is_none() {
+        return;
+    }
+    let Some(mut server) = start_redis() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let schema = dir.path().join("shared.pml");
+    let prompt = dir.path().join("prompt.pml");
+    std::fs::write(&schema, SCHEMA).expect("write schema");
+    std::fs::write(&prompt, PROMPT).expect("write prompt");
+    let redis_url = server.url();
+    let store = |disk: &str| {
+        format!(
+            "ram:64MiB,disk:{},{redis_url}",
+            dir.path().join(disk).display()
+        )
+    };
+    let schema = schema.display().to_string();
+    let prompt = prompt.display().to_string();
+
+    let first = run(
+        env!("CARGO_BIN_EXE_pmlc"),
+        &[
+            "compile",
+            &schema,
+            "--model",
+            MODEL,
+            "--store",
+            &store("disk-a"),
+        ],
+        None,
+        dir.path(),
+    );
+    assert_ok(&first, "first compile");
+    assert!(
+        text(&first.stderr).contains("encoded"),
+        "{}",
+        text(&first.stderr)
+    );
+
+    // Another process with its own (empty) disk: every unit comes from Redis.
+    let second = run(
+        env!("CARGO_BIN_EXE_pmlc"),
+        &[
+            "compile",
+            &schema,
+            "--model",
+            MODEL,
+            "--store",
+            &store("disk-b"),
+        ],
+        None,
+        dir.path(),
+    );
+    assert_ok(&second, "second compile");
+    assert!(
+        text(&second.stderr).contains("nothing to encode"),
+        "the second process encoded: {}",
+        text(&second.stderr)
+    );
+    let answer = run(
+        env!("CARGO_BIN_EXE_pml"),
+        &[
+            "run",
+            &prompt,
+            "--model",
+            MODEL,
+            "--store",
+            &store("disk-c"),
+            "--max-tokens",
+            "4",
+            "--temperature",
+            "0",
+        ],
+        None,
+        dir.path(),
+    );
+    assert_ok(&answer, "run from Redis");
+    let stderr = text(&answer.stderr);
+    assert!(!stderr.contains("compiling it first"), "{stderr}");
+    assert!(!stderr.contains("encoded on the fly"), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+
+    // Redis gone: a fresh process warns once, recomputes what it lacks and still answers.
+    server.kill();
+    let degraded = run(
+        env!("CARGO_BIN_EXE_pml"),
+        &[
+            "run",
+            &prompt,
+            "--model",
+            MODEL,
+            "--store",
+            &format!("{}?timeout_ms=300", store("disk-d")),
+            "--max-tokens",
+            "4",
+            "--temperature",
+            "0",
+        ],
+        None,
+        dir.path(),
+    );
+    assert_ok(&degraded, "run with Redis down");
+    let stderr = text(&degraded.stderr);
+    assert_eq!(stderr.matches("Redis store").count(), 1, "{stderr}");
+    assert_eq!(
+        text(&degraded.stdout),
+        text(&answer.stdout),
+        "another answer without Redis"
+    );
+}
+
+#[test]
+fn a_resumed_chat_session_answers_like_one_kept_in_memory() {
+    if fetched_model(MODEL).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("disk:{}", dir.path().join("store").display());
+    let chat = |session: Option<&str>, input: &str| {
+        let mut args = vec![
+            "chat",
+            "--model",
+            MODEL,
+            "--store",
+            &store,
+            "--max-tokens",
+            "6",
+            "--temperature",
+            "0",
+            "--plan",
+            "kv",
+        ];
+        if let Some(name) = session {
+            args.extend(["--session", name]);
+        }
+        let output = run(env!("CARGO_BIN_EXE_pml"), &args, Some(input), dir.path());
+        assert_ok(&output, "pml chat");
+        output
+    };
+    let in_memory = chat(None, "Name a colour.\nName another one.\n");
+    assert_eq!(text(&in_memory.stderr).matches("| TTFT").count(), 2);
+
+    let first = chat(Some("colours"), "Name a colour.\n");
+    let resumed = chat(Some("colours"), "Name another one.\n");
+    let stderr = text(&resumed.stderr);
+    assert!(
+        stderr.contains("resuming session `colours`: 1 turn"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("recomputed"), "{stderr}");
+    assert_eq!(
+        format!("{}{}", text(&first.stdout), text(&resumed.stdout)),
+        text(&in_memory.stdout),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,341 @@
+//! Saved conversations (`pml chat`): a conversation is the token sequence of its turns in the
+//! model's chat template; after each turn, the turn's rows are saved to the module store per
+//! layer in a [`RestorePlan`]'s forms, and a resumed conversation ([`session`]) restores them
+//! layer by layer instead of recomputing its history (HCache's multi-round chat).
+//!
+//! A turn's unit is every token the turn fed through the model: the previous answer's closing
+//! marker and anything the previous turn sampled but never fed, the user turn, the generation
+//! prompt and the answer's tokens. Its context is every earlier turn, so its keys (and its state)
+//! depend on the whole history, as its KV does.
+//!
+//! Within one process the KV cache stays in memory between turns; the store is read only when a
+//! conversation is resumed. Hidden states of the answer tokens are taken from one extra pass over
+//! them after the answer is out (the decoding loop does not keep layer inputs); with the
+//! quantized decode kernels they differ from the decoded rows by the kernels' rounding.
+
+pub mod session;
+
+use std::time::{Duration, Instant};
+
+use candle_core::Tensor;
+use pml_compiler::Tokenizer;
+use pml_compiler::chat_template::ChatTemplate;
+use pml_syntax::ast::Role;
+
+use crate::generation::{FinishReason, GenerateError, Generation, Generator, SamplingParams};
+use crate::kv_cache::KvCache;
+use crate::model::{EngineError, ForwardContext, ForwardOptions, LogitRows, Model};
+use crate::restore::{
+    LayerForm, RestoreError, RestorePlan, RestoreReport, SaveReport, SavedUnit, restore_unit,
+    save_unit,
+};
+use crate::store::{ContextHash, ModuleStore};
+
+pub use session::{Session, SessionError, SessionStore};
+
+/// Why a turn failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConversationError {
+    #[error(transparent)]
+    Engine(Box<EngineError>),
+    #[error(transparent)]
+    Generate(Box<GenerateError>),
+    #[error(transparent)]
+    Restore(#[from] RestoreError),
+    #[error("cannot tokenize the turn: {0}")]
+    Tokenize(String),
+}
+
+impl From<EngineError> for ConversationError {
+    fn from(error: EngineError) -> Self {
+        ConversationError::Engine(Box::new(error))
+    }
+}
+
+impl From<candle_core::Error> for ConversationError {
+    fn from(error: candle_core::Error) -> Self {
+        ConversationError::Engine(Box::new(EngineError::Tensor(error)))
+    }
+}
+
+impl From<crate::kv_cache::KvCacheError> for ConversationError {
+    fn from(error: crate::kv_cache::KvCacheError) -> Self {
+        ConversationError::Engine(Box::new(EngineError::KvCache(error)))
+    }
+}
+
+/// What the model, its tokenizer and template, and the store a conversation runs with.
+pub struct ChatParts<'a> {
+    pub model: &'a Model,
+    pub tokenizer: &'a dyn Tokenizer,
+    pub template: &'a ChatTemplate,
+    pub store: &'a ModuleStore,
+}
+
+/// One turn's account.
+#[derive(Clone, Debug)]
+pub struct TurnReport {
+    pub generation: Generation,
+    /// The restore of the history, when this turn had to read it from the store.
+    pub restored: Vec<RestoreReport>,
+    /// Tokens computed in this turn's prefill.
+    pub prefill_tokens: usize,
+    /// Tokens of history in the KV cache before the prefill.
+    pub history_tokens: usize,
+    /// From the start of the turn (restore included) to the first answer token.
+    pub time_to_first_token: Duration,
+    /// What saving the turn stored (`None` when not saving).
+    pub saved: Option<SaveReport>,
+}
+
+/// A conversation: its saved turns, and the KV cache once it is in memory.
+pub struct Conversation {
+    units: Vec<SavedUnit>,
+    /// Tokens sampled by the last turn but never fed (a stop string or the length limit ended
+    /// it): they open the next turn.
+    pending: Vec<u32>,
+    system: Option<String>,
+    kv: Option<KvCache>,
+}
+
+impl Conversation {
+    /// A new conversation, with `system` text as its system turn when given.
+    pub fn new(system: Option<String>) -> Self {
+        Self {
+            units: Vec::new(),
+            pending: Vec::new(),
+            system,
+            kv: None,
+        }
+    }
+
+    /// A conversation resumed from its saved turns: the first turn restores them.
+    pub fn resume(session: &Session) -> Self {
+        Self {
+            units: session.units.clone(),
+            pending: session.pending.clone(),
+            system: session.system.clone(),
+            kv: None,
+        }
+    }
+
+    /// The saved form of the conversation.
+    pub fn session(&self, model_fingerprint: &str) -> Session {
+        Session::new(
+            model_fingerprint,
+            self.system.clone(),
+            self.units.clone(),
+            self.pending.clone(),
+        )
+    }
+
+    pub fn turns(&self) -> usize {
+        self.units.len()
+    }
+
+    /// Every token fed so far, in order, and their positions.
+    fn history(&self) -> (Vec<u32>, Vec<u32>) {
+        let tokens = self
+            .units
+            .iter()
+            .flat_map(|unit| unit.tokens.clone())
+            .collect();
+        let positions = self
+            .units
+            .iter()
+            .flat_map(|unit| unit.positions.clone())
+            .collect();
+        (tokens, positions)
+    }
+
+    /// Answers `text` as the next user turn, streaming the answer to `on_text`. With
+    /// `save = Some(plan)` the turn's rows are saved in `plan`'s forms.
+    pub fn turn(
+        &mut self,
+        parts: &ChatParts<'_>,
+        text: &str,
+        params: &SamplingParams,
+        save: Option<&RestorePlan>,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<TurnReport, ConversationError> {
+        let started = Instant::now();
+        let model = parts.model;
+        let (history_tokens, history_positions) = self.history();
+        let mut restored = Vec::new();
+        let mut kv = match self.kv.take() {
+            Some(kv) => kv,
+            None => {
+                let mut kv = model.new_kv_cache()?;
+                for unit in &self.units {
+                    restored.push(restore_unit(model, parts.store, unit, &mut kv)?);
+                }
+                kv
+            }
+        };
+        let turn_start = kv.len();
+        let prompt = self.prompt_tokens(parts, text)?;
+        let first_position = history_positions.last().map_or(0, |&last| last + 1);
+        let prompt_positions: Vec<u32> = (0..prompt.len() as u32)
+            .map(|offset| first_position + offset)
+            .collect();
+        let keep_layer_inputs = save.is_some_and(|plan| plan.count(LayerForm::Hidden) > 0);
+        let mut prompt_inputs = Vec::new();
+        let mut all_tokens = history_tokens.clone();
+        all_tokens.extend(&prompt);
+
+        let before_prefill = started.elapsed();
+        let generation = Generator::new(model, parts.tokenizer)
+            .generate_after(&mut kv, &all_tokens, params, on_text, |kv| {
+                let context = ForwardContext::appending(prompt_positions.clone(), kv);
+                let options = ForwardOptions {
+                    logits: LogitRows::Last,
+                    keep_layer_inputs,
+                };
+                let output = model.forward_with(&prompt, &context, kv, &options)?;
+                prompt_inputs = output.layer_inputs;
+                let logits = output
+                    .logits
+                    .ok_or_else(|| GenerateError::InvalidPrompt("the turn has no tokens".into()))?;
+                Ok(logits.squeeze(0)?)
+            })
+            .map_err(|error| ConversationError::Generate(Box::new(error)))?;
+        let time_to_first_token = before_prefill + generation.timings.time_to_first_token;
+
+        // The answer tokens the decoding loop fed; the others open the next turn.
+        let fed = match generation.finish_reason {
+            FinishReason::Eos => generation.token_ids.len(),
+            _ => generation.token_ids.len().saturating_sub(1),
+        };
+        let answer_fed = &generation.token_ids[..fed];
+        let mut turn_tokens = prompt.clone();
+        turn_tokens.extend(answer_fed);
+        let turn_positions: Vec<u32> = (0..turn_tokens.len() as u32)
+            .map(|offset| first_position + offset)
+            .collect();
+        if kv.len() != turn_start + turn_tokens.len() {
+            return Err(ConversationError::Tokenize(format!(
+                "the cache holds {} rows after the turn, expected {}",
+                kv.len(),
+                turn_start + turn_tokens.len()
+            )));
+        }
+        let unit = SavedUnit {
+            tokens: turn_tokens,
+            positions: turn_positions,
+            context: ContextHash::of(&history_tokens, &history_positions),
+            plan: save.cloned().unwrap_or_else(|| {
+                RestorePlan::uniform(LayerForm::Recompute, model.config().n_layers)
+            }),
+        };
+        let saved = match save {
+            Some(_) => {
+                let layer_inputs = if keep_layer_inputs {
+                    turn_layer_inputs(
+                        model,
+                        &kv,
+                        turn_start + prompt.len(),
+                        answer_fed,
+                        &unit,
+                        prompt_inputs,
+                    )?
+                } else {
+                    Vec::new()
+                };
+                let rows = kv.slice(turn_start..kv.len())?;
+                Some(save_unit(model, parts.store, &unit, &rows, &layer_inputs)?)
+            }
+            None => None,
+        };
+        self.pending = generation.token_ids[fed..].to_vec();
+        self.units.push(unit);
+        self.kv = Some(kv);
+        Ok(TurnReport {
+            prefill_tokens: prompt.len(),
+            history_tokens: turn_start,
+            restored,
+            time_to_first_token,
+            saved,
+            generation,
+        })
+    }
+
+    /// The tokens that open this turn: the previous answer's unfed tokens and closing marker (or,
+    /// first, BOS and the system turn), the user turn and the generation prompt.
+    fn prompt_tokens(
+        &self,
+        parts: &ChatParts<'_>,
+        text: &str,
+    ) -> Result<Vec<u32>, ConversationError> {
+        let template = parts.template;
+        let mut pieces: Vec<(&str, bool)> = Vec::new();
+        let mut tokens = self.pending.clone();
+        if self.units.is_empty() {
+            // As `pml generate --chat` starts a conversation: BOS, then the system turn or the
+            // template's default preamble.
+            tokens.extend(parts.tokenizer.bos_token());
+            match &self.system {
+                Some(system) => {
+                    let markers = template.markers(Role::System);
+                    pieces.extend([
+                        (markers.open.as_str(), true),
+                        (system.as_str(), false),
+                        (markers.close.as_str(), true),
+                    ]);
+                }
+                None => pieces.push((template.default_preamble.as_str(), true)),
+            }
+        } else {
+            pieces.push((template.markers(Role::Assistant).close.as_str(), true));
+        }
+        let user = template.markers(Role::User);
+        pieces.extend([
+            (user.open.as_str(), true),
+            (text, false),
+            (user.close.as_str(), true),
+            (template.generation_prompt.as_str(), true),
+        ]);
+        for (piece, allow_special) in pieces {
+            // An empty marker adds nothing (a SentencePiece tokenizer would encode a lone space).
+            if !piece.is_empty() {
+                tokens.extend(
+                    parts
+                        .tokenizer
+                        .encode(piece, allow_special)
+                        .map_err(|error| ConversationError::Tokenize(error.to_string()))?,
+                );
+            }
+        }
+        Ok(tokens)
+    }
+}
+
+/// Every layer's input hidden states for the whole turn: the prompt's, kept by its prefill, then
+/// the fed answer tokens', from one pass over them on a copy of the cache cut before them.
+fn turn_layer_inputs(
+    model: &Model,
+    kv: &KvCache,
+    answer_start: usize,
+    answer: &[u32],
+    unit: &SavedUnit,
+    prompt_inputs: Vec<Tensor>,
+) -> Result<Vec<Tensor>, ConversationError> {
+    if answer.is_empty() {
+        return Ok(prompt_inputs);
+    }
+    let mut scratch = kv.clone();
+    scratch.truncate(answer_start);
+    let offset = unit.tokens.len() - answer.len();
+    let context = ForwardContext::appending(unit.positions[offset..].to_vec(), &scratch);
+    let options = ForwardOptions {
+        logits: LogitRows::None,
+        keep_layer_inputs: true,
+    };
+    let answer_inputs = model
+        .forward_with(answer, &context, &mut scratch, &options)?
+        .layer_inputs;
+    Ok(prompt_inputs
+        .iter()
+        .zip(&answer_inputs)
+        .map(|(prompt, answer)| Tensor::cat(&[prompt, answer], 0))
+        .collect::<Result<_, _>>()?)
+}

@@ -1,0 +1,135 @@
+//! A throwaway `redis-server` for tests and benchmarks: started on a free local port with its
+//! files in a temporary folder and no persistence, stopped (killed) when dropped. Tests call
+//! [`start_redis`], which skips (with a notice) when `redis-server` is not installed, unless
+//! `PML_REQUIRE_MODELS=1` (CI installs it and sets that), under which a missing server fails the
+//! test (it panics); tools call [`try_start_redis`].
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use super::models_required;
+
+/// How long a fresh server may take to answer its first `PING`.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A running `redis-server` owned by a test.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    _dir: TempDir,
+}
+
+impl RedisServer {
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server now (SIGKILL, no shutdown): what a crashed or unplugged Redis looks like.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A client connection (for tests that tamper with entries or read counters).
+    pub fn connection(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(2)))
+            .expect("connect to the test redis-server")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A fresh server, or `None` after printing a skip notice when `redis-server` is not installed.
+///
+/// # Panics
+/// When the server is missing and [`models_required`], or when it does not start.
+pub fn start_redis() -> Option<RedisServer> {
+    let installed = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !installed {
+        assert!(
+            !models_required(),
+            "redis-server is required by this test (apt-get install -y redis-server)"
+        );
+        eprintln!("skipped: redis-server is not installed (apt-get install -y redis-server)");
+        return None;
+    }
+    match try_start_redis() {
+        Ok(server) => Some(server),
+        Err(error) => panic!("redis-server did not start: {error}"),
+    }
+}
+
+/// A fresh server, or why none could be started (not installed, no free port): for tools such
+/// as `pml bench store` that run without one.
+pub fn try_start_redis() -> Result<RedisServer, String> {
+    // Another process may take the free port between our probe and the server's bind: retry.
+    let mut last_error = String::from("redis-server is not installed");
+    for _ in 0..5 {
+        match try_start() {
+            Ok(server) => return Ok(server),
+            Err(error) => last_error = error,
+        }
+    }
+    Err(last_error)
+}
+
+fn try_start() -> Result<RedisServer, String> {
+    let dir = TempDir::new().map_err(|error| error.to_string())?;
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map_err(|error| error.to_string())?
+        .port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|error| error.to_string())?;
+    let mut server = RedisServer {
+        child: Some(child),
+        port,
+        _dir: dir,
+    };
+    let started = Instant::now();
+    while started.elapsed() < STARTUP_TIMEOUT {
+        if let Some(child) = server.child.as_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            server.child = None;
+            return Err(format!("exited with {status} (port {port} taken?)"));
+        }
+        let answered = redis::Client::open(server.url())
+            .and_then(|client| client.get_connection_with_timeout(Duration::from_millis(200)))
+            .and_then(|mut connection| redis::cmd("PING").query::<String>(&mut connection));
+        if answered.is_ok() {
+            return Ok(server);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!(
+        "no answer on port {port} within {STARTUP_TIMEOUT:?}"
+    ))
+}

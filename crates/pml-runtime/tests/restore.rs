@@ -1,0 +1,354 @@
+//! Hidden-state restore (HCache) on the tiny random models of both families (f32 weights) and on
+//! one real model: a unit saved per layer as KV, hidden states, recomputed prefixes or the
+//! planner's mixes restores to the K/V it was computed with (within float tolerance), through RAM
+//! and through disk; a missing layer falls back to recomputing; and a saved two-turn
+//! conversation, resumed from the store, answers its second turn as one that never left memory.
+
+use candle_core::{Device, Tensor};
+use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
+use pml_compiler::testing::ByteTokenizer;
+use pml_runtime::conversation::{ChatParts, Conversation};
+use pml_runtime::generation::SamplingParams;
+use pml_runtime::kv_cache::{KvBlock, KvCache};
+use pml_runtime::model::tiny::random_model;
+use pml_runtime::model::{Arch, ForwardContext, ForwardOptions, LogitRows, Model, WeightFormat};
+use pml_runtime::restore::{LayerForm, RestorePlan, SavedUnit, restore_unit, save_unit};
+use pml_runtime::store::{
+    ContextHash, DiskTier, ManifestStore, MemoryTier, ModuleStore, StateSpec, Tier,
+};
+use pml_runtime::testing::fetched_model;
+use tempfile::TempDir;
+
+const ARCHES: [Arch; 2] = [Arch::Qwen2, Arch::Gemma3];
+const TOLERANCE: f32 = 1e-4;
+
+fn spec(model: &Model, fingerprint: &str) -> StateSpec {
+    StateSpec {
+        model_fingerprint: fingerprint.to_string(),
+        layout: model.kv_layout(),
+    }
+}
+
+fn store_with(model: &Model, tier: Box<dyn Tier>, manifests: &TempDir) -> ModuleStore {
+    ModuleStore::with_tiers(
+        spec(model, "restore-test"),
+        vec![tier],
+        ManifestStore::new(manifests.path()),
+    )
+}
+
+/// A context of `n_context` tokens in `kv`, then the unit's tokens computed after it: the unit,
+/// its rows and every layer's input. Positions leave a gap, as a module after an unused one does.
+struct Computed {
+    context: KvCache,
+    unit: SavedUnit,
+    rows: KvBlock,
+    layer_inputs: Vec<Tensor>,
+}
+
+fn compute(model: &Model, n_context: usize, n_unit: usize) -> Computed {
+    let context_tokens: Vec<u32> = (0..n_context as u32).map(|i| 30 + i * 11 % 200).collect();
+    let context_positions: Vec<u32> = (0..n_context as u32).collect();
+    let mut kv = model.new_kv_cache().expect("cache");
+    if n_context > 0 {
+        model
+            .forward(&context_tokens, &context_positions, &mut kv)
+            .expect("context");
+    }
+    let context = kv.clone();
+    let tokens: Vec<u32> = (0..n_unit as u32).map(|i| (i * 37 + 5) % 256).collect();
+    let positions: Vec<u32> = (0..n_unit as u32)
+        .map(|i| n_context as u32 + 3 + i)
+        .collect();
+    let options = ForwardOptions {
+        logits: LogitRows::None,
+        keep_layer_inputs: true,
+    };
+    let forward = ForwardContext::appending(positions.clone(), &kv);
+    let output = model
+        .forward_with(&tokens, &forward, &mut kv, &options)
+        .expect("unit");
+    let rows = kv.slice(n_context..kv.len()).expect("rows");
+    Computed {
+        context,
+        unit: SavedUnit {
+            tokens,
+            positions,
+            context: ContextHash::of(&context_tokens, &context_positions),
+            plan: RestorePlan::uniform(LayerForm::Kv, model.config().n_layers),
+        },
+        rows,
+        layer_inputs: output.layer_inputs,
+    }
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .and_then(|d| d.abs())
+        .and_then(|d| d.flatten_all())
+        .and_then(|d| d.max(0))
+        .and_then(|d| d.to_scalar::<f32>())
+        .expect("difference")
+}
+
+/// Largest difference between the rows restored after the context and the computed rows, over
+/// every layer's K and V, relative to the largest value.
+fn restored_deviation(restored: &KvCache, computed: &Computed) -> f32 {
+    let start = computed.context.len();
+    let rows = restored
+        .slice(start..restored.len())
+        .expect("restored rows");
+    assert_eq!(rows.positions(), computed.rows.positions());
+    let mut worst: f32 = 0.0;
+    for (layer, ((k, v), (k0, v0))) in rows.layers().iter().zip(computed.rows.layers()).enumerate()
+    {
+        for (restored, expected) in [(k, k0), (v, v0)] {
+            let scale = max_abs_diff(expected, &expected.zeros_like().expect("zeros")).max(1.0);
+            let diff = max_abs_diff(restored, expected) / scale;
+            assert!(diff.is_finite(), "layer {layer}");
+            worst = worst.max(diff);
+        }
+    }
+    worst
+}
+
+fn plans(n_layers: usize) -> Vec<RestorePlan> {
+    vec![
+        RestorePlan::uniform(LayerForm::Kv, n_layers),
+        RestorePlan::uniform(LayerForm::Hidden, n_layers),
+        RestorePlan::uniform(LayerForm::Recompute, n_layers),
+        RestorePlan::split(LayerForm::Recompute, 1, LayerForm::Hidden, n_layers),
+        RestorePlan::split(LayerForm::Hidden, 2, LayerForm::Kv, n_layers),
+    ]
+}
+
+#[test]
+fn every_plan_restores_the_computed_kv_in_both_families() {
+    for arch in ARCHES {
+        let model = random_model(arch, 5, WeightFormat::F32, &Device::Cpu).expect("tiny model");
+        let computed = compute(&model, 6, 11);
+        for plan in plans(model.config().n_layers) {
+            let manifests = TempDir::new().expect("tempdir");
+            let store = store_with(&model, Box::new(MemoryTier::new(1 << 30)), &manifests);
+            let unit = SavedUnit {
+                plan: plan.clone(),
+                ..computed.unit.clone()
+            };
+            let saved = save_unit(
+                &model,
+                &store,
+                &unit,
+                &computed.rows,
+                &computed.layer_inputs,
+            )
+            .expect("save");
+            assert_eq!(
+                saved.entries,
+                plan.count(LayerForm::Kv) + plan.count(LayerForm::Hidden)
+            );
+            let mut kv = computed.context.clone();
+            let report = restore_unit(&model, &store, &unit, &mut kv).expect("restore");
+            assert_eq!(report.fallback, None, "{arch:?} {plan}");
+            assert_eq!(
+                (
+                    report.kv_layers,
+                    report.hidden_layers,
+                    report.recomputed_layers
+                ),
+                (
+                    plan.count(LayerForm::Kv),
+                    plan.count(LayerForm::Hidden),
+                    plan.count(LayerForm::Recompute)
+                )
+            );
+            let deviation = restored_deviation(&kv, &computed);
+            println!("{arch:?} {plan}: relative deviation {deviation:.2e}");
+            assert!(deviation < TOLERANCE, "{arch:?} {plan}: {deviation}");
+            if plan.count(LayerForm::Kv) == plan.layers.len() {
+                assert_eq!(deviation, 0.0, "KV layers are copied, not recomputed");
+            }
+        }
+    }
+}
+
+#[test]
+fn hidden_layers_survive_the_disk_and_a_missing_layer_is_recomputed() {
+    for arch in ARCHES {
+        let model = random_model(arch, 9, WeightFormat::F32, &Device::Cpu).expect("tiny model");
+        let computed = compute(&model, 4, 7);
+        let n_layers = model.config().n_layers;
+        let unit = SavedUnit {
+            plan: RestorePlan::split(LayerForm::Hidden, 2, LayerForm::Kv, n_layers),
+            ..computed.unit.clone()
+        };
+        let root = TempDir::new().expect("tempdir");
+        let disk =
+            || Box::new(DiskTier::open(root.path(), spec(&model, "restore-test")).expect("disk"));
+        save_unit(
+            &model,
+            &store_with(&model, disk(), &root),
+            &unit,
+            &computed.rows,
+            &computed.layer_inputs,
+        )
+        .expect("save");
+
+        // Another store on the same folder: what a new process sees.
+        let store = store_with(&model, disk(), &root);
+        let mut kv = computed.context.clone();
+        let report = restore_unit(&model, &store, &unit, &mut kv).expect("restore");
+        assert_eq!(report.fallback, None);
+        assert_eq!(report.hidden_layers, 2);
+        assert!(restored_deviation(&kv, &computed) < TOLERANCE);
+
+        let key = unit
+            .layer_key(&model, &store, 1, LayerForm::Hidden)
+            .expect("key");
+        assert!(store.remove(&key).expect("remove"));
+        let mut kv = computed.context.clone();
+        let report = restore_unit(&model, &store, &unit, &mut kv).expect("restore");
+        let reason = report.fallback.expect("a missing layer falls back");
+        assert!(reason.contains("layer 1"), "{reason}");
+        assert_eq!(report.recomputed_layers, n_layers);
+        assert!(restored_deviation(&kv, &computed) < TOLERANCE);
+    }
+}
+
+#[test]
+fn hidden_restore_matches_on_a_real_model() {
+    let Some(path) = fetched_model("gemma3-270m") else {
+        return;
+    };
+    let model = Model::load(&path, WeightFormat::default(), &Device::Cpu).expect("model loads");
+    let computed = compute(&model, 5, 12);
+    let manifests = TempDir::new().expect("tempdir");
+    let store = store_with(&model, Box::new(MemoryTier::new(1 << 30)), &manifests);
+    let unit = SavedUnit {
+        plan: RestorePlan::uniform(LayerForm::Hidden, model.config().n_layers),
+        ..computed.unit.clone()
+    };
+    save_unit(
+        &model,
+        &store,
+        &unit,
+        &computed.rows,
+        &computed.layer_inputs,
+    )
+    .expect("save");
+    let mut kv = computed.context.clone();
+    let report = restore_unit(&model, &store, &unit, &mut kv).expect("restore");
+    assert_eq!(report.fallback, None);
+    let deviation = restored_deviation(&kv, &computed);
+    println!("gemma3-270m, hidden states: relative deviation {deviation:.2e}");
+    assert!(deviation < 1e-3, "{deviation}");
+}
+
+fn chat_template() -> ChatTemplate {
+    let markers = |open: &str, close: &str| RoleMarkers {
+        open: open.to_string(),
+        close: close.to_string(),
+    };
+    ChatTemplate {
+        system: markers("[s]", "[/s]"),
+        user: markers("[u]", "[/u]"),
+        assistant: markers("[a]", "[/a]"),
+        generation_prompt: "[a]".to_string(),
+        emits_bos: false,
+        system_style: SystemStyle::Native,
+        default_preamble: String::new(),
+    }
+}
+
+fn chat_parts<'a>(
+    model: &'a Model,
+    template: &'a ChatTemplate,
+    store: &'a ModuleStore,
+) -> ChatParts<'a> {
+    ChatParts {
+        model,
+        tokenizer: &ByteTokenizer,
+        template,
+        store,
+    }
+}
+
+#[test]
+fn a_resumed_conversation_answers_like_one_kept_in_memory() {
+    let params = SamplingParams {
+        temperature: 0.0,
+        max_tokens: 10,
+        ..SamplingParams::default()
+    };
+    let template = chat_template();
+    for arch in ARCHES {
+        let model = random_model(arch, 13, WeightFormat::F32, &Device::Cpu).expect("tiny model");
+        let n_layers = model.config().n_layers;
+        let root = TempDir::new().expect("tempdir");
+        let open_store = || {
+            let disk = DiskTier::open(root.path(), spec(&model, "chat-test")).expect("disk");
+            ModuleStore::with_tiers(
+                spec(&model, "chat-test"),
+                vec![Box::new(MemoryTier::new(1 << 30)), Box::new(disk)],
+                ManifestStore::new(root.path()),
+            )
+        };
+        let reference_store = open_store();
+        let mut in_memory = Conversation::new(Some("be brief".into()));
+        let mut ignore = |_: &str| {};
+        let first = in_memory
+            .turn(
+                &chat_parts(&model, &template, &reference_store),
+                "hello there",
+                &params,
+                None,
+                &mut ignore,
+            )
+            .expect("turn 1");
+        let second = in_memory
+            .turn(
+                &chat_parts(&model, &template, &reference_store),
+                "and then?",
+                &params,
+                None,
+                &mut ignore,
+            )
+            .expect("turn 2");
+        assert!(second.restored.is_empty());
+
+        for plan in plans(n_layers) {
+            let saving_store = open_store();
+            let mut saved = Conversation::new(Some("be brief".into()));
+            let turn = saved
+                .turn(
+                    &chat_parts(&model, &template, &saving_store),
+                    "hello there",
+                    &params,
+                    Some(&plan),
+                    &mut ignore,
+                )
+                .expect("turn 1");
+            assert_eq!(turn.generation.token_ids, first.generation.token_ids);
+            let session = saved.session("chat-test");
+
+            // A new store over the same folder, with an empty RAM tier: a resumed process.
+            let resumed_store = open_store();
+            let mut resumed = Conversation::resume(&session);
+            let turn = resumed
+                .turn(
+                    &chat_parts(&model, &template, &resumed_store),
+                    "and then?",
+                    &params,
+                    Some(&plan),
+                    &mut ignore,
+                )
+                .expect("turn 2");
+            assert_eq!(turn.restored.len(), 1, "{arch:?} {plan}");
+            assert_eq!(turn.restored[0].fallback, None, "{arch:?} {plan}");
+            assert_eq!(turn.history_tokens, second.history_tokens);
+            assert_eq!(
+                turn.generation.token_ids, second.generation.token_ids,
+                "{arch:?} {plan}: the resumed answer differs"
+            );
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! The Redis tier against a real `redis-server` started by the test: chunked round trips, keys of
+//! other models kept apart, damaged chunks detected and dropped, the shared byte budget evicting
+//! least recently used entries, RAM over Redis reading through and promoting, and a server killed
+//! mid-run degrading to misses and skipped puts (one warning, no error) while RAM keeps serving.
+
+mod store_support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pml_runtime::store::{
+    ManifestStore, MemoryTier, ModuleStore, PutOutcome, RedisConfig, RedisTier, StateSpec,
+    StoreError, Tier,
+};
+use pml_runtime::testing::redis_server::start_redis;
+use store_support::{FINGERPRINT, LAYOUT, assert_same_state, key_of, spec, state};
+
+/// A tier on `url` with small chunks, so every state spans several values.
+fn tier(url: &str, budget_bytes: Option<u64>) -> RedisTier {
+    let mut config = RedisConfig::new(url);
+    config.chunk_bytes = 1000;
+    config.budget_bytes = budget_bytes;
+    config.timeout = Duration::from_millis(500);
+    RedisTier::open(config, spec()).expect("redis tier")
+}
+
+#[test]
+fn chunked_round_trip_with_counters_and_namespaces() {
+    let Some(server) = start_redis() else { return };
+    let redis = tier(&server.url(), None);
+    let key = key_of(1, 10);
+    let original = state(1, 10);
+    assert!(redis.get(&key).expect("get").is_none());
+    let outcome = redis.put(&key, &Arc::new(original.clone())).expect("put");
+    let PutOutcome::Stored { bytes } = outcome else {
+        panic!("not stored: {outcome:?}");
+    };
+    assert!(bytes > 3000, "a {bytes}-byte value would not span chunks");
+    assert!(redis.contains(&key).expect("contains"));
+    assert_same_state(&redis.get(&key).expect("get").expect("hit"), &original);
+
+    let mut connection = server.connection();
+    let namespace = RedisTier::namespace(&spec());
+    let chunks: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{namespace}:c:{key}:*"))
+        .query(&mut connection)
+        .expect("keys");
+    assert_eq!(chunks.len() as u64, bytes.div_ceil(1000));
+
+    let stats = redis.stats();
+    assert_eq!((stats.hits, stats.misses, stats.puts), (1, 1, 1));
+    assert_eq!((stats.bytes_read, stats.bytes_written), (bytes, bytes));
+    assert_eq!(redis.held_bytes().expect("held"), Some(bytes));
+
+    // Same key, another model: another namespace, so a miss.
+    let other_model = StateSpec {
+        model_fingerprint: format!("{FINGERPRINT}ff"),
+        layout: LAYOUT,
+    };
+    assert_ne!(RedisTier::namespace(&other_model), namespace);
+    let other = RedisTier::open(RedisConfig::new(server.url()), other_model).expect("tier");
+    assert!(other.get(&key).expect("get").is_none());
+
+    assert!(redis.remove(&key).expect("remove"));
+    assert!(!redis.contains(&key).expect("contains"));
+    assert_eq!(redis.held_bytes().expect("held"), Some(0));
+}
+
+#[test]
+fn a_damaged_chunk_is_detected_and_dropped() {
+    let Some(server) = start_redis() else { return };
+    let redis = tier(&server.url(), None);
+    let key = key_of(2, 10);
+    redis.put(&key, &Arc::new(state(2, 10))).expect("put");
+    let mut connection = server.connection();
+    let chunk = format!("{}:c:{key}:1", RedisTier::namespace(&spec()));
+    let mut bytes: Vec<u8> = redis::cmd("GET")
+        .arg(&chunk)
+        .query(&mut connection)
+        .expect("chunk");
+    bytes[10] ^= 0x40;
+    redis::cmd("SET")
+        .arg(&chunk)
+        .arg(bytes)
+        .exec(&mut connection)
+        .expect("set");
+    let error = redis.get(&key).expect_err("damage goes unnoticed");
+    assert!(matches!(error, StoreError::Corrupt { .. }), "{error}");
+    assert!(!redis.contains(&key).expect("contains"), "entry kept");
+    assert_eq!(redis.stats().corrupt, 1);
+
+    // A missing chunk (evicted by the server) is a plain miss.
+    redis.put(&key, &Arc::new(state(2, 10))).expect("put");
+    redis::cmd("DEL")
+        .arg(&chunk)
+        .exec(&mut connection)
+        .expect("del");
+    assert!(redis.get(&key).expect("get").is_none());
+    assert!(!redis.contains(&key).expect("contains"));
+}
+
+#[test]
+fn the_budget_evicts_least_recently_used_across_tiers_of_one_namespace() {
+    let Some(server) = start_redis() else { return };
+    let size = state(0, 10)
+        .to_safetensors(&key_of(0, 10), &spec())
+        .expect("bytes")
+        .len() as u64;
+    // Two processes sharing one namespace: the budget holds 2.5 entries in all.
+    let first = tier(&server.url(), Some(size * 5 / 2));
+    let second = tier(&server.url(), Some(size * 5 / 2));
+    first
+        .put(&key_of(1, 10), &Arc::new(state(1, 10)))
+        .expect("put");
+    std::thread::sleep(Duration::from_millis(5));
+    second
+        .put(&key_of(2, 10), &Arc::new(state(2, 10)))
+        .expect("put");
+    std::thread::sleep(Duration::from_millis(5));
+    // Reading 1 makes 2 the least recently used.
+    assert!(second.get(&key_of(1, 10)).expect("get").is_some());
+    std::thread::sleep(Duration::from_millis(5));
+    first
+        .put(&key_of(3, 10), &Arc::new(state(3, 10)))
+        .expect("put");
+    assert!(first.contains(&key_of(1, 10)).expect("contains"));
+    assert!(
+        !first.contains(&key_of(2, 10)).expect("contains"),
+        "2 was least recently used"
+    );
+    assert!(first.contains(&key_of(3, 10)).expect("contains"));
+    assert_eq!(first.stats().evictions, 1);
+    assert_eq!(first.held_bytes().expect("held"), Some(2 * size));
+}
+
+#[test]
+fn ram_over_redis_reads_through_and_promotes_across_stores() {
+    let Some(server) = start_redis() else { return };
+    let manifests = tempfile::tempdir().expect("tempdir");
+    let open = || {
+        ModuleStore::with_tiers(
+            spec(),
+            vec![
+                Box::new(MemoryTier::new(1 << 20)),
+                Box::new(tier(&server.url(), None)),
+            ],
+            ManifestStore::new(manifests.path()),
+        )
+    };
+    let writer = open();
+    let outcomes = writer.put(&key_of(4, 6), state(4, 6)).expect("put");
+    assert_eq!(
+        outcomes.iter().map(|put| put.tier).collect::<Vec<_>>(),
+        ["ram", "redis"]
+    );
+    // A second store (another process, in effect) has nothing in RAM: Redis serves, RAM is filled.
+    let reader = open();
+    let hit = reader.get(&key_of(4, 6)).expect("get").expect("hit");
+    assert_eq!(hit.tier, "redis");
+    assert_same_state(&hit.state, &state(4, 6));
+    assert_eq!(
+        reader.get(&key_of(4, 6)).expect("get").expect("hit").tier,
+        "ram"
+    );
+    let stats = reader.stats();
+    assert_eq!((stats.tiers[0].hits, stats.tiers[0].puts), (1, 1));
+    assert_eq!((stats.tiers[1].hits, stats.tiers[1].misses), (1, 0));
+}
+
+#[test]
+fn a_killed_server_degrades_to_local_tiers_without_errors() {
+    let Some(mut server) = start_redis() else {
+        return;
+    };
+    let manifests = tempfile::tempdir().expect("tempdir");
+    let store = ModuleStore::with_tiers(
+        spec(),
+        vec![
+            Box::new(MemoryTier::new(1 << 20)),
+            Box::new(tier(&server.url(), None)),
+        ],
+        ManifestStore::new(manifests.path()),
+    );
+    store.put(&key_of(5, 6), state(5, 6)).expect("put");
+    server.kill();
+
+    let started = Instant::now();
+    // RAM still serves what it holds; Redis answers nothing, quickly, and errors nowhere.
+    assert_eq!(
+        store.get(&key_of(5, 6)).expect("get").expect("hit").tier,
+        "ram"
+    );
+    assert!(store.get(&key_of(6, 6)).expect("get").is_none());
+    assert!(!store.contains(&key_of(6, 6)).expect("contains"));
+    let outcomes = store.put(&key_of(6, 6), state(6, 6)).expect("put");
+    assert_eq!(outcomes[1].outcome, PutOutcome::Unavailable);
+    assert_eq!(
+        store.get(&key_of(6, 6)).expect("get").expect("hit").tier,
+        "ram"
+    );
+    for seed in 7..30 {
+        assert!(store.get(&key_of(seed, 6)).expect("get").is_none());
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "a down server stalled the store for {:?}",
+        started.elapsed()
+    );
+    let redis = &store.stats().tiers[1];
+    assert_eq!(redis.tier, "redis");
+    assert!(redis.unavailable >= 25, "{redis:?}");
+    assert_eq!(redis.hits, 0);
+}
