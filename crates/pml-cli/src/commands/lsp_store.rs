@@ -124,10 +124,7 @@ mod tests {
                 dtype: ACTIVATION_DTYPE,
             },
         };
-        let config = StoreConfig {
-            root: root.path().to_path_buf(),
-            ram_budget_bytes: 1 << 20,
-        };
+        let config = StoreConfig::local(root.path(), 1 << 20);
         let states = StoreManifests::new(config, spec.clone());
         assert!(states.describe("s", &unit(3)).contains("not compiled"));
         assert!(
