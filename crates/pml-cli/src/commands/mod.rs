@@ -3,8 +3,8 @@
 pub mod answer_stream;
 pub mod bench;
 pub mod blend_args;
-pub mod eval;
 pub mod chat;
+pub mod eval;
 pub mod generate;
 pub mod lsp;
 pub mod lsp_store;
