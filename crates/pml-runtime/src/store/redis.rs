@@ -5,7 +5,7 @@
 //! ([`RedisTier::namespace`]), so two models or layouts never read each other's entries:
 //! - `<ns>:m:<key>` — the entry's meta: `<chunks> <bytes> <sha256 of the value>`; published last,
 //!   with `SET NX`, so its presence means every chunk was written;
-//! - `<ns>:c:<key>:<i>` — the value (the same sealed safetensors bytes the disk tier writes) cut
+//! - `<ns>:c:<key>:<value hash prefix>:<i>` — the value (the same sealed safetensors bytes the disk tier writes) cut
 //!   into chunks of at most [`RedisConfig::chunk_bytes`], so no single command moves an unbounded
 //!   value and a slow link times out per chunk rather than per module;
 //! - `<ns>:lru` — a sorted set of keys by last access (ms), `<ns>:bytes` — bytes held: the tier's
@@ -183,8 +183,11 @@ impl RedisTier {
         format!("{}:m:{key}", self.namespace)
     }
 
-    fn chunk_key(&self, key: &StoreKey, index: usize) -> String {
-        format!("{}:c:{key}:{index}", self.namespace)
+    /// Chunks are named by the value's own hash too: serialisations of one state may differ in
+    /// byte order (metadata maps), and two writers of one key must never overwrite each other's
+    /// chunks under a published meta.
+    fn chunk_key(&self, key: &StoreKey, meta: &Meta, index: usize) -> String {
+        format!("{}:c:{key}:{}:{index}", self.namespace, &meta.sha256[..16])
     }
 
     fn lru_key(&self) -> String {
@@ -275,7 +278,7 @@ impl RedisTier {
         };
         let mut pipe = redis::pipe();
         for index in 0..meta.chunks {
-            pipe.cmd("GET").arg(self.chunk_key(key, index));
+            pipe.cmd("GET").arg(self.chunk_key(key, &meta, index));
         }
         let chunks: Vec<Option<Vec<u8>>> = pipe.query(connection)?;
         let mut value = Vec::with_capacity(usize::try_from(meta.bytes).unwrap_or(0));
@@ -312,13 +315,13 @@ impl RedisTier {
         let mut pipe = redis::pipe();
         for (index, chunk) in value.chunks(self.config.chunk_bytes).enumerate() {
             pipe.cmd("SET")
-                .arg(self.chunk_key(key, index))
+                .arg(self.chunk_key(key, &meta, index))
                 .arg(chunk)
                 .ignore();
         }
         if value.is_empty() {
             pipe.cmd("SET")
-                .arg(self.chunk_key(key, 0))
+                .arg(self.chunk_key(key, &meta, 0))
                 .arg(b"")
                 .ignore();
         }
@@ -335,6 +338,18 @@ impl RedisTier {
             .arg(now_ms())
             .arg(key.as_str())
             .exec(connection)?;
+        if published.is_none() {
+            // Another write of this key is published; ours are orphans unless they are its.
+            let current: Option<String> = redis::cmd("GET")
+                .arg(self.meta_key(key))
+                .query(connection)?;
+            if current.as_deref().and_then(Meta::parse) != Some(meta.clone()) {
+                let ours: Vec<String> = (0..meta.chunks)
+                    .map(|index| self.chunk_key(key, &meta, index))
+                    .collect();
+                redis::cmd("DEL").arg(ours).exec(connection)?;
+            }
+        }
         if published.is_some() {
             let held: i64 = redis::cmd("INCRBY")
                 .arg(self.bytes_key())
@@ -390,7 +405,7 @@ impl RedisTier {
         // cheap next to leaving them behind.
         let chunk_keys: Vec<String> = match &meta {
             Some(meta) => (0..meta.chunks)
-                .map(|index| self.chunk_key(key, index))
+                .map(|index| self.chunk_key(key, meta, index))
                 .collect(),
             None => redis::cmd("KEYS")
                 .arg(format!("{}:c:{key}:*", self.namespace))
