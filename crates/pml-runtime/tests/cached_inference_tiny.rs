@@ -10,7 +10,6 @@ mod cached_support;
 use candle_core::{Device, Tensor};
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
-use pml_compiler::{TokenizeError, Tokenizer};
 use pml_runtime::encode::{
     EncodeError, EncodeOptions, EncodeReport, UnitEncoder, UnitOutcome, encode_schema,
 };
@@ -22,6 +21,7 @@ use pml_runtime::kv_cache::KvBlock;
 use pml_runtime::model::tiny::random_model;
 use pml_runtime::model::{Arch, Model, WeightFormat};
 use pml_runtime::store::{DiskTier, ModuleStore, StateSpec, StoreConfig};
+use pml_runtime::testing::LetterTokenizer;
 use tempfile::TempDir;
 
 use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff, ram_store};
@@ -656,38 +656,6 @@ fn bad_bindings_and_layouts_are_errors() {
         &mut |_| {},
     );
     assert!(matches!(result, Err(EncodeError::InvalidLayout(_))));
-}
-
-/// One letter per id, no end-of-turn token: generation runs to `max_tokens`.
-struct LetterTokenizer;
-
-impl Tokenizer for LetterTokenizer {
-    fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
-        Ok(text.bytes().map(u32::from).collect())
-    }
-
-    fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
-        Ok(ids
-            .iter()
-            .map(|&id| char::from(b'a' + (id % 26) as u8))
-            .collect())
-    }
-
-    fn bos_token(&self) -> Option<u32> {
-        Some(BOS)
-    }
-
-    fn eos_tokens(&self) -> Vec<u32> {
-        Vec::new()
-    }
-
-    fn placeholder_token(&self) -> u32 {
-        PLACEHOLDER
-    }
-
-    fn vocab_size(&self) -> usize {
-        256
-    }
 }
 
 fn plain_template() -> ChatTemplate {
