@@ -88,18 +88,7 @@ impl Block {
 
         // The rest of the layer is row-wise, so it runs on the stacked rows exactly as
         // `Block::forward` runs it on a sequence's tokens.
-        let attention_out = attention.attn_output.forward(&attended)?;
-        let attention_out = match &self.post_attention_norm {
-            Some(norm) => norm.forward(&attention_out)?,
-            None => attention_out,
-        };
-        let hidden = (hidden + attention_out)?;
-        let mlp_out = self.mlp.forward(&self.ffn_norm.forward(&hidden)?)?;
-        let mlp_out = match &self.post_ffw_norm {
-            Some(norm) => norm.forward(&mlp_out)?,
-            None => mlp_out,
-        };
-        Ok((hidden + mlp_out)?)
+        self.finish(hidden, &attended)
     }
 }
 

@@ -436,7 +436,13 @@ impl Block {
             &layer_kv.values()?,
             layer_kv.positions(),
         )?;
-        let attention_out = self.attention.attn_output.forward(&attended)?;
+        self.finish(hidden, &attended)
+    }
+
+    /// The row-wise rest of the layer after attention: output projection, residual, MLP,
+    /// residual. Shared with batched decode, which stacks one row per sequence.
+    pub(crate) fn finish(&self, hidden: &Tensor, attended: &Tensor) -> Result<Tensor, EngineError> {
+        let attention_out = self.attention.attn_output.forward(attended)?;
         let attention_out = match &self.post_attention_norm {
             Some(norm) => norm.forward(&attention_out)?,
             None => attention_out,
