@@ -1,0 +1,221 @@
+//! Two `pml serve` processes share compiled modules through Redis and nothing else (#8): each
+//! has its own RAM and disk tiers in its own temporary folder, both name one throwaway
+//! `redis-server`. The first compiles an uploaded schema; the second, given the same schema,
+//! encodes no unit and answers a prompt on it from cached modules read from Redis. On
+//! Gemma-3-270M (skipped with a notice when it is not fetched or `redis-server` is missing,
+//! unless `PML_REQUIRE_MODELS=1`), a few tokens.
+
+// The server crate's test client (blocking HTTP calls, JSON parsing), shared rather than copied.
+#[path = "../../pml-server/tests/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use pml_runtime::testing::fetched_model;
+use pml_runtime::testing::redis_server::start_redis;
+use serde_json::Value;
+use support::{call, completion_body, json};
+
+const MODEL: &str = "gemma3-270m";
+
+const SCHEMA: &str = r#"<schema name="travel">
+  <system>You answer questions about the facts below.</system>
+  <module name="capitals">Paris is the capital of France. Rome is the capital of Italy.</module>
+  <module name="rivers">The Seine flows through Paris. The Tiber flows through Rome.</module>
+</schema>"#;
+
+const PROMPT: &str =
+    r#"<prompt schema="travel"><capitals/><rivers/>Which river flows through Rome?</prompt>"#;
+
+/// How long a server may take to load the model and bind its port.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A `pml serve` child; killed if the test ends without stopping it.
+struct ServeProcess {
+    child: Child,
+    base: String,
+    /// Collects the rest of stderr so the pipe never fills; yields it when the process ends.
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl ServeProcess {
+    /// Starts `pml serve --port 0` with `store` and waits for the address it prints.
+    fn start(store: &str, dir: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pml"))
+            .args(["serve", "--port", "0", "--model", MODEL, "--store", store])
+            .env("NO_COLOR", "1")
+            .env_remove("PML_STORE")
+            .env_remove("PML_ADMIN_TOKEN")
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("pml serve starts");
+        let pipe = child.stderr.take().expect("stderr is piped");
+        let (address, address_found) = mpsc::channel();
+        let stderr = std::thread::spawn(move || {
+            let mut seen = String::new();
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if let Some(url) = line
+                    .split_once(" on http://")
+                    .filter(|_| line.starts_with("serving "))
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                {
+                    let _ = address.send(format!("http://{url}"));
+                }
+                seen.push_str(&line);
+                seen.push('\n');
+            }
+            seen
+        });
+        let mut server = Self {
+            child,
+            base: String::new(),
+            stderr: Some(stderr),
+        };
+        match address_found.recv_timeout(STARTUP_TIMEOUT) {
+            Ok(base) => server.base = base,
+            Err(_) => {
+                let _ = server.child.kill();
+                let _ = server.child.wait();
+                panic!("pml serve printed no address:\n{}", server.stderr_text());
+            }
+        }
+        server
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Uploads `schema` and polls `GET /v1/schemas/{name}` until it is compiled.
+    fn upload_ready(&self, schema: &str) -> Value {
+        let (status, body) = call("POST", &self.url("/v1/schemas"), Some(schema), None);
+        assert_eq!(status, 202, "{body}");
+        let name = json(&body)["name"].as_str().expect("name").to_string();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, body) = call("GET", &self.url(&format!("/v1/schemas/{name}")), None, None);
+            assert_eq!(status, 200, "{body}");
+            let info = json(&body);
+            match info["status"].as_str() {
+                Some("ready") => return info,
+                Some("failed") => panic!("compilation failed: {body}"),
+                _ => {}
+            }
+            assert!(Instant::now() < deadline, "never compiled: {body}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `pml_store_lookups_total{tier=…,result=…}` from `/metrics`.
+    fn store_lookups(&self, tier: &str, result: &str) -> f64 {
+        let (status, text) = call("GET", &self.url("/metrics"), None, None);
+        assert_eq!(status, 200, "{text}");
+        let series = format!("pml_store_lookups_total{{tier=\"{tier}\",result=\"{result}\"}} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(series.as_str()))
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+    }
+
+    /// SIGTERM (graceful shutdown), then the exit status and everything printed to stderr.
+    fn stop(mut self) -> (ExitStatus, String) {
+        let signalled = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(signalled.success(), "kill -TERM failed");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait for pml serve") {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                panic!("pml serve ignored SIGTERM:\n{}", self.stderr_text());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        (status, self.stderr_text())
+    }
+
+    /// What the process printed to stderr; complete once it has exited.
+    fn stderr_text(&mut self) -> String {
+        self.stderr
+            .take()
+            .and_then(|reader| reader.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[test]
+fn a_second_server_answers_from_modules_the_first_compiled_into_redis() {
+    if fetched_model(MODEL).is_none() {
+        return;
+    }
+    let Some(redis) = start_redis() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = |name: &str| {
+        format!(
+            "ram:64MiB,disk:{},{}",
+            dir.path().join(name).display(),
+            redis.url()
+        )
+    };
+
+    let first = ServeProcess::start(&store("disk-a"), dir.path());
+    let compiled = first.upload_ready(SCHEMA);
+    let total = compiled["units_total"].as_u64().expect("units_total");
+    assert!(total >= 2, "{compiled}");
+    assert_eq!(compiled["units_encoded"], total, "{compiled}");
+    let (status, stderr) = first.stop();
+    assert!(status.success(), "first server: {status}\n{stderr}");
+
+    // Its own empty RAM and disk: whatever it does not encode comes from Redis.
+    let second = ServeProcess::start(&store("disk-b"), dir.path());
+    let loaded = second.upload_ready(SCHEMA);
+    assert_eq!(loaded["units_total"], total, "{loaded}");
+    assert_eq!(
+        loaded["units_encoded"], 0,
+        "the second server encoded: {loaded}"
+    );
+
+    let (status, body) = call(
+        "POST",
+        &second.url("/v1/completions"),
+        Some(&completion_body(PROMPT, 4, false)),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let answer = json(&body);
+    let usage = &answer["usage"];
+    assert!(usage["cached_tokens"].as_u64() > Some(10), "{usage}");
+    assert_eq!(usage["recomputed_tokens"], 0, "{usage}");
+    assert!(usage["completion_tokens"].as_u64() > Some(0), "{usage}");
+    assert!(answer["choices"][0]["text"].as_str().is_some(), "{answer}");
+    // The answer's modules were read from Redis (the local tiers started empty).
+    assert!(
+        second.store_lookups("redis", "hit") > 0.0,
+        "no module read from Redis"
+    );
+    let (status, stderr) = second.stop();
+    assert!(status.success(), "second server: {status}\n{stderr}");
+}
