@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use pml_runtime::inference::{Runtime, RuntimeOptions};
 use pml_runtime::models::{DEFAULT_MODEL_ID, model_path};
+use pml_runtime::store::{DEFAULT_RAM_BUDGET_BYTES, StoreConfig};
 use pml_server::ServerConfig;
 use serde_json::{Value, json};
 
@@ -77,7 +78,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = model_path(DEFAULT_MODEL_ID)?;
     let store = tempfile::TempDir::new()?;
     let mut runtime_options = RuntimeOptions::from_env()?;
-    runtime_options.store.root = store.path().to_path_buf();
+    runtime_options.store = StoreConfig::local(store.path(), DEFAULT_RAM_BUDGET_BYTES);
     let runtime = Runtime::load(&path, &runtime_options)?;
     let config = ServerConfig {
         model_name: DEFAULT_MODEL_ID.to_string(),

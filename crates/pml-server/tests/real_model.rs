@@ -5,6 +5,7 @@ mod support;
 
 use pml_runtime::inference::{Runtime, RuntimeOptions};
 use pml_runtime::models::DEFAULT_MODEL_ID;
+use pml_runtime::store::{DEFAULT_RAM_BUDGET_BYTES, StoreConfig};
 use pml_runtime::testing::fetched_model;
 use pml_server::ServerConfig;
 use serde_json::json;
@@ -17,7 +18,8 @@ fn the_default_model_answers_a_pml_prompt_and_a_chat() {
     };
     let store = tempfile::TempDir::new().expect("temporary store");
     let mut options = RuntimeOptions::from_env().expect("runtime options");
-    options.store.root = store.path().to_path_buf();
+    // A private store: RAM over a temporary disk tier (the default disk is `$PML_HOME/store`).
+    options.store = StoreConfig::local(store.path(), DEFAULT_RAM_BUDGET_BYTES);
     let runtime = Runtime::load(&path, &options).expect("the default model loads");
     let server = TestServer::with_runtime(runtime, ServerConfig::default());
     let info = server.upload_ready(SCHEMA);
