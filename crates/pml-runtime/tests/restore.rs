@@ -2,7 +2,8 @@
 //! one real model: a unit saved per layer as KV, hidden states, recomputed prefixes or the
 //! planner's mixes restores to the K/V it was computed with (within float tolerance), through RAM
 //! and through disk; a missing layer falls back to recomputing; and a saved two-turn
-//! conversation, resumed from the store, answers its second turn as one that never left memory.
+//! conversation, resumed from the store, answers its second turn as one that never left memory;
+//! and the cost probe (overlap efficiency included) leaves the tier as it found it.
 
 use candle_core::{Device, Tensor};
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
@@ -12,7 +13,9 @@ use pml_runtime::generation::SamplingParams;
 use pml_runtime::kv_cache::{KvBlock, KvCache};
 use pml_runtime::model::tiny::random_model;
 use pml_runtime::model::{Arch, ForwardContext, ForwardOptions, LogitRows, Model, WeightFormat};
-use pml_runtime::restore::{LayerForm, RestorePlan, SavedUnit, restore_unit, save_unit};
+use pml_runtime::restore::{
+    LayerForm, RestorePlan, SavedUnit, measure_costs, plan_restore, restore_unit, save_unit,
+};
 use pml_runtime::store::{
     ContextHash, DiskTier, ManifestStore, MemoryTier, ModuleStore, StateSpec, Tier,
 };
@@ -169,6 +172,27 @@ fn every_plan_restores_the_computed_kv_in_both_families() {
             }
         }
     }
+}
+
+#[test]
+fn the_cost_probe_measures_an_overlap_in_range_and_cleans_up() {
+    let model = random_model(Arch::Qwen2, 5, WeightFormat::F32, &Device::Cpu).expect("tiny model");
+    let manifests = TempDir::new().expect("tempdir");
+    let tier = MemoryTier::new(1 << 30);
+    let store = store_with(&model, Box::new(MemoryTier::new(1 << 30)), &manifests);
+    let costs = measure_costs(&model, &store, &tier, 16).expect("costs");
+    assert!((0.0..=1.0).contains(&costs.overlap), "{costs:?}");
+    for cost in [
+        costs.io_kv,
+        costs.io_hidden,
+        costs.compute_hidden,
+        costs.compute_token,
+    ] {
+        assert!(cost.is_finite() && cost > 0.0, "{costs:?}");
+    }
+    // The probe's layers (both forms, and the mixed plan timed for the overlap) are gone.
+    assert!(tier.is_empty(), "{} probe entries left", tier.len());
+    assert!(plan_restore(&costs, model.config().n_layers).is_valid());
 }
 
 #[test]

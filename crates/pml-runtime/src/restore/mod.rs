@@ -4,7 +4,8 @@
 //! layer with loading and computing overlapped.
 //!
 //! - [`plan`]: [`LayerForm`], [`RestorePlan`], the bubble-free partition [`plan_restore`].
-//! - [`profile`]: [`measure_costs`] of a model and a tier on this machine.
+//! - [`profile`]: [`measure_costs`] of a model and a tier on this machine, the overlap
+//!   efficiency of loading and computing included ([`measure_overlap`]).
 //! - [`unit`]: [`save_unit`] and the pipelined [`restore_unit`].
 
 pub mod plan;
@@ -16,9 +17,10 @@ use crate::model::EngineError;
 use crate::store::StoreError;
 
 pub use plan::{Estimate, LayerForm, RestoreCosts, RestorePlan, candidates, plan_restore};
-pub use profile::{CostCache, DEFAULT_PROBE_TOKENS, measure_costs};
+pub use profile::{CostCache, DEFAULT_PROBE_TOKENS, measure_costs, measure_overlap};
 pub use unit::{
-    ComputedUnit, RestoreReport, SaveReport, SavedUnit, compute_unit, restore_unit, save_unit,
+    ComputedUnit, LayerLoader, RestoreReport, SaveReport, SavedUnit, compute_unit, restore_unit,
+    restore_unit_with, save_unit,
 };
 
 /// Why a unit could not be saved or restored (a missing or damaged stored layer is not an error:

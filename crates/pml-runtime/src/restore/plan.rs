@@ -9,9 +9,12 @@
 //! - I/O is the spare resource: the first `h` layers load hidden states and are projected, the
 //!   other layers load their KV.
 //!
-//! Each candidate's time is `max(compute, io)` of the measured per-token, per-layer costs
-//! ([`RestoreCosts`]); the planner enumerates every split of both families (pure KV, pure hidden
-//! and pure recompute are among them), so by its own estimate it never loses to a pure strategy.
+//! Each candidate's time is `max(c, io) + (1 − η)·min(c, io)` of the measured per-token,
+//! per-layer costs ([`RestoreCosts`]), where η is the measured overlap efficiency of loading and
+//! computing: 1 when they truly run side by side (the paper's GPU + PCIe setting: `max`), 0 when
+//! they share the same cores and their times add up (a small CPU-only machine). The planner
+//! enumerates every split of both families (pure KV, pure hidden and pure recompute are among
+//! them), so by its own estimate it never loses to a pure strategy.
 
 use std::fmt;
 
@@ -51,6 +54,10 @@ pub struct RestoreCosts {
     pub compute_hidden: f64,
     /// Recomputing one token-layer from the tokens (a whole transformer layer).
     pub compute_token: f64,
+    /// Overlap efficiency η in [0, 1] of the loader and the compute side, measured on a
+    /// pipelined restore ([`super::profile::measure_overlap`]): the fraction of the shorter side
+    /// hidden behind the longer one.
+    pub overlap: f64,
 }
 
 /// A per-layer choice of [`LayerForm`]s for every layer of a model.
@@ -92,8 +99,8 @@ impl RestorePlan {
         self.layers.iter().filter(|&&layer| layer == form).count()
     }
 
-    /// Estimated seconds to restore `n_tokens` tokens: compute and I/O overlap, so the slower
-    /// side sets the time.
+    /// Estimated compute and I/O seconds to restore `n_tokens` tokens, and how well they
+    /// overlap ([`Estimate::total`] combines them).
     pub fn estimate(&self, costs: &RestoreCosts, n_tokens: usize) -> Estimate {
         let count = |form| self.count(form) as f64;
         let tokens = n_tokens as f64;
@@ -102,7 +109,11 @@ impl RestorePlan {
                 + count(LayerForm::Hidden) * costs.compute_hidden);
         let io = tokens
             * (count(LayerForm::Hidden) * costs.io_hidden + count(LayerForm::Kv) * costs.io_kv);
-        Estimate { compute, io }
+        Estimate {
+            compute,
+            io,
+            overlap: costs.overlap,
+        }
     }
 
     /// Bytes stored per token under this plan, given the bytes per token-layer of each form.
@@ -132,17 +143,20 @@ impl fmt::Display for RestorePlan {
     }
 }
 
-/// Estimated compute and I/O seconds of a restore.
+/// Estimated compute and I/O seconds of a restore, and their overlap efficiency η.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Estimate {
     pub compute: f64,
     pub io: f64,
+    pub overlap: f64,
 }
 
 impl Estimate {
-    /// The restore's time with the two sides overlapped.
+    /// The restore's time: the longer side, plus the part of the shorter side not hidden behind
+    /// it (`max + (1 − η)·min`; η = 1 is perfect overlap, η = 0 the plain sum).
     pub fn total(&self) -> f64 {
-        self.compute.max(self.io)
+        let hidden_fraction = self.overlap.clamp(0.0, 1.0);
+        self.compute.max(self.io) + (1.0 - hidden_fraction) * self.compute.min(self.io)
     }
 }
 
@@ -193,6 +207,85 @@ mod tests {
             io_hidden,
             compute_hidden,
             compute_token,
+            overlap: 1.0,
+        }
+    }
+
+    fn best_pure(costs: &RestoreCosts, n_layers: usize) -> f64 {
+        [LayerForm::Kv, LayerForm::Hidden, LayerForm::Recompute]
+            .into_iter()
+            .map(|form| {
+                RestorePlan::uniform(form, n_layers)
+                    .estimate(costs, 1)
+                    .total()
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    #[test]
+    fn overlap_one_is_the_max_and_overlap_zero_the_sum() {
+        let plan = RestorePlan::split(LayerForm::Hidden, 4, LayerForm::Kv, 12);
+        let perfect = plan.estimate(&costs(1.0, 0.5, 2.0, 10.0), 1);
+        // compute 4 × 2 = 8, io 4 × 0.5 + 8 × 1 = 10.
+        assert_eq!((perfect.compute, perfect.io), (8.0, 10.0));
+        assert_eq!(perfect.total(), 10.0);
+        let serial = RestoreCosts {
+            overlap: 0.0,
+            ..costs(1.0, 0.5, 2.0, 10.0)
+        };
+        assert_eq!(plan.estimate(&serial, 1).total(), 18.0);
+        let half = RestoreCosts {
+            overlap: 0.5,
+            ..serial
+        };
+        assert_eq!(plan.estimate(&half, 1).total(), 14.0);
+        // Out-of-range η is clamped rather than giving a time below max or above the sum.
+        let wild = RestoreCosts {
+            overlap: 7.0,
+            ..serial
+        };
+        assert_eq!(plan.estimate(&wild, 1).total(), 10.0);
+    }
+
+    #[test]
+    fn without_overlap_mha_like_costs_choose_pure_kv() {
+        // The measured MHA disk shape: projection far dearer than loading KV. With perfect
+        // overlap a hidden prefix hides behind the KV loads; with none it only adds time.
+        let mha = costs(3.0, 1.5, 37.0, 370.0);
+        let overlapped = plan_restore(&mha, 24);
+        assert!(overlapped.count(LayerForm::Hidden) > 0, "{overlapped}");
+        let serial = RestoreCosts {
+            overlap: 0.0,
+            ..mha
+        };
+        assert_eq!(
+            plan_restore(&serial, 24),
+            RestorePlan::uniform(LayerForm::Kv, 24)
+        );
+    }
+
+    #[test]
+    fn the_plan_never_estimates_above_the_best_pure_strategy() {
+        // A deterministic sweep of cost shapes and overlaps (no RNG dependency needed).
+        let values = [0.01, 0.3, 1.0, 3.0, 40.0];
+        for &io_kv in &values {
+            for &io_hidden in &values {
+                for &compute_hidden in &values {
+                    for &compute_token in &values {
+                        for overlap in [0.0, 0.3, 1.0] {
+                            let costs = RestoreCosts {
+                                overlap,
+                                ..costs(io_kv, io_hidden, compute_hidden, compute_token)
+                            };
+                            let plan = plan_restore(&costs, 8);
+                            assert!(plan.is_valid(), "{plan}");
+                            let chosen = plan.estimate(&costs, 1).total();
+                            let pure = best_pure(&costs, 8);
+                            assert!(chosen <= pure, "{costs:?}: {plan} {chosen} > {pure}");
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -184,6 +184,28 @@ pub fn restore_unit(
     unit: &SavedUnit,
     kv: &mut KvCache,
 ) -> Result<RestoreReport, RestoreError> {
+    let load = |key: &StoreKey| {
+        store
+            .get(key)
+            .map(|hit| hit.map(|hit| hit.state))
+            .map_err(|error| error.to_string())
+    };
+    restore_unit_with(model, store, unit, kv, &load)
+}
+
+/// A layer reader for [`restore_unit_with`]: the state under a key, `None` when absent.
+pub type LayerLoader<'a> =
+    dyn Fn(&StoreKey) -> Result<Option<Arc<ModuleState>>, String> + Sync + 'a;
+
+/// [`restore_unit`] reading the layers through `load` (the profiler times the same pipeline on
+/// one tier); `store` only derives the keys.
+pub fn restore_unit_with(
+    model: &Model,
+    store: &ModuleStore,
+    unit: &SavedUnit,
+    kv: &mut KvCache,
+    load: &LayerLoader<'_>,
+) -> Result<RestoreReport, RestoreError> {
     check_unit(model, unit)?;
     let started = Instant::now();
     kv.check_consistent()?;
@@ -202,12 +224,8 @@ pub fn restore_unit(
                 let Some(key) = unit.layer_key(model, store, layer, form) else {
                     continue;
                 };
-                let got = store.get(&key).map(|hit| hit.map(|hit| hit.state));
                 // The compute side hung up (it gave up on the stored layers): stop reading.
-                if sender
-                    .send((layer, got.map_err(|error| error.to_string())))
-                    .is_err()
-                {
+                if sender.send((layer, load(&key))).is_err() {
                     break;
                 }
             }
