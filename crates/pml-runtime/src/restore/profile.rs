@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 
 use super::RestoreError;
 use super::plan::{LayerForm, RestoreCosts, RestorePlan};
-use super::unit::{SavedUnit, compute_unit, restore_unit_with};
+use super::unit::{SavedUnit, compute_unit, layer_state, restore_unit_with};
 use crate::model::Model;
-use crate::store::{ContextHash, ModuleState, ModuleStore, StoreKey, Tier};
+use crate::store::{ContextHash, ModuleStore, StoreKey, Tier};
 
 /// Cost given to a form the tier cannot load (down, too small): finite, so that a plan with no
 /// layer in that form still estimates to a number, and large enough never to be chosen.
@@ -76,24 +76,9 @@ pub fn measure_costs(
                 let Some(key) = unit.layer_key(model, store, layer, form) else {
                     continue;
                 };
-                let layer_id = u16::try_from(layer).unwrap_or(u16::MAX);
-                let state = match form {
-                    LayerForm::Kv => {
-                        let (keys, values) = rows.layer(layer)?;
-                        ModuleState::kv_layer(
-                            layer_id,
-                            keys.clone(),
-                            values.clone(),
-                            positions.clone(),
-                            tokens.clone(),
-                        )?
-                    }
-                    _ => ModuleState::hidden_layer(
-                        layer_id,
-                        output.layer_inputs[layer].clone(),
-                        positions.clone(),
-                        tokens.clone(),
-                    )?,
+                let Some(state) = layer_state(&unit, layer, form, rows, &output.layer_inputs)?
+                else {
+                    continue;
                 };
                 stored.push(key.clone());
                 tier.put(&key, &Arc::new(state))?;

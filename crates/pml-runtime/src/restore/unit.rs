@@ -122,39 +122,54 @@ pub fn save_unit(
         let Some(key) = unit.layer_key(model, store, layer, form) else {
             continue;
         };
-        let layer_id = u16::try_from(layer).unwrap_or(u16::MAX);
-        let state = match form {
-            LayerForm::Kv => {
-                let (keys, values) = rows.layer(layer)?;
-                ModuleState::kv_layer(
-                    layer_id,
-                    keys.clone(),
-                    values.clone(),
-                    unit.positions.clone(),
-                    unit.tokens.clone(),
-                )?
-            }
-            LayerForm::Hidden => {
-                let hidden = layer_inputs.get(layer).ok_or_else(|| {
-                    RestoreError::Invalid(format!(
-                        "layer {layer} is saved as hidden states, but only {} layer inputs were kept",
-                        layer_inputs.len()
-                    ))
-                })?;
-                ModuleState::hidden_layer(
-                    layer_id,
-                    hidden.clone(),
-                    unit.positions.clone(),
-                    unit.tokens.clone(),
-                )?
-            }
-            LayerForm::Recompute => continue,
+        let Some(state) = layer_state(unit, layer, form, rows, layer_inputs)? else {
+            continue;
         };
         report.tensor_bytes += state.size_in_bytes() - 8 * unit.tokens.len();
         report.entries += 1;
         store.put(&key, state)?;
     }
     Ok(report)
+}
+
+/// The stored state of one layer of `unit` in `form` (`None` for a recomputed layer): its K/V rows
+/// from `rows`, or its input hidden states from `layer_inputs`.
+pub(crate) fn layer_state(
+    unit: &SavedUnit,
+    layer: usize,
+    form: LayerForm,
+    rows: &KvBlock,
+    layer_inputs: &[Tensor],
+) -> Result<Option<ModuleState>, RestoreError> {
+    let layer_id = u16::try_from(layer).unwrap_or(u16::MAX);
+    let state = match form {
+        LayerForm::Kv => {
+            let (keys, values) = rows.layer(layer)?;
+            ModuleState::kv_layer(
+                layer_id,
+                keys.clone(),
+                values.clone(),
+                unit.positions.clone(),
+                unit.tokens.clone(),
+            )?
+        }
+        LayerForm::Hidden => {
+            let hidden = layer_inputs.get(layer).ok_or_else(|| {
+                RestoreError::Invalid(format!(
+                    "layer {layer} is saved as hidden states, but only {} layer inputs were kept",
+                    layer_inputs.len()
+                ))
+            })?;
+            ModuleState::hidden_layer(
+                layer_id,
+                hidden.clone(),
+                unit.positions.clone(),
+                unit.tokens.clone(),
+            )?
+        }
+        LayerForm::Recompute => return Ok(None),
+    };
+    Ok(Some(state))
 }
 
 /// How a restore went.
