@@ -96,22 +96,7 @@ impl ServeProcess {
 
     /// Uploads `schema` and polls `GET /v1/schemas/{name}` until it is compiled.
     fn upload_ready(&self, schema: &str) -> Value {
-        let (status, body) = call("POST", &self.url("/v1/schemas"), Some(schema), None);
-        assert_eq!(status, 202, "{body}");
-        let name = json(&body)["name"].as_str().expect("name").to_string();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let (status, body) = call("GET", &self.url(&format!("/v1/schemas/{name}")), None, None);
-            assert_eq!(status, 200, "{body}");
-            let info = json(&body);
-            match info["status"].as_str() {
-                Some("ready") => return info,
-                Some("failed") => panic!("compilation failed: {body}"),
-                _ => {}
-            }
-            assert!(Instant::now() < deadline, "never compiled: {body}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        support::upload_ready(&self.base, schema, Duration::from_secs(60))
     }
 
     /// `pml_store_lookups_total{tier=…,result=…}` from `/metrics`.

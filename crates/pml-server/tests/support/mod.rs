@@ -53,25 +53,7 @@ impl TestServer {
 
     /// Uploads `schema` and waits until it is compiled.
     pub fn upload_ready(&self, schema: &str) -> Value {
-        let (status, body) = call("POST", &self.url("/v1/schemas"), Some(schema), None);
-        assert_eq!(status, 202, "{body}");
-        let name = json(&body)["name"].as_str().expect("name").to_string();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let (status, body) = call("GET", &self.url(&format!("/v1/schemas/{name}")), None, None);
-            assert_eq!(status, 200, "{body}");
-            let info = json(&body);
-            match info["status"].as_str() {
-                Some("ready") => return info,
-                Some("failed") => panic!("compilation failed: {body}"),
-                _ => {}
-            }
-            assert!(
-                Instant::now() < deadline,
-                "schema never became ready: {body}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        upload_ready(&self.base, schema, Duration::from_secs(120))
     }
 
     /// The value of a metric line (`name{labels}` exactly as rendered).
@@ -191,4 +173,28 @@ impl EventStream {
 
 pub fn completion_body(prompt: &str, max_tokens: usize, stream: bool) -> String {
     serde_json::json!({"prompt": prompt, "max_tokens": max_tokens, "stream": stream}).to_string()
+}
+
+/// Uploads `schema` to the server at `base` and polls `GET /v1/schemas/{name}` until it is
+/// compiled, failing the test after `timeout`.
+pub fn upload_ready(base: &str, schema: &str, timeout: Duration) -> Value {
+    let (status, body) = call("POST", &format!("{base}/v1/schemas"), Some(schema), None);
+    assert_eq!(status, 202, "{body}");
+    let name = json(&body)["name"].as_str().expect("name").to_string();
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (status, body) = call("GET", &format!("{base}/v1/schemas/{name}"), None, None);
+        assert_eq!(status, 200, "{body}");
+        let info = json(&body);
+        match info["status"].as_str() {
+            Some("ready") => return info,
+            Some("failed") => panic!("compilation failed: {body}"),
+            _ => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "schema never became ready: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
