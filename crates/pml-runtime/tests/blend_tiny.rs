@@ -6,7 +6,7 @@
 
 mod cached_support;
 
-use candle_core::Device;
+use candle_core::{Device, Tensor};
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
 use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
 use pml_runtime::inference::{
@@ -188,6 +188,50 @@ fn the_selection_holds_the_new_tokens_the_last_one_and_r_of_the_cached() {
             let answers = blended.logits.dims().to_vec();
             assert_eq!(answers, [fixture.model.config().vocab_size]);
         }
+    }
+}
+
+/// K and V of layer `layer_idx` with rows sorted by position, so caches whose slots are in a
+/// different order (a splice puts cached rows first) compare row for row.
+fn by_position(prefill: &Prefill, layer_idx: usize) -> (Tensor, Tensor) {
+    let layer = prefill.kv.layer(layer_idx).expect("layer");
+    let mut order: Vec<u32> = (0..layer.len() as u32).collect();
+    order.sort_by_key(|&slot| layer.positions()[slot as usize]);
+    let ids = Tensor::new(order.as_slice(), &Device::Cpu).expect("ids");
+    let pick = |t: Tensor| t.index_select(&ids, 0).expect("rows");
+    (
+        pick(layer.keys().expect("keys")),
+        pick(layer.values().expect("values")),
+    )
+}
+
+#[test]
+fn layers_up_to_the_check_layer_hold_full_prefill_states_for_every_token() {
+    for arch in ARCHES {
+        let fixture = Fixture::new(arch);
+        let (layout, bound) = reordered_members();
+        let full = fixture.prefill(&layout, &bound, InferenceMode::Full);
+        let reuse = fixture.prefill(&layout, &bound, InferenceMode::Reuse);
+        let options = BlendOptions {
+            check_layer: 1,
+            ..blend(0.2)
+        };
+        let blended = fixture.prefill(&layout, &bound, InferenceMode::Blend(options));
+        for layer_idx in 0..=options.check_layer {
+            let what = format!("{arch:?} layer {layer_idx}");
+            let (full_k, full_v) = by_position(&full, layer_idx);
+            let (blend_k, blend_v) = by_position(&blended, layer_idx);
+            assert_close(&blend_k, &full_k, RELATIVE_TOLERANCE, &format!("{what} K"));
+            assert_close(&blend_v, &full_v, RELATIVE_TOLERANCE, &format!("{what} V"));
+        }
+        // Layer 1's V depends on layer 0's attention, which crosses the moved members, so a
+        // splice's differs from a full prefill's: the probe's states were kept, not the splice's.
+        let (_, reuse_v) = by_position(&reuse, 1);
+        let (_, full_v) = by_position(&full, 1);
+        assert!(
+            max_abs_diff(&reuse_v, &full_v) > RELATIVE_TOLERANCE,
+            "{arch:?}"
+        );
     }
 }
 

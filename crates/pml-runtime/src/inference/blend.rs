@@ -2,17 +2,21 @@
 //! `reuse` does (moved units' K re-rotated), then repair the cross-attention the independent
 //! encodings lost by recomputing the few cached tokens whose KV deviates most.
 //!
-//! 1. *Probe*: the layers up to the check layer run on every token over a copy of the spliced
-//!    cache; each cached token's deviation is `||K_fresh − K_cached||²` (or V) at the check layer.
+//! 1. *Probe*: the layers up to the check layer run on every token, writing their fresh K/V over
+//!    the spliced rows (CacheBlend's first layers are a full prefill); each cached token's
+//!    deviation is `||K_fresh − K_spliced||²` (or V) at the check layer.
 //! 2. *Selection*: the top `r` fraction of cached tokens by deviation, every new token (the last
 //!    one included).
-//! 3. *Recompute*: only the selected tokens flow through every layer; their fresh K/V overwrite the
-//!    spliced rows and their queries attend over the whole spliced cache under the position mask.
+//! 3. *Recompute*: only the selected tokens continue, from their probe hidden state, through the
+//!    layers after the check layer; their fresh K/V overwrite the spliced rows and their queries
+//!    attend over the whole cache under the position mask.
 //!
-//! The probe's cache is discarded, so a token either keeps its spliced KV in every layer or is
-//! recomputed in every layer: `r = 0` is exactly mode `reuse` and `r = 1` exactly mode `full`
-//! (up to summation order). Gradual filtering narrows the selection once more one layer after the
-//! check layer, so there the dropped tokens keep their fresh KV in the layers already computed.
+//! Keeping the probe's K/V is free (it was computed anyway) and makes the first layers exact, and
+//! continuing from the probe's hidden state saves recomputing those layers for the selected
+//! tokens. `r = 1` is exactly mode `full` (up to summation order); `r = 0` selects nothing to
+//! repair, so no probe runs and it is exactly mode `reuse`. Gradual filtering narrows the selection
+//! once more one layer after the check layer, so there the dropped tokens keep their fresh KV in
+//! the layers already computed.
 
 use std::time::Instant;
 
@@ -122,14 +126,24 @@ pub fn prefill_blend(
     } else {
         keep
     };
-    let by_slot = probe(model, &rows, &kv, options)?;
-    let by_row: Vec<f32> = rows
-        .context
-        .slots()
-        .iter()
-        .map(|&slot| by_slot[slot])
-        .collect();
-    let mut selected = select_by_deviation(&rows.cached, &by_row, first_keep);
+    // Nothing cached is repaired at r = 0, so the probe would only rewrite the first layers:
+    // skipping it keeps r = 0 exactly mode `reuse`.
+    let (probe_hidden, first_layer, mut selected) = if keep == 0 {
+        let selected = select_by_deviation(&rows.cached, &vec![0.0; rows.cached.len()], 0);
+        let tokens: Vec<u32> = selected.iter().map(|&row| rows.tokens[row]).collect();
+        (model.embed(&tokens)?, 0, selected)
+    } else {
+        let (hidden, by_slot) = probe(model, &rows, &mut kv, options)?;
+        let by_row: Vec<f32> = rows
+            .context
+            .slots()
+            .iter()
+            .map(|&slot| by_slot[slot])
+            .collect();
+        let selected = select_by_deviation(&rows.cached, &by_row, first_keep);
+        let hidden = hidden.index_select(&row_ids(&selected, hidden.device())?, 0)?;
+        (hidden, options.check_layer + 1, selected)
+    };
 
     // Views of the spliced rows at the gradual filter's layer, before recompute overwrites them.
     let spliced_at_filter = if options.gradual {
@@ -138,9 +152,8 @@ pub fn prefill_blend(
         None
     };
     let mut context = rows.context.select(&selected)?;
-    let selected_tokens: Vec<u32> = selected.iter().map(|&row| rows.tokens[row]).collect();
-    let mut hidden = model.embed(&selected_tokens)?;
-    for layer_idx in 0..n_layers {
+    let mut hidden = probe_hidden;
+    for layer_idx in first_layer..n_layers {
         hidden = forward_layer_chunked(model, layer_idx, &hidden, &context, &mut kv)?;
         if let (Some(spliced), true) = (&spliced_at_filter, layer_idx == gradual_layer) {
             let fresh = kv_of(&kv, layer_idx, options.deviation)?;
@@ -174,26 +187,26 @@ pub fn prefill_blend(
     Ok(Prefill { kv, logits, stats })
 }
 
-/// Runs layers `0..=check_layer` on every token over a copy of `kv` and returns each slot's
-/// squared distance between its fresh and spliced K (or V) at the check layer (new tokens' slots
-/// included, though selection ignores them).
+/// Runs layers `0..=check_layer` on every token, writing their fresh K/V into `kv`, and returns
+/// the hidden states after the check layer (one per row) and each slot's squared distance between
+/// its fresh and spliced K (or V) at the check layer (new tokens' slots included, though selection
+/// ignores them).
 fn probe(
     model: &Model,
     rows: &Rows,
-    kv: &KvCache,
+    kv: &mut KvCache,
     options: &BlendOptions,
-) -> Result<Vec<f32>, InferenceError> {
-    let mut probe_kv = kv.clone();
+) -> Result<(Tensor, Vec<f32>), InferenceError> {
+    // The view keeps the spliced rows though the probe overwrites them (see `LayerKv::keys`).
+    let spliced = kv_of(kv, options.check_layer, options.deviation)?;
     let mut hidden = model.embed(&rows.tokens)?;
     for layer_idx in 0..=options.check_layer {
-        hidden = forward_layer_chunked(model, layer_idx, &hidden, &rows.context, &mut probe_kv)?;
+        hidden = forward_layer_chunked(model, layer_idx, &hidden, &rows.context, kv)?;
     }
-    let spliced = kv_of(kv, options.check_layer, options.deviation)?;
-    let fresh = kv_of(&probe_kv, options.check_layer, options.deviation)?;
-    let n_cached = spliced.dim(0)?;
-    let mut deviation = squared_distance(&spliced, &fresh.narrow(0, 0, n_cached)?)?;
+    let fresh = kv_of(kv, options.check_layer, options.deviation)?;
+    let mut deviation = squared_distance(&spliced, &fresh)?;
     deviation.resize(rows.tokens.len(), 0.0);
-    Ok(deviation)
+    Ok((hidden, deviation))
 }
 
 /// The rows to recompute, ascending: every row that is not cached, and the `keep` cached rows
