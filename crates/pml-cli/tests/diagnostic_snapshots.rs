@@ -10,7 +10,7 @@ use pml_cli::schema_lookup::{FsSchemaResolver, SchemaCache};
 use pml_compiler::FsSourceLoader;
 use pml_compiler::check::{CheckEnvironment, PromptCheckOptions, check_source};
 use pml_compiler::rules::{PROMPT_RULES, SCHEMA_RULES, all_rules};
-use pml_compiler::testing::WordTokenizer;
+use pml_compiler::testing::WORD_TOKENIZER;
 use std::path::{Path, PathBuf};
 
 /// The fixture folder relative to this crate (the working directory of `cargo test`), so paths
@@ -38,7 +38,7 @@ fn check_fixture(path: &Path) -> (String, Vec<pml_syntax::Diagnostic>) {
         loader: &loader,
         resolver: &mut resolver,
         options: PromptCheckOptions {
-            tokenizer: Some(&WordTokenizer),
+            tokenizer: Some(&WORD_TOKENIZER),
         },
     };
     let checked = check_source(&source, &mut environment);

@@ -5,7 +5,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use pml_compiler::check::{PromptCheckOptions, check_prompt, check_schema};
-use pml_compiler::testing::{WordTokenizer, generated_schema};
+use pml_compiler::testing::{WORD_TOKENIZER, generated_schema};
 use pml_compiler::{MemorySourceLoader, SchemaIndex};
 use pml_syntax::ast::SourceFile;
 use std::fmt::Write;
@@ -42,7 +42,7 @@ fn bench_check(criterion: &mut Criterion) {
         panic!("the generated prompt parses as a prompt")
     };
     let options = PromptCheckOptions {
-        tokenizer: Some(&WordTokenizer),
+        tokenizer: Some(&WORD_TOKENIZER),
     };
     let prompt_diagnostics = check_prompt(prompt, &check.index, &options);
     assert!(

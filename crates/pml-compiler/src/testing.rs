@@ -5,17 +5,35 @@
 use crate::tokenizer::{TokenizeError, Tokenizer};
 use std::fmt::Write;
 
-/// One token per whitespace-separated word; every word is token 1. Enough for argument-length
-/// checks, whose only question is how many tokens a text takes.
-pub struct WordTokenizer;
+/// A tokenizer made of two functions, with no BOS, no EOS and placeholder 0: the stand-ins of
+/// the tests differ only in how text maps to ids.
+pub struct FnTokenizer {
+    encode: fn(&str) -> Vec<u32>,
+    decode: fn(&[u32]) -> String,
+    vocab_size: usize,
+}
 
-impl Tokenizer for WordTokenizer {
+impl FnTokenizer {
+    pub const fn new(
+        encode: fn(&str) -> Vec<u32>,
+        decode: fn(&[u32]) -> String,
+        vocab_size: usize,
+    ) -> Self {
+        Self {
+            encode,
+            decode,
+            vocab_size,
+        }
+    }
+}
+
+impl Tokenizer for FnTokenizer {
     fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
-        Ok(text.split_whitespace().map(|_| 1).collect())
+        Ok((self.encode)(text))
     }
 
     fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
-        Ok(vec!["word"; ids.len()].join(" "))
+        Ok((self.decode)(ids))
     }
 
     fn bos_token(&self) -> Option<u32> {
@@ -31,9 +49,17 @@ impl Tokenizer for WordTokenizer {
     }
 
     fn vocab_size(&self) -> usize {
-        2
+        self.vocab_size
     }
 }
+
+/// One token per whitespace-separated word; every word is token 1. Enough for argument-length
+/// checks, whose only question is how many tokens a text takes.
+pub const WORD_TOKENIZER: FnTokenizer = FnTokenizer::new(
+    |text| text.split_whitespace().map(|_| 1).collect(),
+    |ids| vec!["word"; ids.len()].join(" "),
+    2,
+);
 
 /// A clean schema of about `target_bytes` (modules with params, nested unions, collections, role
 /// blocks), for benchmarks of everything that reads schemas; also returns the number of topic

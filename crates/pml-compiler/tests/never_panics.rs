@@ -6,42 +6,20 @@
 //! code must be documented.
 
 use pml_compiler::check::{PromptCheckOptions, check_prompt, check_schema};
-use pml_compiler::{
-    MemorySourceLoader, RefuseSources, SchemaIndex, TokenizeError, Tokenizer, all_rules,
-};
+use pml_compiler::testing::FnTokenizer;
+use pml_compiler::{MemorySourceLoader, RefuseSources, SchemaIndex, all_rules};
 use pml_syntax::Diagnostic;
 use pml_syntax::ast::SourceFile;
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-struct CharTokenizer;
-
-impl Tokenizer for CharTokenizer {
-    fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
-        Ok(text.chars().map(u32::from).collect())
-    }
-
-    fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
-        Ok(ids.iter().filter_map(|&id| char::from_u32(id)).collect())
-    }
-
-    fn bos_token(&self) -> Option<u32> {
-        None
-    }
-
-    fn eos_tokens(&self) -> Vec<u32> {
-        Vec::new()
-    }
-
-    fn placeholder_token(&self) -> u32 {
-        0
-    }
-
-    fn vocab_size(&self) -> usize {
-        0x11_0000
-    }
-}
+/// One token per character, its code point as id.
+const CHAR_TOKENIZER: FnTokenizer = FnTokenizer::new(
+    |text| text.chars().map(u32::from).collect(),
+    |ids| ids.iter().filter_map(|&id| char::from_u32(id)).collect(),
+    0x11_0000,
+);
 
 const FRAGMENTS: &[&str] = &[
     "<module name=\"a\">",
@@ -234,7 +212,7 @@ fn check_everything(source: &str) {
             );
             if let SourceFile::Prompt(prompt) = &prompt.file {
                 let options = PromptCheckOptions {
-                    tokenizer: Some(&CharTokenizer),
+                    tokenizer: Some(&CHAR_TOKENIZER),
                 };
                 let _ = check_prompt(prompt, &check.index, &options);
             }
@@ -248,7 +226,7 @@ fn check_everything(source: &str) {
         }
         SourceFile::Prompt(prompt) => {
             let options = PromptCheckOptions {
-                tokenizer: Some(&CharTokenizer),
+                tokenizer: Some(&CHAR_TOKENIZER),
             };
             for schema in seed_schemas() {
                 assert_well_formed(source, &check_prompt(prompt, schema, &options));

@@ -98,6 +98,15 @@ fn new_of(bound: &BoundPrompt, kind: NewTokenKind) -> (Vec<u32>, Vec<u32>) {
         .unzip()
 }
 
+/// The name of each cached span's unit, in splice order (the root's is empty).
+fn cached_unit_names<'a>(layout: &'a SchemaLayout, bound: &BoundPrompt) -> Vec<&'a str> {
+    bound
+        .cached
+        .iter()
+        .map(|span| layout.units[span.unit.index()].name.as_str())
+        .collect()
+}
+
 #[test]
 fn arguments_replace_their_slot() {
     let tokenizer = PieceTokenizer::new();
@@ -129,10 +138,9 @@ fn selected_modules_and_union_defaults() {
     let layout = compiled.layout(&tokenizer, &chatml());
     let cached_names = |prompt: &str| -> Vec<String> {
         let bound = compiled.bind(&layout, prompt, &tokenizer, &chatml());
-        bound
-            .cached
-            .iter()
-            .map(|span| layout.units[span.unit.index()].name.clone())
+        cached_unit_names(&layout, &bound)
+            .into_iter()
+            .map(String::from)
             .collect()
     };
     // The chosen path, and nothing of the other members.
@@ -179,11 +187,7 @@ fn defaults_apply_inside_defaults_and_at_the_root() {
         &tokenizer,
         &chatml(),
     );
-    let names: Vec<&str> = bound
-        .cached
-        .iter()
-        .map(|span| layout.units[span.unit.index()].name.as_str())
-        .collect();
+    let names = cached_unit_names(&layout, &bound);
     // The schema has no anonymous text and the model no BOS: the root has no rows to splice.
     assert_eq!(names, ["outer-a", "inner-b"]);
     let bound = compiled.bind(
@@ -192,11 +196,7 @@ fn defaults_apply_inside_defaults_and_at_the_root() {
         &tokenizer,
         &chatml(),
     );
-    let names: Vec<&str> = bound
-        .cached
-        .iter()
-        .map(|span| layout.units[span.unit.index()].name.as_str())
-        .collect();
+    let names = cached_unit_names(&layout, &bound);
     assert_eq!(names, ["outer-b"]);
 }
 

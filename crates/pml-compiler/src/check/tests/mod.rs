@@ -7,31 +7,30 @@ mod schema_tests;
 mod source_tests;
 
 use crate::source_loader::{MemorySourceLoader, SourceLoader};
-use crate::tokenizer::{TokenizeError, Tokenizer};
+use crate::testing::FnTokenizer;
 use pml_syntax::Diagnostic;
 use pml_syntax::ast::{Prompt, Schema, SourceFile};
 
-pub(crate) fn parse_schema(source: &str) -> Schema {
+/// The file `source` parses to, which must parse without diagnostics.
+fn parse_clean(source: &str) -> SourceFile {
     let parse = pml_syntax::parse(source);
     assert!(
         parse.diagnostics.is_empty(),
         "syntax diagnostics in test source: {:#?}",
         parse.diagnostics
     );
-    match parse.file {
+    parse.file
+}
+
+pub(crate) fn parse_schema(source: &str) -> Schema {
+    match parse_clean(source) {
         SourceFile::Schema(schema) => schema,
         other => panic!("not a schema: {other:?}"),
     }
 }
 
 pub(crate) fn parse_prompt(source: &str) -> Prompt {
-    let parse = pml_syntax::parse(source);
-    assert!(
-        parse.diagnostics.is_empty(),
-        "syntax diagnostics in test source: {:#?}",
-        parse.diagnostics
-    );
-    match parse.file {
+    match parse_clean(source) {
         SourceFile::Prompt(prompt) => prompt,
         other => panic!("not a prompt: {other:?}"),
     }
@@ -59,41 +58,22 @@ pub(crate) fn primary_text<'a>(source: &'a str, diagnostic: &Diagnostic) -> &'a 
     &source[span.start..span.end]
 }
 
-/// One token per whitespace-separated word: lengths easy to count by eye.
-pub(crate) struct WordTokenizer;
-
-impl Tokenizer for WordTokenizer {
-    fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
-        Ok(text
-            .split_whitespace()
+/// One token per whitespace-separated word, the word's length as its id: lengths easy to count by
+/// eye.
+pub(crate) const WORD_LENGTH_TOKENIZER: FnTokenizer = FnTokenizer::new(
+    |text| {
+        text.split_whitespace()
             .map(|word| word.len() as u32)
-            .collect())
-    }
-
-    fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
-        Ok(ids
-            .iter()
+            .collect()
+    },
+    |ids| {
+        ids.iter()
             .map(|id| "x".repeat(*id as usize))
             .collect::<Vec<_>>()
-            .join(" "))
-    }
-
-    fn bos_token(&self) -> Option<u32> {
-        None
-    }
-
-    fn eos_tokens(&self) -> Vec<u32> {
-        Vec::new()
-    }
-
-    fn placeholder_token(&self) -> u32 {
-        0
-    }
-
-    fn vocab_size(&self) -> usize {
-        1
-    }
-}
+            .join(" ")
+    },
+    1,
+);
 
 /// The travel schema of design §2, extended with a collection, a `<user>` block left open for
 /// the prompt to close, and a module after the plan, for prompt tests.

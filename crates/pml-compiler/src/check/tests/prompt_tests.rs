@@ -1,6 +1,6 @@
 //! Prompt rules `PML2xx` against the travel schema of the test helpers.
 
-use super::{TRAVEL, WordTokenizer, codes, parse_prompt, parse_schema, primary_text};
+use super::{TRAVEL, WORD_LENGTH_TOKENIZER, codes, parse_prompt, parse_schema, primary_text};
 use crate::check::{PromptCheckOptions, check_prompt};
 use crate::schema_index::SchemaIndex;
 use pml_syntax::Diagnostic;
@@ -22,7 +22,7 @@ fn prompt_diagnostics_with_tokenizer(source: &str) -> Vec<Diagnostic> {
         &parse_prompt(source),
         &travel_index(),
         &PromptCheckOptions {
-            tokenizer: Some(&WordTokenizer),
+            tokenizer: Some(&WORD_LENGTH_TOKENIZER),
         },
     )
 }
