@@ -7,33 +7,8 @@
 mod lsp_client;
 
 use lsp_client::LspClient;
+use pml_lsp::testing::EDIT_FRAGMENTS as FRAGMENTS;
 use serde_json::json;
-
-const FRAGMENTS: &[&str] = &[
-    "<",
-    ">",
-    "/>",
-    "</",
-    "\"",
-    "=",
-    " ",
-    "\n",
-    "<module name=\"m\">",
-    "</module>",
-    "<union>",
-    "<param name=\"p\" len=\"3\"/>",
-    "<m p=\"x\">",
-    "</m>",
-    "<a/>",
-    "<user>",
-    "&amp;",
-    "é",
-    "𝄞",
-    "日本",
-    "\r\n",
-    "<!--",
-    "schema=\"s\"",
-];
 
 /// xorshift64: a fixed, dependency-free stream, so a failure replays exactly.
 struct Rng(u64);

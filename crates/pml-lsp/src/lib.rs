@@ -22,6 +22,7 @@ mod resolve;
 mod schema_source;
 pub mod server;
 pub mod service;
+pub mod testing;
 mod to_proto;
 pub mod uri;
 mod workspace;

@@ -5,45 +5,10 @@
 //! units. After every edit, every feature runs at a random position.
 
 use lsp_types::{Position, Range, TextDocumentContentChangeEvent, Uri};
+use pml_lsp::testing::EDIT_FRAGMENTS as FRAGMENTS;
 use pml_lsp::{LanguageService, ModelAvailability};
 use proptest::prelude::*;
 use std::str::FromStr;
-
-const FRAGMENTS: &[&str] = &[
-    "<",
-    ">",
-    "/>",
-    "</",
-    "\"",
-    "=",
-    " ",
-    "\n",
-    "<module name=\"m\">",
-    "</module>",
-    "<union>",
-    "</union>",
-    "<param name=\"p\" len=\"3\"/>",
-    "<collection name=\"c\">",
-    "<m p=\"x\">",
-    "</m>",
-    "<m/>",
-    "<c1/>",
-    "<user>",
-    "</user>",
-    "<system>",
-    "&amp;",
-    "&#x1F600;",
-    "<![CDATA[",
-    "]]>",
-    "<!--",
-    "-->",
-    "é",
-    "𝄞",
-    "日本",
-    "\r\n",
-    "name",
-    "schema=\"s\"",
-];
 
 const SCHEMA: &str = "<schema name=\"s\">\n  <module name=\"m\">Text <param name=\"p\" len=\"3\"/>\n    <union><module name=\"a\">A</module><module name=\"b\">B</module></union>\n  </module>\n  <collection name=\"c\"><module name=\"c1\">é</module></collection>\n</schema>\n";
 const PROMPT: &str = "<prompt schema=\"s\">\n  <m p=\"𝄞 x\"><a/></m>\n  <c1/><c1/>\n</prompt>\n";

@@ -1,0 +1,41 @@
+//! Material for the random-edit tests of the language server (the library's property test and
+//! the spawned `pml lsp` test in pml-cli), so both stress the same inputs.
+
+/// Fragments a random edit inserts: tags and half tags, quotes, entities, CDATA and comment
+/// openers, multi-byte and astral characters, CRLF.
+pub const EDIT_FRAGMENTS: &[&str] = &[
+    "<",
+    ">",
+    "/>",
+    "</",
+    "\"",
+    "=",
+    " ",
+    "\n",
+    "<module name=\"m\">",
+    "</module>",
+    "<union>",
+    "</union>",
+    "<param name=\"p\" len=\"3\"/>",
+    "<collection name=\"c\">",
+    "<m p=\"x\">",
+    "</m>",
+    "<m/>",
+    "<a/>",
+    "<c1/>",
+    "<user>",
+    "</user>",
+    "<system>",
+    "&amp;",
+    "&#x1F600;",
+    "<![CDATA[",
+    "]]>",
+    "<!--",
+    "-->",
+    "é",
+    "𝄞",
+    "日本",
+    "\r\n",
+    "name",
+    "schema=\"s\"",
+];
