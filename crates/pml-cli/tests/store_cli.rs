@@ -101,20 +101,23 @@ fn processes_share_a_compiled_schema_through_redis_and_survive_its_death() {
     };
     let schema = schema.display().to_string();
     let prompt = prompt.display().to_string();
+    let compile = |disk: &str| {
+        run(
+            env!("CARGO_BIN_EXE_pmlc"),
+            &[
+                "compile",
+                &schema,
+                "--model",
+                MODEL,
+                "--store",
+                &store(disk),
+            ],
+            None,
+            dir.path(),
+        )
+    };
 
-    let first = run(
-        env!("CARGO_BIN_EXE_pmlc"),
-        &[
-            "compile",
-            &schema,
-            "--model",
-            MODEL,
-            "--store",
-            &store("disk-a"),
-        ],
-        None,
-        dir.path(),
-    );
+    let first = compile("disk-a");
     assert_ok(&first, "first compile");
     assert!(
         text(&first.stderr).contains("encoded"),
@@ -123,19 +126,7 @@ fn processes_share_a_compiled_schema_through_redis_and_survive_its_death() {
     );
 
     // Another process with its own (empty) disk: every unit comes from Redis.
-    let second = run(
-        env!("CARGO_BIN_EXE_pmlc"),
-        &[
-            "compile",
-            &schema,
-            "--model",
-            MODEL,
-            "--store",
-            &store("disk-b"),
-        ],
-        None,
-        dir.path(),
-    );
+    let second = compile("disk-b");
     assert_ok(&second, "second compile");
     assert!(
         text(&second.stderr).contains("nothing to encode"),
