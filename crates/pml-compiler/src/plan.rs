@@ -92,6 +92,34 @@ impl LayoutUnit {
             scaffold: Vec::new(),
         }
     }
+
+    /// A module nested in `parent`, empty and starting at position `start`: its path and
+    /// scaffold extend the parent's.
+    pub fn child(
+        parent: &LayoutUnit,
+        id: UnitId,
+        name: String,
+        kind: UnitKind,
+        start: u32,
+    ) -> Self {
+        let mut path = parent.path.clone();
+        path.push(name.clone());
+        let mut scaffold = parent.scaffold.clone();
+        scaffold.push(parent.id);
+        LayoutUnit {
+            id,
+            name,
+            path,
+            kind,
+            parent: Some(parent.id),
+            start,
+            end: start,
+            tokens: Vec::new(),
+            positions: Vec::new(),
+            params: Vec::new(),
+            scaffold,
+        }
+    }
 }
 
 /// A schema laid out for one model (tokenizer + chat template).

@@ -107,24 +107,8 @@ impl<'a> Walker<'a> {
             self.mismatch(module.open_tag);
         }
         let id = UnitId(u32::try_from(self.units.len()).unwrap_or(u32::MAX));
-        let parent_unit = &self.units[parent.index()];
-        let mut path = parent_unit.path.clone();
-        path.push(name.clone());
-        let mut scaffold = parent_unit.scaffold.clone();
-        scaffold.push(parent);
-        self.units.push(LayoutUnit {
-            id,
-            name,
-            path,
-            kind,
-            parent: Some(parent),
-            start: self.cursor,
-            end: self.cursor,
-            tokens: Vec::new(),
-            positions: Vec::new(),
-            params: Vec::new(),
-            scaffold,
-        });
+        let unit = LayoutUnit::child(&self.units[parent.index()], id, name, kind, self.cursor);
+        self.units.push(unit);
         match &module.src {
             Some(src) => self.src_text(module, module_id, &src.value, id, follow),
             None => self.items(&module.items, id, follow),

@@ -38,24 +38,14 @@ impl LayoutBuilder {
     /// Opens module `name` inside `parent` (the root for a top-level module) at the cursor.
     pub fn open(&mut self, name: &str, parent: UnitId) -> UnitId {
         let id = UnitId(self.units.len() as u32);
-        let parent_unit = &self.units[parent.index()];
-        let mut scaffold = parent_unit.scaffold.clone();
-        scaffold.push(parent);
-        let mut path = parent_unit.path.clone();
-        path.push(name.to_string());
-        self.units.push(LayoutUnit {
+        let unit = LayoutUnit::child(
+            &self.units[parent.index()],
             id,
-            name: name.to_string(),
-            path,
-            kind: UnitKind::Module,
-            parent: Some(parent),
-            start: self.cursor,
-            end: self.cursor,
-            tokens: Vec::new(),
-            positions: Vec::new(),
-            params: Vec::new(),
-            scaffold,
-        });
+            name.to_string(),
+            UnitKind::Module,
+            self.cursor,
+        );
+        self.units.push(unit);
         id
     }
 
