@@ -217,6 +217,45 @@ fn examples_compile_once_and_every_prompt_runs_from_the_store() {
         answer.contains("Marilyn Manson"),
         "Tyler Bates plays guitar in Marilyn Manson's band: {answer}"
     );
+
+    // Mode `blend` with the loading controller, its modules read from the disk store: the
+    // summary names the chosen fraction and the figures behind it, and the streamed layers.
+    let output = pml(&[
+        "run",
+        "schemas/docqa/prompt-composer.pml",
+        "--store",
+        store_arg,
+        "--max-tokens",
+        "2",
+        "--mode",
+        "blend",
+        "--recompute",
+        "auto",
+    ]);
+    assert_status(&output, 0, "the composer question, blend r=auto");
+    let summary = stderr(&output);
+    let line = summary
+        .lines()
+        .find(|line| line.contains("| mode blend (r=auto (floor 0.15)"))
+        .unwrap_or_else(|| panic!("no blend summary line:\n{summary}"));
+    assert!(line.contains("(auto: load "), "{line}");
+    assert!(line.contains(" ms/layer at r=0.15)"), "{line}");
+    assert!(line.contains("| pipelined: "), "{line}");
+}
+
+#[test]
+fn recompute_takes_a_fraction_or_auto_and_nothing_else() {
+    let output = pml(&[
+        "run",
+        "schemas/docqa/prompt-composer.pml",
+        "--mode",
+        "blend",
+        "--recompute",
+        "most",
+    ]);
+    assert_status(&output, 2, "--recompute most");
+    let text = stderr(&output);
+    assert!(text.contains("or `auto`"), "{text}");
 }
 
 #[test]

@@ -7,7 +7,7 @@
 mod cached_support;
 
 use candle_core::{Device, Tensor};
-use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
+use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout};
 use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
 use pml_runtime::inference::{
     BlendOptions, Deviation, InferenceError, InferenceMode, Prefill, Ratio, SplicePlan, prefill,
@@ -17,7 +17,7 @@ use pml_runtime::model::{Arch, Model, WeightFormat};
 use pml_runtime::store::ModuleStore;
 use tempfile::TempDir;
 
-use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff, ram_store};
+use cached_support::{assert_close, max_abs_diff, ram_store, spread_tokens};
 
 const SEED: u64 = 23;
 const ARCHES: [Arch; 2] = [Arch::Qwen2, Arch::Gemma3];
@@ -64,10 +64,6 @@ impl Fixture {
     }
 }
 
-fn tokens(first: u32, n: usize) -> Vec<u32> {
-    (0..n as u32).map(|i| 2 + (first + i * 37) % 250).collect()
-}
-
 fn blend(recompute: f64) -> BlendOptions {
     BlendOptions {
         recompute: Ratio::new(recompute).expect("a fraction"),
@@ -75,26 +71,9 @@ fn blend(recompute: f64) -> BlendOptions {
     }
 }
 
-/// A prefix, two members `a` and `b` of a collection, and a prompt that imports `b` before `a`
-/// (both moved) and asks with new text in between and after.
+/// The shared fixture prompt: two moved members that attend across each other.
 fn reordered_members() -> (SchemaLayout, BoundPrompt) {
-    let mut builder = LayoutBuilder::new();
-    let mut prefix = vec![BOS];
-    prefix.extend(tokens(3, 6));
-    builder.text(UnitId::ROOT, &prefix);
-    let a = builder.open("a", UnitId::ROOT);
-    builder.text(a, &tokens(40, 11));
-    builder.close(a);
-    let b = builder.open("b", UnitId::ROOT);
-    builder.text(b, &tokens(90, 9));
-    builder.close(b);
-    let layout = builder.build("docs");
-    let start = layout.units[a.index()].start;
-    let mut binding = Binding::new(&layout, &[b, a], &tokens(150, 5));
-    binding.placed.push((b, start));
-    binding.placed.push((a, start + 9));
-    let bound = binding.bind();
-    (layout, bound)
+    cached_support::reordered_members(BOS)
 }
 
 #[test]
@@ -264,7 +243,7 @@ fn a_check_layer_past_the_model_is_an_error() {
 fn re_rotating_k_by_a_delta_equals_computing_it_at_the_new_positions() {
     for arch in ARCHES {
         let model = random_model(arch, SEED, WeightFormat::F32, &Device::Cpu).expect("model");
-        let text = tokens(7, 12);
+        let text = spread_tokens(7, 12);
         let at = |first: u32| -> Vec<u32> { (first..first + text.len() as u32).collect() };
         let run = |positions: &[u32]| {
             let mut kv = model.new_kv_cache().expect("cache");

@@ -1,8 +1,13 @@
 //! The flags that choose an inference mode and its selective-recompute settings, shared by
-//! `pml run` and `pml eval`.
+//! `pml run` and `pml eval`: the recompute fraction (a number, or `auto` for the loading
+//! controller above `--recompute-floor`), check layer, deviation, gradual filtering and whether
+//! cached layers stream from the store during the recompute.
+
+use std::fmt;
+use std::str::FromStr;
 
 use clap::Args;
-use pml_runtime::inference::{BlendOptions, Deviation, InferenceMode, Ratio};
+use pml_runtime::inference::{BlendOptions, Deviation, InferenceMode, Pipelining, Ratio};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ModeArg {
@@ -17,6 +22,43 @@ pub enum DeviationArg {
     V,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PipelineArg {
+    Auto,
+    On,
+    Off,
+}
+
+/// `--recompute`: a fixed fraction, or `auto` (the loading controller's choice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecomputeArg {
+    Fixed(Ratio),
+    Auto,
+}
+
+impl FromStr for RecomputeArg {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "auto" => Ok(RecomputeArg::Auto),
+            number => number
+                .parse()
+                .map(RecomputeArg::Fixed)
+                .map_err(|error| format!("{error} (or `auto`)")),
+        }
+    }
+}
+
+impl fmt::Display for RecomputeArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecomputeArg::Fixed(ratio) => write!(f, "{ratio}"),
+            RecomputeArg::Auto => f.write_str("auto"),
+        }
+    }
+}
+
 /// Selective-recompute settings (mode `blend`) other than the ratio.
 #[derive(Args, Clone, Debug)]
 pub struct BlendArgs {
@@ -29,13 +71,29 @@ pub struct BlendArgs {
     /// Gradual filtering: choose twice the fraction at the check layer, narrow to it one layer on.
     #[arg(long)]
     pub gradual: bool,
+    /// With `--recompute auto`: the least fraction the loading controller picks.
+    #[arg(long, value_name = "R", default_value_t = default_ratio())]
+    pub recompute_floor: Ratio,
+    /// Stream the cached layers from the store while the recompute runs: `auto` when some
+    /// cached module is not in RAM (disk, Redis).
+    #[arg(long, value_enum, default_value_t = PipelineArg::Auto)]
+    pub pipeline: PipelineArg,
 }
 
 impl BlendArgs {
-    /// The options with `recompute` as the ratio.
-    pub fn options(&self, recompute: Ratio) -> BlendOptions {
+    /// The options with `recompute` as the ratio (or the controller's choice).
+    pub fn options(&self, recompute: RecomputeArg) -> BlendOptions {
         BlendOptions {
-            recompute,
+            recompute: match recompute {
+                RecomputeArg::Fixed(ratio) => ratio,
+                RecomputeArg::Auto => self.recompute_floor,
+            },
+            auto_ratio: recompute == RecomputeArg::Auto,
+            pipelining: match self.pipeline {
+                PipelineArg::Auto => Pipelining::Auto,
+                PipelineArg::On => Pipelining::Always,
+                PipelineArg::Off => Pipelining::Never,
+            },
             check_layer: self.check_layer,
             deviation: match self.deviation {
                 DeviationArg::K => Deviation::Keys,
@@ -46,7 +104,7 @@ impl BlendArgs {
     }
 
     /// Mode `mode` with these settings and `recompute` where it takes them.
-    pub fn mode(&self, mode: ModeArg, recompute: Ratio) -> InferenceMode {
+    pub fn mode(&self, mode: ModeArg, recompute: RecomputeArg) -> InferenceMode {
         match mode {
             ModeArg::Reuse => InferenceMode::Reuse,
             ModeArg::Blend => InferenceMode::Blend(self.options(recompute)),
@@ -55,7 +113,27 @@ impl BlendArgs {
     }
 }
 
-/// The default fraction recomputed.
+/// The default fraction recomputed (and the default floor of `--recompute auto`).
 pub fn default_ratio() -> Ratio {
     Ratio::new(BlendOptions::DEFAULT_RATIO).unwrap_or(Ratio::ZERO)
+}
+
+/// `--recompute`'s default.
+pub fn default_recompute() -> RecomputeArg {
+    RecomputeArg::Fixed(default_ratio())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recompute_takes_a_fraction_or_auto() {
+        assert_eq!("auto".parse::<RecomputeArg>(), Ok(RecomputeArg::Auto));
+        let fixed: RecomputeArg = "0.3".parse().expect("a fraction");
+        assert_eq!(fixed.to_string(), "0.3");
+        let error = "lots".parse::<RecomputeArg>().expect_err("neither");
+        assert!(error.contains("or `auto`"), "{error}");
+        assert!("1.5".parse::<RecomputeArg>().is_err());
+    }
 }

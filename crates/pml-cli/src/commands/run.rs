@@ -13,10 +13,10 @@ use pml_cli::check_command::ColorChoice;
 use pml_cli::compile_command::{compile_schema, units_missing};
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{CheckedFile, RuntimeArgs, SourceText, bind, check, lay_out, open_runtime};
-use pml_runtime::inference::{InferenceMode, Ratio};
+use pml_runtime::inference::InferenceMode;
 
 use super::answer_stream::AnswerStream;
-use super::blend_args::{BlendArgs, ModeArg, default_ratio};
+use super::blend_args::{BlendArgs, ModeArg, RecomputeArg, default_recompute};
 use super::plan_view::describe_plan;
 use super::sampling::SamplingArgs;
 
@@ -33,9 +33,11 @@ pub struct RunArgs {
     /// prefills the same tokens at the same positions without any cache (the reference).
     #[arg(long, value_enum, default_value_t = ModeArg::Reuse)]
     mode: ModeArg,
-    /// Fraction of the cached tokens recomputed in mode `blend` (0 = reuse, 1 = full).
-    #[arg(long, value_name = "R", default_value_t = default_ratio())]
-    recompute: Ratio,
+    /// Fraction of the cached tokens recomputed in mode `blend` (0 = reuse, 1 = full), or
+    /// `auto`: the largest fraction whose recompute of a layer fits in loading a layer (measured
+    /// in this run), at least `--recompute-floor`.
+    #[arg(long, value_name = "R|auto", default_value_t = default_recompute())]
+    recompute: RecomputeArg,
     #[command(flatten)]
     blend: BlendArgs,
     #[command(flatten)]

@@ -105,6 +105,24 @@ impl<'a> UnitEncoder<'a> {
 
     /// The store key of unit `unit_id`.
     pub fn key(&self, unit_id: UnitId) -> Result<StoreKey, EncodeError> {
+        self.key_of_kind(unit_id, StateKind::Kv)
+    }
+
+    /// The store keys of unit `unit_id`'s layers kept one entry per layer
+    /// ([`StateKind::KvLayer`]), layer 0 first: the same unit, tokens, positions and context as
+    /// [`Self::key`], so a layer entry holds exactly that layer of the unit's state.
+    pub fn layer_keys(&self, unit_id: UnitId) -> Result<Vec<StoreKey>, EncodeError> {
+        (0..self.model.config().n_layers)
+            .map(|layer| {
+                let layer = u16::try_from(layer).map_err(|_| {
+                    EncodeError::InvalidLayout(format!("layer {layer} has no store key"))
+                })?;
+                self.key_of_kind(unit_id, StateKind::KvLayer(layer))
+            })
+            .collect()
+    }
+
+    fn key_of_kind(&self, unit_id: UnitId, kind: StateKind) -> Result<StoreKey, EncodeError> {
         let layout_unit = unit(self.layout, unit_id)?;
         let context = context_rows(self.layout, unit_id, self.mode, self.bos)?;
         let (context_tokens, context_positions) = context_tokens(self.layout, &context)?;
@@ -112,7 +130,7 @@ impl<'a> UnitEncoder<'a> {
             model_fingerprint: &self.store.spec().model_fingerprint,
             weight_format: self.model.weight_format(),
             kv_dtype: self.model.kv_layout().dtype,
-            kind: StateKind::Kv,
+            kind,
             encode_mode: self.mode,
             tokens: &layout_unit.tokens,
             positions: &layout_unit.positions,

@@ -17,6 +17,12 @@
 //! repair, so no probe runs and it is exactly mode `reuse`. Gradual filtering narrows the selection
 //! once more one layer after the check layer, so there the dropped tokens keep their fresh KV in
 //! the layers already computed.
+//!
+//! The spliced rows of a layer are placed right before the layer reads them
+//! ([`super::layer_feed`]): spliced up front, or streamed from a slow tier by a loader thread
+//! while the probe and the recompute run. With `--recompute auto` the fraction is chosen after the
+//! probe by the loading controller ([`super::controller`]) from the probe's time per token-layer
+//! and the measured time to load a layer.
 
 use std::time::Instant;
 
@@ -28,8 +34,9 @@ use crate::kv_cache::KvCache;
 use crate::model::{ForwardContext, Model};
 
 use super::blend_options::{BlendOptions, Deviation};
+use super::controller::{LayerCosts, choose_ratio};
+use super::layer_feed::{CachedLayers, LayerSource, with_cached_layers};
 use super::plan::SplicePlan;
-use super::reuse::splice;
 use super::stats::PrefillStats;
 use super::{InferenceError, InferenceMode, Prefill};
 
@@ -108,55 +115,98 @@ pub fn prefill_blend(
         )));
     }
     let mut stats = PrefillStats::new(InferenceMode::Blend(*options));
-    let mut kv = splice(
+    // Nothing cached is repaired at r = 0, so the probe would only rewrite the first layers:
+    // skipping it keeps r = 0 exactly mode `reuse`. The controller needs the probe's timing.
+    let n_cached = plan.n_cached();
+    let probing = match options.auto_ratio {
+        true => n_cached > 0,
+        false => options.recompute.of(n_cached) > 0,
+    };
+    // The probe overwrites every row of the layers before the check layer: never loaded.
+    let first_layer = if probing { options.check_layer } else { 0 };
+    let (kv, logits) = with_cached_layers(
         model,
         encoder,
         plan,
-        plan.new_tokens.len() + reserve,
+        CachedLayers {
+            extra: plan.new_tokens.len() + reserve,
+            first_layer,
+            pipelining: options.pipelining,
+        },
         &mut stats,
+        |kv, source, stats| recompute(model, plan, options, probing, kv, source, stats),
     )?;
-    let n_cached = kv.len();
+    Ok(Prefill { kv, logits, stats })
+}
 
+/// Probe (when `probing`), selection and recompute over the spliced cache `kv`, whose layers
+/// `source` places right before each is read; returns the last token's logits.
+fn recompute(
+    model: &Model,
+    plan: &SplicePlan,
+    options: &BlendOptions,
+    probing: bool,
+    kv: &mut KvCache,
+    source: &mut dyn LayerSource,
+    stats: &mut PrefillStats,
+) -> Result<Tensor, InferenceError> {
+    let n_layers = model.config().n_layers;
+    let gradual_layer = options.check_layer + usize::from(options.gradual);
+    let n_cached = kv.len();
     let compute_start = Instant::now();
-    let rows = Rows::new(plan, &kv)?;
+    let rows = Rows::new(plan, kv)?;
     let last = rows.last()?;
-    let keep = options.recompute.of(n_cached);
-    let first_keep = if options.gradual {
-        (2 * keep).min(n_cached)
-    } else {
-        keep
-    };
-    // Nothing cached is repaired at r = 0, so the probe would only rewrite the first layers:
-    // skipping it keeps r = 0 exactly mode `reuse`.
-    let (probe_hidden, first_layer, mut selected) = if keep == 0 {
+    let (probe_hidden, first_layer, mut selected, keep) = if !probing {
         let selected = select_by_deviation(&rows.cached, &vec![0.0; rows.cached.len()], 0);
         let tokens: Vec<u32> = selected.iter().map(|&row| rows.tokens[row]).collect();
-        (model.embed(&tokens)?, 0, selected)
+        (model.embed(&tokens)?, 0, selected, 0)
     } else {
-        let (hidden, by_slot) = probe(model, &rows, &mut kv, options)?;
+        let probe = probe(model, &rows, kv, source, options)?;
+        let ratio = if options.auto_ratio {
+            let token_layers = (options.check_layer + 1) * rows.tokens.len();
+            let costs = LayerCosts {
+                load_per_layer: source.load_per_layer(),
+                recompute_per_token_layer: probe.compute.as_secs_f64() / token_layers.max(1) as f64,
+            };
+            let choice = choose_ratio(&costs, n_cached, options.recompute);
+            stats.ratio_choice = Some(choice);
+            choice.ratio
+        } else {
+            options.recompute
+        };
+        let keep = ratio.of(n_cached);
+        let first_keep = if options.gradual {
+            (2 * keep).min(n_cached)
+        } else {
+            keep
+        };
         let by_row: Vec<f32> = rows
             .context
             .slots()
             .iter()
-            .map(|&slot| by_slot[slot])
+            .map(|&slot| probe.deviation[slot])
             .collect();
         let selected = select_by_deviation(&rows.cached, &by_row, first_keep);
-        let hidden = hidden.index_select(&row_ids(&selected, hidden.device())?, 0)?;
-        (hidden, options.check_layer + 1, selected)
+        let hidden = probe
+            .hidden
+            .index_select(&row_ids(&selected, probe.hidden.device())?, 0)?;
+        (hidden, options.check_layer + 1, selected, keep)
     };
 
     // Views of the spliced rows at the gradual filter's layer, before recompute overwrites them.
     let spliced_at_filter = if options.gradual {
-        Some(kv_of(&kv, gradual_layer, options.deviation)?)
+        source.place(gradual_layer, kv)?;
+        Some(kv_of(kv, gradual_layer, options.deviation)?)
     } else {
         None
     };
     let mut context = rows.context.select(&selected)?;
     let mut hidden = probe_hidden;
     for layer_idx in first_layer..n_layers {
-        hidden = forward_layer_chunked(model, layer_idx, &hidden, &context, &mut kv)?;
+        source.place(layer_idx, kv)?;
+        hidden = forward_layer_chunked(model, layer_idx, &hidden, &context, kv)?;
         if let (Some(spliced), true) = (&spliced_at_filter, layer_idx == gradual_layer) {
-            let fresh = kv_of(&kv, layer_idx, options.deviation)?;
+            let fresh = kv_of(kv, layer_idx, options.deviation)?;
             let deviation = squared_distance(spliced, &fresh)?;
             let cached: Vec<bool> = selected.iter().map(|&row| rows.cached[row]).collect();
             let by_row: Vec<f32> = selected
@@ -184,29 +234,56 @@ pub fn prefill_blend(
     stats.tokens_reused = n_cached - recomputed;
     stats.tokens_new = plan.new_tokens.len();
     stats.recomputed_positions = context.positions().to_vec();
-    Ok(Prefill { kv, logits, stats })
+    Ok(logits)
 }
 
-/// Runs layers `0..=check_layer` on every token, writing their fresh K/V into `kv`, and returns
-/// the hidden states after the check layer (one per row) and each slot's squared distance between
-/// its fresh and spliced K (or V) at the check layer (new tokens' slots included, though selection
-/// ignores them).
+/// What the probe found.
+struct Probe {
+    /// Hidden states after the check layer, one per row.
+    hidden: Tensor,
+    /// Each slot's squared distance between its fresh and spliced K (or V) at the check layer
+    /// (new tokens' slots included, though selection ignores them).
+    deviation: Vec<f32>,
+    /// Time spent computing (waits for the check layer's spliced rows excluded).
+    compute: std::time::Duration,
+}
+
+/// Runs layers `0..=check_layer` on every token, writing their fresh K/V into `kv`; the check
+/// layer's spliced rows are placed (by `source`) just before it runs, the layers before it are
+/// never read.
 fn probe(
     model: &Model,
     rows: &Rows,
     kv: &mut KvCache,
+    source: &mut dyn LayerSource,
     options: &BlendOptions,
-) -> Result<(Tensor, Vec<f32>), InferenceError> {
-    // The view keeps the spliced rows though the probe overwrites them (see `LayerKv::keys`).
-    let spliced = kv_of(kv, options.check_layer, options.deviation)?;
+) -> Result<Probe, InferenceError> {
+    let started = Instant::now();
+    let mut waited = std::time::Duration::ZERO;
     let mut hidden = model.embed(&rows.tokens)?;
+    let mut spliced = None;
     for layer_idx in 0..=options.check_layer {
+        if layer_idx == options.check_layer {
+            let wait = Instant::now();
+            source.place(layer_idx, kv)?;
+            waited += wait.elapsed();
+            // The view keeps the spliced rows though the probe overwrites them (see
+            // `LayerKv::keys`).
+            spliced = Some(kv_of(kv, layer_idx, options.deviation)?);
+        }
         hidden = forward_layer_chunked(model, layer_idx, &hidden, &rows.context, kv)?;
     }
+    let spliced = spliced.ok_or_else(|| {
+        InferenceError::InvalidOptions("the probe never reached the check layer".into())
+    })?;
     let fresh = kv_of(kv, options.check_layer, options.deviation)?;
     let mut deviation = squared_distance(&spliced, &fresh)?;
     deviation.resize(rows.tokens.len(), 0.0);
-    Ok((hidden, deviation))
+    Ok(Probe {
+        hidden,
+        deviation,
+        compute: started.elapsed().saturating_sub(waited),
+    })
 }
 
 /// The rows to recompute, ascending: every row that is not cached, and the `keep` cached rows

@@ -1,6 +1,8 @@
-//! The settings of mode `blend` (selective recompute): how many cached tokens to recompute, at
-//! which layer to measure their deviation, on K or V, and whether to filter gradually. Kept
-//! `Copy + Eq + Hash` so a mode with its settings is a plain value ([`super::InferenceMode`]).
+//! The settings of mode `blend` (selective recompute): how many cached tokens to recompute (a
+//! fixed fraction, or chosen by the loading controller above a floor), at which layer to measure
+//! their deviation, on K or V, whether to filter gradually, and whether the cached layers are
+//! streamed from the store while the recompute runs. Kept `Copy + Eq + Hash` so a mode with its
+//! settings is a plain value ([`super::InferenceMode`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -59,11 +61,49 @@ pub enum Deviation {
     Values,
 }
 
+/// Whether the cached spans' K/V are streamed layer by layer from the store while the recompute
+/// runs ([`super::layer_feed`]) or spliced whole before it starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Pipelining {
+    /// Stream when some cached unit would come from a tier slower than RAM (disk, Redis).
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+impl Pipelining {
+    pub fn name(self) -> &'static str {
+        match self {
+            Pipelining::Auto => "auto",
+            Pipelining::Always => "on",
+            Pipelining::Never => "off",
+        }
+    }
+}
+
+impl FromStr for Pipelining {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "auto" => Ok(Pipelining::Auto),
+            "on" => Ok(Pipelining::Always),
+            "off" => Ok(Pipelining::Never),
+            other => Err(format!("`{other}` is not `auto`, `on` or `off`")),
+        }
+    }
+}
+
 /// Settings of one `blend` prefill.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BlendOptions {
-    /// Fraction of the cached tokens recomputed in every layer (new tokens always are).
+    /// Fraction of the cached tokens recomputed in every layer (new tokens always are); with
+    /// `auto_ratio`, the least fraction the loading controller may choose.
     pub recompute: Ratio,
+    /// `--recompute auto`: the loading controller ([`super::controller`]) picks the fraction
+    /// from this run's measured per-layer load and recompute times, at least `recompute`.
+    pub auto_ratio: bool,
     /// Layer whose K (or V) deviation chooses the tokens; the layers up to it run on every
     /// token in a probe pass.
     pub check_layer: usize,
@@ -71,6 +111,7 @@ pub struct BlendOptions {
     /// CacheBlend's gradual filtering: choose twice the ratio at the check layer, recompute
     /// those through the next layer, and keep the `recompute` fraction that deviates most there.
     pub gradual: bool,
+    pub pipelining: Pipelining,
 }
 
 impl BlendOptions {
@@ -85,16 +126,21 @@ impl Default for BlendOptions {
             check_layer: BlendOptions::DEFAULT_CHECK_LAYER,
             deviation: Deviation::Keys,
             gradual: false,
+            auto_ratio: false,
+            pipelining: Pipelining::Auto,
         }
     }
 }
 
 impl fmt::Display for BlendOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.auto_ratio {
+            true => write!(f, "r=auto (floor {})", self.recompute)?,
+            false => write!(f, "r={}", self.recompute)?,
+        }
         write!(
             f,
-            "r={}, check layer {}, on {}",
-            self.recompute,
+            ", check layer {}, on {}",
             self.check_layer,
             match self.deviation {
                 Deviation::Keys => "K",
@@ -103,6 +149,9 @@ impl fmt::Display for BlendOptions {
         )?;
         if self.gradual {
             f.write_str(", gradual")?;
+        }
+        if self.pipelining != Pipelining::Auto {
+            write!(f, ", pipeline {}", self.pipelining.name())?;
         }
         Ok(())
     }
@@ -123,5 +172,24 @@ mod tests {
         assert!("x".parse::<Ratio>().is_err());
         assert!("NaN".parse::<Ratio>().is_err());
         assert_eq!(BlendOptions::default().recompute, ratio);
+    }
+
+    #[test]
+    fn auto_ratio_and_pipelining_show_in_the_description() {
+        let auto = BlendOptions {
+            auto_ratio: true,
+            pipelining: Pipelining::Always,
+            ..BlendOptions::default()
+        };
+        assert_eq!(
+            auto.to_string(),
+            "r=auto (floor 0.15), check layer 1, on K, pipeline on"
+        );
+        assert_eq!(
+            BlendOptions::default().to_string(),
+            "r=0.15, check layer 1, on K"
+        );
+        assert_eq!("off".parse::<Pipelining>(), Ok(Pipelining::Never));
+        assert!("sometimes".parse::<Pipelining>().is_err());
     }
 }

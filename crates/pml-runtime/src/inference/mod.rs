@@ -4,7 +4,9 @@
 //! - Mode [`InferenceMode::Reuse`] (Prompt Cache): splice the imported units' cached rows in
 //!   position order, compute only the new tokens ([`reuse`]).
 //! - Mode [`InferenceMode::Blend`] (CacheBlend): splice as `reuse` does, then recompute the
-//!   cached tokens whose KV deviates most together with the new ones ([`blend`]).
+//!   cached tokens whose KV deviates most together with the new ones ([`blend`]); from a slow
+//!   tier the cached layers stream in while the recompute runs (`layer_feed`), and with
+//!   `--recompute auto` the loading controller picks the fraction ([`controller`]).
 //! - Mode [`InferenceMode::Full`]: the identical token/position sequence prefilled with no cache,
 //!   the reference every other mode is measured against ([`full`]).
 //!
@@ -14,7 +16,9 @@
 
 pub mod blend;
 pub mod blend_options;
+pub mod controller;
 pub mod full;
+mod layer_feed;
 pub mod plan;
 pub mod reuse;
 pub mod session;
@@ -32,10 +36,11 @@ use crate::generation::{GenerateError, Generation, Generator, SamplingParams};
 use crate::kv_cache::{KvCache, KvCacheError};
 use crate::model::{EngineError, Model};
 
-pub use blend_options::{BlendOptions, Deviation, Ratio};
+pub use blend_options::{BlendOptions, Deviation, Pipelining, Ratio};
+pub use controller::{LayerCosts, RatioChoice, choose_ratio};
 pub use plan::{PlannedSpan, SplicePlan};
 pub use session::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
-pub use stats::{PrefillStats, RunStats};
+pub use stats::{PipelineStats, PrefillStats, RunStats};
 
 /// Decoding slots allocated with the spliced cache; longer answers grow it geometrically, so a
 /// huge `max_tokens` never allocates up front.
@@ -100,6 +105,8 @@ pub enum InferenceError {
     InvalidPrompt(String),
     #[error("invalid inference options: {0}")]
     InvalidOptions(String),
+    #[error("pipelined load failed: {0}")]
+    Pipeline(String),
 }
 
 impl From<EngineError> for InferenceError {

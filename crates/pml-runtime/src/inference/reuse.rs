@@ -11,7 +11,7 @@ use crate::encode::{StateOrigin, UnitEncoder};
 use crate::kv_cache::{KvBlock, KvCache};
 use crate::model::Model;
 
-use super::plan::SplicePlan;
+use super::plan::{PlannedSpan, SplicePlan};
 use super::stats::PrefillStats;
 use super::{InferenceError, InferenceMode, Prefill};
 use crate::encode::chunked::prefill_sorted;
@@ -56,22 +56,7 @@ pub(super) fn splice(
     let load_start = Instant::now();
     let mut blocks: Vec<KvBlock> = Vec::with_capacity(plan.spans.len());
     for span in &plan.spans {
-        let (state, origin) = encoder.state(span.unit)?;
-        match origin {
-            StateOrigin::Store => stats.units_loaded += 1,
-            StateOrigin::Encoded => {
-                let layout_unit = crate::encode::context::unit(encoder.layout(), span.unit)?;
-                stats.units_encoded_on_the_fly.push(describe(layout_unit));
-            }
-            StateOrigin::Memory | StateOrigin::Empty => {}
-        }
-        let rows = select_rows(&state, &span.rows)?;
-        let rows = if span.is_moved() {
-            model.reposition(&rows, &span.positions)?
-        } else {
-            rows
-        };
-        blocks.push(rows);
+        blocks.push(span_rows(model, encoder, span, stats)?);
     }
     stats.load = load_start.elapsed();
     stats.warnings = encoder.warnings()[warnings_before..].to_vec();
@@ -81,4 +66,33 @@ pub(super) fn splice(
     let kv = KvCache::from_blocks(model.kv_layout(), model.device(), &block_refs, extra)?;
     stats.splice = splice_start.elapsed();
     Ok(kv)
+}
+
+/// The rows `span` splices: its unit's state (from this run, the store, or encoded now, as
+/// `stats` records), the span's rows of it, re-rotated to the span's positions if it moved.
+pub(super) fn span_rows(
+    model: &Model,
+    encoder: &mut UnitEncoder<'_>,
+    span: &PlannedSpan,
+    stats: &mut PrefillStats,
+) -> Result<KvBlock, InferenceError> {
+    let started = Instant::now();
+    let (state, origin) = encoder.state(span.unit)?;
+    match origin {
+        StateOrigin::Store => {
+            stats.units_loaded += 1;
+            stats.store_reads += started.elapsed();
+        }
+        StateOrigin::Encoded => {
+            let layout_unit = crate::encode::context::unit(encoder.layout(), span.unit)?;
+            stats.units_encoded_on_the_fly.push(describe(layout_unit));
+        }
+        StateOrigin::Memory | StateOrigin::Empty => {}
+    }
+    let rows = select_rows(&state, &span.rows)?;
+    Ok(if span.is_moved() {
+        model.reposition(&rows, &span.positions)?
+    } else {
+        rows
+    })
 }

@@ -1,10 +1,30 @@
 //! What a cached-inference run reports: how many prompt tokens were reused from the store, computed
-//! new or recomputed, which units had to be encoded on the fly, and where the prefill time went.
+//! new or recomputed, which units had to be encoded on the fly, where the prefill time went, and
+//! in mode `blend` how the cached layers were streamed and which fraction the loading controller
+//! chose.
 
 use std::fmt;
 use std::time::Duration;
 
 use super::InferenceMode;
+use super::controller::RatioChoice;
+
+/// How a pipelined `blend` prefill streamed the cached layers ([`super::layer_feed`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PipelineStats {
+    /// Cached units whose layers came one entry at a time from the loader thread.
+    pub units_streamed: usize,
+    /// Layers the compute side received from the loader.
+    pub layers_streamed: usize,
+    /// Units spliced whole because their per-layer entries were missing, whose per-layer entries
+    /// were written in this run (so the next prompt streams them).
+    pub units_layered: usize,
+    /// The loader's time reading, verifying, selecting and re-rotating layers (it overlaps the
+    /// compute).
+    pub fetch: Duration,
+    /// Time the compute side waited for the loader (the part of `fetch` not hidden).
+    pub waited: Duration,
+}
 
 /// The prefill's account.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,14 +43,21 @@ pub struct PrefillStats {
     pub units_loaded: usize,
     /// Units missing from the store, encoded (and stored) during this prefill: correct, but slow.
     pub units_encoded_on_the_fly: Vec<String>,
-    /// Reading (and, for missing units, encoding) states, selecting rows, re-rotating moved ones.
+    /// Reading (and, for missing units, encoding) states, selecting rows, re-rotating moved ones;
+    /// when pipelined, what was read before the compute started plus the waits for the loader.
     pub load: Duration,
+    /// The part of `load` spent reading whole unit states from the store (not encoding them).
+    pub store_reads: Duration,
     /// Concatenating the blocks into one cache.
     pub splice: Duration,
     /// The forward pass of the new tokens (of all tokens in mode `full`).
     pub compute: Duration,
     /// Problems worked around, for a warning line.
     pub warnings: Vec<String>,
+    /// Mode `blend` with the cached layers streamed during the compute.
+    pub pipeline: Option<PipelineStats>,
+    /// Mode `blend` with `--recompute auto`: the loading controller's choice.
+    pub ratio_choice: Option<RatioChoice>,
 }
 
 impl PrefillStats {
@@ -44,9 +71,12 @@ impl PrefillStats {
             units_loaded: 0,
             units_encoded_on_the_fly: Vec::new(),
             load: Duration::ZERO,
+            store_reads: Duration::ZERO,
             splice: Duration::ZERO,
             compute: Duration::ZERO,
             warnings: Vec::new(),
+            pipeline: None,
+            ratio_choice: None,
         }
     }
 
@@ -85,6 +115,21 @@ impl fmt::Display for RunStats {
             prefill.tokens_new,
             self.tokens_generated,
         )?;
+        if let Some(choice) = &prefill.ratio_choice {
+            write!(f, " | {choice}")?;
+        }
+        if let Some(pipeline) = &prefill.pipeline {
+            write!(
+                f,
+                " | pipelined: {} units streamed, loader {:.0} ms, waited {:.0} ms",
+                pipeline.units_streamed,
+                pipeline.fetch.as_secs_f64() * 1e3,
+                pipeline.waited.as_secs_f64() * 1e3
+            )?;
+            if pipeline.units_layered > 0 {
+                write!(f, ", {} units stored per layer", pipeline.units_layered)?;
+            }
+        }
         if let Some(ms) = self.decode_ms_per_token {
             write!(f, " | decode {ms:.1} ms/token")?;
         }

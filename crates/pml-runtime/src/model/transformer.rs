@@ -754,22 +754,49 @@ impl Model {
                 block.n_layers()
             )));
         }
-        let deltas: Vec<f64> = new_positions
+        let layers = block
+            .layers()
             .iter()
-            .zip(block.positions())
-            .map(|(&new, &old)| f64::from(new) - f64::from(old))
-            .collect();
-        let layers = self
-            .blocks
-            .iter()
-            .zip(block.layers())
-            .map(|(layer, (keys, values))| {
-                let tables = layer.attention.rope.tables(&deltas, &self.device)?;
-                let rotated = RotaryEmbedding::apply(&keys.to_dtype(ACTIVATION_DTYPE)?, &tables)?;
-                Ok((rotated.to_dtype(keys.dtype())?, values.clone()))
+            .enumerate()
+            .map(|(layer_idx, (keys, values))| {
+                let rotated =
+                    self.reposition_keys(layer_idx, keys, block.positions(), new_positions)?;
+                Ok((rotated, values.clone()))
             })
             .collect::<Result<_, EngineError>>()?;
         Ok(KvBlock::new(layers, new_positions.to_vec())?)
+    }
+
+    /// Layer `layer_idx`'s K rows `(n, kv_heads, head_dim)`, rotated at `old_positions`, moved
+    /// to `new_positions` with that layer's RoPE: what [`Self::reposition`] does per layer, for
+    /// a caller that holds one layer at a time (a pipelined splice).
+    pub fn reposition_keys(
+        &self,
+        layer_idx: usize,
+        keys: &Tensor,
+        old_positions: &[u32],
+        new_positions: &[u32],
+    ) -> Result<Tensor, EngineError> {
+        let rows = keys.dim(0)?;
+        if old_positions.len() != rows || new_positions.len() != rows {
+            return Err(EngineError::InvalidInput(format!(
+                "{rows} key rows moved from {} to {} positions",
+                old_positions.len(),
+                new_positions.len()
+            )));
+        }
+        let deltas: Vec<f64> = new_positions
+            .iter()
+            .zip(old_positions)
+            .map(|(&new, &old)| f64::from(new) - f64::from(old))
+            .collect();
+        let tables = self
+            .block(layer_idx)?
+            .attention
+            .rope
+            .tables(&deltas, &self.device)?;
+        let rotated = RotaryEmbedding::apply(&keys.to_dtype(ACTIVATION_DTYPE)?, &tables)?;
+        Ok(rotated.to_dtype(keys.dtype())?)
     }
 
     fn block(&self, layer_idx: usize) -> Result<&Block, EngineError> {

@@ -225,3 +225,30 @@ pub fn ram_store(model: &Model, fingerprint: &str) -> (ModuleStore, TempDir) {
     );
     (store, manifests)
 }
+
+/// `n` token ids starting from `first`, spread over a small vocabulary (ids 2..252).
+pub fn spread_tokens(first: u32, n: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| 2 + (first + i * 37) % 250).collect()
+}
+
+/// A prefix (after `bos`), two members `a` and `b` of a collection, and a prompt that imports
+/// `b` before `a` (both moved) and asks with new text after them.
+pub fn reordered_members(bos: u32) -> (SchemaLayout, BoundPrompt) {
+    let mut builder = LayoutBuilder::new();
+    let mut prefix = vec![bos];
+    prefix.extend(spread_tokens(3, 6));
+    builder.text(UnitId::ROOT, &prefix);
+    let a = builder.open("a", UnitId::ROOT);
+    builder.text(a, &spread_tokens(40, 11));
+    builder.close(a);
+    let b = builder.open("b", UnitId::ROOT);
+    builder.text(b, &spread_tokens(90, 9));
+    builder.close(b);
+    let layout = builder.build("docs");
+    let start = layout.units[a.index()].start;
+    let mut binding = Binding::new(&layout, &[b, a], &spread_tokens(150, 5));
+    binding.placed.push((b, start));
+    binding.placed.push((a, start + 9));
+    let bound = binding.bind();
+    (layout, bound)
+}

@@ -1,12 +1,14 @@
 //! `pml bench ...`: benchmarks run from the command line on real models. `cache` compares the
 //! time to first token with and without the module cache; `engine` times the engine itself
 //! against llama.cpp; `store` times restoring a unit's state from each store tier as KV, hidden
-//! states, recompute and the restore planner's mix.
+//! states, recompute and the restore planner's mix; `pipeline` times mode `blend` from disk with
+//! the cached layers spliced up front against streamed during the recompute.
 
 pub mod cache;
 pub mod cases;
 pub mod engine;
 pub mod engine_report;
+pub mod pipeline;
 pub mod report;
 pub mod store;
 
@@ -30,6 +32,9 @@ enum BenchCommand {
     /// Restore time per store tier (RAM, disk, Redis) for KV, hidden states, recompute and the
     /// restore planner, on the default model (GQA) and a random-weight MHA model.
     Store(store::StoreArgs),
+    /// Time to first token of mode `blend` from a disk store, cached layers spliced before the
+    /// recompute against streamed during it, and with `--recompute auto`.
+    Pipeline(pipeline::PipelineArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<(), Failure> {
@@ -37,5 +42,6 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         BenchCommand::Cache(args) => cache::run(args),
         BenchCommand::Engine(args) => engine::run(args),
         BenchCommand::Store(args) => store::run(args),
+        BenchCommand::Pipeline(args) => pipeline::run(args),
     }
 }

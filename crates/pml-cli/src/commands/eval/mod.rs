@@ -21,10 +21,10 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{RuntimeArgs, open_runtime};
-use pml_runtime::inference::{InferenceMode, Ratio};
+use pml_runtime::inference::InferenceMode;
 use pml_runtime::store::{ManifestStore, MemoryTier, ModuleStore};
 
-use super::blend_args::{BlendArgs, ModeArg};
+use super::blend_args::{BlendArgs, ModeArg, RecomputeArg};
 use data::Dataset;
 use report::Summary;
 use runner::{QuestionResult, run_question};
@@ -54,9 +54,10 @@ pub struct EvalArgs {
     /// NQ-open: other questions' passages given with each question's gold passage.
     #[arg(long, default_value_t = 9)]
     distractors: usize,
-    /// Recompute ratios of mode `blend`, comma-separated.
+    /// Recompute ratios of mode `blend`, comma-separated; `auto` for the loading controller's
+    /// choice (at least `--recompute-floor`).
     #[arg(long, value_delimiter = ',', default_value = "0.05,0.15,0.3")]
-    ratios: Vec<Ratio>,
+    ratios: Vec<RecomputeArg>,
     /// Skip mode `reuse`.
     #[arg(long)]
     no_reuse: bool,

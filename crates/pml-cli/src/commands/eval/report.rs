@@ -25,6 +25,9 @@ pub struct ModeSummary {
     pub ttft_ratio_to_full_median: f64,
     pub tokens_recomputed_mean: f64,
     pub tokens_cached_mean: f64,
+    /// Ratio `auto`: the mean fraction the loading controller chose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_chosen_mean: Option<f64>,
 }
 
 /// Every mode's summary, in the order the modes ran.
@@ -68,6 +71,13 @@ impl Summary {
                     tokens_cached_mean: mean(&|row| {
                         (row.tokens_reused + row.tokens_recomputed) as f64
                     }),
+                    ratio_chosen_mean: {
+                        let chosen: Vec<f64> = rows
+                            .iter()
+                            .filter_map(|(_, row)| row.ratio_chosen)
+                            .collect();
+                        (!chosen.is_empty()).then(|| self::mean(chosen.into_iter()))
+                    },
                 }
             })
             .collect();
@@ -170,6 +180,7 @@ mod tests {
             tokens_reused: 90,
             tokens_recomputed: 10,
             tokens_new: 5,
+            ratio_chosen: None,
         }
     }
 
@@ -197,6 +208,27 @@ mod tests {
         assert_eq!(ids, ["a", "b"]);
         std::fs::write(&path, format!("not json\n{}\n", line("a"))).expect("writes");
         assert!(read_results(&path).is_err());
+    }
+
+    #[test]
+    fn the_controllers_choices_are_averaged_where_there_are_any() {
+        let auto = |ratio: f64| ModeResult {
+            ratio_chosen: Some(ratio),
+            ..row("blend r=auto", 1.0, 20.0, true)
+        };
+        let question = |ratio: f64| QuestionResult {
+            id: String::new(),
+            question: String::new(),
+            answers: Vec::new(),
+            encode_ms: 0.0,
+            modes: vec![row("full", 1.0, 100.0, true), auto(ratio)],
+        };
+        let summary = Summary::of(&[question(0.15), question(0.25)]);
+        assert_eq!(summary.modes[0].ratio_chosen_mean, None);
+        let chosen = summary.modes[1].ratio_chosen_mean.expect("a mean");
+        assert!((chosen - 0.2).abs() < 1e-12, "{chosen}");
+        let json = serde_json::to_string(&summary).expect("encodes");
+        assert_eq!(json.matches("ratio_chosen_mean").count(), 1, "{json}");
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub struct ModeResult {
     pub tokens_reused: usize,
     pub tokens_recomputed: usize,
     pub tokens_new: usize,
+    /// Mode `blend` with ratio `auto`: the fraction the loading controller chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio_chosen: Option<f64>,
 }
 
 /// A question's results, the reference (`full`) first.
@@ -48,6 +51,7 @@ struct Decoded {
     continuation: Continuation,
     answer: String,
     tokens: (usize, usize, usize),
+    ratio_chosen: Option<f64>,
 }
 
 /// Runs `question` in mode `full` and in each of `modes`, decoding at most `horizon` tokens.
@@ -114,6 +118,7 @@ fn score(
         tokens_reused,
         tokens_recomputed,
         tokens_new,
+        ratio_chosen: decoded.ratio_chosen,
     }
 }
 
@@ -143,6 +148,7 @@ fn decode(
         stats.tokens_recomputed,
         stats.tokens_new,
     );
+    let ratio_chosen = stats.ratio_choice.map(|choice| choice.ratio.get());
     let mut kv = prefill.kv;
     let mut position = kv.positions().iter().max().map_or(0, |&p| p + 1);
     let mut continuation = Continuation {
@@ -171,6 +177,7 @@ fn decode(
         continuation,
         answer,
         tokens,
+        ratio_chosen,
     })
 }
 

@@ -1,0 +1,143 @@
+//! CacheBlend's loading controller (§5): with `--recompute auto`, mode `blend` recomputes the
+//! largest fraction `r` of the cached tokens whose recompute of one layer still fits inside the
+//! time to load one layer's K/V of all of them — recomputing more then costs no extra time-to-
+//! first-token while the layers stream in — and never less than a floor (the paper's 15%, below
+//! which quality drops).
+//!
+//! The paper estimates `T_recompute(r) = r × Prefill(one layer, N tokens)` and `T_load = KV bytes
+//! of N tokens / storage throughput`; here both come from this very prefill: the probe pass runs
+//! whole layers over every token (its time per token-layer), and the loader times the reads of
+//! the layers it has fetched. [`choose_ratio`] is a pure function of those figures.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::blend_options::Ratio;
+
+/// What the controller decides from, measured during the prefill.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerCosts {
+    /// Loading one layer's K/V of every cached token (read, verify, decode, re-rotate).
+    pub load_per_layer: Duration,
+    /// Running one transformer layer for one token, in seconds.
+    pub recompute_per_token_layer: f64,
+}
+
+/// The controller's choice and the figures behind it (what `pml run` and `pml eval` report).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RatioChoice {
+    pub ratio: Ratio,
+    pub floor: Ratio,
+    pub load_per_layer: Duration,
+    /// One layer's recompute of `floor × n_cached` tokens.
+    pub recompute_per_layer_at_floor: Duration,
+}
+
+/// The largest `r ≤ 1` with `r × n_cached` tokens' recompute of one layer within
+/// `load_per_layer`, at least `floor`; the floor when nothing is cached or the recompute time is
+/// not a positive measurement.
+pub fn choose_ratio(costs: &LayerCosts, n_cached: usize, floor: Ratio) -> RatioChoice {
+    let per_token = costs.recompute_per_token_layer;
+    let measured = per_token.is_finite() && per_token > 0.0;
+    let whole_layer = per_token * n_cached as f64;
+    let fitted = match (measured, n_cached) {
+        (true, 1..) => costs.load_per_layer.as_secs_f64() / whole_layer,
+        _ => 0.0,
+    };
+    let ratio = Ratio::new(fitted.clamp(floor.get(), 1.0)).unwrap_or(floor);
+    let at_floor = match measured {
+        true => floor.get() * whole_layer,
+        false => 0.0,
+    };
+    RatioChoice {
+        ratio,
+        floor,
+        load_per_layer: costs.load_per_layer,
+        recompute_per_layer_at_floor: Duration::from_secs_f64(at_floor),
+    }
+}
+
+impl fmt::Display for RatioChoice {
+    /// `r=0.23 (auto: load 1.2 ms/layer, recompute 0.9 ms/layer at r=0.15)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "r={:.3} (auto: load {:.2} ms/layer, recompute {:.2} ms/layer at r={})",
+            self.ratio.get(),
+            self.load_per_layer.as_secs_f64() * 1e3,
+            self.recompute_per_layer_at_floor.as_secs_f64() * 1e3,
+            self.floor
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn costs(load_ms: f64, recompute_us_per_token: f64) -> LayerCosts {
+        LayerCosts {
+            load_per_layer: Duration::from_secs_f64(load_ms / 1e3),
+            recompute_per_token_layer: recompute_us_per_token / 1e6,
+        }
+    }
+
+    fn floor() -> Ratio {
+        Ratio::new(0.15).expect("a fraction")
+    }
+
+    #[test]
+    fn fast_loads_keep_the_floor() {
+        // 1000 tokens at 10 µs per token-layer: a whole layer takes 10 ms; loading it 0.5 ms.
+        let choice = choose_ratio(&costs(0.5, 10.0), 1000, floor());
+        assert_eq!(choice.ratio, floor());
+        assert_eq!(
+            choice.recompute_per_layer_at_floor,
+            Duration::from_secs_f64(1.5e-3)
+        );
+    }
+
+    #[test]
+    fn slow_loads_buy_a_larger_fraction_that_fits_inside_them() {
+        // Loading a layer takes 4 ms, recomputing all of it 10 ms: 40% fits.
+        let choice = choose_ratio(&costs(4.0, 10.0), 1000, floor());
+        assert_eq!(choice.ratio, Ratio::new(0.4).expect("a fraction"));
+        // Slower still than recomputing everything: everything.
+        let choice = choose_ratio(&costs(50.0, 10.0), 1000, floor());
+        assert_eq!(choice.ratio, Ratio::ONE);
+        // The choice grows with the load time.
+        let ratios: Vec<Ratio> = [0.1, 1.0, 2.0, 3.0, 8.0, 20.0]
+            .iter()
+            .map(|&load| choose_ratio(&costs(load, 10.0), 1000, floor()).ratio)
+            .collect();
+        assert!(
+            ratios.windows(2).all(|pair| pair[0] <= pair[1]),
+            "{ratios:?}"
+        );
+    }
+
+    #[test]
+    fn nothing_cached_or_nothing_measured_keeps_the_floor() {
+        assert_eq!(choose_ratio(&costs(4.0, 10.0), 0, floor()).ratio, floor());
+        assert_eq!(choose_ratio(&costs(4.0, 0.0), 1000, floor()).ratio, floor());
+        let nan = LayerCosts {
+            recompute_per_token_layer: f64::NAN,
+            ..costs(4.0, 0.0)
+        };
+        assert_eq!(choose_ratio(&nan, 1000, floor()).ratio, floor());
+        // A floor of 1 is always full recompute.
+        assert_eq!(
+            choose_ratio(&costs(0.0, 10.0), 1000, Ratio::ONE).ratio,
+            Ratio::ONE
+        );
+    }
+
+    #[test]
+    fn the_report_names_the_choice_and_its_inputs() {
+        let choice = choose_ratio(&costs(4.0, 10.0), 1000, floor());
+        assert_eq!(
+            choice.to_string(),
+            "r=0.400 (auto: load 4.00 ms/layer, recompute 1.50 ms/layer at r=0.15)"
+        );
+    }
+}

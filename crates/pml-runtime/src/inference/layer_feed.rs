@@ -1,0 +1,518 @@
+//! Pipelined splice for mode `blend` (CacheBlend §5, design §3): the cached spans' K/V arrive one
+//! layer at a time from a loader thread, so reading, verifying and re-rotating layer `i + 1` of
+//! every cached unit overlaps the compute of layer `i`.
+//!
+//! A unit is streamed when each of its layers is stored as its own entry
+//! ([`crate::store::StateKind::KvLayer`] under [`UnitEncoder::layer_keys`]: the same unit, tokens,
+//! positions and context as its whole-state entry, so the same content). The tier verifies an
+//! entry's checksum, and the loader checks its kind, tokens and positions before handing it over.
+//! A unit without per-layer entries is spliced from its whole state before the compute starts, as
+//! mode `reuse` does (read, or encoded on the fly), and the loader writes its per-layer entries
+//! once it has read everything else, so the next prompt streams it (each such unit is then held
+//! twice in the store). A layer entry found missing or damaged mid-way (evicted; corrupt, which
+//! the tier removes) switches its unit to its whole state for the layers still to come, with a
+//! warning: slower, never wrong.
+//!
+//! The blend algorithm calls [`LayerSource::place`] right before it reads or runs a layer;
+//! [`with_cached_layers`] hands it either everything spliced up front or the streaming feed.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::time::{Duration, Instant};
+
+use candle_core::Tensor;
+
+use crate::encode::context::{select_rows, unit};
+use crate::encode::unit_encoder::describe;
+use crate::encode::{StateOrigin, UnitEncoder};
+use crate::kv_cache::{KvBlock, KvCache};
+use crate::model::Model;
+use crate::store::{ModuleState, ModuleStore, StateKind, StoreKey};
+
+use super::blend_options::Pipelining;
+use super::plan::{PlannedSpan, SplicePlan};
+use super::reuse::{span_rows, splice};
+use super::stats::{PipelineStats, PrefillStats};
+use super::{InferenceError, InferenceMode};
+
+/// Layers the loader may read ahead of the compute side.
+const PREFETCH_LAYERS: usize = 2;
+
+/// How to build the cache of cached rows.
+pub(super) struct CachedLayers {
+    /// Slots to leave after the cached rows (new tokens, decoding).
+    pub extra: usize,
+    /// The first layer the caller will place: the layers before it are never loaded when
+    /// streamed (the probe overwrites all their rows).
+    pub first_layer: usize,
+    pub pipelining: Pipelining,
+}
+
+/// Where the spliced rows of each layer come from.
+pub(super) trait LayerSource {
+    /// Makes layer `layer` (and every layer from the first one on before it) of the cached rows
+    /// present in `kv`; a layer below the first one is an error.
+    fn place(&mut self, layer: usize, kv: &mut KvCache) -> Result<(), InferenceError>;
+
+    /// Time to load one layer's K/V of every cached row, as measured so far in this prefill
+    /// (what the loading controller weighs against the recompute).
+    fn load_per_layer(&self) -> Duration;
+}
+
+/// Everything spliced before the compute started.
+struct Spliced {
+    load_per_layer: Duration,
+}
+
+impl LayerSource for Spliced {
+    fn place(&mut self, _layer: usize, _kv: &mut KvCache) -> Result<(), InferenceError> {
+        Ok(())
+    }
+
+    fn load_per_layer(&self) -> Duration {
+        self.load_per_layer
+    }
+}
+
+/// Builds the cache of `plan`'s cached rows and runs `body` on it with the source of its layers:
+/// streamed from the store as `layers.pipelining` says, else spliced up front (exactly
+/// [`splice`]). Fills in the load, splice and pipeline parts of `stats`; when
+/// streamed, `stats.compute` as set by `body` loses the time it waited for the loader (counted
+/// in `stats.load`).
+pub(super) fn with_cached_layers<T>(
+    model: &Model,
+    encoder: &mut UnitEncoder<'_>,
+    plan: &SplicePlan,
+    layers: CachedLayers,
+    stats: &mut PrefillStats,
+    body: impl FnOnce(
+        &mut KvCache,
+        &mut dyn LayerSource,
+        &mut PrefillStats,
+    ) -> Result<T, InferenceError>,
+) -> Result<(KvCache, T), InferenceError> {
+    let n_layers = model.config().n_layers;
+    let CachedLayers {
+        extra, first_layer, ..
+    } = layers;
+    if !should_stream(encoder, plan, layers.pipelining)? {
+        let mut kv = splice(model, encoder, plan, extra, stats)?;
+        let mut source = Spliced {
+            load_per_layer: stats.store_reads / n_layers.max(1) as u32,
+        };
+        let result = body(&mut kv, &mut source, stats)?;
+        return Ok((kv, result));
+    }
+
+    let store = encoder.store();
+    let warnings_before = encoder.warnings().len();
+    let load_start = Instant::now();
+    let mut sources = Vec::with_capacity(plan.spans.len());
+    let mut streams = Vec::new();
+    let mut layering = Vec::new();
+    let mut blocks = Vec::with_capacity(plan.spans.len());
+    for span in &plan.spans {
+        let keys = encoder.layer_keys(span.unit)?;
+        if all_stored(store, &keys) {
+            let layout_unit = unit(encoder.layout(), span.unit)?;
+            streams.push(StreamedSpan {
+                keys,
+                unit_tokens: layout_unit.tokens.clone(),
+                unit_positions: layout_unit.positions.clone(),
+                rows: span.rows.clone(),
+                encoded_positions: span.encoded_positions.clone(),
+                positions: span.positions.clone(),
+            });
+            sources.push(SpanSource::Streamed(streams.len() - 1));
+            blocks.push(placeholder(model, span)?);
+        } else {
+            blocks.push(span_rows(model, encoder, span, stats)?);
+            let (state, origin) = encoder.state(span.unit)?;
+            if !matches!(origin, StateOrigin::Empty) && !state.is_empty() {
+                let tokens = unit(encoder.layout(), span.unit)?.tokens.clone();
+                layering.push(LayeringJob {
+                    keys,
+                    state,
+                    tokens,
+                });
+            }
+            sources.push(SpanSource::Whole);
+        }
+    }
+    let mut slots = Vec::with_capacity(blocks.len());
+    let mut offset = 0;
+    for block in &blocks {
+        slots.push(offset..offset + block.len());
+        offset += block.len();
+    }
+    let eager_reads = stats.store_reads;
+    let prepared = load_start.elapsed();
+
+    let splice_start = Instant::now();
+    let block_refs: Vec<&KvBlock> = blocks.iter().collect();
+    let mut kv = KvCache::from_blocks(model.kv_layout(), model.device(), &block_refs, extra)?;
+    drop(blocks);
+    stats.splice = splice_start.elapsed();
+
+    let abandoned: Vec<AtomicBool> = streams.iter().map(|_| AtomicBool::new(false)).collect();
+    let (sender, receiver) = sync_channel::<LoadedLayer>(PREFETCH_LAYERS);
+    let (result, feed, loader) = std::thread::scope(|scope| {
+        let loader = scope.spawn(|| {
+            run_loader(
+                model,
+                store,
+                &streams,
+                &abandoned,
+                first_layer..n_layers,
+                sender,
+                &layering,
+            )
+        });
+        let mut feed = LayerFeed {
+            model,
+            encoder: &mut *encoder,
+            spans: &plan.spans,
+            sources,
+            slots,
+            abandoned: &abandoned,
+            receiver,
+            first_layer,
+            next_layer: first_layer,
+            eager_load_per_layer: eager_reads / n_layers.max(1) as u32,
+            recovery: PrefillStats::new(InferenceMode::Reuse),
+            account: PipelineStats {
+                units_streamed: streams.len(),
+                ..PipelineStats::default()
+            },
+        };
+        let result = body(&mut kv, &mut feed, stats);
+        // Hang up first, so a loader blocked on a full channel (the body failed) stops.
+        let LayerFeed {
+            receiver,
+            recovery,
+            account,
+            ..
+        } = feed;
+        drop(receiver);
+        let loader = loader.join();
+        (result, (recovery, account), loader)
+    });
+    let (recovery, mut account) = feed;
+    let loader =
+        loader.map_err(|_| InferenceError::Pipeline("the loader thread panicked".to_string()))?;
+    let result = result?;
+    account.units_layered = loader.units_layered;
+    stats.load = prepared + account.waited;
+    stats.compute = stats.compute.saturating_sub(account.waited);
+    stats.units_loaded += streams.len();
+    stats.store_reads += recovery.store_reads;
+    stats
+        .units_encoded_on_the_fly
+        .extend(recovery.units_encoded_on_the_fly);
+    stats.warnings = encoder.warnings()[warnings_before..].to_vec();
+    stats.warnings.extend(recovery.warnings);
+    stats.warnings.extend(loader.failures);
+    stats.pipeline = Some(account);
+    Ok((kv, result))
+}
+
+/// Whether to stream: as asked, or (auto) when some cached unit's state is not held in RAM.
+fn should_stream(
+    encoder: &UnitEncoder<'_>,
+    plan: &SplicePlan,
+    pipelining: Pipelining,
+) -> Result<bool, InferenceError> {
+    match pipelining {
+        Pipelining::Never => Ok(false),
+        Pipelining::Always => Ok(!plan.spans.is_empty()),
+        Pipelining::Auto => {
+            let Some(fastest) = encoder.store().tiers().first() else {
+                return Ok(false);
+            };
+            for span in &plan.spans {
+                let in_ram = fastest.name() == "ram"
+                    && fastest.contains(&encoder.key(span.unit)?).unwrap_or(false);
+                if !in_ram {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        }
+    }
+}
+
+/// Whether every key is in some tier (a tier that cannot answer counts as not holding it).
+fn all_stored(store: &ModuleStore, keys: &[StoreKey]) -> bool {
+    keys.iter().all(|key| store.contains(key).unwrap_or(false))
+}
+
+/// Zero rows at `span`'s positions, every layer (one shared tensor): the slots a streamed span's
+/// layers are written into.
+fn placeholder(model: &Model, span: &PlannedSpan) -> Result<KvBlock, InferenceError> {
+    let layout = model.kv_layout();
+    let zeros = Tensor::zeros(
+        (span.rows.len(), layout.n_kv_heads, layout.head_dim),
+        layout.dtype,
+        model.device(),
+    )?;
+    let layers = vec![(zeros.clone(), zeros); layout.n_layers];
+    Ok(KvBlock::new(layers, span.positions.clone())?)
+}
+
+/// What the loader needs to fetch one streamed span.
+struct StreamedSpan {
+    /// The unit's per-layer keys, layer 0 first.
+    keys: Vec<StoreKey>,
+    /// The unit's tokens and encoded positions, which every stored layer must hold.
+    unit_tokens: Vec<u32>,
+    unit_positions: Vec<u32>,
+    rows: Vec<usize>,
+    encoded_positions: Vec<u32>,
+    positions: Vec<u32>,
+}
+
+impl StreamedSpan {
+    /// Layer `layer` of the span's rows, read from `store`, checked, selected and re-rotated;
+    /// `Err(reason)` when the entry is missing, damaged or not this unit's.
+    fn fetch(
+        &self,
+        model: &Model,
+        store: &ModuleStore,
+        layer: usize,
+    ) -> Result<(Tensor, Tensor), String> {
+        let key = self
+            .keys
+            .get(layer)
+            .ok_or_else(|| format!("no key for layer {layer}"))?;
+        let state = store
+            .get(key)
+            .map_err(|error| error.to_string())?
+            .ok_or_else(|| format!("layer {layer} is not in the store"))?
+            .state;
+        let expected_kind = u16::try_from(layer).ok().map(StateKind::KvLayer);
+        if Some(state.kind()) != expected_kind
+            || state.tokens() != self.unit_tokens.as_slice()
+            || state.positions() != self.unit_positions.as_slice()
+        {
+            return Err(format!(
+                "the stored layer {layer} is not this unit's layer {layer}"
+            ));
+        }
+        let rows = select_rows(state.kv(), &self.rows).map_err(|error| error.to_string())?;
+        let (keys, values) = rows.layer(0).map_err(|error| error.to_string())?;
+        let keys = if self.positions != self.encoded_positions {
+            model
+                .reposition_keys(layer, keys, &self.encoded_positions, &self.positions)
+                .map_err(|error| error.to_string())?
+        } else {
+            keys.clone()
+        };
+        Ok((keys, values.clone()))
+    }
+}
+
+/// One layer of every streamed span (`None` for a span the compute side abandoned).
+struct LoadedLayer {
+    layer: usize,
+    rows: Vec<Option<Result<(Tensor, Tensor), String>>>,
+    /// The loader's time on this layer.
+    fetch: Duration,
+}
+
+/// A unit spliced whole whose per-layer entries the loader writes at the end.
+struct LayeringJob {
+    keys: Vec<StoreKey>,
+    state: Arc<KvBlock>,
+    tokens: Vec<u32>,
+}
+
+/// What the loader did besides streaming.
+struct LoaderReport {
+    units_layered: usize,
+    failures: Vec<String>,
+}
+
+/// Streams layer after layer of every streamed span, then writes the per-layer entries of the
+/// units that lacked them.
+fn run_loader(
+    model: &Model,
+    store: &ModuleStore,
+    streams: &[StreamedSpan],
+    abandoned: &[AtomicBool],
+    layers: Range<usize>,
+    sender: SyncSender<LoadedLayer>,
+    layering: &[LayeringJob],
+) -> LoaderReport {
+    if !streams.is_empty() {
+        for layer in layers {
+            let started = Instant::now();
+            let rows = streams
+                .iter()
+                .zip(abandoned)
+                .map(|(stream, abandoned)| {
+                    (!abandoned.load(Ordering::Relaxed)).then(|| stream.fetch(model, store, layer))
+                })
+                .collect();
+            let fetch = started.elapsed();
+            // The compute side hung up (finished or failed): stop reading.
+            if sender.send(LoadedLayer { layer, rows, fetch }).is_err() {
+                break;
+            }
+        }
+    }
+    drop(sender);
+    let mut report = LoaderReport {
+        units_layered: 0,
+        failures: Vec::new(),
+    };
+    for job in layering {
+        match write_layers(store, job) {
+            Ok(()) => report.units_layered += 1,
+            // Only the next prompt's speed depends on these entries.
+            Err(error) => report
+                .failures
+                .push(format!("could not store a unit per layer: {error}")),
+        }
+    }
+    report
+}
+
+/// Puts every layer of `job`'s unit under its per-layer key.
+fn write_layers(store: &ModuleStore, job: &LayeringJob) -> Result<(), InferenceError> {
+    for (layer, key) in job.keys.iter().enumerate() {
+        let (keys, values) = job.state.layer(layer)?;
+        let layer_id = u16::try_from(layer)
+            .map_err(|_| InferenceError::Pipeline(format!("layer {layer} has no store id")))?;
+        let state = ModuleState::kv_layer(
+            layer_id,
+            keys.clone(),
+            values.clone(),
+            job.state.positions().to_vec(),
+            job.tokens.clone(),
+        )
+        .map_err(crate::encode::EncodeError::from)?;
+        store
+            .put(key, state)
+            .map_err(crate::encode::EncodeError::from)?;
+    }
+    Ok(())
+}
+
+/// Where one span's rows come from.
+enum SpanSource {
+    /// Spliced from the unit's whole state before the compute: in the cache for every layer.
+    Whole,
+    /// Streamed by the loader (index into its spans).
+    Streamed(usize),
+    /// Streamed until a layer failed; the later layers come from these rows of the whole state.
+    Recovered(KvBlock),
+}
+
+/// The compute side of the pipeline.
+struct LayerFeed<'f, 'e, 'a> {
+    model: &'f Model,
+    encoder: &'e mut UnitEncoder<'a>,
+    spans: &'f [PlannedSpan],
+    sources: Vec<SpanSource>,
+    /// Each span's slots in the cache.
+    slots: Vec<Range<usize>>,
+    abandoned: &'f [AtomicBool],
+    receiver: Receiver<LoadedLayer>,
+    first_layer: usize,
+    next_layer: usize,
+    /// Whole states read before the compute, per layer.
+    eager_load_per_layer: Duration,
+    /// The accounting of units recovered from their whole state.
+    recovery: PrefillStats,
+    account: PipelineStats,
+}
+
+impl LayerSource for LayerFeed<'_, '_, '_> {
+    fn place(&mut self, layer: usize, kv: &mut KvCache) -> Result<(), InferenceError> {
+        if layer < self.first_layer {
+            return Err(InferenceError::Pipeline(format!(
+                "layer {layer} was asked for, but streaming starts at layer {}",
+                self.first_layer
+            )));
+        }
+        while self.next_layer <= layer {
+            let current = self.next_layer;
+            self.next_layer += 1;
+            let wait = Instant::now();
+            // `None`: the loader is gone; every streamed span falls back below.
+            let mut loaded = self.receiver.recv().ok();
+            self.account.waited += wait.elapsed();
+            if let Some(loaded) = &loaded {
+                if loaded.layer != current {
+                    return Err(InferenceError::Pipeline(format!(
+                        "the loader sent layer {}, expected {current}",
+                        loaded.layer
+                    )));
+                }
+                self.account.fetch += loaded.fetch;
+                self.account.layers_streamed += 1;
+            }
+            for index in 0..self.spans.len() {
+                let rows = match &self.sources[index] {
+                    SpanSource::Whole => continue,
+                    SpanSource::Recovered(block) => {
+                        let (keys, values) = block.layer(current)?;
+                        (keys.clone(), values.clone())
+                    }
+                    SpanSource::Streamed(stream) => {
+                        let fetched = loaded
+                            .as_mut()
+                            .and_then(|loaded| loaded.rows.get_mut(*stream))
+                            .and_then(Option::take);
+                        match fetched {
+                            Some(Ok(rows)) => rows,
+                            Some(Err(reason)) => self.recover(index, *stream, current, &reason)?,
+                            None => self.recover(index, *stream, current, "the loader stopped")?,
+                        }
+                    }
+                };
+                let span = &self.spans[index];
+                let slots: Vec<usize> = self.slots[index].clone().collect();
+                kv.write(current, &slots, &rows.0, &rows.1, &span.positions)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn load_per_layer(&self) -> Duration {
+        let streamed = match self.account.layers_streamed {
+            0 => Duration::ZERO,
+            layers => self.account.fetch / layers as u32,
+        };
+        self.eager_load_per_layer + streamed
+    }
+}
+
+impl LayerFeed<'_, '_, '_> {
+    /// Switches span `index` to its unit's whole state (read, or encoded now) after layer
+    /// `layer` could not be streamed, and returns that layer's rows.
+    fn recover(
+        &mut self,
+        index: usize,
+        stream: usize,
+        layer: usize,
+        reason: &str,
+    ) -> Result<(Tensor, Tensor), InferenceError> {
+        if let Some(flag) = self.abandoned.get(stream) {
+            flag.store(true, Ordering::Relaxed);
+        }
+        let span = &self.spans[index];
+        let block = span_rows(self.model, self.encoder, span, &mut self.recovery)?;
+        let layout_unit = unit(self.encoder.layout(), span.unit)?;
+        self.recovery.warnings.push(format!(
+            "{} could not be streamed ({reason}); spliced from its whole state",
+            describe(layout_unit)
+        ));
+        let (keys, values) = block.layer(layer)?;
+        let rows = (keys.clone(), values.clone());
+        self.sources[index] = SpanSource::Recovered(block);
+        Ok(rows)
+    }
+}

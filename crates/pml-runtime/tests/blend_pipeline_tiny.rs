@@ -1,0 +1,284 @@
+//! Pipelined `blend` on the tiny random models of both families, with the module store on disk:
+//! streaming the cached layers from their per-layer entries gives exactly the logits of splicing
+//! the whole states first; the first pipelined run stores the units per layer and the next one
+//! streams them; a damaged or missing layer entry falls back to the unit's whole state (or a
+//! re-encode) with a warning, never a wrong answer; `--recompute auto` reports the controller's
+//! choice and recomputes that fraction.
+
+mod cached_support;
+
+use std::path::PathBuf;
+
+use candle_core::Device;
+use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
+use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
+use pml_runtime::inference::{
+    BlendOptions, InferenceMode, Pipelining, Prefill, Ratio, SplicePlan, prefill,
+};
+use pml_runtime::model::tiny::random_model;
+use pml_runtime::model::{Arch, Model, WeightFormat};
+use pml_runtime::store::{DiskTier, ManifestStore, ModuleStore, StateSpec};
+use tempfile::TempDir;
+
+use cached_support::{max_abs_diff, reordered_members};
+
+const SEED: u64 = 29;
+const ARCHES: [Arch; 2] = [Arch::Qwen2, Arch::Gemma3];
+const BOS: u32 = 1;
+const ENCODING: EncodeOptions = EncodeOptions {
+    mode: EncodeMode::Scaffolded,
+    bos: Some(BOS),
+};
+
+/// A tiny model with a disk-only store, so every state is read (and verified) from its file.
+struct DiskFixture {
+    model: Model,
+    store: ModuleStore,
+    spec: StateSpec,
+    dir: TempDir,
+}
+
+impl DiskFixture {
+    fn new(arch: Arch) -> Self {
+        let model = random_model(arch, SEED, WeightFormat::F32, &Device::Cpu).expect("tiny model");
+        let dir = TempDir::new().expect("temporary directory");
+        let spec = StateSpec {
+            model_fingerprint: format!("tiny-{arch:?}-{SEED}"),
+            layout: model.kv_layout(),
+        };
+        let disk = DiskTier::open(dir.path().join("store"), spec.clone()).expect("disk tier");
+        let store = ModuleStore::with_tiers(
+            spec.clone(),
+            vec![Box::new(disk)],
+            ManifestStore::new(&dir.path().join("store")),
+        );
+        Self {
+            model,
+            store,
+            spec,
+            dir,
+        }
+    }
+
+    fn encoder<'a>(&'a self, layout: &'a SchemaLayout) -> UnitEncoder<'a> {
+        UnitEncoder::new(
+            &self.model,
+            layout,
+            ENCODING.mode,
+            ENCODING.bos,
+            &self.store,
+        )
+        .expect("layout is valid")
+    }
+
+    fn prefill(
+        &self,
+        layout: &SchemaLayout,
+        bound: &BoundPrompt,
+        options: BlendOptions,
+    ) -> Prefill {
+        encode_schema(&self.model, layout, ENCODING, &self.store, &mut |_| {}).expect("encodes");
+        let plan = SplicePlan::new(layout, bound).expect("plan");
+        let mut encoder = self.encoder(layout);
+        prefill(
+            &self.model,
+            &mut encoder,
+            &plan,
+            InferenceMode::Blend(options),
+            0,
+        )
+        .expect("prefill runs")
+    }
+
+    /// The file of unit `unit`'s layer `layer` entry.
+    fn layer_file(&self, layout: &SchemaLayout, unit: UnitId, layer: usize) -> PathBuf {
+        let keys = self.encoder(layout).layer_keys(unit).expect("keys");
+        let disk = DiskTier::open(self.dir.path().join("store"), self.spec.clone()).expect("disk");
+        disk.path_of(&keys[layer])
+    }
+
+    /// The file of unit `unit`'s whole state.
+    fn whole_file(&self, layout: &SchemaLayout, unit: UnitId) -> PathBuf {
+        let key = self.encoder(layout).key(unit).expect("key");
+        let disk = DiskTier::open(self.dir.path().join("store"), self.spec.clone()).expect("disk");
+        disk.path_of(&key)
+    }
+}
+
+fn options(recompute: f64, pipelining: Pipelining) -> BlendOptions {
+    BlendOptions {
+        recompute: Ratio::new(recompute).expect("a fraction"),
+        pipelining,
+        ..BlendOptions::default()
+    }
+}
+
+fn flip_a_byte_in_the_middle(path: &PathBuf) {
+    let mut bytes = std::fs::read(path).expect("layer file");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x5a;
+    std::fs::write(path, bytes).expect("write");
+}
+
+fn assert_same_logits(a: &Prefill, b: &Prefill, what: &str) {
+    let diff = max_abs_diff(&a.logits, &b.logits);
+    assert!(diff == 0.0, "{what}: max |Δlogit| = {diff:e}");
+}
+
+#[test]
+fn streamed_layers_give_the_logits_of_the_whole_splice() {
+    for arch in ARCHES {
+        let fixture = DiskFixture::new(arch);
+        let (layout, bound) = reordered_members(BOS);
+        let n_layers = fixture.model.config().n_layers;
+        let variants = [
+            options(0.0, Pipelining::Never),
+            options(0.25, Pipelining::Never),
+            BlendOptions {
+                gradual: true,
+                check_layer: 0,
+                ..options(0.5, Pipelining::Never)
+            },
+        ];
+        for whole in variants {
+            let reference = fixture.prefill(&layout, &bound, whole);
+            assert_eq!(reference.stats.pipeline, None);
+            let streamed = BlendOptions {
+                pipelining: Pipelining::Always,
+                ..whole
+            };
+            // First pipelined run: no per-layer entries yet, so both units are spliced whole and
+            // stored per layer (unless an earlier variant did).
+            let first = fixture.prefill(&layout, &bound, streamed);
+            assert_same_logits(&first, &reference, &format!("{arch:?} {whole}: first"));
+            // Then they stream, every layer, and auto pipelining on a disk store streams too.
+            for pipelining in [Pipelining::Always, Pipelining::Auto] {
+                let again = fixture.prefill(
+                    &layout,
+                    &bound,
+                    BlendOptions {
+                        pipelining,
+                        ..whole
+                    },
+                );
+                let what = format!("{arch:?} {whole} {pipelining:?}");
+                assert_same_logits(&again, &reference, &what);
+                let pipeline = again.stats.pipeline.as_ref().expect("pipelined");
+                // The root's prefix, `b` and `a`.
+                assert_eq!(pipeline.units_streamed, 3, "{what}");
+                // The probe (none at r = 0) overwrites the layers before the check layer: never
+                // loaded.
+                let first_layer = match whole.recompute {
+                    Ratio::ZERO => 0,
+                    _ => whole.check_layer,
+                };
+                assert_eq!(pipeline.layers_streamed, n_layers - first_layer, "{what}");
+                assert_eq!(pipeline.units_layered, 0, "{what}");
+                assert!(
+                    again.stats.warnings.is_empty(),
+                    "{what}: {:?}",
+                    again.stats.warnings
+                );
+                assert_eq!(
+                    again.stats.tokens_recomputed,
+                    reference.stats.tokens_recomputed
+                );
+            }
+        }
+        // The first pipelined run stored the units per layer.
+        let layered = (0..n_layers)
+            .filter(|&layer| fixture.layer_file(&layout, UnitId(1), layer).exists())
+            .count();
+        assert_eq!(layered, n_layers);
+    }
+}
+
+#[test]
+fn the_first_pipelined_run_stores_the_units_per_layer() {
+    let fixture = DiskFixture::new(Arch::Qwen2);
+    let (layout, bound) = reordered_members(BOS);
+    let first = fixture.prefill(&layout, &bound, options(0.25, Pipelining::Always));
+    let pipeline = first.stats.pipeline.as_ref().expect("pipelined");
+    // The root's prefix, `b` and `a`.
+    assert_eq!(pipeline.units_streamed, 0);
+    assert_eq!(pipeline.units_layered, 3);
+    let second = fixture.prefill(&layout, &bound, options(0.25, Pipelining::Always));
+    let pipeline = second.stats.pipeline.as_ref().expect("pipelined");
+    assert_eq!((pipeline.units_streamed, pipeline.units_layered), (3, 0));
+}
+
+#[test]
+fn a_damaged_or_missing_layer_entry_falls_back_to_the_whole_state() {
+    for arch in ARCHES {
+        let fixture = DiskFixture::new(arch);
+        let (layout, bound) = reordered_members(BOS);
+        let (a, b) = (UnitId(1), UnitId(2));
+        let reference = fixture.prefill(&layout, &bound, options(0.3, Pipelining::Never));
+        let streamed = options(0.3, Pipelining::Always);
+        fixture.prefill(&layout, &bound, streamed);
+
+        // Layer 1 of `a` corrupt (found mid-stream), layer 0 of `b` gone (found before).
+        let corrupt = fixture.layer_file(&layout, a, 1);
+        flip_a_byte_in_the_middle(&corrupt);
+        std::fs::remove_file(fixture.layer_file(&layout, b, 0)).expect("remove");
+        let damaged = fixture.prefill(&layout, &bound, streamed);
+        let what = format!("{arch:?} damaged");
+        assert_same_logits(&damaged, &reference, &what);
+        let warnings = damaged.stats.warnings.join("\n");
+        assert!(
+            warnings.contains("could not be streamed") && warnings.contains("corrupt"),
+            "{what}: {warnings}"
+        );
+        assert!(!corrupt.exists(), "the corrupt entry is removed");
+        let pipeline = damaged.stats.pipeline.as_ref().expect("pipelined");
+        // The root and `a` streamed (`a` until its layer 1 failed); `b` lacked a layer, so it
+        // was spliced whole and stored per layer again.
+        assert_eq!(pipeline.units_streamed, 2, "{what}");
+        assert_eq!(pipeline.units_layered, 1, "{what}");
+
+        // `a` lacks its layer 1 now, so it is spliced whole and stored per layer again; then
+        // everything streams.
+        let healed = fixture.prefill(&layout, &bound, streamed);
+        assert_same_logits(&healed, &reference, &format!("{arch:?} healed"));
+        let pipeline = healed.stats.pipeline.as_ref().expect("pipelined");
+        assert_eq!((pipeline.units_streamed, pipeline.units_layered), (2, 1));
+        let streaming = fixture.prefill(&layout, &bound, streamed);
+        let pipeline = streaming.stats.pipeline.as_ref().expect("pipelined");
+        assert_eq!((pipeline.units_streamed, pipeline.units_layered), (3, 0));
+
+        // A damaged layer whose unit's whole state is damaged too: the unit is encoded again.
+        flip_a_byte_in_the_middle(&fixture.layer_file(&layout, a, 2));
+        flip_a_byte_in_the_middle(&fixture.whole_file(&layout, a));
+        let reencoded = fixture.prefill(&layout, &bound, streamed);
+        assert_same_logits(&reencoded, &reference, &format!("{arch:?} re-encoded"));
+        assert_eq!(reencoded.stats.units_encoded_on_the_fly.len(), 1);
+    }
+}
+
+#[test]
+fn auto_ratio_recomputes_the_controllers_choice_and_reports_it() {
+    let fixture = DiskFixture::new(Arch::Qwen2);
+    let (layout, bound) = reordered_members(BOS);
+    let n_cached = SplicePlan::new(&layout, &bound).expect("plan").n_cached();
+    for (floor, pipelining) in [
+        (0.15, Pipelining::Always),
+        (0.15, Pipelining::Never),
+        (1.0, Pipelining::Always),
+    ] {
+        let auto = BlendOptions {
+            auto_ratio: true,
+            ..options(floor, pipelining)
+        };
+        let blended = fixture.prefill(&layout, &bound, auto);
+        let choice = blended.stats.ratio_choice.expect("the controller chose");
+        assert_eq!(choice.floor, auto.recompute);
+        assert!(choice.ratio >= choice.floor, "{choice}");
+        assert_eq!(blended.stats.tokens_recomputed, choice.ratio.of(n_cached));
+        assert!(choice.to_string().contains("(auto: load"), "{choice}");
+        if floor == 1.0 {
+            assert_eq!(blended.stats.tokens_recomputed, n_cached);
+        }
+    }
+    let fixed = fixture.prefill(&layout, &bound, options(0.15, Pipelining::Never));
+    assert_eq!(fixed.stats.ratio_choice, None);
+}
