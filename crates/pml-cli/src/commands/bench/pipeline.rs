@@ -76,7 +76,7 @@ pub fn run(args: PipelineArgs) -> Result<(), Failure> {
     // Disk only: every run reads its modules from their files, as a fresh process does.
     let opened = open_runtime(&RuntimeArgs {
         model: args.model.clone(),
-        store: Some(format!("disk:{}", folder.display())),
+        store: Some(format!("ram:0,disk:{}", folder.display())),
         encode: EncodeArg::Scaffolded,
         weights: args.weights,
     })?;
@@ -124,6 +124,21 @@ pub fn run(args: PipelineArgs) -> Result<(), Failure> {
                 let which = (round + offset) % variants.len();
                 let stats = first_token(&opened, laid_out, &bound, variants[which].1, case)?;
                 samples[which].push(stats);
+            }
+        }
+        for (name, runs) in VARIANTS.iter().zip(&samples) {
+            let last = runs.last().map(|stats| &stats.prefill);
+            for warning in last.map_or(&[][..], |prefill| &prefill.warnings[..]) {
+                eprintln!("{}, {name}: warning: {warning}", case.name);
+            }
+            if let Some(pipeline) = last.and_then(|prefill| prefill.pipeline.as_ref()) {
+                eprintln!(
+                    "{}, {name}: {} units streamed, {} layers, {} units stored per layer",
+                    case.name,
+                    pipeline.units_streamed,
+                    pipeline.layers_streamed,
+                    pipeline.units_layered
+                );
             }
         }
         let row = summarize(case, &samples)?;
