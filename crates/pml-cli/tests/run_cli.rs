@@ -34,6 +34,13 @@ fn pmlc(args: &[&str]) -> Output {
     command(env!("CARGO_BIN_EXE_pmlc"), args)
 }
 
+/// The docqa prompt whose answer is checked, and `pml run` on it with more arguments.
+const COMPOSER: &str = "schemas/docqa/prompt-composer.pml";
+
+fn run_composer(arguments: &[&str]) -> Output {
+    pml(&[&["run", COMPOSER], arguments].concat())
+}
+
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -203,14 +210,7 @@ fn examples_compile_once_and_every_prompt_runs_from_the_store() {
     }
 
     // The answer is in one of the five documents the prompt imports (see schemas/docqa/README.md).
-    let output = pml(&[
-        "run",
-        "schemas/docqa/prompt-composer.pml",
-        "--store",
-        store_arg,
-        "--max-tokens",
-        "16",
-    ]);
+    let output = run_composer(&["--store", store_arg, "--max-tokens", "16"]);
     assert_status(&output, 0, "the composer question");
     let answer = stdout(&output);
     assert!(
@@ -220,9 +220,7 @@ fn examples_compile_once_and_every_prompt_runs_from_the_store() {
 
     // Mode `blend` with the loading controller, its modules read from the disk store: the
     // summary names the chosen fraction and the figures behind it, and the streamed layers.
-    let output = pml(&[
-        "run",
-        "schemas/docqa/prompt-composer.pml",
+    let output = run_composer(&[
         "--store",
         store_arg,
         "--max-tokens",
@@ -245,14 +243,7 @@ fn examples_compile_once_and_every_prompt_runs_from_the_store() {
 
 #[test]
 fn recompute_takes_a_fraction_or_auto_and_nothing_else() {
-    let output = pml(&[
-        "run",
-        "schemas/docqa/prompt-composer.pml",
-        "--mode",
-        "blend",
-        "--recompute",
-        "most",
-    ]);
+    let output = run_composer(&["--mode", "blend", "--recompute", "most"]);
     assert_status(&output, 2, "--recompute most");
     let text = stderr(&output);
     assert!(text.contains("or `auto`"), "{text}");
