@@ -9,16 +9,17 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use super::EngineError;
+use super::quant::QuantMatrix;
 use crate::gguf::GgufFile;
 
 /// How weight matrices are held in memory and multiplied.
 ///
-/// On the CPU, candle's quantized kernels read few bytes per weight, which is what decoding
-/// (one row, memory-bound) needs, but are slow for many rows (one dot product per output, about
-/// 9 GFLOP/s here), where a dequantized gemm wins several times over; and candle has SIMD
-/// kernels for Q4_0, Q8_0 and the K-quants only, so the Q5_0 blocks most matrices of these files
-/// use take a scalar path. Hence the default keeps dense copies for prefill and fast quantized
-/// blocks (Q5_0 requantized to Q8_0) for decoding.
+/// On the CPU, quantized kernels read few bytes per weight, which is what decoding (one row,
+/// memory-bound) needs, but are slow for many rows (one dot product per output, about
+/// 9 GFLOP/s here), where a dequantized gemm wins several times over. Hence the default keeps
+/// dense copies for prefill and quantized blocks for decoding: Q5_0 and Q8_0 (most matrices of
+/// these files) through our own kernels (`super::quant`), the K-quants through candle's, any
+/// other type requantized to Q8_0 (candle's Q5_0 and Q4_1 paths are scalar).
 ///
 /// The dense copies are f32: on AVX2 without native f16 arithmetic the gemm crate converts f16
 /// panels to f32 on the fly, and one 512×896×4864 projection runs at 64 GFLOP/s in f32 against
@@ -26,7 +27,7 @@ use crate::gguf::GgufFile;
 /// copies add for the default model (see docs/benchmarks.md, "Engine").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum WeightFormat {
-    /// GGML blocks exactly as stored in the file, multiplied with candle's quantized kernels.
+    /// GGML blocks exactly as stored in the file, multiplied with quantized kernels.
     Quantized,
     F32,
     F16,
@@ -137,12 +138,56 @@ impl TensorSource for TensorMap {
 /// A weight matrix `(out_features, in_features)` in the chosen format.
 #[derive(Clone, Debug)]
 enum Matrix {
-    Quantized(Arc<QTensor>),
+    Quantized(Quantized),
     Dense(Tensor),
-    Both {
-        quantized: Arc<QTensor>,
-        dense: Tensor,
-    },
+    Both { quantized: Quantized, dense: Tensor },
+}
+
+/// Quantized blocks and the kernel that multiplies them: ours (`quant`) for the types it
+/// covers, candle's for the rest (the K-quants).
+#[derive(Clone, Debug)]
+enum Quantized {
+    Own(Arc<QuantMatrix>),
+    Candle(Arc<QTensor>),
+}
+
+impl Quantized {
+    /// Blocks as stored when a kernel reads them fast, else requantized to Q8_0 (finer than
+    /// the types it replaces, so the weights barely move).
+    fn new(qtensor: QTensor, device: &Device) -> Result<Self, EngineError> {
+        let fast = (device.is_cpu() && QuantMatrix::supports(&qtensor))
+            || has_fast_cpu_kernel(qtensor.dtype());
+        if fast {
+            return Self::as_stored(qtensor, device);
+        }
+        let requantized = QTensor::quantize(&qtensor.dequantize(device)?, GgmlDType::Q8_0)?;
+        Self::as_stored(requantized, device)
+    }
+
+    /// The blocks as stored, with our kernel where it covers them.
+    fn as_stored(qtensor: QTensor, device: &Device) -> Result<Self, EngineError> {
+        if device.is_cpu() && QuantMatrix::supports(&qtensor) {
+            Ok(Quantized::Own(Arc::new(QuantMatrix::from_qtensor(
+                &qtensor,
+            )?)))
+        } else {
+            Ok(Quantized::Candle(Arc::new(qtensor)))
+        }
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
+        match self {
+            Quantized::Own(matrix) => matrix.forward(x),
+            Quantized::Candle(qtensor) => Ok(QMatMul::QTensor(qtensor.clone()).forward(x)?),
+        }
+    }
+
+    fn size_in_bytes(&self) -> usize {
+        match self {
+            Quantized::Own(matrix) => matrix.size_in_bytes(),
+            Quantized::Candle(qtensor) => qtensor.storage_size_in_bytes(),
+        }
+    }
 }
 
 /// `y = x W^T (+ b)` for `x` of shape `(n_rows, in_features)` in f32.
@@ -172,15 +217,20 @@ impl Linear {
         let weight = match format.dense_dtype(role) {
             // Plain float tensors gain nothing from the quantized kernels.
             None if stored_dense => Matrix::Dense(qtensor.dequantize(device)?),
-            None if format == WeightFormat::Quantized || role == MatrixRole::Lookup => {
-                Matrix::Quantized(Arc::new(qtensor))
+            // Lookups only read rows, which candle does for every block type.
+            None if role == MatrixRole::Lookup => {
+                Matrix::Quantized(Quantized::Candle(Arc::new(qtensor)))
             }
-            None => Matrix::Quantized(Arc::new(with_fast_kernel(qtensor, device)?)),
+            // The plain `Quantized` format never requantizes, for memory's sake.
+            None if format == WeightFormat::Quantized => {
+                Matrix::Quantized(Quantized::as_stored(qtensor, device)?)
+            }
+            None => Matrix::Quantized(Quantized::new(qtensor, device)?),
             Some(dtype) => {
                 let dense = qtensor.dequantize(device)?.to_dtype(dtype)?;
                 if format.keeps_both() && !stored_dense {
                     Matrix::Both {
-                        quantized: Arc::new(with_fast_kernel(qtensor, device)?),
+                        quantized: Quantized::new(qtensor, device)?,
                         dense,
                     }
                 } else {
@@ -215,8 +265,8 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
         let n_rows = x.dim(0)?;
         let y = match &self.weight {
-            Matrix::Quantized(quantized) => quantized_matmul(quantized, x)?,
-            Matrix::Both { quantized, .. } if n_rows <= FEW_ROWS => quantized_matmul(quantized, x)?,
+            Matrix::Quantized(quantized) => quantized.forward(x)?,
+            Matrix::Both { quantized, .. } if n_rows <= FEW_ROWS => quantized.forward(x)?,
             Matrix::Dense(dense) | Matrix::Both { dense, .. } => dense_matmul(dense, x)?,
         };
         Ok(match &self.bias {
@@ -232,7 +282,10 @@ impl Linear {
             Matrix::Dense(dense) | Matrix::Both { dense, .. } => {
                 dense.index_select(ids, 0)?.to_dtype(DType::F32)?
             }
-            Matrix::Quantized(quantized) => quantized.embedding(ids)?,
+            Matrix::Quantized(Quantized::Candle(quantized)) => quantized.embedding(ids)?,
+            Matrix::Quantized(Quantized::Own(matrix)) => {
+                matrix.dequantize_rows(&ids.to_vec1::<u32>()?, ids.device())?
+            }
         })
     }
 
@@ -240,31 +293,12 @@ impl Linear {
     pub fn size_in_bytes(&self) -> usize {
         let dense_bytes = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
         let weight = match &self.weight {
-            Matrix::Quantized(quantized) => quantized.storage_size_in_bytes(),
+            Matrix::Quantized(quantized) => quantized.size_in_bytes(),
             Matrix::Dense(dense) => dense_bytes(dense),
-            Matrix::Both { quantized, dense } => {
-                quantized.storage_size_in_bytes() + dense_bytes(dense)
-            }
+            Matrix::Both { quantized, dense } => quantized.size_in_bytes() + dense_bytes(dense),
         };
         weight + self.bias.as_ref().map_or(0, dense_bytes)
     }
-}
-
-/// `qtensor` itself when candle has a fast kernel for its blocks, else requantized to Q8_0
-/// (finer than the 4- and 5-bit types it replaces, so the weights barely move).
-fn with_fast_kernel(qtensor: QTensor, device: &Device) -> Result<QTensor, EngineError> {
-    if has_fast_cpu_kernel(qtensor.dtype()) {
-        Ok(qtensor)
-    } else {
-        Ok(QTensor::quantize(
-            &qtensor.dequantize(device)?,
-            GgmlDType::Q8_0,
-        )?)
-    }
-}
-
-fn quantized_matmul(quantized: &Arc<QTensor>, x: &Tensor) -> Result<Tensor, EngineError> {
-    Ok(QMatMul::QTensor(quantized.clone()).forward(x)?)
 }
 
 fn dense_matmul(dense: &Tensor, x: &Tensor) -> Result<Tensor, EngineError> {

@@ -1,0 +1,171 @@
+//! AVX2 dot products of one row of weight groups with quantized activations. Per block, as in
+//! GGML's x86 kernels, the bytes are multiplied pairwise (`maddubs`) and summed to eight i32;
+//! per group of four blocks, horizontal adds fold the four blocks' sums into one vector that
+//! one multiply scales and one fused add accumulates. Q5_0 multiplies its unsigned 5-bit
+//! values and subtracts the activations' `offset` per group. The scalar versions in `blocks`
+//! are the reference.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use super::blocks::{ActGroup, GroupQ5_0, GroupQ8_0};
+
+/// Whether this CPU runs the kernels below.
+pub fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `Σ w·a` over the blocks of one weight row, or `None` when the CPU lacks the features.
+pub fn dot_q8_0(weights: &[GroupQ8_0], acts: &[ActGroup]) -> Option<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        // SAFETY: avx2, fma and f16c were detected at run time just above.
+        return Some(unsafe { dot_q8_0_avx2(weights, acts) });
+    }
+    let _ = (weights, acts);
+    None
+}
+
+pub fn dot_q5_0(weights: &[GroupQ5_0], acts: &[ActGroup]) -> Option<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        // SAFETY: avx2, fma and f16c were detected at run time just above.
+        return Some(unsafe { dot_q5_0_avx2(weights, acts) });
+    }
+    let _ = (weights, acts);
+    None
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum(x: __m256) -> f32 {
+    hsum128(_mm_add_ps(
+        _mm256_extractf128_ps::<1>(x),
+        _mm256_castps256_ps128(x),
+    ))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum128(x: __m128) -> f32 {
+    let sum = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    let sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
+    _mm_cvtss_f32(sum)
+}
+
+/// The four f32 scales `d_w * d_a` of a group, and the f16 weight scales in f32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scales(d: &[u16; 4], acts: &ActGroup) -> (__m128, __m128) {
+    // SAFETY: `d` is 8 readable bytes and `acts.d` 16; loadl/loadu need no alignment.
+    let (weight, act) = unsafe {
+        (
+            _mm_cvtph_ps(_mm_loadl_epi64(d.as_ptr().cast())),
+            _mm_loadu_ps(acts.d.as_ptr()),
+        )
+    };
+    (_mm_mul_ps(weight, act), weight)
+}
+
+/// Eight i32 sums of the pairwise products of unsigned bytes `u` and signed bytes `s`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sum_u8_i8(u: __m256i, s: __m256i) -> __m256i {
+    // maddubs saturates pairs at i16: Q5_0 (u <= 31) never reaches it, Q8_0 only with -128,
+    // which GGML's quantizers and ours (rounding to -127..=127) never write.
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+}
+
+/// Scales four blocks' i32 sums by `scale` (one f32 per block) and adds them to `acc`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn accumulate(sums: [__m256i; 4], scale: __m128, acc: __m256) -> __m256 {
+    // hadd twice: lane k of each 128-bit half is block k's sum over that half.
+    let folded = _mm256_hadd_epi32(
+        _mm256_hadd_epi32(sums[0], sums[1]),
+        _mm256_hadd_epi32(sums[2], sums[3]),
+    );
+    _mm256_fmadd_ps(
+        _mm256_cvtepi32_ps(folded),
+        _mm256_set_m128(scale, scale),
+        acc,
+    )
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load_32(bytes: &[i8; 32]) -> __m256i {
+    // SAFETY: `bytes` is 32 readable bytes; loadu has no alignment requirement.
+    unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_q8_0_avx2(weights: &[GroupQ8_0], acts: &[ActGroup]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (w, a) in weights.iter().zip(acts) {
+        let (scale, _) = scales(&w.d, a);
+        let sums: [__m256i; 4] = std::array::from_fn(|b| {
+            let (x, y) = (load_32(&w.qs[b]), load_32(&a.qs[b]));
+            // maddubs takes one unsigned operand: move w's sign onto the activations.
+            sum_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+        });
+        acc = accumulate(sums, scale, acc);
+    }
+    hsum(acc)
+}
+
+/// Block `b` of a Q5_0 group as 32 unsigned bytes `q` (0..32).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_0_values(group: &GroupQ5_0, b: usize) -> __m256i {
+    // SAFETY: `qs[b]` is 16 readable bytes; loadu has no alignment requirement.
+    let packed = unsafe { _mm_loadu_si128(group.qs[b].as_ptr().cast()) };
+    // Low nibbles are weights 0..16, high nibbles 16..32.
+    let nibbles = _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed),
+        _mm256_set1_epi8(0x0f),
+    );
+    // Byte j becomes 0xff where bit j of qh is set: broadcast each qh byte over 8 lanes, set
+    // every bit but the lane's own, compare with all-ones.
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(i32::from_le_bytes(group.qh[b])),
+        _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        ),
+    );
+    let bit_set = _mm256_cmpeq_epi8(
+        _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe)),
+        _mm256_set1_epi64x(-1),
+    );
+    _mm256_or_si256(nibbles, _mm256_and_si256(bit_set, _mm256_set1_epi8(0x10)))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_q5_0_avx2(weights: &[GroupQ5_0], acts: &[ActGroup]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut offsets = _mm_setzero_ps();
+    for (w, a) in weights.iter().zip(acts) {
+        let (scale, weight_scale) = scales(&w.d, a);
+        // SAFETY: `a.offset` is 16 readable bytes; loadu needs no alignment.
+        let offset = unsafe { _mm_loadu_ps(a.offset.as_ptr()) };
+        offsets = _mm_fmadd_ps(weight_scale, offset, offsets);
+        let sums: [__m256i; 4] =
+            std::array::from_fn(|b| sum_u8_i8(q5_0_values(w, b), load_32(&a.qs[b])));
+        acc = accumulate(sums, scale, acc);
+    }
+    hsum(acc) - hsum128(offsets)
+}

@@ -1,0 +1,178 @@
+//! Block layouts our decode kernels read, the quantization of activations, and the portable
+//! scalar dot products that are both the fallback on CPUs without AVX2 and the reference the
+//! SIMD kernels are tested against.
+//!
+//! GGML stores Q8_0 and Q5_0 as 32-weight blocks, each with its own f16 scale. We regroup four
+//! consecutive blocks of a row into one struct with the four scales, (Q5_0) the four fifth-bit
+//! words and the four blocks of quants side by side: the same bytes, but a kernel converts four
+//! scales with one instruction and scales four blocks' sums with one multiply.
+
+use half::f16;
+
+/// Weights per GGML block.
+pub const BLOCK: usize = 32;
+/// Blocks per group.
+pub const GROUP: usize = 4;
+/// Weights per group: rows must be a whole number of groups.
+pub const GROUP_WEIGHTS: usize = BLOCK * GROUP;
+
+/// Four Q8_0 blocks: weight `j` of block `b` is `d[b] * qs[b][j]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GroupQ8_0 {
+    /// f16 bits of the scales.
+    pub d: [u16; GROUP],
+    pub qs: [[i8; BLOCK]; GROUP],
+}
+
+/// Four Q5_0 blocks: weight `j` of block `b` is `d[b] * (q - 16)` with the 5-bit `q` made of
+/// a nibble of `qs[b]` (low nibbles: weights 0..16, high nibbles: 16..32) and bit `j` of
+/// `qh[b]` (little-endian) as fifth bit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GroupQ5_0 {
+    pub d: [u16; GROUP],
+    pub qh: [[u8; 4]; GROUP],
+    pub qs: [[u8; BLOCK / 2]; GROUP],
+}
+
+/// Four blocks of quantized activations: `d[b] * qs[b][j]`, with `offset[b] = 16 * d[b] *
+/// Σ qs[b]`, which turns Q5_0's unsigned 5-bit values back into signed ones (`q - 16`) once
+/// per block instead of once per weight.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ActGroup {
+    pub d: [f32; GROUP],
+    pub offset: [f32; GROUP],
+    pub qs: [[i8; BLOCK]; GROUP],
+}
+
+/// GGML bytes per block of each type.
+pub const Q8_0_BYTES: usize = 34;
+pub const Q5_0_BYTES: usize = 22;
+
+fn f16_bits(bytes: &[u8]) -> u16 {
+    u16::from_le_bytes([bytes[0], bytes[1]])
+}
+
+impl GroupQ8_0 {
+    /// Parses `GROUP` consecutive GGML blocks (`GROUP * Q8_0_BYTES` bytes).
+    pub fn parse(bytes: &[u8]) -> Self {
+        let mut group = Self {
+            d: [0; GROUP],
+            qs: [[0; BLOCK]; GROUP],
+        };
+        for (b, block) in bytes.chunks_exact(Q8_0_BYTES).enumerate() {
+            group.d[b] = f16_bits(block);
+            for (q, &byte) in group.qs[b].iter_mut().zip(&block[2..]) {
+                *q = byte as i8;
+            }
+        }
+        group
+    }
+
+    pub fn dequantize(&self, out: &mut [f32]) {
+        for (b, out) in out.chunks_exact_mut(BLOCK).enumerate() {
+            let d = f16::from_bits(self.d[b]).to_f32();
+            for (value, &q) in out.iter_mut().zip(&self.qs[b]) {
+                *value = d * f32::from(q);
+            }
+        }
+    }
+
+    pub fn dot(&self, acts: &ActGroup) -> f32 {
+        (0..GROUP)
+            .map(|b| {
+                f16::from_bits(self.d[b]).to_f32() * acts.d[b] * int_dot(&self.qs[b], &acts.qs[b])
+            })
+            .sum()
+    }
+}
+
+impl GroupQ5_0 {
+    pub fn parse(bytes: &[u8]) -> Self {
+        let mut group = Self {
+            d: [0; GROUP],
+            qh: [[0; 4]; GROUP],
+            qs: [[0; BLOCK / 2]; GROUP],
+        };
+        for (b, block) in bytes.chunks_exact(Q5_0_BYTES).enumerate() {
+            group.d[b] = f16_bits(block);
+            group.qh[b].copy_from_slice(&block[2..6]);
+            group.qs[b].copy_from_slice(&block[6..]);
+        }
+        group
+    }
+
+    /// The 32 signed values `q - 16` of block `b`.
+    fn values(&self, b: usize) -> [i8; BLOCK] {
+        let high_bits = u32::from_le_bytes(self.qh[b]);
+        let high = |j: usize| (((high_bits >> j) & 1) << 4) as u8;
+        let mut values = [0i8; BLOCK];
+        for (j, &byte) in self.qs[b].iter().enumerate() {
+            values[j] = ((byte & 0x0f) | high(j)) as i8 - 16;
+            values[j + BLOCK / 2] = ((byte >> 4) | high(j + BLOCK / 2)) as i8 - 16;
+        }
+        values
+    }
+
+    pub fn dequantize(&self, out: &mut [f32]) {
+        for (b, out) in out.chunks_exact_mut(BLOCK).enumerate() {
+            let d = f16::from_bits(self.d[b]).to_f32();
+            for (value, q) in out.iter_mut().zip(self.values(b)) {
+                *value = d * f32::from(q);
+            }
+        }
+    }
+
+    pub fn dot(&self, acts: &ActGroup) -> f32 {
+        (0..GROUP)
+            .map(|b| {
+                f16::from_bits(self.d[b]).to_f32()
+                    * acts.d[b]
+                    * int_dot(&self.values(b), &acts.qs[b])
+            })
+            .sum()
+    }
+}
+
+fn int_dot(a: &[i8; BLOCK], b: &[i8; BLOCK]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(&a, &b)| i32::from(a) * i32::from(b))
+        .sum::<i32>() as f32
+}
+
+/// Quantizes `x` (whole groups long) into `out`, each block of 32 scaled so its largest
+/// magnitude maps to 127, as GGML's `quantize_row_q8_0` does.
+pub fn quantize_activations(x: &[f32], out: &mut Vec<ActGroup>) {
+    out.clear();
+    out.extend(x.chunks_exact(GROUP_WEIGHTS).map(|group| {
+        let mut acts = ActGroup {
+            d: [0.0; GROUP],
+            offset: [0.0; GROUP],
+            qs: [[0; BLOCK]; GROUP],
+        };
+        for (b, block) in group.chunks_exact(BLOCK).enumerate() {
+            let amax = block.iter().fold(0f32, |max, &v| max.max(v.abs()));
+            let d = amax / 127.0;
+            let inverse = if d > 0.0 { 1.0 / d } else { 0.0 };
+            for (q, &v) in acts.qs[b].iter_mut().zip(block) {
+                *q = (v * inverse).round() as i8;
+            }
+            let sum: i32 = acts.qs[b].iter().map(|&q| i32::from(q)).sum();
+            acts.d[b] = d;
+            acts.offset[b] = 16.0 * d * sum as f32;
+        }
+        acts
+    }));
+}
+
+/// Scalar `Σ w·a` over a row of groups.
+pub fn dot_q8_0(weights: &[GroupQ8_0], acts: &[ActGroup]) -> f32 {
+    weights.iter().zip(acts).map(|(w, a)| w.dot(a)).sum()
+}
+
+pub fn dot_q5_0(weights: &[GroupQ5_0], acts: &[ActGroup]) -> f32 {
+    weights.iter().zip(acts).map(|(w, a)| w.dot(a)).sum()
+}
