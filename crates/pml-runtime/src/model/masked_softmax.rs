@@ -1,11 +1,16 @@
 //! Softmax of attention scores under the position mask, in one pass over the scores: no mask
 //! tensor is built or added, and masked scores are never exponentiated. Rows are independent
-//! and spread over rayon's threads.
+//! and spread over rayon's threads when there are enough of them.
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::EngineError;
+
+/// Fewest scores worth handing to rayon: a decode step's few thousand take microseconds, less
+/// than waking rayon's threads, which on a small machine also compete with candle's spinning
+/// workers for the cores.
+const PARALLEL_MIN_SCORES: usize = 1 << 16;
 
 /// Whether a query at position `query` may see a key at `key`: `key <= query`, and
 /// `query - key < window` in local layers.
@@ -67,30 +72,38 @@ impl CustomOp1 for MaskedSoftmax<'_> {
         let n_keys = self.key_positions.len();
         let n_queries = self.query_positions.len();
         let mut out = vec![0f32; scores.len()];
-        out.par_chunks_mut(n_keys)
-            .zip(scores.par_chunks(n_keys))
-            .enumerate()
-            .for_each(|(row, (out, scores))| {
-                let query = self.query_positions[row % n_queries];
-                let sees = |key: &u32| visible(query, *key, self.window);
-                let max = scores
-                    .iter()
-                    .zip(self.key_positions)
-                    .filter(|(_, key)| sees(key))
-                    .fold(f32::NEG_INFINITY, |max, (&score, _)| max.max(score));
-                if max == f32::NEG_INFINITY {
-                    return;
+        let softmax_row = |row: usize, out: &mut [f32], scores: &[f32]| {
+            let query = self.query_positions[row % n_queries];
+            let sees = |key: &u32| visible(query, *key, self.window);
+            let max = scores
+                .iter()
+                .zip(self.key_positions)
+                .filter(|(_, key)| sees(key))
+                .fold(f32::NEG_INFINITY, |max, (&score, _)| max.max(score));
+            if max == f32::NEG_INFINITY {
+                return;
+            }
+            let mut sum = 0f32;
+            for ((out, &score), key) in out.iter_mut().zip(scores).zip(self.key_positions) {
+                if sees(key) {
+                    *out = (score - max).exp();
+                    sum += *out;
                 }
-                let mut sum = 0f32;
-                for ((out, &score), key) in out.iter_mut().zip(scores).zip(self.key_positions) {
-                    if sees(key) {
-                        *out = (score - max).exp();
-                        sum += *out;
-                    }
-                }
-                let inverse = sum.recip();
-                out.iter_mut().for_each(|out| *out *= inverse);
-            });
+            }
+            let inverse = sum.recip();
+            out.iter_mut().for_each(|out| *out *= inverse);
+        };
+        if scores.len() < PARALLEL_MIN_SCORES {
+            out.chunks_mut(n_keys)
+                .zip(scores.chunks(n_keys))
+                .enumerate()
+                .for_each(|(row, (out, scores))| softmax_row(row, out, scores));
+        } else {
+            out.par_chunks_mut(n_keys)
+                .zip(scores.par_chunks(n_keys))
+                .enumerate()
+                .for_each(|(row, (out, scores))| softmax_row(row, out, scores));
+        }
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 }
