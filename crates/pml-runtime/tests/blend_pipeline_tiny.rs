@@ -217,34 +217,46 @@ fn a_damaged_or_missing_layer_entry_falls_back_to_the_whole_state() {
         let streamed = options(0.3, Pipelining::Always);
         fixture.prefill(&layout, &bound, streamed);
 
-        // Layer 1 of `a` corrupt (found mid-stream), layer 0 of `b` gone (found before).
+        // Layer 1 of `a` and the last layer of the root corrupt (both found mid-stream); the
+        // last layer of `b` gone (found before streaming starts).
+        let n_layers = fixture.model.config().n_layers;
         let corrupt = fixture.layer_file(&layout, a, 1);
         flip_a_byte_in_the_middle(&corrupt);
-        std::fs::remove_file(fixture.layer_file(&layout, b, 0)).expect("remove");
+        flip_a_byte_in_the_middle(&fixture.layer_file(&layout, UnitId::ROOT, n_layers - 1));
+        std::fs::remove_file(fixture.layer_file(&layout, b, n_layers - 1)).expect("remove");
         let damaged = fixture.prefill(&layout, &bound, streamed);
         let what = format!("{arch:?} damaged");
         assert_same_logits(&damaged, &reference, &what);
         let warnings = damaged.stats.warnings.join("\n");
-        assert!(
-            warnings.contains("could not be streamed") && warnings.contains("corrupt"),
+        assert_eq!(
+            warnings.matches("could not be streamed").count(),
+            2,
             "{what}: {warnings}"
         );
-        assert!(!corrupt.exists(), "the corrupt entry is removed");
+        assert!(
+            warnings.contains("module `a` could not be streamed")
+                && warnings.contains("the root could not be streamed"),
+            "{what}: {warnings}"
+        );
+        // The tier removed the corrupt entries; the fallback stored them afresh.
+        assert!(warnings.contains("it was removed"), "{what}: {warnings}");
+        assert!(corrupt.exists(), "{what}: layer 1 of `a` stored again");
         let pipeline = damaged.stats.pipeline.as_ref().expect("pipelined");
-        // The root and `a` streamed (`a` until its layer 1 failed); `b` lacked a layer, so it
-        // was spliced whole and stored per layer again.
+        // The root and `a` streamed until a layer failed, then were stored per layer again;
+        // `b` lacked its last layer, so it was spliced whole and stored per layer again.
         assert_eq!(pipeline.units_streamed, 2, "{what}");
-        assert_eq!(pipeline.units_layered, 1, "{what}");
+        assert_eq!(pipeline.units_layered, 3, "{what}");
 
-        // `a` lacks its layer 1 now, so it is spliced whole and stored per layer again; then
-        // everything streams.
-        let healed = fixture.prefill(&layout, &bound, streamed);
-        assert_same_logits(&healed, &reference, &format!("{arch:?} healed"));
-        let pipeline = healed.stats.pipeline.as_ref().expect("pipelined");
-        assert_eq!((pipeline.units_streamed, pipeline.units_layered), (2, 1));
+        // Then everything streams, without a warning.
         let streaming = fixture.prefill(&layout, &bound, streamed);
+        assert_same_logits(&streaming, &reference, &format!("{arch:?} healed"));
         let pipeline = streaming.stats.pipeline.as_ref().expect("pipelined");
         assert_eq!((pipeline.units_streamed, pipeline.units_layered), (3, 0));
+        assert!(
+            streaming.stats.warnings.is_empty(),
+            "{:?}",
+            streaming.stats.warnings
+        );
 
         // A damaged layer whose unit's whole state is damaged too: the unit is encoded again.
         flip_a_byte_in_the_middle(&fixture.layer_file(&layout, a, 2));

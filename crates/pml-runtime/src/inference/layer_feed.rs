@@ -11,7 +11,9 @@
 //! once it has read everything else, so the next prompt streams it (each such unit is then held
 //! twice in the store). A layer entry found missing or damaged mid-way (evicted; corrupt, which
 //! the tier removes) switches its unit to its whole state for the layers still to come, with a
-//! warning: slower, never wrong.
+//! warning, and the unit is stored per layer again once the prefill is computed: slower, never
+//! wrong. Before streaming, only the first layer to stream and the last are looked up (entries
+//! are written in layer order; on Redis each lookup is a round trip).
 //!
 //! The blend algorithm calls [`LayerSource::place`] right before it reads or runs a layer;
 //! [`with_cached_layers`] hands it either everything spliced up front or the streaming feed.
@@ -115,7 +117,7 @@ pub(super) fn with_cached_layers<T>(
     let mut blocks = Vec::with_capacity(plan.spans.len());
     for span in &plan.spans {
         let keys = encoder.layer_keys(span.unit)?;
-        if all_stored(store, &keys) {
+        if ends_stored(store, &keys, first_layer) {
             let layout_unit = unit(encoder.layout(), span.unit)?;
             streams.push(StreamedSpan {
                 keys,
@@ -130,7 +132,10 @@ pub(super) fn with_cached_layers<T>(
         } else {
             blocks.push(span_rows(model, encoder, span, stats)?);
             let (state, origin) = encoder.state(span.unit)?;
-            if !matches!(origin, StateOrigin::Empty) && !state.is_empty() {
+            let queued = layering
+                .iter()
+                .any(|job: &LayeringJob| job.keys.first() == keys.first());
+            if !matches!(origin, StateOrigin::Empty) && !state.is_empty() && !queued {
                 let tokens = unit(encoder.layout(), span.unit)?.tokens.clone();
                 layering.push(LayeringJob {
                     keys,
@@ -177,6 +182,8 @@ pub(super) fn with_cached_layers<T>(
             sources,
             slots,
             abandoned: &abandoned,
+            streams: &streams,
+            relayer: Vec::new(),
             receiver,
             first_layer,
             next_layer: first_layer,
@@ -193,17 +200,21 @@ pub(super) fn with_cached_layers<T>(
             receiver,
             recovery,
             account,
+            relayer,
             ..
         } = feed;
         drop(receiver);
         let loader = loader.join();
-        (result, (recovery, account), loader)
+        (result, (recovery, account, relayer), loader)
     });
-    let (recovery, mut account) = feed;
+    let (recovery, mut account, relayer) = feed;
     let loader =
         loader.map_err(|_| InferenceError::Pipeline("the loader thread panicked".to_string()))?;
     let result = result?;
-    account.units_layered = loader.units_layered;
+    // Units that fell back mid-stream are stored per layer again now (once, after the answer's
+    // prefill is computed), so the next prompt streams them.
+    let relayered = store_per_layer(store, &relayer);
+    account.units_layered = loader.units_layered + relayered.units_layered;
     stats.load = prepared + account.waited;
     stats.compute = stats.compute.saturating_sub(account.waited);
     stats.units_loaded += streams.len();
@@ -214,6 +225,7 @@ pub(super) fn with_cached_layers<T>(
     stats.warnings = encoder.warnings()[warnings_before..].to_vec();
     stats.warnings.extend(recovery.warnings);
     stats.warnings.extend(loader.failures);
+    stats.warnings.extend(relayered.failures);
     stats.pipeline = Some(account);
     Ok((kv, result))
 }
@@ -243,9 +255,14 @@ fn should_stream(
     }
 }
 
-/// Whether every key is in some tier (a tier that cannot answer counts as not holding it).
-fn all_stored(store: &ModuleStore, keys: &[StoreKey]) -> bool {
-    keys.iter().all(|key| store.contains(key).unwrap_or(false))
+/// Whether the first layer to stream and the last one are in some tier (a tier that cannot answer
+/// counts as not holding them). Per-layer entries are written in layer order, so an interrupted
+/// write lacks the last; one lost in between (evicted, corrupt) is found when it is read and its
+/// unit falls back then. Two lookups rather than one per layer: on Redis each is a round trip.
+fn ends_stored(store: &ModuleStore, keys: &[StoreKey], first_layer: usize) -> bool {
+    let ends = [keys.get(first_layer), keys.last()];
+    ends.iter()
+        .all(|key| key.is_some_and(|key| store.contains(key).unwrap_or(false)))
 }
 
 /// Zero rows at `span`'s positions, every layer (one shared tensor): the slots a streamed span's
@@ -363,14 +380,19 @@ fn run_loader(
         }
     }
     drop(sender);
+    store_per_layer(store, layering)
+}
+
+/// Stores each job's unit per layer; failures only cost the next prompt's speed, so they are
+/// reported, not raised.
+fn store_per_layer(store: &ModuleStore, jobs: &[LayeringJob]) -> LoaderReport {
     let mut report = LoaderReport {
         units_layered: 0,
         failures: Vec::new(),
     };
-    for job in layering {
+    for job in jobs {
         match write_layers(store, job) {
             Ok(()) => report.units_layered += 1,
-            // Only the next prompt's speed depends on these entries.
             Err(error) => report
                 .failures
                 .push(format!("could not store a unit per layer: {error}")),
@@ -419,6 +441,9 @@ struct LayerFeed<'f, 'e, 'a> {
     /// Each span's slots in the cache.
     slots: Vec<Range<usize>>,
     abandoned: &'f [AtomicBool],
+    streams: &'f [StreamedSpan],
+    /// Units that fell back to their whole state, to store per layer again afterwards.
+    relayer: Vec<LayeringJob>,
     receiver: Receiver<LoadedLayer>,
     first_layer: usize,
     next_layer: usize,
@@ -505,6 +530,14 @@ impl LayerFeed<'_, '_, '_> {
         }
         let span = &self.spans[index];
         let block = span_rows(self.model, self.encoder, span, &mut self.recovery)?;
+        if let Some(streamed) = self.streams.get(stream) {
+            let (state, _) = self.encoder.state(span.unit)?;
+            self.relayer.push(LayeringJob {
+                keys: streamed.keys.clone(),
+                state,
+                tokens: streamed.unit_tokens.clone(),
+            });
+        }
         let layout_unit = unit(self.encoder.layout(), span.unit)?;
         self.recovery.warnings.push(format!(
             "{} could not be streamed ({reason}); spliced from its whole state",
