@@ -111,41 +111,12 @@ pub(super) fn with_cached_layers<T>(
     let store = encoder.store();
     let warnings_before = encoder.warnings().len();
     let load_start = Instant::now();
-    let mut sources = Vec::with_capacity(plan.spans.len());
-    let mut streams = Vec::new();
-    let mut layering = Vec::new();
-    let mut blocks = Vec::with_capacity(plan.spans.len());
-    for span in &plan.spans {
-        let keys = encoder.layer_keys(span.unit)?;
-        if ends_stored(store, &keys, first_layer) {
-            let layout_unit = unit(encoder.layout(), span.unit)?;
-            streams.push(StreamedSpan {
-                keys,
-                unit_tokens: layout_unit.tokens.clone(),
-                unit_positions: layout_unit.positions.clone(),
-                rows: span.rows.clone(),
-                encoded_positions: span.encoded_positions.clone(),
-                positions: span.positions.clone(),
-            });
-            sources.push(SpanSource::Streamed(streams.len() - 1));
-            blocks.push(placeholder(model, span)?);
-        } else {
-            blocks.push(span_rows(model, encoder, span, stats)?);
-            let (state, origin) = encoder.state(span.unit)?;
-            let queued = layering
-                .iter()
-                .any(|job: &LayeringJob| job.keys.first() == keys.first());
-            if !matches!(origin, StateOrigin::Empty) && !state.is_empty() && !queued {
-                let tokens = unit(encoder.layout(), span.unit)?.tokens.clone();
-                layering.push(LayeringJob {
-                    keys,
-                    state,
-                    tokens,
-                });
-            }
-            sources.push(SpanSource::Whole);
-        }
-    }
+    let Prepared {
+        sources,
+        streams,
+        layering,
+        blocks,
+    } = prepare(model, encoder, plan, first_layer, stats)?;
     let mut slots = Vec::with_capacity(blocks.len());
     let mut offset = 0;
     for block in &blocks {
@@ -228,6 +199,70 @@ pub(super) fn with_cached_layers<T>(
     stats.warnings.extend(relayered.failures);
     stats.pipeline = Some(account);
     Ok((kv, result))
+}
+
+/// Each span's source and the work of the loader thread.
+struct Prepared {
+    sources: Vec<SpanSource>,
+    streams: Vec<StreamedSpan>,
+    /// Units spliced whole that lack per-layer entries.
+    layering: Vec<LayeringJob>,
+    /// Every span's rows: spliced whole, or zeros where they will be streamed.
+    blocks: Vec<KvBlock>,
+}
+
+/// Sorts the spans into streamed ones (their per-layer entries are stored) and ones spliced from
+/// their whole state now (recording those to store per layer).
+fn prepare(
+    model: &Model,
+    encoder: &mut UnitEncoder<'_>,
+    plan: &SplicePlan,
+    first_layer: usize,
+    stats: &mut PrefillStats,
+) -> Result<Prepared, InferenceError> {
+    let store = encoder.store();
+    let mut prepared = Prepared {
+        sources: Vec::with_capacity(plan.spans.len()),
+        streams: Vec::new(),
+        layering: Vec::new(),
+        blocks: Vec::with_capacity(plan.spans.len()),
+    };
+    for span in &plan.spans {
+        let keys = encoder.layer_keys(span.unit)?;
+        if ends_stored(store, &keys, first_layer) {
+            let layout_unit = unit(encoder.layout(), span.unit)?;
+            prepared.streams.push(StreamedSpan {
+                keys,
+                unit_tokens: layout_unit.tokens.clone(),
+                unit_positions: layout_unit.positions.clone(),
+                rows: span.rows.clone(),
+                encoded_positions: span.encoded_positions.clone(),
+                positions: span.positions.clone(),
+            });
+            let stream = prepared.streams.len() - 1;
+            prepared.sources.push(SpanSource::Streamed(stream));
+            prepared.blocks.push(placeholder(model, span)?);
+            continue;
+        }
+        prepared
+            .blocks
+            .push(span_rows(model, encoder, span, stats)?);
+        prepared.sources.push(SpanSource::Whole);
+        let (state, origin) = encoder.state(span.unit)?;
+        let queued = prepared
+            .layering
+            .iter()
+            .any(|job| job.keys.first() == keys.first());
+        if !matches!(origin, StateOrigin::Empty) && !state.is_empty() && !queued {
+            let tokens = unit(encoder.layout(), span.unit)?.tokens.clone();
+            prepared.layering.push(LayeringJob {
+                keys,
+                state,
+                tokens,
+            });
+        }
+    }
+    Ok(prepared)
 }
 
 /// Whether to stream: as asked, or (auto) when some cached unit's state is not held in RAM.
