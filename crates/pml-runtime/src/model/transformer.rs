@@ -10,6 +10,7 @@ use candle_core::{DType, Device, Tensor};
 use super::EngineError;
 use super::config::{Activation, LayerAttention, ModelConfig};
 use super::context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};
+use super::few_query_attention::attend_few;
 use super::masked_softmax::masked_softmax;
 use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat};
 use crate::gguf::GgufFile;
@@ -21,6 +22,9 @@ pub const ACTIVATION_DTYPE: DType = DType::F32;
 /// Most attention scores one step materialises (16 MiB of f32): long prefills attend in chunks
 /// of queries, which keeps the scores in cache and avoids huge short-lived allocations.
 const ATTENTION_SCORE_BUDGET: usize = 1 << 22;
+
+/// Most queries attended in plain loops ([`attend_few`]) instead of matmuls.
+const FEW_QUERIES: usize = 8;
 
 /// Rows the MLP takes at once (see [`Mlp::forward`]).
 const MLP_ROWS: usize = 512;
@@ -344,6 +348,19 @@ impl Attention {
         key_positions: &[u32],
     ) -> Result<Tensor, EngineError> {
         let (n_queries, _, head_dim) = queries.dims3()?;
+        if n_queries <= FEW_QUERIES {
+            let few = attend_few(
+                queries,
+                query_positions,
+                keys,
+                values,
+                key_positions,
+                self.sliding_window,
+            )?;
+            if let Some(attended) = few {
+                return Ok(attended);
+            }
+        }
         let group = self.n_heads / self.n_kv_heads;
         // (n_kv_heads, group * n_queries, head_dim)
         let queries = queries

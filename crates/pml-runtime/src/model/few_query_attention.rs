@@ -1,0 +1,217 @@
+//! Attention of a few queries (a decode step) over a layer's cached K/V, in plain loops over
+//! the cache's own `(n_keys, n_kv_heads, head_dim)` rows: no transposed copies of K and V, no
+//! score tensor, no trip through candle's matmul and its thread pool, which for one query cost
+//! more than the arithmetic.
+
+use candle_core::{DType, Storage, Tensor};
+
+use super::EngineError;
+use super::masked_softmax::visible;
+
+/// Lanes of the dot-product accumulators, so the compiler can keep them in SIMD registers
+/// (a single running sum would be a serial dependency chain).
+const LANES: usize = 8;
+
+/// The f32 rows of a contiguous CPU tensor, or `None` for any other.
+fn with_f32_slice<R>(tensor: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
+    if tensor.dtype() != DType::F32 {
+        return None;
+    }
+    let (storage, layout) = tensor.storage_and_layout();
+    let (start, end) = layout.contiguous_offsets()?;
+    match &*storage {
+        Storage::Cpu(cpu) => cpu.as_slice::<f32>().ok().map(|all| f(&all[start..end])),
+        _ => None,
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; LANES];
+    for (a, b) in a.chunks_exact(LANES).zip(b.chunks_exact(LANES)) {
+        for lane in 0..LANES {
+            lanes[lane] += a[lane] * b[lane];
+        }
+    }
+    let tail = a.len() - a.len() % LANES;
+    let tail: f32 = a[tail..].iter().zip(&b[tail..]).map(|(a, b)| a * b).sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// `softmax(q k^T under the position mask) v` for `queries` `(n, n_heads, head_dim)` (already
+/// scaled) over `keys`/`values` `(n_keys, n_kv_heads, head_dim)`; `(n, n_heads * head_dim)`, or
+/// `None` when the tensors are not contiguous f32 on the CPU (the caller then takes the
+/// general path). A query that sees no key gets zeros, as `masked_softmax` gives.
+pub(super) fn attend_few(
+    queries: &Tensor,
+    query_positions: &[u32],
+    keys: &Tensor,
+    values: &Tensor,
+    key_positions: &[u32],
+    window: Option<usize>,
+) -> Result<Option<Tensor>, EngineError> {
+    let (n_queries, n_heads, head_dim) = queries.dims3()?;
+    let (n_keys, n_kv_heads, _) = keys.dims3()?;
+    if values.dims() != keys.dims() || keys.dim(2)? != head_dim || n_keys != key_positions.len() {
+        return Err(EngineError::InvalidInput(format!(
+            "attention of queries {:?} over keys {:?} and values {:?} at {} positions",
+            queries.dims(),
+            keys.dims(),
+            values.dims(),
+            key_positions.len()
+        )));
+    }
+    let group = n_heads / n_kv_heads;
+    let queries = queries.contiguous()?;
+    let mut out = vec![0f32; n_queries * n_heads * head_dim];
+    let mut weights = vec![0f32; n_keys];
+    let done = with_f32_slice(&queries, |q| {
+        with_f32_slice(keys, |k| {
+            with_f32_slice(values, |v| {
+                for (row, &query_position) in query_positions.iter().enumerate() {
+                    for head in 0..n_heads {
+                        let kv_head = head / group;
+                        let at = (row * n_heads + head) * head_dim;
+                        let query = &q[at..at + head_dim];
+                        let row_of = |key: usize| (key * n_kv_heads + kv_head) * head_dim;
+                        let mut max = f32::NEG_INFINITY;
+                        for (key, (weight, &key_position)) in
+                            weights.iter_mut().zip(key_positions).enumerate()
+                        {
+                            *weight = if visible(query_position, key_position, window) {
+                                dot(query, &k[row_of(key)..row_of(key) + head_dim])
+                            } else {
+                                f32::NEG_INFINITY
+                            };
+                            max = max.max(*weight);
+                        }
+                        if max == f32::NEG_INFINITY {
+                            continue;
+                        }
+                        let mut sum = 0f32;
+                        for weight in weights.iter_mut() {
+                            *weight = (*weight - max).exp();
+                            sum += *weight;
+                        }
+                        let inverse = sum.recip();
+                        let output = &mut out[at..at + head_dim];
+                        for (key, &weight) in weights.iter().enumerate() {
+                            if weight == 0.0 {
+                                continue;
+                            }
+                            let value = &v[row_of(key)..row_of(key) + head_dim];
+                            for (output, &value) in output.iter_mut().zip(value) {
+                                *output += weight * inverse * value;
+                            }
+                        }
+                    }
+                }
+            })
+        })
+    });
+    if !matches!(done, Some(Some(Some(())))) {
+        return Ok(None);
+    }
+    Ok(Some(Tensor::from_vec(
+        out,
+        (n_queries, n_heads * head_dim),
+        queries.device(),
+    )?))
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::Device;
+
+    use super::*;
+
+    /// Straightforward f64 attention: every head, every visible key.
+    fn reference(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dims: (usize, usize, usize, usize, usize),
+        query_positions: &[u32],
+        key_positions: &[u32],
+        window: Option<usize>,
+    ) -> Vec<f32> {
+        let (n_queries, n_heads, n_kv_heads, n_keys, d) = dims;
+        let mut out = vec![0f32; n_queries * n_heads * d];
+        for row in 0..n_queries {
+            for head in 0..n_heads {
+                let kv = head / (n_heads / n_kv_heads);
+                let q = &q[(row * n_heads + head) * d..][..d];
+                let seen: Vec<usize> = (0..n_keys)
+                    .filter(|&key| visible(query_positions[row], key_positions[key], window))
+                    .collect();
+                let scores: Vec<f64> = seen
+                    .iter()
+                    .map(|&key| {
+                        let k = &k[(key * n_kv_heads + kv) * d..][..d];
+                        q.iter()
+                            .zip(k)
+                            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                            .sum()
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let total: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+                for (&key, score) in seen.iter().zip(&scores) {
+                    let weight = (score - max).exp() / total;
+                    let v = &v[(key * n_kv_heads + kv) * d..][..d];
+                    for (o, &v) in out[(row * n_heads + head) * d..][..d].iter_mut().zip(v) {
+                        *o += (weight * f64::from(v)) as f32;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn values(n: usize, phase: f32) -> Vec<f32> {
+        (0..n).map(|i| (i as f32 * 0.37 + phase).sin()).collect()
+    }
+
+    #[test]
+    fn matches_plain_attention_under_the_mask() -> Result<(), EngineError> {
+        let device = Device::Cpu;
+        // 6 heads over 2 KV heads, head size 20 (not a multiple of the 8 lanes).
+        let (n_queries, n_heads, n_kv_heads, n_keys, d) = (2, 6, 2, 9, 20);
+        let (q, k, v) = (
+            values(n_queries * n_heads * d, 0.1),
+            values(n_keys * n_kv_heads * d, 1.3),
+            values(n_keys * n_kv_heads * d, 2.9),
+        );
+        // Keys out of order with a gap, queries at the end, a window that hides the oldest.
+        let key_positions = [0u32, 1, 2, 3, 7, 4, 5, 8, 9];
+        let query_positions = [8u32, 9];
+        for window in [None, Some(4)] {
+            let ours = attend_few(
+                &Tensor::from_slice(&q, (n_queries, n_heads, d), &device)?,
+                &query_positions,
+                &Tensor::from_slice(&k, (n_keys, n_kv_heads, d), &device)?,
+                &Tensor::from_slice(&v, (n_keys, n_kv_heads, d), &device)?,
+                &key_positions,
+                window,
+            )?
+            .ok_or_else(|| EngineError::InvalidInput("no fast path".into()))?;
+            assert_eq!(ours.dims(), [n_queries, n_heads * d]);
+            let dims = (n_queries, n_heads, n_kv_heads, n_keys, d);
+            let expected = reference(&q, &k, &v, dims, &query_positions, &key_positions, window);
+            for (a, b) in ours.flatten_all()?.to_vec1::<f32>()?.iter().zip(&expected) {
+                assert!((a - b).abs() < 1e-5, "{window:?}: {a} vs {b}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_query_that_sees_nothing_gets_zeros() -> Result<(), EngineError> {
+        let device = Device::Cpu;
+        let kv = Tensor::ones((2, 1, 8), DType::F32, &device)?;
+        let q = Tensor::ones((1, 1, 8), DType::F32, &device)?;
+        let out = attend_few(&q, &[0], &kv, &kv, &[1, 2], None)?;
+        let out = out.ok_or_else(|| EngineError::InvalidInput("no fast path".into()))?;
+        assert_eq!(out.flatten_all()?.to_vec1::<f32>()?, vec![0.0; 8]);
+        Ok(())
+    }
+}
