@@ -1,7 +1,9 @@
 //! Attention of a few queries (a decode step) over a layer's cached K/V, in plain loops over
 //! the cache's own `(n_keys, n_kv_heads, head_dim)` rows: no transposed copies of K and V, no
-//! score tensor, no trip through candle's matmul and its thread pool, which for one query cost
-//! more than the arithmetic.
+//! score tensor, no trip through candle's matmul and rayon, which for one query cost more than
+//! the arithmetic. The (query, head) pairs are split over candle's worker pool.
+
+use std::sync::Mutex;
 
 use candle_core::{DType, Storage, Tensor};
 
@@ -25,6 +27,7 @@ fn with_f32_slice<R>(tensor: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> 
     }
 }
 
+#[inline]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; LANES];
     for (a, b) in a.chunks_exact(LANES).zip(b.chunks_exact(LANES)) {
@@ -63,51 +66,74 @@ pub(super) fn attend_few(
     let group = n_heads / n_kv_heads;
     let queries = queries.contiguous()?;
     let mut out = vec![0f32; n_queries * n_heads * head_dim];
-    let mut weights = vec![0f32; n_keys];
+    // Which keys each query sees, once for all its heads.
+    let seen: Vec<Vec<bool>> = query_positions
+        .iter()
+        .map(|&query| {
+            key_positions
+                .iter()
+                .map(|&key| visible(query, key, window))
+                .collect()
+        })
+        .collect();
+    // One item per (query, head), each writing its own `head_dim` outputs.
+    let items: Vec<Mutex<&mut [f32]>> = out.chunks_mut(head_dim).map(Mutex::new).collect();
     let done = with_f32_slice(&queries, |q| {
         with_f32_slice(keys, |k| {
             with_f32_slice(values, |v| {
-                for (row, &query_position) in query_positions.iter().enumerate() {
-                    for head in 0..n_heads {
-                        let kv_head = head / group;
-                        let at = (row * n_heads + head) * head_dim;
-                        let query = &q[at..at + head_dim];
-                        let row_of = |key: usize| (key * n_kv_heads + kv_head) * head_dim;
-                        let mut max = f32::NEG_INFINITY;
-                        for (key, (weight, &key_position)) in
-                            weights.iter_mut().zip(key_positions).enumerate()
-                        {
-                            *weight = if visible(query_position, key_position, window) {
-                                dot(query, &k[row_of(key)..row_of(key) + head_dim])
-                            } else {
-                                f32::NEG_INFINITY
-                            };
-                            max = max.max(*weight);
-                        }
-                        if max == f32::NEG_INFINITY {
+                let attend_item = |item: usize, weights: &mut Vec<f32>| {
+                    let (row, head) = (item / n_heads, item % n_heads);
+                    let kv_head = head / group;
+                    let query = &q[item * head_dim..(item + 1) * head_dim];
+                    weights.clear();
+                    let mut max = f32::NEG_INFINITY;
+                    let keys = k.chunks_exact(n_kv_heads * head_dim);
+                    for (sees, key) in seen[row].iter().zip(keys) {
+                        let weight = if *sees {
+                            let start = kv_head * head_dim;
+                            dot(query, &key[start..start + head_dim])
+                        } else {
+                            f32::NEG_INFINITY
+                        };
+                        max = max.max(weight);
+                        weights.push(weight);
+                    }
+                    if max == f32::NEG_INFINITY {
+                        return;
+                    }
+                    let mut sum = 0f32;
+                    for weight in weights.iter_mut() {
+                        *weight = (*weight - max).exp();
+                        sum += *weight;
+                    }
+                    let inverse = sum.recip();
+                    let mut output = match items[item].lock() {
+                        Ok(output) => output,
+                        Err(poisoned) => poisoned.into_inner(),
+                    };
+                    let values = v.chunks_exact(n_kv_heads * head_dim);
+                    for (&weight, value) in weights.iter().zip(values) {
+                        if weight == 0.0 {
                             continue;
                         }
-                        let mut sum = 0f32;
-                        for weight in weights.iter_mut() {
-                            *weight = (*weight - max).exp();
-                            sum += *weight;
-                        }
-                        let inverse = sum.recip();
-                        let output = &mut out[at..at + head_dim];
-                        for (key, &weight) in weights.iter().enumerate() {
-                            if weight == 0.0 {
-                                continue;
-                            }
-                            let value = &v[row_of(key)..row_of(key) + head_dim];
-                            for (output, &value) in output.iter_mut().zip(value) {
-                                *output += weight * inverse * value;
-                            }
+                        let weight = weight * inverse;
+                        let start = kv_head * head_dim;
+                        let value = &value[start..start + head_dim];
+                        for (output, &value) in output.iter_mut().zip(value) {
+                            *output += weight * value;
                         }
                     }
-                }
+                };
+                // Heads are independent: candle's worker pool (the one the matrix products
+                // use, already awake) splits them.
+                candle_core::utils::barrier_pool().execute_chunked(items.len(), |range| {
+                    let mut weights = Vec::with_capacity(n_keys);
+                    range.for_each(|item| attend_item(item, &mut weights));
+                });
             })
         })
     });
+    drop(items);
     if !matches!(done, Some(Some(Some(())))) {
         return Ok(None);
     }
