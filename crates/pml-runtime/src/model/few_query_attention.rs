@@ -14,6 +14,19 @@ use super::masked_softmax::visible;
 /// (a single running sum would be a serial dependency chain).
 const LANES: usize = 8;
 
+/// Most query heads per KV head this path takes (Qwen2.5-0.5B has 7, Gemma-3-270M 4); larger
+/// groups take the general path.
+const MAX_GROUP: usize = 16;
+
+/// The global head index (`row * n_heads + head`) of the first head of output chunk `item`,
+/// when each group of `group` heads is cut into chunks of `heads_per_item` (the last one of a
+/// group shorter), groups in order.
+fn item_first_head(item: usize, heads_per_item: usize, group: usize) -> usize {
+    let items_per_group = group.div_ceil(heads_per_item);
+    let (group_idx, slice) = (item / items_per_group, item % items_per_group);
+    group_idx * group + slice * heads_per_item
+}
+
 /// The f32 rows of a contiguous CPU tensor, or `None` for any other.
 fn with_f32_slice<R>(tensor: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
     if tensor.dtype() != DType::F32 {
@@ -52,6 +65,24 @@ pub(super) fn attend_few(
     key_positions: &[u32],
     window: Option<usize>,
 ) -> Result<Option<Tensor>, EngineError> {
+    attend_sliced(
+        queries,
+        query_positions,
+        (keys, values, key_positions),
+        window,
+        None,
+    )
+}
+
+/// [`attend_few`] with each group's query heads cut into items of `heads_per_item` (chosen from
+/// the pool's size when `None`).
+fn attend_sliced(
+    queries: &Tensor,
+    query_positions: &[u32],
+    (keys, values, key_positions): (&Tensor, &Tensor, &[u32]),
+    window: Option<usize>,
+    heads_per_item: Option<usize>,
+) -> Result<Option<Tensor>, EngineError> {
     let (n_queries, n_heads, head_dim) = queries.dims3()?;
     let (n_keys, n_kv_heads, _) = keys.dims3()?;
     if values.dims() != keys.dims() || keys.dim(2)? != head_dim || n_keys != key_positions.len() {
@@ -62,6 +93,9 @@ pub(super) fn attend_few(
             values.dims(),
             key_positions.len()
         )));
+    }
+    if n_kv_heads == 0 || n_heads % n_kv_heads != 0 || n_heads / n_kv_heads > MAX_GROUP {
+        return Ok(None);
     }
     let group = n_heads / n_kv_heads;
     let queries = queries.contiguous()?;
@@ -76,58 +110,86 @@ pub(super) fn attend_few(
                 .collect()
         })
         .collect();
-    // One item per (query, head), each writing its own `head_dim` outputs.
-    let items: Vec<Mutex<&mut [f32]>> = out.chunks_mut(head_dim).map(Mutex::new).collect();
+    // One item per (query, KV head, slice of that KV head's query heads), each writing its own
+    // heads' outputs (consecutive, as the heads of a group are). The heads of an item share every
+    // K and V row they read, which a decode step's long cache makes the dominant memory traffic;
+    // groups are only sliced further when there are too few items to keep the pool busy.
+    let heads_per_item = heads_per_item.unwrap_or_else(|| {
+        let pool_threads = candle_core::utils::get_num_threads().max(1);
+        let slices = pool_threads
+            .div_ceil(n_queries * n_kv_heads)
+            .clamp(1, group);
+        group.div_ceil(slices)
+    });
+    let heads_per_item = heads_per_item.clamp(1, group);
+    let items: Vec<Mutex<&mut [f32]>> = out
+        .chunks_mut(group * head_dim)
+        .flat_map(|group_out| group_out.chunks_mut(heads_per_item * head_dim))
+        .map(Mutex::new)
+        .collect();
     let done = with_f32_slice(&queries, |q| {
         with_f32_slice(keys, |k| {
             with_f32_slice(values, |v| {
+                let row_len = n_kv_heads * head_dim;
                 let attend_item = |item: usize, weights: &mut Vec<f32>| {
-                    let (row, head) = (item / n_heads, item % n_heads);
-                    let kv_head = head / group;
-                    let query = &q[item * head_dim..(item + 1) * head_dim];
-                    weights.clear();
-                    let mut max = f32::NEG_INFINITY;
-                    let keys = k.chunks_exact(n_kv_heads * head_dim);
-                    for (sees, key) in seen[row].iter().zip(keys) {
-                        let weight = if *sees {
-                            let start = kv_head * head_dim;
-                            dot(query, &key[start..start + head_dim])
-                        } else {
-                            f32::NEG_INFINITY
-                        };
-                        max = max.max(weight);
-                        weights.push(weight);
-                    }
-                    if max == f32::NEG_INFINITY {
-                        return;
-                    }
-                    let mut sum = 0f32;
-                    for weight in weights.iter_mut() {
-                        *weight = (*weight - max).exp();
-                        sum += *weight;
-                    }
-                    let inverse = sum.recip();
                     let mut output = match items[item].lock() {
                         Ok(output) => output,
                         Err(poisoned) => poisoned.into_inner(),
                     };
-                    let values = v.chunks_exact(n_kv_heads * head_dim);
-                    for (&weight, value) in weights.iter().zip(values) {
-                        if weight == 0.0 {
+                    let first_head_global = item_first_head(item, heads_per_item, group);
+                    let row = first_head_global / n_heads;
+                    let first_head = first_head_global % n_heads;
+                    let n_item_heads = output.len() / head_dim;
+                    let kv_head = first_head / group;
+                    let kv_start = kv_head * head_dim;
+                    let query = &q[first_head_global * head_dim..][..n_item_heads * head_dim];
+                    weights.clear();
+                    weights.resize(n_item_heads * n_keys, f32::NEG_INFINITY);
+                    let mut maxima = [f32::NEG_INFINITY; MAX_GROUP];
+                    for (key_idx, (sees, key)) in
+                        seen[row].iter().zip(k.chunks_exact(row_len)).enumerate()
+                    {
+                        if !*sees {
                             continue;
                         }
-                        let weight = weight * inverse;
-                        let start = kv_head * head_dim;
-                        let value = &value[start..start + head_dim];
-                        for (output, &value) in output.iter_mut().zip(value) {
-                            *output += weight * value;
+                        let key = &key[kv_start..kv_start + head_dim];
+                        for (h, query) in query.chunks_exact(head_dim).enumerate() {
+                            let weight = dot(query, key);
+                            weights[h * n_keys + key_idx] = weight;
+                            maxima[h] = maxima[h].max(weight);
+                        }
+                    }
+                    if maxima[0] == f32::NEG_INFINITY {
+                        return;
+                    }
+                    let mut inverses = [0f32; MAX_GROUP];
+                    for (h, weights) in weights.chunks_exact_mut(n_keys).enumerate() {
+                        let mut sum = 0f32;
+                        for weight in weights.iter_mut() {
+                            *weight = (*weight - maxima[h]).exp();
+                            sum += *weight;
+                        }
+                        inverses[h] = sum.recip();
+                    }
+                    for (key_idx, (sees, value)) in
+                        seen[row].iter().zip(v.chunks_exact(row_len)).enumerate()
+                    {
+                        if !*sees {
+                            continue;
+                        }
+                        let value = &value[kv_start..kv_start + head_dim];
+                        for (h, output) in output.chunks_exact_mut(head_dim).enumerate() {
+                            let weight = weights[h * n_keys + key_idx] * inverses[h];
+                            for (output, &value) in output.iter_mut().zip(value) {
+                                *output += weight * value;
+                            }
                         }
                     }
                 };
-                // Heads are independent: candle's worker pool (the one the matrix products
+                // Items are independent: candle's worker pool (the one the matrix products
                 // use, already awake) splits them.
                 candle_core::utils::barrier_pool().execute_chunked(items.len(), |range| {
-                    let mut weights = Vec::with_capacity(n_keys);
+                    let mut weights = Vec::with_capacity(heads_per_item * n_keys);
                     range.for_each(|item| attend_item(item, &mut weights));
                 });
             })
@@ -210,21 +272,30 @@ mod tests {
         // Keys out of order with a gap, queries at the end, a window that hides the oldest.
         let key_positions = [0u32, 1, 2, 3, 7, 4, 5, 8, 9];
         let query_positions = [8u32, 9];
-        for window in [None, Some(4)] {
-            let ours = attend_few(
+        let k_tensor = Tensor::from_slice(&k, (n_keys, n_kv_heads, d), &device)?;
+        let v_tensor = Tensor::from_slice(&v, (n_keys, n_kv_heads, d), &device)?;
+        // Every way of cutting the 3 heads of a group into items, and the pool's own choice.
+        let slicings = [None, Some(1), Some(2), Some(3)];
+        for (window, heads_per_item) in [None, Some(4)]
+            .into_iter()
+            .flat_map(|window| slicings.map(|slicing| (window, slicing)))
+        {
+            let ours = attend_sliced(
                 &Tensor::from_slice(&q, (n_queries, n_heads, d), &device)?,
                 &query_positions,
-                &Tensor::from_slice(&k, (n_keys, n_kv_heads, d), &device)?,
-                &Tensor::from_slice(&v, (n_keys, n_kv_heads, d), &device)?,
-                &key_positions,
+                (&k_tensor, &v_tensor, &key_positions),
                 window,
+                heads_per_item,
             )?
             .ok_or_else(|| EngineError::InvalidInput("no fast path".into()))?;
             assert_eq!(ours.dims(), [n_queries, n_heads * d]);
             let dims = (n_queries, n_heads, n_kv_heads, n_keys, d);
             let expected = reference(&q, &k, &v, dims, &query_positions, &key_positions, window);
             for (a, b) in ours.flatten_all()?.to_vec1::<f32>()?.iter().zip(&expected) {
-                assert!((a - b).abs() < 1e-5, "{window:?}: {a} vs {b}");
+                assert!(
+                    (a - b).abs() < 1e-5,
+                    "{window:?} {heads_per_item:?}: {a} vs {b}"
+                );
             }
         }
         Ok(())
