@@ -1,7 +1,8 @@
 //! Attention of a few queries (a decode step) over a layer's cached K/V, in plain loops over
 //! the cache's own `(n_keys, n_kv_heads, head_dim)` rows: no transposed copies of K and V, no
 //! score tensor, no trip through candle's matmul and rayon, which for one query cost more than
-//! the arithmetic. The (query, head) pairs are split over candle's worker pool.
+//! the arithmetic. The query heads of one KV head read each cached row together; the (query,
+//! KV head) items are split over candle's worker pool.
 
 use std::sync::Mutex;
 
