@@ -2,13 +2,14 @@
 //! [`fetched_model`] for the model's path and returns early (printing why) when the model is absent,
 //! unless `PML_REQUIRE_MODELS=1`, under which a missing model fails the test. Also a runtime on a
 //! tiny random model ([`tiny_runtime`]) for tests of the layers above. Test-only: it panics.
-//! [`redis_server`] starts a throwaway `redis-server` the same way.
+//! [`redis_server`] starts a throwaway `redis-server` the same way; [`max_abs_diff`] compares
+//! tensors.
 
 pub mod redis_server;
 
 use std::path::PathBuf;
 
-use candle_core::Device;
+use candle_core::{Device, Tensor};
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
 use pml_compiler::plan::EncodeMode;
 use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
@@ -120,4 +121,18 @@ impl Tokenizer for LetterTokenizer {
     fn vocab_size(&self) -> usize {
         256
     }
+}
+
+/// Largest absolute difference between two tensors of the same shape, element by element.
+///
+/// # Panics
+/// When the shapes differ or the difference cannot be computed.
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.dims(), b.dims(), "shapes differ");
+    (a - b)
+        .and_then(|d| d.abs())
+        .and_then(|d| d.flatten_all())
+        .and_then(|d| d.max(0))
+        .and_then(|d| d.to_scalar::<f32>())
+        .expect("difference computes")
 }

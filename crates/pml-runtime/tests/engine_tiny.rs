@@ -6,6 +6,7 @@ use candle_core::{DType, Device, IndexOp, Tensor};
 use pml_runtime::kv_cache::{KvBlock, KvCache};
 use pml_runtime::model::tiny::{TINY_SLIDING_WINDOW, random_model};
 use pml_runtime::model::{Arch, ForwardContext, ForwardOptions, LogitRows, Model, WeightFormat};
+use pml_runtime::testing::max_abs_diff;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -21,16 +22,6 @@ fn model(arch: Arch) -> Model {
 fn random_tokens(n_tokens: usize, seed: u64) -> Vec<u32> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     (0..n_tokens).map(|_| rng.random_range(0..256)).collect()
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims(), "shapes differ");
-    (a - b)
-        .and_then(|d| d.abs())
-        .and_then(|d| d.flatten_all())
-        .and_then(|d| d.max(0))
-        .and_then(|d| d.to_scalar::<f32>())
-        .expect("difference computes")
 }
 
 fn assert_close(a: &Tensor, b: &Tensor, tolerance: f32, what: &str) {

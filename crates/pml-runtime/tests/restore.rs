@@ -20,6 +20,7 @@ use pml_runtime::store::{
     ContextHash, DiskTier, ManifestStore, MemoryTier, ModuleStore, StateSpec, Tier,
 };
 use pml_runtime::testing::fetched_model;
+use pml_runtime::testing::max_abs_diff;
 use tempfile::TempDir;
 
 const ARCHES: [Arch; 2] = [Arch::Qwen2, Arch::Gemma3];
@@ -83,15 +84,6 @@ fn compute(model: &Model, n_context: usize, n_unit: usize) -> Computed {
         rows,
         layer_inputs: output.layer_inputs,
     }
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .and_then(|d| d.abs())
-        .and_then(|d| d.flatten_all())
-        .and_then(|d| d.max(0))
-        .and_then(|d| d.to_scalar::<f32>())
-        .expect("difference")
 }
 
 /// Largest difference between the rows restored after the context and the computed rows, over

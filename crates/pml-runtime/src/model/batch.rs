@@ -99,20 +99,12 @@ mod tests {
     use super::*;
     use crate::model::tiny::random_model;
     use crate::model::{Arch, WeightFormat};
+    use crate::testing::max_abs_diff;
 
     /// Prompts of different lengths, so the sequences sit at different positions and cache
     /// lengths (and, for Gemma's local layers, on both sides of the sliding window).
     const PROMPTS: [&[u32]; 3] = [&[3, 141, 59], &[26, 53, 58, 97, 93, 23, 84, 62, 64], &[7]];
     const STEPS: usize = 5;
-
-    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b)
-            .and_then(|d| d.abs())
-            .and_then(|d| d.flatten_all())
-            .and_then(|d| d.max(0))
-            .and_then(|d| d.to_scalar::<f32>())
-            .expect("difference of two logit tensors")
-    }
 
     #[test]
     fn batched_decode_equals_one_sequence_at_a_time() {

@@ -183,15 +183,7 @@ impl<'a> Binding<'a> {
     }
 }
 
-pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims(), "shapes differ");
-    (a - b)
-        .and_then(|d| d.abs())
-        .and_then(|d| d.flatten_all())
-        .and_then(|d| d.max(0))
-        .and_then(|d| d.to_scalar::<f32>())
-        .expect("difference computes")
-}
+pub use pml_runtime::testing::max_abs_diff;
 
 pub fn max_abs(a: &Tensor) -> f32 {
     a.abs()
