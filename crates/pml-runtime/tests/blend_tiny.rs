@@ -10,7 +10,8 @@ use candle_core::{Device, Tensor};
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout};
 use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
 use pml_runtime::inference::{
-    BlendOptions, Deviation, InferenceError, InferenceMode, Prefill, Ratio, SplicePlan, prefill,
+    BlendOptions, Deviation, InferenceError, InferenceMode, Prefill, Ratio, Selection, SplicePlan,
+    prefill,
 };
 use pml_runtime::model::tiny::random_model;
 use pml_runtime::model::{Arch, Model, WeightFormat};
@@ -93,6 +94,14 @@ fn recomputing_everything_is_mode_full() {
                 check_layer: 0,
                 ..blend(1.0)
             },
+            BlendOptions {
+                selection: Selection::Attention,
+                ..blend(1.0)
+            },
+            BlendOptions {
+                selection: Selection::Weighted,
+                ..blend(1.0)
+            },
         ];
         for options in variants {
             let blended = fixture.prefill(&layout, &bound, InferenceMode::Blend(options));
@@ -141,9 +150,17 @@ fn the_selection_holds_the_new_tokens_the_last_one_and_r_of_the_cached() {
         let fixture = Fixture::new(arch);
         let (layout, bound) = reordered_members();
         let plan = SplicePlan::new(&layout, &bound).expect("plan");
-        for (ratio, gradual) in [(0.1, false), (0.25, false), (0.5, true), (0.75, false)] {
+        let cases = [
+            (0.1, false, Selection::Deviation),
+            (0.25, false, Selection::Attention),
+            (0.5, true, Selection::Weighted),
+            (0.75, false, Selection::Deviation),
+            (0.1, false, Selection::Weighted),
+        ];
+        for (ratio, gradual, selection) in cases {
             let options = BlendOptions {
                 gradual,
+                selection,
                 ..blend(ratio)
             };
             let blended = fixture.prefill(&layout, &bound, InferenceMode::Blend(options));

@@ -424,3 +424,33 @@ fn long_calls_attending_in_query_chunks_match_two_short_calls() {
         "chunked",
     );
 }
+
+/// The attention mass (what `blend --select attention` ranks by) is a sum of softmax rows: one
+/// unit per query and head, none on keys after a query's position.
+#[test]
+fn attention_mass_sums_softmax_rows_under_the_position_mask() {
+    for arch in ARCHES {
+        let model = model(arch);
+        let tokens = random_tokens(12, 3);
+        let positions: Vec<u32> = (0..12).collect();
+        let (_, kv, layer_inputs, _) = full_forward(&model, &tokens, &positions);
+        let n_heads = model.config().n_heads as f32;
+        for (layer_idx, input) in layer_inputs.iter().enumerate() {
+            let queries = input.narrow(0, 2, 2).expect("rows 2 and 3");
+            let mass = model
+                .attention_mass(layer_idx, &queries, &positions[2..4], &kv)
+                .expect("attention mass");
+            assert_eq!(mass.len(), 12);
+            let total: f32 = mass.iter().sum();
+            assert!(
+                (total - 2.0 * n_heads).abs() < 1e-3,
+                "{arch:?} layer {layer_idx}: total {total}"
+            );
+            assert!(
+                mass[4..].iter().all(|&value| value == 0.0),
+                "{arch:?} layer {layer_idx}: later keys read: {mass:?}"
+            );
+            assert!(mass[..4].iter().all(|&value| value > 0.0));
+        }
+    }
+}

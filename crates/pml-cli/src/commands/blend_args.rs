@@ -7,7 +7,9 @@ use std::fmt;
 use std::str::FromStr;
 
 use clap::Args;
-use pml_runtime::inference::{BlendOptions, Deviation, InferenceMode, Pipelining, Ratio};
+use pml_runtime::inference::{
+    BlendOptions, Deviation, InferenceMode, Pipelining, Ratio, Selection,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ModeArg {
@@ -20,6 +22,23 @@ pub enum ModeArg {
 pub enum DeviationArg {
     K,
     V,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SelectArg {
+    Deviation,
+    Attention,
+    Weighted,
+}
+
+impl From<SelectArg> for Selection {
+    fn from(select: SelectArg) -> Self {
+        match select {
+            SelectArg::Deviation => Selection::Deviation,
+            SelectArg::Attention => Selection::Attention,
+            SelectArg::Weighted => Selection::Weighted,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -68,6 +87,11 @@ pub struct BlendArgs {
     /// Measure the deviation on K (default) or V.
     #[arg(long, value_enum, default_value_t = DeviationArg::K)]
     pub deviation: DeviationArg,
+    /// How mode `blend` ranks the cached tokens to recompute: by the attention the new tokens pay
+    /// them (default), by their deviation at the check layer (CacheBlend's), or by both
+    /// (deviation × attention).
+    #[arg(long, value_enum, default_value_t = SelectArg::Attention)]
+    pub select: SelectArg,
     /// Gradual filtering: choose twice the fraction at the check layer, narrow to it one layer on.
     #[arg(long)]
     pub gradual: bool,
@@ -99,6 +123,7 @@ impl BlendArgs {
                 DeviationArg::K => Deviation::Keys,
                 DeviationArg::V => Deviation::Values,
             },
+            selection: self.select.into(),
             gradual: self.gradual,
         }
     }

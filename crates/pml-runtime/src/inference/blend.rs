@@ -5,8 +5,12 @@
 //! 1. *Probe*: the layers up to the check layer run on every token, writing their fresh K/V over
 //!    the spliced rows (CacheBlend's first layers are a full prefill); each cached token's
 //!    deviation is `||K_fresh − K_spliced||²` (or V) at the check layer.
-//! 2. *Selection*: the top `r` fraction of cached tokens by deviation, every new token (the last
-//!    one included).
+//! 2. *Selection*: the top `r` fraction of cached tokens, every new token (the last one
+//!    included). Ranked by default by the attention the new tokens pay each cached token in the
+//!    layers after the check layer: the new tokens alone continue from their probe state over
+//!    the spliced rows (what mode `reuse` computes, a few percent of the work) and their softmax
+//!    weights are summed per slot. `--select deviation` ranks by the check layer's deviation
+//!    alone (CacheBlend), `weighted` by the product of the two.
 //! 3. *Recompute*: only the selected tokens continue, from their probe hidden state, through the
 //!    layers after the check layer; their fresh K/V overwrite the spliced rows and their queries
 //!    attend over the whole cache under the position mask.
@@ -22,7 +26,8 @@
 //! ([`super::layer_feed`]): spliced up front, or streamed from a slow tier by a loader thread
 //! while the probe and the recompute run. With `--recompute auto` the fraction is chosen after the
 //! probe by the loading controller ([`super::controller`]) from the probe's time per token-layer
-//! and the measured time to load a layer.
+//! and the measured time to load a layer. Ranking by attention places every later layer before
+//! the recompute starts, so a streamed load then overlaps only the probe and that pass.
 
 use std::time::Instant;
 
@@ -33,7 +38,7 @@ use crate::encode::chunked::MAX_CHUNK_TOKENS;
 use crate::kv_cache::KvCache;
 use crate::model::{ForwardContext, Model};
 
-use super::blend_options::{BlendOptions, Deviation};
+use super::blend_options::{BlendOptions, Deviation, Selection};
 use super::controller::{LayerCosts, choose_ratio};
 use super::layer_feed::{CachedLayers, LayerSource, with_cached_layers};
 use super::plan::SplicePlan;
@@ -180,11 +185,30 @@ fn recompute(
         } else {
             keep
         };
+        let attention = match options.selection.needs_attention() {
+            true => Some(new_token_attention(
+                model,
+                &rows,
+                &probe.hidden,
+                options.check_layer + 1,
+                kv,
+                source,
+            )?),
+            false => None,
+        };
         let by_row: Vec<f32> = rows
             .context
             .slots()
             .iter()
-            .map(|&slot| probe.deviation[slot])
+            .map(|&slot| {
+                let deviation = probe.deviation[slot];
+                let read = attention.as_ref().map_or(0.0, |mass| mass[slot]);
+                match options.selection {
+                    Selection::Deviation => deviation,
+                    Selection::Attention => read,
+                    Selection::Weighted => deviation * read,
+                }
+            })
             .collect();
         let selected = select_by_deviation(&rows.cached, &by_row, first_keep);
         let hidden = probe
@@ -284,6 +308,36 @@ fn probe(
         deviation,
         compute: started.elapsed().saturating_sub(waited),
     })
+}
+
+/// The attention the new tokens pay each slot, summed over the layers from `first_layer` on,
+/// their heads and themselves: a pass of the new tokens alone over the spliced rows (what mode
+/// `reuse` computes), starting from their probe hidden states. Their K/V written on the way are
+/// rewritten by the recompute that follows.
+fn new_token_attention(
+    model: &Model,
+    rows: &Rows,
+    probe_hidden: &Tensor,
+    first_layer: usize,
+    kv: &mut KvCache,
+    source: &mut dyn LayerSource,
+) -> Result<Vec<f32>, InferenceError> {
+    let new_rows: Vec<usize> = (0..rows.cached.len())
+        .filter(|&row| !rows.cached[row])
+        .collect();
+    let context = rows.context.select(&new_rows)?;
+    let mut hidden = probe_hidden.index_select(&row_ids(&new_rows, probe_hidden.device())?, 0)?;
+    let mut mass = vec![0f32; rows.tokens.len()];
+    for layer_idx in first_layer..model.config().n_layers {
+        source.place(layer_idx, kv)?;
+        let output = forward_layer_chunked(model, layer_idx, &hidden, &context, kv)?;
+        let layer_mass = model.attention_mass(layer_idx, &hidden, context.positions(), kv)?;
+        for (total, value) in mass.iter_mut().zip(layer_mass) {
+            *total += value;
+        }
+        hidden = output;
+    }
+    Ok(mass)
 }
 
 /// The rows to recompute, ascending: every row that is not cached, and the `keep` cached rows

@@ -36,7 +36,7 @@ use crate::generation::{GenerateError, Generation, Generator, SamplingParams};
 use crate::kv_cache::{KvCache, KvCacheError};
 use crate::model::{EngineError, Model};
 
-pub use blend_options::{BlendOptions, Deviation, Pipelining, Ratio};
+pub use blend_options::{BlendOptions, Deviation, Pipelining, Ratio, Selection};
 pub use controller::{LayerCosts, RatioChoice, choose_ratio};
 pub use plan::{PlannedSpan, SplicePlan};
 pub use session::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};

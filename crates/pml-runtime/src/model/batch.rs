@@ -9,7 +9,7 @@ use candle_core::Tensor;
 
 use super::EngineError;
 use super::context::ForwardContext;
-use super::transformer::{Block, Model, positions_as_offsets};
+use super::transformer::{Block, Model};
 use crate::kv_cache::KvCache;
 
 /// One sequence's share of a batched decode step: its next token, that token's position, and the
@@ -59,10 +59,7 @@ impl Block {
     ) -> Result<Tensor, EngineError> {
         let positions: Vec<u32> = batch.iter().map(|slot| slot.position).collect();
         let attention = &self.attention;
-        let x = self.attn_norm.forward(hidden)?;
-        let tables = attention
-            .rope
-            .tables(&positions_as_offsets(&positions), hidden.device())?;
+        let (x, tables) = self.normed(hidden, &positions)?;
         let (keys, values) = attention.keys_values(&x, &tables)?;
         let queries = attention.queries(&x, &tables)?;
 

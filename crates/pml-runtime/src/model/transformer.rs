@@ -381,6 +381,47 @@ impl Attention {
     }
 }
 
+impl Attention {
+    /// For every key, the attention weight it receives from `queries` `(n, n_heads, head_dim)`
+    /// at `query_positions` under the position mask, summed over the queries and heads: how much
+    /// these queries read each slot. In chunks of queries, as [`Self::attend`].
+    pub(crate) fn attention_mass(
+        &self,
+        queries: &Tensor,
+        query_positions: &[u32],
+        keys: &Tensor,
+        key_positions: &[u32],
+    ) -> Result<Vec<f32>, EngineError> {
+        let (n_queries, _, head_dim) = queries.dims3()?;
+        let n_keys = keys.dim(0)?;
+        let group = self.n_heads / self.n_kv_heads;
+        let chunk = (ATTENTION_SCORE_BUDGET / (self.n_heads * n_keys).max(1)).max(1);
+        let keys = keys.transpose(0, 1)?.contiguous()?; // (n_kv_heads, n_keys, head_dim)
+        let mut mass = vec![0f32; n_keys];
+        for start in (0..n_queries).step_by(chunk) {
+            let len = chunk.min(n_queries - start);
+            let grouped = queries
+                .narrow(0, start, len)?
+                .reshape((len, self.n_kv_heads, group, head_dim))?
+                .permute((1, 2, 0, 3))?
+                .contiguous()?
+                .reshape((self.n_kv_heads, group * len, head_dim))?;
+            let scores = grouped.matmul(&keys.t()?)?;
+            let weights = masked_softmax(
+                &scores,
+                &query_positions[start..start + len],
+                key_positions,
+                self.sliding_window,
+            )?;
+            let chunk_mass = weights.sum(1)?.sum(0)?.to_vec1::<f32>()?;
+            for (total, value) in mass.iter_mut().zip(chunk_mass) {
+                *total += value;
+            }
+        }
+        Ok(mass)
+    }
+}
+
 /// One transformer layer: pre-norm attention and MLP with residuals, plus Gemma's norms of the
 /// two outputs (`post_attention_norm`, `post_ffw_norm`).
 #[derive(Clone, Debug)]
@@ -436,11 +477,7 @@ impl Block {
         kv: &mut KvCache,
     ) -> Result<Tensor, EngineError> {
         let positions = context.positions();
-        let x = self.attn_norm.forward(hidden)?; // (n_tokens, d_model)
-        let tables = self
-            .attention
-            .rope
-            .tables(&positions_as_offsets(positions), hidden.device())?;
+        let (x, tables) = self.normed(hidden, positions)?;
         let (keys, values) = self.attention.keys_values(&x, &tables)?;
         kv.write(layer_idx, context.slots(), &keys, &values, positions)?;
         let queries = self.attention.queries(&x, &tables)?;
@@ -474,17 +511,44 @@ impl Block {
         Ok((hidden + mlp_out)?)
     }
 
+    /// [`Attention::attention_mass`] of the queries of `hidden` at `positions` over the slots
+    /// of layer `layer_idx` of `kv`.
+    fn attention_mass(
+        &self,
+        hidden: &Tensor,
+        positions: &[u32],
+        layer_idx: usize,
+        kv: &KvCache,
+    ) -> Result<Vec<f32>, EngineError> {
+        let (x, tables) = self.normed(hidden, positions)?;
+        let queries = self.attention.queries(&x, &tables)?;
+        let layer_kv = kv.layer(layer_idx)?;
+        self.attention
+            .attention_mass(&queries, positions, &layer_kv.keys()?, layer_kv.positions())
+    }
+
     fn project_kv(
         &self,
         hidden: &Tensor,
         positions: &[u32],
     ) -> Result<(Tensor, Tensor), EngineError> {
+        let (x, tables) = self.normed(hidden, positions)?;
+        self.attention.keys_values(&x, &tables)
+    }
+
+    /// The attention's input: `hidden` normed `(n_tokens, d_model)`, and RoPE tables for
+    /// `positions`.
+    pub(crate) fn normed(
+        &self,
+        hidden: &Tensor,
+        positions: &[u32],
+    ) -> Result<(Tensor, RotaryTables), EngineError> {
         let x = self.attn_norm.forward(hidden)?;
         let tables = self
             .attention
             .rope
             .tables(&positions_as_offsets(positions), hidden.device())?;
-        self.attention.keys_values(&x, &tables)
+        Ok((x, tables))
     }
 }
 
@@ -669,6 +733,22 @@ impl Model {
         let block = self.block(layer_idx)?;
         self.check_hidden(hidden, positions.len())?;
         block.project_kv(hidden, positions)
+    }
+
+    /// How much attention the tokens at `positions`, whose input to layer `layer_idx` is
+    /// `hidden`, pay to each slot of that layer in `kv`: softmax weights under the position mask
+    /// summed over the tokens and heads (one value per slot). Nothing is written.
+    pub fn attention_mass(
+        &self,
+        layer_idx: usize,
+        hidden: &Tensor,
+        positions: &[u32],
+        kv: &KvCache,
+    ) -> Result<Vec<f32>, EngineError> {
+        let block = self.block(layer_idx)?;
+        self.check_hidden(hidden, positions.len())?;
+        self.check_cache(kv)?;
+        block.attention_mass(hidden, positions, layer_idx, kv)
     }
 
     /// Final norm and LM head for rows `rows` of the last layer's output: `(rows.len(), vocab)`.

@@ -21,10 +21,10 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{RuntimeArgs, open_runtime};
-use pml_runtime::inference::InferenceMode;
+use pml_runtime::inference::{InferenceMode, Selection};
 use pml_runtime::store::{ManifestStore, MemoryTier, ModuleStore};
 
-use super::blend_args::{BlendArgs, ModeArg, RecomputeArg};
+use super::blend_args::{BlendArgs, ModeArg, RecomputeArg, SelectArg};
 use data::Dataset;
 use report::Summary;
 use runner::{QuestionResult, run_question};
@@ -58,6 +58,10 @@ pub struct EvalArgs {
     /// choice (at least `--recompute-floor`).
     #[arg(long, value_delimiter = ',', default_value = "0.05,0.15,0.3")]
     ratios: Vec<RecomputeArg>,
+    /// Rankings of mode `blend` to compare, comma-separated (each runs at every ratio); default:
+    /// `--select`'s.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "SELECT,...")]
+    selections: Vec<SelectArg>,
     /// Skip mode `reuse`.
     #[arg(long)]
     no_reuse: bool,
@@ -104,11 +108,22 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
     if !args.no_reuse {
         modes.push(("reuse".into(), InferenceMode::Reuse));
     }
+    let selections = match args.selections.is_empty() {
+        true => vec![args.blend.select],
+        false => args.selections.clone(),
+    };
     for &ratio in &args.ratios {
-        modes.push((
-            format!("blend r={ratio}"),
-            args.blend.mode(ModeArg::Blend, ratio),
-        ));
+        for &select in &selections {
+            let blend = BlendArgs {
+                select,
+                ..args.blend.clone()
+            };
+            let name = match selections.len() {
+                1 => format!("blend r={ratio}"),
+                _ => format!("blend r={ratio} {}", Selection::from(select).name()),
+            };
+            modes.push((name, blend.mode(ModeArg::Blend, ratio)));
+        }
     }
 
     let mut opened = open_runtime(&args.runtime)?;
