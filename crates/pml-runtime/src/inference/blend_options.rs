@@ -174,20 +174,18 @@ impl fmt::Display for BlendOptions {
             true => write!(f, "r=auto (floor {})", self.recompute)?,
             false => write!(f, "r={}", self.recompute)?,
         }
-        write!(
-            f,
-            ", check layer {}, on {}",
-            self.check_layer,
-            match self.deviation {
-                Deviation::Keys => "K",
-                Deviation::Values => "V",
-            }
-        )?;
-        if self.selection != Selection::default() {
-            write!(f, ", select by {}", self.selection.name())?;
+        let deviation = match self.deviation {
+            Deviation::Keys => "K",
+            Deviation::Values => "V",
+        };
+        write!(f, ", check layer {}, rank by ", self.check_layer)?;
+        match self.selection {
+            Selection::Attention => f.write_str("attention")?,
+            Selection::Deviation => write!(f, "{deviation} deviation")?,
+            Selection::Weighted => write!(f, "attention × {deviation} deviation")?,
         }
         if self.gradual {
-            f.write_str(", gradual")?;
+            write!(f, ", gradual on {deviation}")?;
         }
         if self.pipelining != Pipelining::Auto {
             write!(f, ", pipeline {}", self.pipelining.name())?;
@@ -222,11 +220,21 @@ mod tests {
         };
         assert_eq!(
             auto.to_string(),
-            "r=auto (floor 0.15), check layer 1, on K, pipeline on"
+            "r=auto (floor 0.15), check layer 1, rank by attention, pipeline on"
         );
         assert_eq!(
             BlendOptions::default().to_string(),
-            "r=0.15, check layer 1, on K"
+            "r=0.15, check layer 1, rank by attention"
+        );
+        let weighted = BlendOptions {
+            selection: Selection::Weighted,
+            deviation: Deviation::Values,
+            gradual: true,
+            ..BlendOptions::default()
+        };
+        assert_eq!(
+            weighted.to_string(),
+            "r=0.15, check layer 1, rank by attention × V deviation, gradual on V"
         );
         assert_eq!("off".parse::<Pipelining>(), Ok(Pipelining::Never));
         assert!("sometimes".parse::<Pipelining>().is_err());
