@@ -162,7 +162,7 @@ fn recompute(
     let rows = Rows::new(plan, kv)?;
     let last = rows.last()?;
     let (probe_hidden, first_layer, mut selected, keep) = if !probing {
-        let selected = select_by_deviation(&rows.cached, &vec![0.0; rows.cached.len()], 0);
+        let selected = select_top(&rows.cached, &vec![0.0; rows.cached.len()], 0);
         let tokens: Vec<u32> = selected.iter().map(|&row| rows.tokens[row]).collect();
         (model.embed(&tokens)?, 0, selected, 0)
     } else {
@@ -210,7 +210,7 @@ fn recompute(
                 }
             })
             .collect();
-        let selected = select_by_deviation(&rows.cached, &by_row, first_keep);
+        let selected = select_top(&rows.cached, &by_row, first_keep);
         let hidden = probe
             .hidden
             .index_select(&row_ids(&selected, probe.hidden.device())?, 0)?;
@@ -240,7 +240,7 @@ fn recompute(
                     false => 0.0,
                 })
                 .collect();
-            let kept = select_by_deviation(&cached, &by_row, keep);
+            let kept = select_top(&cached, &by_row, keep);
             hidden = hidden.index_select(&row_ids(&kept, hidden.device())?, 0)?;
             context = context.select(&kept)?;
             selected = kept.iter().map(|&index| selected[index]).collect();
@@ -341,14 +341,10 @@ fn new_token_attention(
 }
 
 /// The rows to recompute, ascending: every row that is not cached, and the `keep` cached rows
-/// with the largest deviation (ties to the earlier row).
-pub fn select_by_deviation(cached: &[bool], deviation_of_row: &[f32], keep: usize) -> Vec<usize> {
+/// with the largest score (deviation, attention or their product; ties to the earlier row).
+pub fn select_top(cached: &[bool], score_of_row: &[f32], keep: usize) -> Vec<usize> {
     let mut candidates: Vec<usize> = (0..cached.len()).filter(|&row| cached[row]).collect();
-    candidates.sort_by(|&a, &b| {
-        deviation_of_row[b]
-            .total_cmp(&deviation_of_row[a])
-            .then(a.cmp(&b))
-    });
+    candidates.sort_by(|&a, &b| score_of_row[b].total_cmp(&score_of_row[a]).then(a.cmp(&b)));
     candidates.truncate(keep);
     let mut selected: Vec<usize> = (0..cached.len())
         .filter(|&row| !cached[row])
@@ -412,18 +408,15 @@ fn row_ids(rows: &[usize], device: &candle_core::Device) -> Result<Tensor, Infer
 
 #[cfg(test)]
 mod tests {
-    use super::select_by_deviation;
+    use super::select_top;
 
     #[test]
-    fn selection_keeps_every_new_row_and_the_most_deviating_cached_ones() {
+    fn selection_keeps_every_new_row_and_the_highest_scoring_cached_ones() {
         let cached = [true, true, false, true, true, false];
         let deviation = [0.5, 3.0, 0.0, 1.0, 3.0, 0.0];
-        assert_eq!(select_by_deviation(&cached, &deviation, 0), [2, 5]);
-        assert_eq!(select_by_deviation(&cached, &deviation, 2), [1, 2, 4, 5]);
-        assert_eq!(select_by_deviation(&cached, &deviation, 3), [1, 2, 3, 4, 5]);
-        assert_eq!(
-            select_by_deviation(&cached, &deviation, 9),
-            [0, 1, 2, 3, 4, 5]
-        );
+        assert_eq!(select_top(&cached, &deviation, 0), [2, 5]);
+        assert_eq!(select_top(&cached, &deviation, 2), [1, 2, 4, 5]);
+        assert_eq!(select_top(&cached, &deviation, 3), [1, 2, 3, 4, 5]);
+        assert_eq!(select_top(&cached, &deviation, 9), [0, 1, 2, 3, 4, 5]);
     }
 }
