@@ -187,6 +187,49 @@ fn the_selection_holds_the_new_tokens_the_last_one_and_r_of_the_cached() {
     }
 }
 
+/// The prefix is spliced where it was encoded, after the same tokens, so its K/V are already what
+/// a full prefill computes: no ranking spends the budget on it while moved rows are left.
+#[test]
+fn no_ranking_recomputes_rows_spliced_exactly() {
+    for arch in ARCHES {
+        let fixture = Fixture::new(arch);
+        let (layout, bound) = reordered_members();
+        let plan = SplicePlan::new(&layout, &bound).expect("plan");
+        let exact: Vec<u32> = plan
+            .spans
+            .iter()
+            .filter(|span| !span.is_moved())
+            .flat_map(|span| span.positions.iter().copied())
+            .collect();
+        let moved = plan.n_cached() - exact.len();
+        assert!(!exact.is_empty() && moved > 0, "the fixture has both kinds");
+        for selection in [
+            Selection::Deviation,
+            Selection::Attention,
+            Selection::Weighted,
+        ] {
+            for ratio in [0.25, 0.5] {
+                let options = BlendOptions {
+                    selection,
+                    ..blend(ratio)
+                };
+                let blended = fixture.prefill(&layout, &bound, InferenceMode::Blend(options));
+                assert!(blended.stats.tokens_recomputed <= moved);
+                let wasted: Vec<&u32> = blended
+                    .stats
+                    .recomputed_positions
+                    .iter()
+                    .filter(|position| exact.contains(position))
+                    .collect();
+                assert!(
+                    wasted.is_empty(),
+                    "{arch:?} {options}: recomputed exact {wasted:?}"
+                );
+            }
+        }
+    }
+}
+
 /// K and V of layer `layer_idx` with rows sorted by position, so caches whose slots are in a
 /// different order (a splice puts cached rows first) compare row for row.
 fn by_position(prefill: &Prefill, layer_idx: usize) -> (Tensor, Tensor) {

@@ -10,7 +10,9 @@
 //!    layers after the check layer: the new tokens alone continue from their probe state over
 //!    the spliced rows (what mode `reuse` computes, a few percent of the work) and their softmax
 //!    weights are summed per slot. `--select deviation` ranks by the check layer's deviation
-//!    alone (CacheBlend), `weighted` by the product of the two.
+//!    alone (CacheBlend), `weighted` by the product of the two. Under every ranking, rows whose
+//!    check-layer K/V the probe reproduced exactly (spliced after the same tokens they were
+//!    encoded after) come last: recomputing them would change nothing.
 //! 3. *Recompute*: only the selected tokens continue, from their probe hidden state, through the
 //!    layers after the check layer; their fresh K/V overwrite the spliced rows and their queries
 //!    attend over the whole cache under the position mask.
@@ -196,6 +198,7 @@ fn recompute(
             )?),
             false => None,
         };
+        let exact_up_to = exact_deviation(&probe.deviation[..n_cached]);
         let by_row: Vec<f32> = rows
             .context
             .slots()
@@ -204,6 +207,7 @@ fn recompute(
                 let deviation = probe.deviation[slot];
                 let read = attention.as_ref().map_or(0.0, |mass| mass[slot]);
                 match options.selection {
+                    _ if deviation <= exact_up_to => f32::NEG_INFINITY,
                     Selection::Deviation => deviation,
                     Selection::Attention => read,
                     Selection::Weighted => deviation * read,
@@ -338,6 +342,20 @@ fn new_token_attention(
         hidden = output;
     }
     Ok(mass)
+}
+
+/// Below this fraction of the largest deviation a cached row counts as spliced exactly.
+const EXACT_RELATIVE_DEVIATION: f32 = 1e-6;
+
+/// The deviation up to which a cached row counts as exact: its spliced K/V are what the probe
+/// computed, up to summation order, because it sits after the same tokens it was encoded after
+/// (the always-present prefix, a module imported where it was encoded). Recomputing such a row
+/// changes nothing, so every ranking puts it last; the attention ranking would otherwise spend a
+/// good part of the budget on it, since the prefix and the first document draw much attention
+/// (on HotpotQA about 12% of the cached rows are exact and drew 18% of the attention picks).
+fn exact_deviation(cached_deviation: &[f32]) -> f32 {
+    let largest = cached_deviation.iter().copied().fold(0f32, f32::max);
+    largest * EXACT_RELATIVE_DEVIATION
 }
 
 /// The rows to recompute, ascending: every row that is not cached, and the `keep` cached rows
