@@ -109,8 +109,7 @@ pub fn prefill_blend(
     reserve: usize,
 ) -> Result<Prefill, InferenceError> {
     let n_layers = model.config().n_layers;
-    let gradual_layer = options.check_layer + usize::from(options.gradual);
-    if gradual_layer >= n_layers {
+    if options.last_filter_layer() >= n_layers {
         return Err(InferenceError::InvalidOptions(format!(
             "check layer {} {}of a model with {n_layers} layers",
             options.check_layer,
@@ -158,7 +157,7 @@ fn recompute(
     stats: &mut PrefillStats,
 ) -> Result<Tensor, InferenceError> {
     let n_layers = model.config().n_layers;
-    let gradual_layer = options.check_layer + usize::from(options.gradual);
+    let gradual_layer = options.last_filter_layer();
     let n_cached = kv.len();
     let compute_start = Instant::now();
     let rows = Rows::new(plan, kv)?;

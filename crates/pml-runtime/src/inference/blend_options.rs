@@ -152,6 +152,12 @@ pub struct BlendOptions {
 impl BlendOptions {
     pub const DEFAULT_RATIO: f64 = 0.15;
     pub const DEFAULT_CHECK_LAYER: usize = 1;
+
+    /// The last layer whose K/V the selection reads: the check layer, or the one after it where
+    /// gradual filtering narrows the selection.
+    pub fn last_filter_layer(&self) -> usize {
+        self.check_layer + usize::from(self.gradual)
+    }
 }
 
 impl Default for BlendOptions {
