@@ -435,12 +435,28 @@ fn attention_mass_sums_softmax_rows_under_the_position_mask() {
         let positions: Vec<u32> = (0..12).collect();
         let (_, kv, layer_inputs, _) = full_forward(&model, &tokens, &positions);
         let n_heads = model.config().n_heads as f32;
+        // Rows 2 and 3 run their layer again over the full prefill's cache (rewriting their own
+        // K/V with the same values) and sum what they read.
+        let context = ForwardContext::new(positions[2..4].to_vec(), vec![2, 3]).expect("context");
         for (layer_idx, input) in layer_inputs.iter().enumerate() {
             let queries = input.narrow(0, 2, 2).expect("rows 2 and 3");
-            let mass = model
-                .attention_mass(layer_idx, &queries, &positions[2..4], &kv)
+            let mut mass = vec![0f32; 12];
+            model
+                .forward_layer_with_mass(layer_idx, &queries, &context, &mut kv.clone(), &mut mass)
                 .expect("attention mass");
-            assert_eq!(mass.len(), 12);
+            let mut short = vec![0f32; 11];
+            assert!(
+                model
+                    .forward_layer_with_mass(
+                        layer_idx,
+                        &queries,
+                        &context,
+                        &mut kv.clone(),
+                        &mut short
+                    )
+                    .is_err(),
+                "a mass shorter than the layer's 12 slots is refused"
+            );
             let total: f32 = mass.iter().sum();
             assert!(
                 (total - 2.0 * n_heads).abs() < 1e-3,

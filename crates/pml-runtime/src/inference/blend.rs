@@ -231,7 +231,7 @@ fn recompute(
     let mut hidden = probe_hidden;
     for layer_idx in first_layer..n_layers {
         source.place(layer_idx, kv)?;
-        hidden = forward_layer_chunked(model, layer_idx, &hidden, &context, kv)?;
+        hidden = forward_layer_chunked(model, layer_idx, &hidden, &context, kv, None)?;
         if let (Some(spliced), true) = (&spliced_at_filter, layer_idx == gradual_layer) {
             let fresh = kv_of(kv, layer_idx, options.deviation)?;
             let deviation = squared_distance(spliced, &fresh)?;
@@ -298,7 +298,7 @@ fn probe(
             // `LayerKv::keys`).
             spliced = Some(kv_of(kv, layer_idx, options.deviation)?);
         }
-        hidden = forward_layer_chunked(model, layer_idx, &hidden, &rows.context, kv)?;
+        hidden = forward_layer_chunked(model, layer_idx, &hidden, &rows.context, kv, None)?;
     }
     let spliced = spliced.ok_or_else(|| {
         InferenceError::InvalidOptions("the probe never reached the check layer".into())
@@ -315,8 +315,9 @@ fn probe(
 
 /// The attention the new tokens pay each slot, summed over the layers from `first_layer` on,
 /// their heads and themselves: a pass of the new tokens alone over the spliced rows (what mode
-/// `reuse` computes), starting from their probe hidden states. Their K/V written on the way are
-/// rewritten by the recompute that follows.
+/// `reuse` computes), starting from their probe hidden states, each layer summing the weights of
+/// the queries it attends with. Their K/V written on the way are rewritten by the recompute that
+/// follows.
 fn new_token_attention(
     model: &Model,
     rows: &Rows,
@@ -333,12 +334,7 @@ fn new_token_attention(
     let mut mass = vec![0f32; rows.tokens.len()];
     for layer_idx in first_layer..model.config().n_layers {
         source.place(layer_idx, kv)?;
-        let output = forward_layer_chunked(model, layer_idx, &hidden, &context, kv)?;
-        let layer_mass = model.attention_mass(layer_idx, &hidden, context.positions(), kv)?;
-        for (total, value) in mass.iter_mut().zip(layer_mass) {
-            *total += value;
-        }
-        hidden = output;
+        hidden = forward_layer_chunked(model, layer_idx, &hidden, &context, kv, Some(&mut mass))?;
     }
     Ok(mass)
 }
@@ -390,17 +386,23 @@ fn squared_distance(a: &Tensor, b: &Tensor) -> Result<Vec<f32>, InferenceError> 
 
 /// One layer for the tokens of `context` (in position order), in chunks of at most
 /// [`MAX_CHUNK_TOKENS`] so a long prompt's attention scores stay bounded; exact because a chunk
-/// never attends to a later one.
+/// never attends to a later one. With `mass`, adds the attention the tokens pay each slot.
 fn forward_layer_chunked(
     model: &Model,
     layer_idx: usize,
     hidden: &Tensor,
     context: &ForwardContext,
     kv: &mut KvCache,
+    mut mass: Option<&mut [f32]>,
 ) -> Result<Tensor, InferenceError> {
+    let mut step =
+        |hidden: &Tensor, context: &ForwardContext, kv: &mut KvCache| match mass.as_deref_mut() {
+            Some(mass) => model.forward_layer_with_mass(layer_idx, hidden, context, kv, mass),
+            None => model.forward_layer(layer_idx, hidden, context, kv),
+        };
     let n = context.len();
     if n <= MAX_CHUNK_TOKENS {
-        return Ok(model.forward_layer(layer_idx, hidden, context, kv)?);
+        return Ok(step(hidden, context, kv)?);
     }
     let chunk_len = n.div_ceil(n.div_ceil(MAX_CHUNK_TOKENS));
     let mut outputs = Vec::with_capacity(n.div_ceil(chunk_len));
@@ -408,12 +410,7 @@ fn forward_layer_chunked(
         let len = chunk_len.min(n - start);
         let rows: Vec<usize> = (start..start + len).collect();
         let chunk_context = context.select(&rows)?;
-        outputs.push(model.forward_layer(
-            layer_idx,
-            &hidden.narrow(0, start, len)?,
-            &chunk_context,
-            kv,
-        )?);
+        outputs.push(step(&hidden.narrow(0, start, len)?, &chunk_context, kv)?);
     }
     Ok(Tensor::cat(&outputs, 0)?)
 }

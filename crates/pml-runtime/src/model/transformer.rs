@@ -468,13 +468,16 @@ impl Block {
     }
 
     /// Computes the tokens' fresh K/V, writes them at their slots, lets their queries attend
-    /// over every slot of the layer, then runs the MLP.
+    /// over every slot of the layer, then runs the MLP. With `mass`, also adds to each slot's
+    /// entry the attention these queries pay it ([`Attention::attention_mass`]), from the same
+    /// queries and keys.
     fn forward(
         &self,
         hidden: &Tensor,
         context: &ForwardContext,
         layer_idx: usize,
         kv: &mut KvCache,
+        mass: Option<&mut [f32]>,
     ) -> Result<Tensor, EngineError> {
         let positions = context.positions();
         let (x, tables) = self.normed(hidden, positions)?;
@@ -483,10 +486,29 @@ impl Block {
         let queries = self.attention.queries(&x, &tables)?;
 
         let layer_kv = kv.layer(layer_idx)?;
+        let layer_keys = layer_kv.keys()?;
+        if let Some(mass) = mass {
+            if mass.len() < layer_kv.len() {
+                return Err(EngineError::InvalidInput(format!(
+                    "attention mass has {} entries for a layer of {} slots",
+                    mass.len(),
+                    layer_kv.len()
+                )));
+            }
+            let read = self.attention.attention_mass(
+                &queries,
+                positions,
+                &layer_keys,
+                layer_kv.positions(),
+            )?;
+            for (total, value) in mass.iter_mut().zip(read) {
+                *total += value;
+            }
+        }
         let attended = self.attention.attend(
             &queries,
             positions,
-            &layer_kv.keys()?,
+            &layer_keys,
             &layer_kv.values()?,
             layer_kv.positions(),
         )?;
@@ -509,22 +531,6 @@ impl Block {
             None => mlp_out,
         };
         Ok((hidden + mlp_out)?)
-    }
-
-    /// [`Attention::attention_mass`] of the queries of `hidden` at `positions` over the slots
-    /// of layer `layer_idx` of `kv`.
-    fn attention_mass(
-        &self,
-        hidden: &Tensor,
-        positions: &[u32],
-        layer_idx: usize,
-        kv: &KvCache,
-    ) -> Result<Vec<f32>, EngineError> {
-        let (x, tables) = self.normed(hidden, positions)?;
-        let queries = self.attention.queries(&x, &tables)?;
-        let layer_kv = kv.layer(layer_idx)?;
-        self.attention
-            .attention_mass(&queries, positions, &layer_kv.keys()?, layer_kv.positions())
     }
 
     fn project_kv(
@@ -718,7 +724,7 @@ impl Model {
         let block = self.block(layer_idx)?;
         self.check_hidden(hidden, context.len())?;
         self.check_cache(kv)?;
-        block.forward(hidden, context, layer_idx, kv)
+        block.forward(hidden, context, layer_idx, kv, None)
     }
 
     /// K (after RoPE at `positions`) and V `(n_tokens, n_kv_heads, head_dim)` that layer
@@ -735,20 +741,21 @@ impl Model {
         block.project_kv(hidden, positions)
     }
 
-    /// How much attention the tokens at `positions`, whose input to layer `layer_idx` is
-    /// `hidden`, pay to each slot of that layer in `kv`: softmax weights under the position mask
-    /// summed over the tokens and heads (one value per slot). Nothing is written.
-    pub fn attention_mass(
+    /// [`Self::forward_layer`], also adding to `mass` (one entry per slot of the layer) the
+    /// attention these tokens pay each slot: softmax weights under the position mask summed over
+    /// the tokens and heads.
+    pub fn forward_layer_with_mass(
         &self,
         layer_idx: usize,
         hidden: &Tensor,
-        positions: &[u32],
-        kv: &KvCache,
-    ) -> Result<Vec<f32>, EngineError> {
+        context: &ForwardContext,
+        kv: &mut KvCache,
+        mass: &mut [f32],
+    ) -> Result<Tensor, EngineError> {
         let block = self.block(layer_idx)?;
-        self.check_hidden(hidden, positions.len())?;
+        self.check_hidden(hidden, context.len())?;
         self.check_cache(kv)?;
-        block.attention_mass(hidden, positions, layer_idx, kv)
+        block.forward(hidden, context, layer_idx, kv, Some(mass))
     }
 
     /// Final norm and LM head for rows `rows` of the last layer's output: `(rows.len(), vocab)`.
