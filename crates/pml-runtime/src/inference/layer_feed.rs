@@ -35,7 +35,7 @@ use crate::store::{ModuleState, ModuleStore, StateKind, StoreKey};
 
 use super::blend_options::Pipelining;
 use super::plan::{PlannedSpan, SplicePlan};
-use super::reuse::{span_rows, splice};
+use super::reuse::{span_block, span_rows, span_state, splice};
 use super::stats::{PipelineStats, PrefillStats};
 use super::{InferenceError, InferenceMode};
 
@@ -244,11 +244,9 @@ fn prepare(
             prepared.blocks.push(placeholder(model, span)?);
             continue;
         }
-        prepared
-            .blocks
-            .push(span_rows(model, encoder, span, stats)?);
+        let (state, origin) = span_state(encoder, span, stats)?;
+        prepared.blocks.push(span_block(model, &state, span)?);
         prepared.sources.push(SpanSource::Whole);
-        let (state, origin) = encoder.state(span.unit)?;
         let queued = prepared
             .layering
             .iter()

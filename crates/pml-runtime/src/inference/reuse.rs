@@ -3,6 +3,7 @@
 //! cache (one concatenation per layer), then compute all new tokens in one forward pass over it,
 //! masked by position. [`splice`] is shared with mode `blend`, which starts from the same cache.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::encode::context::select_rows;
@@ -68,14 +69,25 @@ pub(super) fn splice(
     Ok(kv)
 }
 
-/// The rows `span` splices: its unit's state (from this run, the store, or encoded now, as
-/// `stats` records), the span's rows of it, re-rotated to the span's positions if it moved.
+/// The rows `span` splices: its unit's state ([`span_state`]), the span's rows of it, re-rotated
+/// to the span's positions if it moved.
 pub(super) fn span_rows(
     model: &Model,
     encoder: &mut UnitEncoder<'_>,
     span: &PlannedSpan,
     stats: &mut PrefillStats,
 ) -> Result<KvBlock, InferenceError> {
+    let (state, _) = span_state(encoder, span, stats)?;
+    span_block(model, &state, span)
+}
+
+/// The whole state of `span`'s unit: from this run, the store, or encoded now, as `stats`
+/// records.
+pub(super) fn span_state(
+    encoder: &mut UnitEncoder<'_>,
+    span: &PlannedSpan,
+    stats: &mut PrefillStats,
+) -> Result<(Arc<KvBlock>, StateOrigin), InferenceError> {
     let started = Instant::now();
     let (state, origin) = encoder.state(span.unit)?;
     match origin {
@@ -89,7 +101,16 @@ pub(super) fn span_rows(
         }
         StateOrigin::Memory | StateOrigin::Empty => {}
     }
-    let rows = select_rows(&state, &span.rows)?;
+    Ok((state, origin))
+}
+
+/// `span`'s rows of its unit's `state`, re-rotated to the span's positions if it moved.
+pub(super) fn span_block(
+    model: &Model,
+    state: &KvBlock,
+    span: &PlannedSpan,
+) -> Result<KvBlock, InferenceError> {
+    let rows = select_rows(state, &span.rows)?;
     Ok(if span.is_moved() {
         model.reposition(&rows, &span.positions)?
     } else {
