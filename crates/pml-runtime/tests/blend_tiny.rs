@@ -102,6 +102,10 @@ fn recomputing_everything_is_mode_full() {
                 selection: Selection::Weighted,
                 ..blend(1.0)
             },
+            BlendOptions {
+                selection: Selection::AttentionValue,
+                ..blend(1.0)
+            },
         ];
         for options in variants {
             let blended = fixture.prefill(&layout, &bound, InferenceMode::Blend(options));
@@ -156,6 +160,7 @@ fn the_selection_holds_the_new_tokens_the_last_one_and_r_of_the_cached() {
             (0.5, true, Selection::Weighted),
             (0.75, false, Selection::Deviation),
             (0.1, false, Selection::Weighted),
+            (0.25, true, Selection::AttentionValue),
         ];
         for (ratio, gradual, selection) in cases {
             let options = BlendOptions {
@@ -207,6 +212,7 @@ fn no_ranking_recomputes_rows_spliced_exactly() {
             Selection::Deviation,
             Selection::Attention,
             Selection::Weighted,
+            Selection::AttentionValue,
         ] {
             for ratio in [0.25, 0.5] {
                 let options = BlendOptions {

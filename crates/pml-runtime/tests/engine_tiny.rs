@@ -5,7 +5,9 @@
 use candle_core::{DType, Device, IndexOp, Tensor};
 use pml_runtime::kv_cache::{KvBlock, KvCache};
 use pml_runtime::model::tiny::{TINY_SLIDING_WINDOW, random_model};
-use pml_runtime::model::{Arch, ForwardContext, ForwardOptions, LogitRows, Model, WeightFormat};
+use pml_runtime::model::{
+    Arch, ForwardContext, ForwardOptions, LogitRows, MassWeighting, Model, WeightFormat,
+};
 use pml_runtime::testing::max_abs_diff;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -440,10 +442,21 @@ fn attention_mass_sums_softmax_rows_under_the_position_mask() {
         let context = ForwardContext::new(positions[2..4].to_vec(), vec![2, 3]).expect("context");
         for (layer_idx, input) in layer_inputs.iter().enumerate() {
             let queries = input.narrow(0, 2, 2).expect("rows 2 and 3");
-            let mut mass = vec![0f32; 12];
-            model
-                .forward_layer_with_mass(layer_idx, &queries, &context, &mut kv.clone(), &mut mass)
-                .expect("attention mass");
+            let mass_of = |weighting| {
+                let mut mass = vec![0f32; 12];
+                model
+                    .forward_layer_with_mass(
+                        layer_idx,
+                        &queries,
+                        &context,
+                        &mut kv.clone(),
+                        &mut mass,
+                        weighting,
+                    )
+                    .expect("attention mass");
+                mass
+            };
+            let mass = mass_of(MassWeighting::Weights);
             let mut short = vec![0f32; 11];
             assert!(
                 model
@@ -452,7 +465,8 @@ fn attention_mass_sums_softmax_rows_under_the_position_mask() {
                         &queries,
                         &context,
                         &mut kv.clone(),
-                        &mut short
+                        &mut short,
+                        MassWeighting::Weights,
                     )
                     .is_err(),
                 "a mass shorter than the layer's 12 slots is refused"
@@ -467,6 +481,38 @@ fn attention_mass_sums_softmax_rows_under_the_position_mask() {
                 "{arch:?} layer {layer_idx}: later keys read: {mass:?}"
             );
             assert!(mass[..4].iter().all(|&value| value > 0.0));
+
+            // Weighted by value norms, each slot's mass lies between its plain mass times the
+            // smallest and the largest norm of its values over the KV heads.
+            let valued = mass_of(MassWeighting::ValueNorm);
+            let norms = kv
+                .layer(layer_idx)
+                .expect("layer")
+                .values()
+                .expect("values")
+                .to_dtype(DType::F32)
+                .expect("f32")
+                .sqr()
+                .and_then(|squares| squares.sum(2))
+                .and_then(|sums| sums.sqrt())
+                .and_then(|norms| norms.to_vec2::<f32>())
+                .expect("value norms");
+            for slot in 0..4 {
+                let lowest = norms[slot].iter().copied().fold(f32::INFINITY, f32::min);
+                let highest = norms[slot].iter().copied().fold(0f32, f32::max);
+                let (low, high) = (mass[slot] * lowest, mass[slot] * highest);
+                assert!(
+                    valued[slot] >= low * (1.0 - 1e-4) && valued[slot] <= high * (1.0 + 1e-4),
+                    "{arch:?} layer {layer_idx} slot {slot}: {} not in [{low}, {high}]",
+                    valued[slot]
+                );
+            }
+            // (Tiny Gemma has one KV head, so there the interval is a point.)
+            assert_ne!(
+                valued, mass,
+                "{arch:?} layer {layer_idx}: the norms are not all 1"
+            );
+            assert!(valued[4..].iter().all(|&value| value == 0.0));
         }
     }
 }

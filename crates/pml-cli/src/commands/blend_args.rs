@@ -29,6 +29,7 @@ pub enum SelectArg {
     Deviation,
     Attention,
     Weighted,
+    AttentionValue,
 }
 
 impl From<SelectArg> for Selection {
@@ -37,6 +38,7 @@ impl From<SelectArg> for Selection {
             SelectArg::Deviation => Selection::Deviation,
             SelectArg::Attention => Selection::Attention,
             SelectArg::Weighted => Selection::Weighted,
+            SelectArg::AttentionValue => Selection::AttentionValue,
         }
     }
 }
@@ -88,8 +90,8 @@ pub struct BlendArgs {
     #[arg(long, value_enum, default_value_t = DeviationArg::K)]
     pub deviation: DeviationArg,
     /// How mode `blend` ranks the cached tokens to recompute: by the attention the new tokens pay
-    /// them (default), by their deviation at the check layer (CacheBlend's), or by both
-    /// (deviation × attention).
+    /// them (default), by their deviation at the check layer (CacheBlend's), by both (deviation ×
+    /// attention), or by the attention weighted by each slot's value norm (attention-value).
     #[arg(long, value_enum, default_value_t = SelectArg::Attention)]
     pub select: SelectArg,
     /// Gradual filtering: choose twice the fraction at the check layer, narrow to it one layer on.

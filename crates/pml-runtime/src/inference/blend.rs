@@ -10,7 +10,8 @@
 //!    layers after the check layer: the new tokens alone continue from their probe state over
 //!    the spliced rows (what mode `reuse` computes, a few percent of the work) and their softmax
 //!    weights are summed per slot. `--select deviation` ranks by the check layer's deviation
-//!    alone (CacheBlend), `weighted` by the product of the two. Under every ranking, rows whose
+//!    alone (CacheBlend), `weighted` by the product of the two, `attention-value` by the
+//!    attention weights times each slot's value norm. Under every ranking, rows whose
 //!    check-layer K/V the probe reproduced exactly (spliced after the same tokens they were
 //!    encoded after) come last: recomputing them would change nothing.
 //! 3. *Recompute*: only the selected tokens continue, from their probe hidden state, through the
@@ -38,7 +39,7 @@ use candle_core::Tensor;
 use crate::encode::UnitEncoder;
 use crate::encode::chunked::MAX_CHUNK_TOKENS;
 use crate::kv_cache::KvCache;
-use crate::model::{ForwardContext, Model};
+use crate::model::{ForwardContext, MassWeighting, Model};
 
 use super::blend_options::{BlendOptions, Deviation, Selection};
 use super::controller::{LayerCosts, choose_ratio};
@@ -186,12 +187,16 @@ fn recompute(
         } else {
             keep
         };
+        let weighting = match options.selection {
+            Selection::AttentionValue => MassWeighting::ValueNorm,
+            _ => MassWeighting::Weights,
+        };
         let attention = match options.selection.needs_attention() {
             true => Some(new_token_attention(
                 model,
                 &rows,
                 &probe.hidden,
-                options.check_layer + 1,
+                (options.check_layer + 1, weighting),
                 kv,
                 source,
             )?),
@@ -208,7 +213,7 @@ fn recompute(
                 match options.selection {
                     _ if deviation <= exact_up_to => f32::NEG_INFINITY,
                     Selection::Deviation => deviation,
-                    Selection::Attention => read,
+                    Selection::Attention | Selection::AttentionValue => read,
                     Selection::Weighted => deviation * read,
                 }
             })
@@ -313,8 +318,8 @@ fn probe(
     })
 }
 
-/// The attention the new tokens pay each slot, summed over the layers from `first_layer` on,
-/// their heads and themselves: a pass of the new tokens alone over the spliced rows (what mode
+/// The attention the new tokens pay each slot (weighted by `weighting`), summed over the layers
+/// from `first_layer` on, their heads and themselves: a pass of the new tokens alone over the spliced rows (what mode
 /// `reuse` computes), starting from their probe hidden states, each layer summing the weights of
 /// the queries it attends with. Their K/V written on the way are rewritten by the recompute that
 /// follows.
@@ -322,7 +327,7 @@ fn new_token_attention(
     model: &Model,
     rows: &Rows,
     probe_hidden: &Tensor,
-    first_layer: usize,
+    (first_layer, weighting): (usize, MassWeighting),
     kv: &mut KvCache,
     source: &mut dyn LayerSource,
 ) -> Result<Vec<f32>, InferenceError> {
@@ -334,7 +339,8 @@ fn new_token_attention(
     let mut mass = vec![0f32; rows.tokens.len()];
     for layer_idx in first_layer..model.config().n_layers {
         source.place(layer_idx, kv)?;
-        hidden = forward_layer_chunked(model, layer_idx, &hidden, &context, kv, Some(&mut mass))?;
+        let sink = Some((mass.as_mut_slice(), weighting));
+        hidden = forward_layer_chunked(model, layer_idx, &hidden, &context, kv, sink)?;
     }
     Ok(mass)
 }
@@ -393,13 +399,15 @@ fn forward_layer_chunked(
     hidden: &Tensor,
     context: &ForwardContext,
     kv: &mut KvCache,
-    mut mass: Option<&mut [f32]>,
+    mut mass: Option<(&mut [f32], MassWeighting)>,
 ) -> Result<Tensor, InferenceError> {
-    let mut step =
-        |hidden: &Tensor, context: &ForwardContext, kv: &mut KvCache| match mass.as_deref_mut() {
-            Some(mass) => model.forward_layer_with_mass(layer_idx, hidden, context, kv, mass),
-            None => model.forward_layer(layer_idx, hidden, context, kv),
-        };
+    let mut step = |hidden: &Tensor, context: &ForwardContext, kv: &mut KvCache| match mass.as_mut()
+    {
+        Some((mass, weighting)) => {
+            model.forward_layer_with_mass(layer_idx, hidden, context, kv, mass, *weighting)
+        }
+        None => model.forward_layer(layer_idx, hidden, context, kv),
+    };
     let n = context.len();
     if n <= MAX_CHUNK_TOKENS {
         return Ok(step(hidden, context, kv)?);

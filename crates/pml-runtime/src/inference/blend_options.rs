@@ -78,6 +78,11 @@ pub enum Selection {
     Attention,
     /// By deviation × attention: tokens that are both wrong and read.
     Weighted,
+    /// By the attention as for `Attention`, each weight times the norm of the slot's value
+    /// vector in that head: what the slot adds to the new tokens' attention output rather than
+    /// how much it is looked at (a slot read much with a small value, a "no-op" read, counts
+    /// less).
+    AttentionValue,
 }
 
 impl Selection {
@@ -86,6 +91,7 @@ impl Selection {
             Selection::Deviation => "deviation",
             Selection::Attention => "attention",
             Selection::Weighted => "weighted",
+            Selection::AttentionValue => "attention-value",
         }
     }
 
@@ -189,6 +195,7 @@ impl fmt::Display for BlendOptions {
             Selection::Attention => f.write_str("attention")?,
             Selection::Deviation => write!(f, "{deviation} deviation")?,
             Selection::Weighted => write!(f, "attention × {deviation} deviation")?,
+            Selection::AttentionValue => f.write_str("attention × |V|")?,
         }
         if self.gradual {
             write!(f, ", gradual on {deviation}")?;

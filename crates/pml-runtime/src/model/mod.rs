@@ -25,7 +25,7 @@ pub mod weights;
 
 pub use batch::DecodeSlot;
 pub use config::{Activation, Arch, LayerAttention, ModelConfig};
-pub use context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};
+pub use context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows, MassWeighting};
 pub use transformer::{ACTIVATION_DTYPE, Model};
 pub use weights::{FEW_ROWS, Linear, MatrixRole, RmsNorm, TensorMap, TensorSource, WeightFormat};
 

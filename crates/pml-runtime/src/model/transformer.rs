@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::EngineError;
 use super::config::{Activation, LayerAttention, ModelConfig};
-use super::context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};
+use super::context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows, MassWeighting};
 use super::few_query_attention::attend_few;
 use super::masked_softmax::masked_softmax;
 use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat};
@@ -384,15 +384,32 @@ impl Attention {
 impl Attention {
     /// For every key, the attention weight it receives from `queries` `(n, n_heads, head_dim)`
     /// at `query_positions` under the position mask, summed over the queries and heads: how much
-    /// these queries read each slot. In chunks of queries, as [`Self::attend`].
+    /// these queries read each slot. With `values`, each weight is multiplied by the norm of the
+    /// slot's value in that KV head ([`MassWeighting::ValueNorm`]). In chunks of queries, as
+    /// [`Self::attend`].
     pub(crate) fn attention_mass(
         &self,
         queries: &Tensor,
         query_positions: &[u32],
         keys: &Tensor,
+        values: Option<&Tensor>,
         key_positions: &[u32],
     ) -> Result<Vec<f32>, EngineError> {
         let (n_queries, _, head_dim) = queries.dims3()?;
+        // (n_kv_heads, 1, n_keys), broadcast over the queries stacked per KV head below.
+        let value_norms = match values {
+            Some(values) => Some(
+                values
+                    .to_dtype(queries.dtype())?
+                    .sqr()?
+                    .sum(2)?
+                    .sqrt()?
+                    .t()?
+                    .unsqueeze(1)?
+                    .contiguous()?,
+            ),
+            None => None,
+        };
         let n_keys = keys.dim(0)?;
         let group = self.n_heads / self.n_kv_heads;
         let chunk = (ATTENTION_SCORE_BUDGET / (self.n_heads * n_keys).max(1)).max(1);
@@ -413,6 +430,10 @@ impl Attention {
                 key_positions,
                 self.sliding_window,
             )?;
+            let weights = match &value_norms {
+                Some(norms) => weights.broadcast_mul(norms)?,
+                None => weights,
+            };
             let chunk_mass = weights.sum(1)?.sum(0)?.to_vec1::<f32>()?;
             for (total, value) in mass.iter_mut().zip(chunk_mass) {
                 *total += value;
@@ -477,7 +498,7 @@ impl Block {
         context: &ForwardContext,
         layer_idx: usize,
         kv: &mut KvCache,
-        mass: Option<&mut [f32]>,
+        mass: Option<(&mut [f32], MassWeighting)>,
     ) -> Result<Tensor, EngineError> {
         let positions = context.positions();
         let (x, tables) = self.normed(hidden, positions)?;
@@ -487,7 +508,7 @@ impl Block {
 
         let layer_kv = kv.layer(layer_idx)?;
         let layer_keys = layer_kv.keys()?;
-        if let Some(mass) = mass {
+        if let Some((mass, weighting)) = mass {
             if mass.len() < layer_kv.len() {
                 return Err(EngineError::InvalidInput(format!(
                     "attention mass has {} entries for a layer of {} slots",
@@ -495,10 +516,15 @@ impl Block {
                     layer_kv.len()
                 )));
             }
+            let values = match weighting {
+                MassWeighting::Weights => None,
+                MassWeighting::ValueNorm => Some(layer_kv.values()?),
+            };
             let read = self.attention.attention_mass(
                 &queries,
                 positions,
                 &layer_keys,
+                values.as_ref(),
                 layer_kv.positions(),
             )?;
             for (total, value) in mass.iter_mut().zip(read) {
@@ -743,7 +769,8 @@ impl Model {
 
     /// [`Self::forward_layer`], also adding to `mass` (one entry per slot of the layer) the
     /// attention these tokens pay each slot: softmax weights under the position mask summed over
-    /// the tokens and heads.
+    /// the tokens and heads, each times the slot's value norm under
+    /// [`MassWeighting::ValueNorm`].
     pub fn forward_layer_with_mass(
         &self,
         layer_idx: usize,
@@ -751,11 +778,12 @@ impl Model {
         context: &ForwardContext,
         kv: &mut KvCache,
         mass: &mut [f32],
+        weighting: MassWeighting,
     ) -> Result<Tensor, EngineError> {
         let block = self.block(layer_idx)?;
         self.check_hidden(hidden, context.len())?;
         self.check_cache(kv)?;
-        block.forward(hidden, context, layer_idx, kv, Some(mass))
+        block.forward(hidden, context, layer_idx, kv, Some((mass, weighting)))
     }
 
     /// Final norm and LM head for rows `rows` of the last layer's output: `(rows.len(), vocab)`.
