@@ -90,9 +90,10 @@ pub struct BlendArgs {
     #[arg(long, value_enum, default_value_t = DeviationArg::K)]
     pub deviation: DeviationArg,
     /// How mode `blend` ranks the cached tokens to recompute: by the attention the new tokens pay
-    /// them (default), by their deviation at the check layer (CacheBlend's), by both (deviation ×
-    /// attention), or by the attention weighted by each slot's value norm (attention-value).
-    #[arg(long, value_enum, default_value_t = SelectArg::Attention)]
+    /// them, each weight times the slot's value norm (attention-value, the default), by the plain
+    /// attention, by their deviation at the check layer (CacheBlend's), or by deviation ×
+    /// attention (weighted).
+    #[arg(long, value_enum, default_value_t = SelectArg::AttentionValue)]
     pub select: SelectArg,
     /// Gradual filtering: choose twice the fraction at the check layer, narrow to it one layer on.
     #[arg(long)]
