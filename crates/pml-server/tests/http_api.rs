@@ -349,7 +349,9 @@ fn a_dropped_stream_cancels_its_sequence() {
     );
     assert!(stream.next_data().is_some());
     assert!(stream.next_data().is_some());
-    assert_eq!(server.metric("pml_active_sequences"), 1.0);
+    // The gauge is published at the end of each scheduler step, after that step's tokens are
+    // sent: the client can read them first.
+    server.wait_for_metric("pml_active_sequences", 1.0);
     drop(stream);
     server.wait_for_metric("pml_requests_total{outcome=\"cancelled\"}", 1.0);
     server.wait_for_metric("pml_active_sequences", 0.0);
