@@ -187,20 +187,17 @@ fn recompute(
         } else {
             keep
         };
-        let weighting = match options.selection {
-            Selection::AttentionValue => MassWeighting::ValueNorm,
-            _ => MassWeighting::Weights,
-        };
-        let attention = match options.selection.needs_attention() {
-            true => Some(new_token_attention(
+        let attention = match options.selection.attention_weighting() {
+            Some(weighting) => Some(new_token_attention(
                 model,
                 &rows,
                 &probe.hidden,
-                (options.check_layer + 1, weighting),
+                options.check_layer + 1,
+                weighting,
                 kv,
                 source,
             )?),
-            false => None,
+            None => None,
         };
         let exact_up_to = exact_deviation(&probe.deviation[..n_cached]);
         let by_row: Vec<f32> = rows
@@ -319,15 +316,16 @@ fn probe(
 }
 
 /// The attention the new tokens pay each slot (weighted by `weighting`), summed over the layers
-/// from `first_layer` on, their heads and themselves: a pass of the new tokens alone over the spliced rows (what mode
-/// `reuse` computes), starting from their probe hidden states, each layer summing the weights of
-/// the queries it attends with. Their K/V written on the way are rewritten by the recompute that
-/// follows.
+/// from `first_layer` on, their heads and themselves: a pass of the new tokens alone over the
+/// spliced rows (what mode `reuse` computes), starting from their probe hidden states, each layer
+/// summing the weights of the queries it attends with. Their K/V written on the way are
+/// rewritten by the recompute that follows.
 fn new_token_attention(
     model: &Model,
     rows: &Rows,
     probe_hidden: &Tensor,
-    (first_layer, weighting): (usize, MassWeighting),
+    first_layer: usize,
+    weighting: MassWeighting,
     kv: &mut KvCache,
     source: &mut dyn LayerSource,
 ) -> Result<Vec<f32>, InferenceError> {

@@ -7,6 +7,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::model::MassWeighting;
+
 /// A fraction in `[0, 1]`, held in parts per million so it compares and hashes exactly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Ratio(u32);
@@ -97,9 +99,14 @@ impl Selection {
         }
     }
 
-    /// Whether ranking needs the new tokens' attention pass.
-    pub fn needs_attention(self) -> bool {
-        self != Selection::Deviation
+    /// What the new tokens' attention pass sums per slot for this ranking; `None` where the
+    /// ranking needs no such pass.
+    pub fn attention_weighting(self) -> Option<MassWeighting> {
+        match self {
+            Selection::Deviation => None,
+            Selection::Attention | Selection::Weighted => Some(MassWeighting::Weights),
+            Selection::AttentionValue => Some(MassWeighting::ValueNorm),
+        }
     }
 }
 

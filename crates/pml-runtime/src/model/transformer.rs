@@ -508,6 +508,7 @@ impl Block {
 
         let layer_kv = kv.layer(layer_idx)?;
         let layer_keys = layer_kv.keys()?;
+        let layer_values = layer_kv.values()?;
         if let Some((mass, weighting)) = mass {
             if mass.len() < layer_kv.len() {
                 return Err(EngineError::InvalidInput(format!(
@@ -518,13 +519,13 @@ impl Block {
             }
             let values = match weighting {
                 MassWeighting::Weights => None,
-                MassWeighting::ValueNorm => Some(layer_kv.values()?),
+                MassWeighting::ValueNorm => Some(&layer_values),
             };
             let read = self.attention.attention_mass(
                 &queries,
                 positions,
                 &layer_keys,
-                values.as_ref(),
+                values,
                 layer_kv.positions(),
             )?;
             for (total, value) in mass.iter_mut().zip(read) {
@@ -535,7 +536,7 @@ impl Block {
             &queries,
             positions,
             &layer_keys,
-            &layer_kv.values()?,
+            &layer_values,
             layer_kv.positions(),
         )?;
         self.finish(hidden, &attended)
