@@ -3,9 +3,11 @@
 //! module states (mode `reuse`), with them repaired by selective recompute (mode `blend`) or with
 //! a full prefill (mode `full`), stream the answer to stdout
 //! and print the one-line summary (mode, TTFT, tokens reused / recomputed / new, generated tokens,
-//! decode speed) to stderr.
+//! decode speed) to stderr; with `--json`, one JSON object on stdout instead of the answer
+//! ([`RunJson`]), for tools such as `pml bench cache --peer`.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
@@ -13,7 +15,9 @@ use pml_cli::check_command::ColorChoice;
 use pml_cli::compile_command::{compile_schema, units_missing};
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{CheckedFile, RuntimeArgs, SourceText, bind, check, lay_out, open_runtime};
-use pml_runtime::inference::InferenceMode;
+use pml_runtime::generation::Generation;
+use pml_runtime::inference::{InferenceMode, RunStats, SplicePlan};
+use serde::{Deserialize, Serialize};
 
 use super::answer_stream::AnswerStream;
 use super::blend_args::{BlendArgs, ModeArg, RecomputeArg, default_recompute};
@@ -52,6 +56,74 @@ pub struct RunArgs {
     no_stream: bool,
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     color: ColorChoice,
+    /// Print one JSON object on stdout (the answer, its token ids and the run's timings and
+    /// token counts) instead of the answer text; the summary line still goes to stderr.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What `pml run --json` prints: the answer and the run's account. Times are in milliseconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunJson {
+    pub model: String,
+    pub mode: String,
+    pub answer: String,
+    /// Generated token ids (without the end-of-turn token that ended the answer).
+    pub token_ids: Vec<u32>,
+    pub finish_reason: String,
+    /// Loading the model and opening the store: before the run's work, so not in the TTFT.
+    pub model_load_ms: f64,
+    /// Units compiled before the run because the store lacked them (not in the TTFT either).
+    pub units_compiled_first: usize,
+    /// From the start of the prefill (store reads and splice included) to the first token.
+    pub ttft_ms: f64,
+    pub load_ms: f64,
+    pub splice_ms: f64,
+    pub compute_ms: f64,
+    pub tokens_reused: usize,
+    pub tokens_recomputed: usize,
+    pub tokens_new: usize,
+    /// The new tokens in position order: what was computed after the spliced states.
+    pub new_token_ids: Vec<u32>,
+    pub units_encoded_on_the_fly: Vec<String>,
+    pub tokens_generated: usize,
+    pub decode_ms_per_token: Option<f64>,
+    pub warnings: Vec<String>,
+}
+
+impl RunJson {
+    fn new(
+        model: &str,
+        generation: &Generation,
+        stats: &RunStats,
+        plan: &SplicePlan,
+        model_load_ms: f64,
+        units_compiled_first: usize,
+    ) -> Self {
+        let prefill = &stats.prefill;
+        let ms = |duration: std::time::Duration| duration.as_secs_f64() * 1e3;
+        Self {
+            model: model.to_owned(),
+            mode: prefill.mode.to_string(),
+            answer: generation.text.clone(),
+            token_ids: generation.token_ids.clone(),
+            finish_reason: generation.finish_reason.to_string(),
+            model_load_ms,
+            units_compiled_first,
+            ttft_ms: ms(stats.time_to_first_token),
+            load_ms: ms(prefill.load),
+            splice_ms: ms(prefill.splice),
+            compute_ms: ms(prefill.compute),
+            tokens_reused: prefill.tokens_reused,
+            tokens_recomputed: prefill.tokens_recomputed,
+            tokens_new: prefill.tokens_new,
+            new_token_ids: plan.new_tokens.clone(),
+            units_encoded_on_the_fly: prefill.units_encoded_on_the_fly.clone(),
+            tokens_generated: stats.tokens_generated,
+            decode_ms_per_token: stats.decode_ms_per_token,
+            warnings: prefill.warnings.clone(),
+        }
+    }
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
@@ -73,14 +145,18 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         }
     };
     let schema = SourceText::read(&schema_path)?;
+    let started = Instant::now();
     let opened = open_runtime(&args.runtime)?;
+    let model_load_ms = started.elapsed().as_secs_f64() * 1e3;
     let runtime = &opened.runtime;
     let laid_out = lay_out(runtime, &schema, color)?;
     let bound = bind(runtime, &laid_out, &prompt, color)?;
     let mode = args.blend.mode(args.mode, args.recompute);
+    let mut units_compiled_first = 0;
     if mode != InferenceMode::Full {
         let missing = units_missing(runtime, &laid_out.layout)?;
         if missing > 0 {
+            units_compiled_first = missing;
             eprintln!(
                 "schema `{}` is not compiled for {} ({missing} units missing from the store): \
                  compiling it first",
@@ -97,15 +173,30 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         );
     }
     let params = args.sampling.params();
-    let mut answer = AnswerStream::new(!args.no_stream);
+    let mut answer = AnswerStream::new(!args.no_stream && !args.json);
     let (generation, stats) = runtime
         .run_bound(&laid_out.layout, &bound, mode, &params, &mut |piece| {
             answer.write(piece)
         })
         .with_context(|| format!("running `{}`", prompt.name()))?;
-    answer
-        .finish(&generation.text)
-        .context("writing the answer to stdout")?;
+    if args.json {
+        let plan = SplicePlan::new(&laid_out.layout, &bound)
+            .with_context(|| format!("planning `{}`", prompt.name()))?;
+        let report = RunJson::new(
+            opened.spec.id,
+            &generation,
+            &stats,
+            &plan,
+            model_load_ms,
+            units_compiled_first,
+        );
+        let json = serde_json::to_string(&report).context("writing JSON")?;
+        answer.finish(&json).context("writing the JSON to stdout")?;
+    } else {
+        answer
+            .finish(&generation.text)
+            .context("writing the answer to stdout")?;
+    }
     for warning in &stats.prefill.warnings {
         eprintln!("warning: {warning}");
     }
