@@ -2,13 +2,15 @@
 //! `reuse` (splice the modules' cached states, compute only the new tokens) on the example prompts
 //! and on generated document prompts of chosen sizes. Every schema is compiled first, into a
 //! fresh store unless `--store` names one, and its compile time is reported on its own. Each
-//! round runs both modes, alternating which goes first.
+//! round runs both modes, alternating which goes first. `--peer llama-cpp` times something else:
+//! `reuse` in a fresh process against llama.cpp's prompt cache ([`super::peer`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use clap::builder::ArgPredicate;
 use pml_cli::compile_command::compile_schema;
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{
@@ -19,6 +21,7 @@ use pml_runtime::generation::SamplingParams;
 use pml_runtime::inference::{InferenceMode, LaidOutSchema, RunStats};
 
 use super::cases::{Case, DEFAULT_DOCUMENT, DEFAULT_QUESTION, document_cases, example_cases};
+use super::peer::{Peer, PeerOptions};
 use super::report::{BenchReport, CaseResult, CompileResult, Spread};
 
 #[derive(Args, Debug)]
@@ -29,8 +32,13 @@ pub struct CacheArgs {
     /// Rounds per prompt; each round runs both modes once.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
     runs: u16,
-    /// Sizes of the generated document prompts, in tokens (empty: none).
-    #[arg(long, value_delimiter = ',', default_value = "1024,2048,4096")]
+    /// Sizes of the generated document prompts, in tokens (empty: none; 4096 with `--peer`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1024,2048,4096",
+        default_value_if("peer", ArgPredicate::IsPresent, Some("4096"))
+    )]
     sizes: Vec<usize>,
     /// Text of the document prompts: paragraphs separated by blank lines (default: the
     /// HotpotQA paragraphs built into the binary, see crates/pml-cli/data/README.md).
@@ -58,6 +66,11 @@ pub struct CacheArgs {
     /// Print the results as JSON on stdout instead of tables.
     #[arg(long)]
     json: bool,
+    /// Compare instead the cached TTFT of `reuse`, in a fresh `pml run` process reading the
+    /// document's state from a disk store, with this engine's prompt cache on the same token ids,
+    /// on the document prompts only (`llama-cpp` needs scripts/setup-llama-cpp.sh).
+    #[arg(long, value_enum, conflicts_with_all = ["filter", "store"])]
+    peer: Option<Peer>,
 }
 
 pub fn run(args: CacheArgs) -> Result<(), Failure> {
@@ -70,6 +83,17 @@ pub fn run(args: CacheArgs) -> Result<(), Failure> {
         })?,
         None => DEFAULT_DOCUMENT.to_owned(),
     };
+    if let Some(Peer::LlamaCpp) = args.peer {
+        return super::peer::run(&PeerOptions {
+            model: args.model.as_deref(),
+            rounds: usize::from(args.runs),
+            sizes: &args.sizes,
+            document: &document,
+            question: &args.question,
+            weights: args.weights,
+            json: args.json,
+        });
+    }
     let mut cases = if args.no_examples {
         Vec::new()
     } else {
@@ -241,5 +265,40 @@ impl Bench<'_> {
             .run_bound(&laid_out.layout, bound, mode, &params, &mut |_| {})
             .with_context(|| format!("running {} in mode {mode}", case.name))?;
         Ok((stats, generation.token_ids.first().copied()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        cache: CacheArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<CacheArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("cache").chain(args.iter().copied()))
+            .map(|cli| cli.cache)
+    }
+
+    #[test]
+    fn the_peer_mode_defaults_to_the_4k_document_only() {
+        let plain = parse(&[]).expect("no arguments");
+        assert_eq!((plain.peer, plain.sizes), (None, vec![1024, 2048, 4096]));
+        let peer = parse(&["--peer", "llama-cpp"]).expect("peer");
+        assert_eq!((peer.peer, peer.sizes), (Some(Peer::LlamaCpp), vec![4096]));
+        let sized = parse(&["--peer", "llama-cpp", "--sizes", "1024,2048"]).expect("sizes");
+        assert_eq!(sized.sizes, vec![1024, 2048]);
+    }
+
+    #[test]
+    fn the_peer_mode_refuses_what_it_does_not_use() {
+        assert!(parse(&["--peer", "llama.cpp"]).is_err());
+        assert!(parse(&["--peer", "llama-cpp", "--filter", "docqa"]).is_err());
+        assert!(parse(&["--peer", "llama-cpp", "--store", "/tmp/s"]).is_err());
     }
 }

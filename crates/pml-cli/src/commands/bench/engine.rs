@@ -191,7 +191,7 @@ fn read_tokens(path: &Path) -> Result<Vec<u32>, Failure> {
 }
 
 /// Cores candle's thread pools use, which llama.cpp gets too so the comparison is like for like.
-fn default_threads() -> usize {
+pub(super) fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
 
@@ -328,7 +328,7 @@ fn peak_rss_bytes() -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
-fn llama_venv_python() -> Result<PathBuf, Failure> {
+pub(super) fn llama_venv_python() -> Result<PathBuf, Failure> {
     let home = PmlHome::from_env().context("locating PML_HOME")?;
     Ok(home
         .root()
@@ -338,7 +338,7 @@ fn llama_venv_python() -> Result<PathBuf, Failure> {
 }
 
 /// The venv's interpreter when it imports `llama_cpp`.
-fn find_llama() -> Result<Option<PathBuf>, Failure> {
+pub(super) fn find_llama() -> Result<Option<PathBuf>, Failure> {
     let python = llama_venv_python()?;
     if !python.exists() {
         return Ok(None);

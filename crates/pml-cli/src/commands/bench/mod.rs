@@ -2,12 +2,15 @@
 //! time to first token with and without the module cache; `engine` times the engine itself
 //! against llama.cpp; `store` times restoring a unit's state from each store tier as KV, hidden
 //! states, recompute and the restore planner's mix; `pipeline` times mode `blend` from disk with
-//! the cached layers spliced up front against streamed during the recompute.
+//! the cached layers spliced up front against streamed during the recompute. `cache --peer
+//! llama-cpp` compares PML's cached TTFT with llama.cpp's prompt cache.
 
 pub mod cache;
 pub mod cases;
 pub mod engine;
 pub mod engine_report;
+pub mod peer;
+pub mod peer_report;
 pub mod pipeline;
 pub mod report;
 pub mod store;
@@ -24,7 +27,8 @@ pub struct BenchArgs {
 #[derive(Subcommand, Debug)]
 enum BenchCommand {
     /// Time to first token of `full` against `reuse`, on the example prompts and on document
-    /// prompts of chosen sizes.
+    /// prompts of chosen sizes; with `--peer llama-cpp`, `reuse` in a fresh process against
+    /// llama.cpp's prompt cache on the document prompts.
     Cache(cache::CacheArgs),
     /// Prefill throughput, TTFT, decode time and peak memory of the engine at several prompt
     /// sizes, side by side with llama.cpp on the same GGUF when it is installed.
