@@ -67,6 +67,10 @@ def main():
         n_ctx=len(prefix) + len(question) + 16,
         n_threads=args.threads,
         n_threads_batch=args.threads,
+        # As llama.cpp's server (its default `--swa-full` is off): sliding-window layers keep only
+        # their window, so the state to restore is smaller and the question attends over fewer
+        # cells. llama-cpp-python's own default is the full-size cache.
+        swa_full=False,
         verbose=False,
     )
     load_s = time.perf_counter() - started
