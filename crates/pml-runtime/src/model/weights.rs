@@ -14,20 +14,17 @@ use crate::gguf::GgufFile;
 
 /// How weight matrices are held in memory and multiplied.
 ///
-/// On the CPU, quantized kernels read few bytes per weight, which is what decoding (one row,
-/// memory-bound) needs, but are slow for many rows (one dot product per output, about
-/// 9 GFLOP/s here), where a dequantized gemm wins several times over. Hence the default keeps
-/// dense copies for prefill and quantized blocks for decoding: Q5_0 and Q8_0 (most matrices of
-/// these files) through our own kernels (`super::quant`), the K-quants through candle's, any
-/// other type requantized to Q8_0 (candle's Q5_0 and Q4_1 paths are scalar).
-///
-/// The dense copies are f32: on AVX2 without native f16 arithmetic the gemm crate converts f16
-/// panels to f32 on the fly, and one 512×896×4864 projection runs at 64 GFLOP/s in f32 against
-/// 40 in f16 on one core (`examples/kernel_probe.rs`), which outweighs the 0.7 GB the f32
-/// copies add for the default model (see docs/benchmarks.md, "Engine").
+/// Our quantized kernels (`super::quant`: Q8_0, Q5_0, Q4_K, Q6_K, every projection of both
+/// default models) multiply GGML's blocks as stored, for any row count, unpacking each weight
+/// block once per tile of activation rows. Measured with `examples/kernel_probe.rs` they beat a
+/// dense f32 gemm up to a few rows (decode, short continuations) but not yet at prefill sizes
+/// (about 26 against 40–55 GFLOP/s at 64–512 rows), so the default still keeps f32 copies of
+/// the projections for calls of more than [`FEW_ROWS`] rows, at the cost of their memory (see
+/// docs/benchmarks.md, "Engine").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum WeightFormat {
-    /// GGML blocks exactly as stored in the file, multiplied with quantized kernels.
+    /// GGML blocks as stored in the file, multiplied with quantized kernels for every row
+    /// count (blocks no fast kernel covers are requantized to Q8_0): the least memory.
     Quantized,
     F32,
     F16,
@@ -220,10 +217,6 @@ impl Linear {
             // Lookups only read rows, which candle does for every block type.
             None if role == MatrixRole::Lookup => {
                 Matrix::Quantized(Quantized::Candle(Arc::new(qtensor)))
-            }
-            // The plain `Quantized` format never requantizes, for memory's sake.
-            None if format == WeightFormat::Quantized => {
-                Matrix::Quantized(Quantized::as_stored(qtensor, device)?)
             }
             None => Matrix::Quantized(Quantized::new(qtensor, device)?),
             Some(dtype) => {

@@ -1,4 +1,4 @@
-//! AVX2 dot products of one row of weight groups with quantized activations. Per block, as in
+//! AVX2 products of one row of weight groups with a few rows of quantized activations. Per block, as in
 //! GGML's x86 kernels, the bytes are multiplied pairwise (`maddubs`) and summed to eight i32;
 //! per group of four blocks, horizontal adds fold the four blocks' sums into one vector that
 //! one multiply scales and one fused add accumulates. Q5_0 multiplies its unsigned 5-bit
@@ -24,22 +24,30 @@ pub fn available() -> bool {
     }
 }
 
-/// `Σ w·a` over the blocks of one weight row, or `None` when the CPU lacks the features.
-pub fn dot_q8_0(weights: &[GroupQ8_0], acts: &[ActGroup]) -> Option<f32> {
+/// `Σ w·a` of one weight row with each of `RN` activation rows, or `None` when the CPU lacks
+/// the features. The weights of each group are loaded (and, for Q5_0, unpacked) once for all
+/// `RN` rows: what makes a call of many rows cheaper per row than `RN` calls of one.
+pub fn tile_q8_0<const RN: usize>(
+    weights: &[GroupQ8_0],
+    acts: [&[ActGroup]; RN],
+) -> Option<[f32; RN]> {
     #[cfg(target_arch = "x86_64")]
     if available() {
         // SAFETY: avx2, fma and f16c were detected at run time just above.
-        return Some(unsafe { dot_q8_0_avx2(weights, acts) });
+        return Some(unsafe { tile_q8_0_avx2(weights, acts) });
     }
     let _ = (weights, acts);
     None
 }
 
-pub fn dot_q5_0(weights: &[GroupQ5_0], acts: &[ActGroup]) -> Option<f32> {
+pub fn tile_q5_0<const RN: usize>(
+    weights: &[GroupQ5_0],
+    acts: [&[ActGroup]; RN],
+) -> Option<[f32; RN]> {
     #[cfg(target_arch = "x86_64")]
     if available() {
         // SAFETY: avx2, fma and f16c were detected at run time just above.
-        return Some(unsafe { dot_q5_0_avx2(weights, acts) });
+        return Some(unsafe { tile_q5_0_avx2(weights, acts) });
     }
     let _ = (weights, acts);
     None
@@ -47,7 +55,7 @@ pub fn dot_q5_0(weights: &[GroupQ5_0], acts: &[ActGroup]) -> Option<f32> {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum(x: __m256) -> f32 {
+pub(super) fn hsum(x: __m256) -> f32 {
     hsum128(_mm_add_ps(
         _mm256_extractf128_ps::<1>(x),
         _mm256_castps256_ps128(x),
@@ -56,7 +64,7 @@ fn hsum(x: __m256) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum128(x: __m128) -> f32 {
+pub(super) fn hsum128(x: __m128) -> f32 {
     let sum = _mm_add_ps(x, _mm_movehl_ps(x, x));
     let sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
     _mm_cvtss_f32(sum)
@@ -79,7 +87,7 @@ fn scales(d: &[u16; 4], acts: &ActGroup) -> (__m128, __m128) {
 /// Eight i32 sums of the pairwise products of unsigned bytes `u` and signed bytes `s`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn sum_u8_i8(u: __m256i, s: __m256i) -> __m256i {
+pub(super) fn sum_u8_i8(u: __m256i, s: __m256i) -> __m256i {
     // maddubs saturates pairs at i16: Q5_0 (u <= 31) never reaches it, Q8_0 only with -128,
     // which GGML's quantizers and ours (rounding to -127..=127) never write.
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
@@ -103,25 +111,33 @@ fn accumulate(sums: [__m256i; 4], scale: __m128, acc: __m256) -> __m256 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn load_32(bytes: &[i8; 32]) -> __m256i {
+pub(super) fn load_32(bytes: &[i8; 32]) -> __m256i {
     // SAFETY: `bytes` is 32 readable bytes; loadu has no alignment requirement.
     unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dot_q8_0_avx2(weights: &[GroupQ8_0], acts: &[ActGroup]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for (w, a) in weights.iter().zip(acts) {
-        let (scale, _) = scales(&w.d, a);
-        let sums: [__m256i; 4] = std::array::from_fn(|b| {
-            let (x, y) = (load_32(&w.qs[b]), load_32(&a.qs[b]));
-            // maddubs takes one unsigned operand: move w's sign onto the activations.
-            sum_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
-        });
-        acc = accumulate(sums, scale, acc);
+fn tile_q8_0_avx2<const RN: usize>(weights: &[GroupQ8_0], acts: [&[ActGroup]; RN]) -> [f32; RN] {
+    let acts = acts.map(|row| &row[..weights.len()]);
+    let mut acc = [_mm256_setzero_ps(); RN];
+    for (g, w) in weights.iter().enumerate() {
+        let quants: [__m256i; 4] = std::array::from_fn(|b| load_32(&w.qs[b]));
+        // maddubs takes one unsigned operand: |w| here, w's sign moved onto the activations.
+        let magnitudes = quants.map(|q| _mm256_sign_epi8(q, q));
+        for (acc, row) in acc.iter_mut().zip(&acts) {
+            let a = &row[g];
+            let (scale, _) = scales(&w.d, a);
+            let sums: [__m256i; 4] = std::array::from_fn(|b| {
+                sum_u8_i8(
+                    magnitudes[b],
+                    _mm256_sign_epi8(load_32(&a.qs[b]), quants[b]),
+                )
+            });
+            *acc = accumulate(sums, scale, *acc);
+        }
     }
-    hsum(acc)
+    acc.map(|sum| hsum(sum))
 }
 
 /// Block `b` of a Q5_0 group as 32 unsigned bytes `q` (0..32).
@@ -155,17 +171,22 @@ fn q5_0_values(group: &GroupQ5_0, b: usize) -> __m256i {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dot_q5_0_avx2(weights: &[GroupQ5_0], acts: &[ActGroup]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut offsets = _mm_setzero_ps();
-    for (w, a) in weights.iter().zip(acts) {
-        let (scale, weight_scale) = scales(&w.d, a);
-        // SAFETY: `a.offset` is 16 readable bytes; loadu needs no alignment.
-        let offset = unsafe { _mm_loadu_ps(a.offset.as_ptr()) };
-        offsets = _mm_fmadd_ps(weight_scale, offset, offsets);
-        let sums: [__m256i; 4] =
-            std::array::from_fn(|b| sum_u8_i8(q5_0_values(w, b), load_32(&a.qs[b])));
-        acc = accumulate(sums, scale, acc);
+fn tile_q5_0_avx2<const RN: usize>(weights: &[GroupQ5_0], acts: [&[ActGroup]; RN]) -> [f32; RN] {
+    let acts = acts.map(|row| &row[..weights.len()]);
+    let mut acc = [_mm256_setzero_ps(); RN];
+    let mut offsets = [_mm_setzero_ps(); RN];
+    for (g, w) in weights.iter().enumerate() {
+        let values: [__m256i; 4] = std::array::from_fn(|b| q5_0_values(w, b));
+        for ((acc, offsets), row) in acc.iter_mut().zip(&mut offsets).zip(&acts) {
+            let a = &row[g];
+            let (scale, weight_scale) = scales(&w.d, a);
+            // SAFETY: `a.offset` is 16 readable bytes; loadu needs no alignment.
+            let offset = unsafe { _mm_loadu_ps(a.offset.as_ptr()) };
+            *offsets = _mm_fmadd_ps(weight_scale, offset, *offsets);
+            let sums: [__m256i; 4] =
+                std::array::from_fn(|b| sum_u8_i8(values[b], load_32(&a.qs[b])));
+            *acc = accumulate(sums, scale, *acc);
+        }
     }
-    hsum(acc) - hsum128(offsets)
+    std::array::from_fn(|n| hsum(acc[n]) - hsum128(offsets[n]))
 }

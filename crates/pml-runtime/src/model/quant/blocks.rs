@@ -167,12 +167,3 @@ pub fn quantize_activations(x: &[f32], out: &mut Vec<ActGroup>) {
         acts
     }));
 }
-
-/// Scalar `Σ w·a` over a row of groups.
-pub fn dot_q8_0(weights: &[GroupQ8_0], acts: &[ActGroup]) -> f32 {
-    weights.iter().zip(acts).map(|(w, a)| w.dot(a)).sum()
-}
-
-pub fn dot_q5_0(weights: &[GroupQ5_0], acts: &[ActGroup]) -> f32 {
-    weights.iter().zip(acts).map(|(w, a)| w.dot(a)).sum()
-}

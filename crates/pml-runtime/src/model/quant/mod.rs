@@ -1,26 +1,34 @@
-//! Our own quantized matrix × few-rows product for decoding, for Q5_0 (candle's kernel for it
-//! is scalar, so it used to be requantized to Q8_0: 34 bytes per 32 weights instead of 22)
-//! and Q8_0 (the LM head; candle's kernel converts each block's f16 scale out of line). The
-//! activations are quantized once per call (8-bit blocks of 32), candle's persistent worker
-//! pool splits the output rows into items, and each worker runs AVX2 dot products over its
-//! rows (scalar where the CPU lacks AVX2).
+//! Our own quantized matrix × rows products, for every row count: one decode token, the few
+//! new tokens of a cached prompt, a recompute set, a prefill chunk. The matrix stays in GGML's
+//! blocks (no dense copy); the activations are quantized once per call (8-bit blocks of 32 for
+//! Q8_0 / Q5_0, of 256 for the K-quants); candle's persistent worker pool splits the output
+//! rows into items; each item walks the activation rows in tiles of [`TILE`], and each weight
+//! row is unpacked once per tile and multiplied with all its rows (llamafile's tinyBLAS and
+//! GGML's x86 kernels do the same), so many rows cost less per row than one.
 //!
-//! - `blocks`: block layouts, activation quantization, scalar reference dots.
-//! - `avx2`: the SIMD dots (the only `unsafe` code of the engine).
+//! - `blocks`: Q8_0 / Q5_0 layouts, their activations, scalar reference dots.
+//! - `kquants`: Q4_K / Q6_K layouts, Q8_K activations, scalar reference dots.
+//! - `avx2`, `avx2_kquants`: the SIMD tiles, `unsafe` behind run-time CPU-feature detection.
+//! - `kernel`: one trait over the four block types, dispatching to SIMD or scalar code.
 
 mod avx2;
+mod avx2_kquants;
 mod blocks;
+mod kernel;
+mod kquants;
 
 use std::sync::Mutex;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
-use self::blocks::{ActGroup, GROUP, GROUP_WEIGHTS, GroupQ5_0, GroupQ8_0, Q5_0_BYTES, Q8_0_BYTES};
+use self::blocks::{GROUP, GroupQ5_0, GroupQ8_0, Q5_0_BYTES, Q8_0_BYTES};
+use self::kernel::{BlockKernel, TILE};
+use self::kquants::{BlockQ4K, BlockQ6K, Q4K_BYTES, Q6K_BYTES};
 use super::EngineError;
 
 /// Output rows one work item computes: large enough that handing out items costs little,
-/// small enough that the two workers finish together.
+/// small enough that the two workers finish together and an item's weights stay in L2.
 const ROWS_PER_ITEM: usize = 32;
 
 /// A weight matrix `(out_features, in_features)` of blocks our kernels multiply.
@@ -35,47 +43,73 @@ pub struct QuantMatrix {
 enum Blocks {
     Q8_0(Vec<GroupQ8_0>),
     Q5_0(Vec<GroupQ5_0>),
+    Q4K(Vec<BlockQ4K>),
+    Q6K(Vec<BlockQ6K>),
+}
+
+/// Applies `$body` to the typed blocks of a [`Blocks`], bound as `$blocks`.
+macro_rules! with_blocks {
+    ($matrix:expr, $blocks:ident => $body:expr) => {
+        match $matrix {
+            Blocks::Q8_0($blocks) => $body,
+            Blocks::Q5_0($blocks) => $body,
+            Blocks::Q4K($blocks) => $body,
+            Blocks::Q6K($blocks) => $body,
+        }
+    };
+}
+
+/// The GGML bytes of one stored block and the weights per unit our kernels take (a group of
+/// four blocks for Q8_0 / Q5_0, one super-block for the K-quants), for the types we cover.
+fn unit_of(dtype: GgmlDType) -> Option<(usize, usize)> {
+    match dtype {
+        GgmlDType::Q8_0 => Some((GROUP * Q8_0_BYTES, GroupQ8_0::WEIGHTS)),
+        GgmlDType::Q5_0 => Some((GROUP * Q5_0_BYTES, GroupQ5_0::WEIGHTS)),
+        GgmlDType::Q4K => Some((Q4K_BYTES, BlockQ4K::WEIGHTS)),
+        GgmlDType::Q6K => Some((Q6K_BYTES, BlockQ6K::WEIGHTS)),
+        _ => None,
+    }
 }
 
 impl QuantMatrix {
     /// Whether [`Self::from_qtensor`] takes `qtensor`: a matrix of a covered block type whose
-    /// rows are whole groups.
+    /// rows are whole units of it.
     pub fn supports(qtensor: &QTensor) -> bool {
-        let whole_groups = qtensor
+        let Some((_, weights)) = unit_of(qtensor.dtype()) else {
+            return false;
+        };
+        qtensor
             .shape()
             .dims2()
-            .is_ok_and(|(_, in_features)| in_features.is_multiple_of(GROUP_WEIGHTS));
-        matches!(qtensor.dtype(), GgmlDType::Q8_0 | GgmlDType::Q5_0) && whole_groups
+            .is_ok_and(|(_, in_features)| in_features.is_multiple_of(weights))
     }
 
     /// Copies the blocks of a 2-D `qtensor` of a supported type.
     pub fn from_qtensor(qtensor: &QTensor) -> Result<Self, EngineError> {
         let (out_features, in_features) = qtensor.shape().dims2()?;
-        if !in_features.is_multiple_of(GROUP_WEIGHTS) {
+        let dtype = qtensor.dtype();
+        let (unit_bytes, unit_weights) = unit_of(dtype).ok_or_else(|| {
+            EngineError::InvalidWeights(format!("no quantized kernel for {dtype:?} blocks"))
+        })?;
+        if !in_features.is_multiple_of(unit_weights) {
             return Err(EngineError::InvalidWeights(format!(
-                "rows of {in_features} weights are not whole groups of {GROUP_WEIGHTS}"
+                "rows of {in_features} weights are not whole units of {unit_weights} ({dtype:?})"
             )));
         }
-        let n_groups = out_features * in_features / GROUP_WEIGHTS;
+        let n_units = out_features * in_features / unit_weights;
         let bytes = qtensor.data()?;
-        let groups = |block_bytes: usize| -> Result<_, EngineError> {
-            let group_bytes = GROUP * block_bytes;
-            if bytes.len() != n_groups * group_bytes {
-                return Err(EngineError::InvalidWeights(format!(
-                    "{} bytes for {n_groups} groups of {group_bytes}",
-                    bytes.len()
-                )));
-            }
-            Ok(bytes.chunks_exact(group_bytes))
-        };
-        let blocks = match qtensor.dtype() {
-            GgmlDType::Q8_0 => Blocks::Q8_0(groups(Q8_0_BYTES)?.map(GroupQ8_0::parse).collect()),
-            GgmlDType::Q5_0 => Blocks::Q5_0(groups(Q5_0_BYTES)?.map(GroupQ5_0::parse).collect()),
-            other => {
-                return Err(EngineError::InvalidWeights(format!(
-                    "no decode kernel for {other:?} blocks"
-                )));
-            }
+        if bytes.len() != n_units * unit_bytes {
+            return Err(EngineError::InvalidWeights(format!(
+                "{} bytes for {n_units} units of {unit_bytes} ({dtype:?})",
+                bytes.len()
+            )));
+        }
+        let units = bytes.chunks_exact(unit_bytes);
+        let blocks = match dtype {
+            GgmlDType::Q8_0 => Blocks::Q8_0(units.map(GroupQ8_0::parse).collect()),
+            GgmlDType::Q5_0 => Blocks::Q5_0(units.map(GroupQ5_0::parse).collect()),
+            GgmlDType::Q4K => Blocks::Q4K(units.map(BlockQ4K::parse).collect()),
+            _ => Blocks::Q6K(units.map(BlockQ6K::parse).collect()),
         };
         Ok(Self {
             blocks,
@@ -85,10 +119,7 @@ impl QuantMatrix {
     }
 
     pub fn size_in_bytes(&self) -> usize {
-        match &self.blocks {
-            Blocks::Q8_0(groups) => groups.len() * std::mem::size_of::<GroupQ8_0>(),
-            Blocks::Q5_0(groups) => groups.len() * std::mem::size_of::<GroupQ5_0>(),
-        }
+        with_blocks!(&self.blocks, blocks => std::mem::size_of_val(blocks.as_slice()))
     }
 
     /// `x W^T` for `x` `(n_rows, in_features)` f32 → `(n_rows, out_features)` f32.
@@ -101,7 +132,7 @@ impl QuantMatrix {
             )));
         }
         let input = x.flatten_all()?.to_vec1::<f32>()?;
-        let output = self.multiply(&input, n_rows);
+        let output = with_blocks!(&self.blocks, blocks => self.multiply(blocks, &input, n_rows));
         Ok(Tensor::from_vec(
             output,
             (n_rows, self.out_features),
@@ -111,7 +142,6 @@ impl QuantMatrix {
 
     /// Rows `rows` of the matrix in f32 (embedding lookups of a tied vocabulary matrix).
     pub fn dequantize_rows(&self, rows: &[u32], device: &Device) -> Result<Tensor, EngineError> {
-        let groups_per_row = self.in_features / GROUP_WEIGHTS;
         let mut out = vec![0f32; rows.len() * self.in_features];
         for (row_out, &row) in out.chunks_exact_mut(self.in_features).zip(rows) {
             let row = row as usize;
@@ -121,18 +151,13 @@ impl QuantMatrix {
                     self.out_features
                 )));
             }
-            let range = row * groups_per_row..(row + 1) * groups_per_row;
-            let chunks = row_out.chunks_exact_mut(GROUP_WEIGHTS);
-            match &self.blocks {
-                Blocks::Q8_0(blocks) => blocks[range]
-                    .iter()
-                    .zip(chunks)
-                    .for_each(|(block, out)| block.dequantize(out)),
-                Blocks::Q5_0(blocks) => blocks[range]
-                    .iter()
-                    .zip(chunks)
-                    .for_each(|(block, out)| block.dequantize(out)),
-            }
+            with_blocks!(&self.blocks, blocks => {
+                let per_row = blocks.len() / self.out_features;
+                let chunks = row_out.chunks_exact_mut(row_out.len() / per_row);
+                for (block, out) in blocks[row * per_row..(row + 1) * per_row].iter().zip(chunks) {
+                    block.dequantize(out);
+                }
+            });
         }
         Ok(Tensor::from_vec(
             out,
@@ -142,26 +167,16 @@ impl QuantMatrix {
     }
 
     /// `input` `(n_rows, in_features)` row-major → `(n_rows, out_features)` row-major.
-    fn multiply(&self, input: &[f32], n_rows: usize) -> Vec<f32> {
-        let mut acts = Vec::new();
-        blocks::quantize_activations(input, &mut acts);
-        match &self.blocks {
-            Blocks::Q8_0(blocks) => self.multiply_blocks(blocks, &acts, n_rows, dot_q8_0),
-            Blocks::Q5_0(blocks) => self.multiply_blocks(blocks, &acts, n_rows, dot_q5_0),
-        }
-    }
-
+    ///
     /// Output rows are split into items of [`ROWS_PER_ITEM`] that the pool's workers take in
-    /// turn; each item computes its rows for every input row while they are in cache, into
-    /// its own slice of a transposed `(out_features, n_rows)` result.
-    fn multiply_blocks<W: Sync>(
-        &self,
-        blocks: &[W],
-        acts: &[ActGroup],
-        n_rows: usize,
-        dot: fn(&[W], &[ActGroup]) -> f32,
-    ) -> Vec<f32> {
-        let groups_per_row = self.in_features / GROUP_WEIGHTS;
+    /// turn; an item walks the input rows in tiles of [`TILE`] and multiplies each of its weight
+    /// rows with a whole tile at once, writing its own slice of a transposed
+    /// `(out_features, n_rows)` result.
+    fn multiply<W: BlockKernel>(&self, blocks: &[W], input: &[f32], n_rows: usize) -> Vec<f32> {
+        let mut acts = Vec::new();
+        W::quantize(input, &mut acts);
+        let per_row = self.in_features / W::WEIGHTS;
+        let act_rows: Vec<&[W::Act]> = acts.chunks_exact(per_row).collect();
         let mut transposed = vec![0f32; self.out_features * n_rows];
         let items: Vec<Mutex<&mut [f32]>> = transposed
             .chunks_mut(ROWS_PER_ITEM * n_rows)
@@ -174,12 +189,12 @@ impl QuantMatrix {
                 Ok(out) => out,
                 Err(poisoned) => poisoned.into_inner(),
             };
-            for (offset, outputs) in out.chunks_exact_mut(n_rows).enumerate() {
-                let row = first_row + offset;
-                let weights = &blocks[row * groups_per_row..(row + 1) * groups_per_row];
-                for (input_row, output) in outputs.iter_mut().enumerate() {
-                    let acts = &acts[input_row * groups_per_row..(input_row + 1) * groups_per_row];
-                    *output = dot(weights, acts);
+            for (tile_idx, tile) in act_rows.chunks(TILE).enumerate() {
+                for (offset, outputs) in out.chunks_exact_mut(n_rows).enumerate() {
+                    let row = first_row + offset;
+                    let weights = &blocks[row * per_row..(row + 1) * per_row];
+                    let start = tile_idx * TILE;
+                    W::tile_rows(weights, tile, &mut outputs[start..start + tile.len()]);
                 }
             }
         };
@@ -197,14 +212,6 @@ impl QuantMatrix {
         }
         output
     }
-}
-
-fn dot_q8_0(weights: &[GroupQ8_0], acts: &[ActGroup]) -> f32 {
-    avx2::dot_q8_0(weights, acts).unwrap_or_else(|| blocks::dot_q8_0(weights, acts))
-}
-
-fn dot_q5_0(weights: &[GroupQ5_0], acts: &[ActGroup]) -> f32 {
-    avx2::dot_q5_0(weights, acts).unwrap_or_else(|| blocks::dot_q5_0(weights, acts))
 }
 
 #[cfg(test)]
