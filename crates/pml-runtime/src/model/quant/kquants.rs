@@ -86,7 +86,7 @@ impl BlockQ4K {
     /// The 4-bit value of weight `i`.
     fn value(&self, i: usize) -> u8 {
         let byte = self.qs[32 * (i / 64) + i % 32];
-        if (i / 32) % 2 == 0 {
+        if (i / 32).is_multiple_of(2) {
             byte & 0x0f
         } else {
             byte >> 4
