@@ -337,6 +337,17 @@ impl KvCache {
         })
     }
 
+    /// An empty cache with room for `capacity` slots, so a prefill and the decoding after it
+    /// append in place: an exactly sized prefill would copy the whole cache to grow it at the
+    /// first decoded token.
+    pub fn with_capacity(
+        layout: KvLayout,
+        device: &Device,
+        capacity: usize,
+    ) -> Result<Self, KvCacheError> {
+        Self::from_blocks(layout, device, &[], capacity)
+    }
+
     /// Splices blocks, in the order given, into a new cache: one copy per layer, with room
     /// for `reserve` more slots so the tokens that follow append in place.
     pub fn from_blocks(
@@ -416,6 +427,11 @@ impl KvCache {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Slots every layer holds before an append has to copy it into a larger buffer.
+    pub fn capacity(&self) -> usize {
+        self.layers.iter().map(LayerKv::capacity).min().unwrap_or(0)
     }
 
     /// Positions of the slots of layer 0.
@@ -622,6 +638,37 @@ mod tests {
         assert_eq!(layer.positions(), &[0, 7, 20, 8, 9]);
         assert_eq!(cache.layer(1).unwrap().len(), 3, "other layers untouched");
         assert!(cache.check_consistent().is_err());
+    }
+
+    #[test]
+    fn a_cache_with_room_appends_in_place_until_full() {
+        let mut cache = KvCache::with_capacity(LAYOUT, &Device::Cpu, 4).unwrap();
+        assert_eq!((cache.len(), cache.capacity()), (0, 4));
+        for slot in 0..4 {
+            for layer_idx in 0..LAYOUT.n_layers {
+                cache
+                    .write(
+                        layer_idx,
+                        &[slot],
+                        &rows(slot as f32, 1),
+                        &rows(100.0 + slot as f32, 1),
+                        &[slot as u32],
+                    )
+                    .unwrap();
+            }
+            assert_eq!(cache.capacity(), 4, "slot {slot} appended in place");
+        }
+        assert_eq!(
+            row_values(&cache.layer(1).unwrap().keys().unwrap()),
+            vec![0.0, 1.0, 2.0, 3.0]
+        );
+        for layer_idx in 0..LAYOUT.n_layers {
+            cache
+                .write(layer_idx, &[4], &rows(4.0, 1), &rows(104.0, 1), &[4])
+                .unwrap();
+        }
+        assert!(cache.capacity() > 4, "a full cache grows");
+        assert_eq!(cache.positions(), &[0, 1, 2, 3, 4]);
     }
 
     #[test]

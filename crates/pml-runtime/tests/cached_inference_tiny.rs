@@ -170,6 +170,39 @@ fn reuse_equals_full_for_a_module_right_after_the_prefix() {
     }
 }
 
+#[test]
+fn every_mode_leaves_room_for_the_decoded_tokens() {
+    // A cache filled to its capacity copies every layer into a larger buffer on the next append:
+    // mode `full` used to leave no room, so its first decode step copied the whole prompt's KV.
+    const RESERVE: usize = 5;
+    let fixture = Fixture::new(Arch::Qwen2);
+    let (layout, doc) = prefix_and_module();
+    fixture.encode(&layout);
+    let bound = Binding::new(&layout, &[doc], &tokens(90, 6)).bind();
+    let plan = SplicePlan::new(&layout, &bound).expect("plan");
+    let blend = InferenceMode::Blend(BlendOptions {
+        recompute: Ratio::new(0.5).expect("a fraction"),
+        ..BlendOptions::default()
+    });
+    for mode in [InferenceMode::Reuse, blend, InferenceMode::Full] {
+        let prefilled = prefill(
+            &fixture.model,
+            &mut fixture.encoder(&layout),
+            &plan,
+            mode,
+            RESERVE,
+        )
+        .expect("prefill runs");
+        assert_eq!(prefilled.kv.len(), 39, "{mode}");
+        assert!(
+            prefilled.kv.capacity() >= prefilled.kv.len() + RESERVE,
+            "{mode}: capacity {} for {} slots and {RESERVE} to decode",
+            prefilled.kv.capacity(),
+            prefilled.kv.len()
+        );
+    }
+}
+
 /// Root [BOS, prefix]; `outer` = [a1, `inner` = [b], a2]; root text after `outer` if
 /// `root_tail`.
 fn nested(root_tail: bool) -> (SchemaLayout, UnitId, UnitId) {

@@ -5,17 +5,26 @@
 use std::time::Instant;
 
 use crate::encode::chunked::prefill_sorted;
+use crate::kv_cache::KvCache;
 use crate::model::Model;
 
 use super::plan::SplicePlan;
 use super::stats::PrefillStats;
 use super::{InferenceError, InferenceMode, Prefill};
 
-/// Computes every token of the plan from scratch.
-pub fn prefill_full(model: &Model, plan: &SplicePlan) -> Result<Prefill, InferenceError> {
+/// Computes every token of the plan from scratch, leaving room for `reserve` decoded tokens.
+pub fn prefill_full(
+    model: &Model,
+    plan: &SplicePlan,
+    reserve: usize,
+) -> Result<Prefill, InferenceError> {
     let mut stats = PrefillStats::new(InferenceMode::Full);
     let compute_start = Instant::now();
-    let mut kv = model.new_kv_cache()?;
+    let mut kv = KvCache::with_capacity(
+        model.kv_layout(),
+        model.device(),
+        plan.all_tokens.len() + reserve,
+    )?;
     let logits = prefill_sorted(model, &plan.all_tokens, &plan.all_positions, &mut kv, true)?
         .ok_or_else(|| InferenceError::InvalidPrompt("no tokens".into()))?;
     stats.compute = compute_start.elapsed();

@@ -149,7 +149,7 @@ pub fn prefill(
         InferenceMode::Blend(options) => {
             blend::prefill_blend(model, encoder, plan, &options, reserve)
         }
-        InferenceMode::Full => full::prefill_full(model, plan),
+        InferenceMode::Full => full::prefill_full(model, plan, reserve),
     }
 }
 

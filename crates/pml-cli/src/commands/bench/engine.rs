@@ -2,6 +2,13 @@
 //! resident memory of PML's engine at several prompt sizes, side by side with llama.cpp on the
 //! same GGUF and the same token ids when its venv is installed (scripts/setup-llama-cpp.sh).
 //!
+//! PML's decode is timed twice from the same prefill: first through `pml run`'s generation loop
+//! ([`Generator::generate_after`] with the default sampling, detokenizer and stop matcher), as
+//! the first decode of the process like `pml run`'s, then by the bare engine (a forward pass and
+//! an argmax per token, what llama.cpp's side does) on a copy of the prompt's rows. A cost that
+//! only the real run pays (per-token work in the loop, or one-time work landing in the first
+//! decode step, which a short answer divides by few tokens) shows up as a gap between the two.
+//!
 //! Every measurement is a fresh process (this binary with a hidden `--child-tokens` argument, or
 //! scripts/llama_engine_bench.py in the venv), so each size's peak memory (VmHWM) is its own and
 //! neither engine inherits the other's warm caches. Rounds alternate which engine goes first.
@@ -15,9 +22,14 @@ use clap::Args;
 use pml_cli::failure::Failure;
 use pml_cli::model_fetch::{fetch_if_missing, resolve_model};
 use pml_cli::pipeline::WeightsArg;
+use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
 use pml_runtime::device::default_device;
-use pml_runtime::model::{Model, WeightFormat};
+use pml_runtime::generation::{Generator, SamplingParams};
+use pml_runtime::gguf::GgufFile;
+use pml_runtime::kv_cache::KvCache;
+use pml_runtime::model::{Model, ModelConfig, WeightFormat};
 use pml_runtime::models::PmlHome;
+use pml_runtime::tokenizer::GgufTokenizer;
 use serde::{Deserialize, Serialize};
 
 use super::engine_report::{EngineReport, SizeResult};
@@ -36,7 +48,8 @@ pub struct EngineArgs {
     /// Rounds; each round measures every size once per engine.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
     rounds: u16,
-    /// Tokens decoded (greedily) after each prefill.
+    /// Tokens decoded (greedily) after each prefill, by the bare engine and again by `pml run`'s
+    /// generation loop.
     #[arg(long, default_value_t = 32)]
     decode: usize,
     /// How PML holds the weights.
@@ -63,6 +76,9 @@ pub struct Measurement {
     pub prefill_s: f64,
     pub ttft_s: f64,
     pub decode_ms_per_token: f64,
+    /// The same decode through `pml run`'s generation loop (PML only; llama.cpp's side has none).
+    #[serde(default)]
+    pub run_decode_ms_per_token: Option<f64>,
     pub peak_rss_bytes: u64,
 }
 
@@ -153,9 +169,13 @@ pub fn run(args: EngineArgs) -> Result<(), Failure> {
 }
 
 fn progress(round: usize, rounds: usize, size: usize, engine: &str, measured: &Measurement) {
+    let run_decode = measured
+        .run_decode_ms_per_token
+        .map(|ms| format!(" (run loop {ms:.1})"))
+        .unwrap_or_default();
     eprintln!(
-        "[round {}/{rounds}] {size} tokens, {engine}: prefill {:.1} tok/s, decode {:.1} ms/token, \
-         peak {:.0} MiB",
+        "[round {}/{rounds}] {size} tokens, {engine}: prefill {:.1} tok/s, decode {:.1} \
+         ms/token{run_decode}, peak {:.0} MiB",
         round + 1,
         size as f64 / measured.prefill_s,
         measured.decode_ms_per_token,
@@ -262,8 +282,10 @@ fn run_measurement(mut command: Command, engine: &str) -> Result<Measurement, Fa
         .with_context(|| format!("reading the {engine} measurement from `{line}`"))?)
 }
 
-/// Loads the model, prefills `tokens_file`'s ids, takes the greedy first token and decodes
-/// `decode` more, timing each phase.
+/// Loads the model, prefills `tokens_file`'s ids and takes the greedy first token; then decodes
+/// `decode` more twice from that prefill, timing each phase: first through `pml run`'s
+/// generation loop (like `pml run`, the process's first decode, on the prefill's own cache),
+/// then with the bare engine loop on a copy of the prompt's rows.
 fn measure_pml(
     model_path: &Path,
     format: WeightFormat,
@@ -272,20 +294,44 @@ fn measure_pml(
 ) -> Result<Measurement, Failure> {
     let tokens = read_tokens(tokens_file)?;
     let started = Instant::now();
-    let model = Model::load(model_path, format, &default_device())
+    let mut gguf =
+        GgufFile::open(model_path).with_context(|| format!("opening {}", model_path.display()))?;
+    let config = ModelConfig::from_gguf(&gguf).context("reading the model configuration")?;
+    let model = Model::from_source(config, &mut gguf, format, &default_device())
         .with_context(|| format!("loading {}", model_path.display()))?;
     let load_s = started.elapsed().as_secs_f64();
+    let tokenizer = GgufTokenizer::from_gguf(&gguf).context("building the tokenizer")?;
 
     let positions: Vec<u32> = (0..tokens.len() as u32).collect();
-    let mut kv = model.new_kv_cache().context("making the KV cache")?;
+    // Room for the decoded tokens, as `pml run` reserves it, so no step copies the cache.
+    let mut kv = KvCache::with_capacity(model.kv_layout(), model.device(), tokens.len() + decode)
+        .context("making the KV cache")?;
     let started = Instant::now();
-    let logits = model
+    let prefill_logits = model
         .forward(&tokens, &positions, &mut kv)
         .context("prefill")?;
     let prefill_s = started.elapsed().as_secs_f64();
-    let mut next = greedy(&logits)?;
+    let first = greedy(&prefill_logits)?;
     let ttft_s = started.elapsed().as_secs_f64();
+    // Taken now: appending the decoded rows never changes the prompt's.
+    let prompt_rows = kv.slice(0..tokens.len()).context("copying the prefill")?;
 
+    let run_decode_ms_per_token = run_loop_decode(
+        &model,
+        &tokenizer,
+        &tokens,
+        &mut kv,
+        &prefill_logits,
+        decode,
+    )?;
+    drop(kv);
+    // The engine's own peak, before the second loop's copy of the prompt's rows exists.
+    let peak_rss_bytes = peak_rss_bytes();
+
+    let mut kv = KvCache::from_blocks(model.kv_layout(), model.device(), &[&prompt_rows], decode)
+        .context("copying the prefill")?;
+    drop(prompt_rows);
+    let mut next = first;
     let started = Instant::now();
     for step in 0..decode {
         let position = (tokens.len() + step) as u32;
@@ -300,8 +346,66 @@ fn measure_pml(
         prefill_s,
         ttft_s,
         decode_ms_per_token,
-        peak_rss_bytes: peak_rss_bytes(),
+        run_decode_ms_per_token,
+        peak_rss_bytes,
     })
+}
+
+/// Decodes `decode` tokens after the prefill in `kv` (whose last token's logits are
+/// `prefill_logits`) through the generation loop `pml run` uses, with its default sampling
+/// parameters, and returns its decode ms/token (`None` for no decode step). The answer text is
+/// discarded: writing it is not part of the loop.
+fn run_loop_decode(
+    model: &Model,
+    tokenizer: &dyn Tokenizer,
+    prompt_tokens: &[u32],
+    kv: &mut KvCache,
+    prefill_logits: &candle_core::Tensor,
+    decode: usize,
+) -> Result<Option<f64>, Failure> {
+    // The first token comes from the prefill's logits, then `decode` forward passes: the same
+    // steps as the engine's loop.
+    let params = SamplingParams {
+        max_tokens: decode + 1,
+        ..SamplingParams::default()
+    };
+    let tokenizer = NeverEnding(tokenizer);
+    let generation = Generator::new(model, &tokenizer)
+        .generate_after(kv, prompt_tokens, &params, &mut |_| {}, |_| {
+            Ok(prefill_logits.clone())
+        })
+        .context("decoding through the generation loop")?;
+    Ok(generation.timings.decode_ms_per_token())
+}
+
+/// A tokenizer with no end-of-turn token, so the generation loop decodes exactly as many tokens
+/// as the engine's loop, whatever the synthetic prompt makes the model say.
+struct NeverEnding<'t>(&'t dyn Tokenizer);
+
+impl Tokenizer for NeverEnding<'_> {
+    fn encode(&self, text: &str, allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
+        self.0.encode(text, allow_special)
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
+        self.0.decode(ids)
+    }
+
+    fn bos_token(&self) -> Option<u32> {
+        self.0.bos_token()
+    }
+
+    fn eos_tokens(&self) -> Vec<u32> {
+        Vec::new()
+    }
+
+    fn placeholder_token(&self) -> u32 {
+        self.0.placeholder_token()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.0.vocab_size()
+    }
 }
 
 fn greedy(logits: &candle_core::Tensor) -> Result<u32, Failure> {

@@ -1,6 +1,7 @@
 //! The results of `pml bench engine`: per-size measurements of each engine summarised as median
-//! (min–max) over the rounds, the PML/llama.cpp ratios, the table printed for people and the
-//! JSON printed for tools.
+//! (min–max) over the rounds, the PML/llama.cpp ratios, PML's decode through `pml run`'s
+//! generation loop beside its bare-engine decode, the table printed for people and the JSON
+//! printed for tools.
 
 use std::fmt::Write;
 use std::time::Duration;
@@ -43,6 +44,9 @@ pub struct EngineSummary {
     pub prefill_tokens_per_s: RateSpread,
     pub ttft_ms: Spread,
     pub decode_ms_per_token: Spread,
+    /// The same decode through `pml run`'s generation loop; `None` where it was not measured
+    /// (llama.cpp).
+    pub run_decode_ms_per_token: Option<Spread>,
     /// Largest peak resident memory (VmHWM) of the rounds' processes.
     pub peak_rss_mib: f64,
     pub load_ms: Spread,
@@ -67,6 +71,13 @@ impl EngineSummary {
             },
             ttft_ms: Spread::of(&durations(|m| m.ttft_s))?,
             decode_ms_per_token: Spread::of(&durations(|m| m.decode_ms_per_token / 1e3))?,
+            run_decode_ms_per_token: Spread::of(
+                &rounds
+                    .iter()
+                    .filter_map(|m| m.run_decode_ms_per_token)
+                    .map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1e3))
+                    .collect::<Vec<_>>(),
+            ),
             peak_rss_mib: rounds
                 .iter()
                 .map(|m| m.peak_rss_bytes as f64 / (1024.0 * 1024.0))
@@ -86,6 +97,9 @@ pub struct SizeSummary {
     pub prefill_ratio: Option<f64>,
     /// PML's median decode time per token over llama.cpp's (below 1: PML is faster).
     pub decode_ratio: Option<f64>,
+    /// PML's median decode time per token through `pml run`'s loop over the bare engine's
+    /// (above 1: the run path costs more per token).
+    pub run_decode_ratio: Option<f64>,
 }
 
 /// Everything one `pml bench engine` run measured.
@@ -120,12 +134,16 @@ impl EngineReport {
                 let decode_ratio = llama_cpp.as_ref().map(|llama| {
                     pml.decode_ms_per_token.median_ms / llama.decode_ms_per_token.median_ms
                 });
+                let run_decode_ratio = pml
+                    .run_decode_ms_per_token
+                    .map(|run| run.median_ms / pml.decode_ms_per_token.median_ms);
                 Some(SizeSummary {
                     tokens: result.tokens,
                     pml,
                     llama_cpp,
                     prefill_ratio,
                     decode_ratio,
+                    run_decode_ratio,
                 })
             })
             .collect();
@@ -145,7 +163,8 @@ impl EngineReport {
         let _ = writeln!(
             out,
             "Engine speed on {} ({} weights), median (min–max) of {} rounds, each a fresh \
-             process; decode: {} tokens after the prompt",
+             process; decode: {} tokens after the prompt (run loop: the same tokens through \
+             `pml run`'s generation loop, default sampling)",
             self.model, self.weights, self.rounds, self.decode_tokens
         );
         let header = [
@@ -154,10 +173,11 @@ impl EngineReport {
             "prefill tok/s",
             "TTFT ms",
             "decode ms/token",
+            "run loop ms/token",
             "peak RSS MiB",
         ]
         .map(str::to_owned);
-        let mut rows: Vec<[String; 6]> = Vec::new();
+        let mut rows: Vec<[String; 7]> = Vec::new();
         for size in &self.sizes {
             rows.push(engine_row(size.tokens, "pml", &size.pml));
             if let Some(llama) = &size.llama_cpp {
@@ -171,6 +191,7 @@ impl EngineReport {
                     format!("{prefill:.2}×"),
                     String::new(),
                     format!("{decode:.2}×"),
+                    String::new(),
                     String::new(),
                 ]);
             }
@@ -186,7 +207,7 @@ impl EngineReport {
     }
 }
 
-fn engine_row(tokens: usize, engine: &str, summary: &EngineSummary) -> [String; 6] {
+fn engine_row(tokens: usize, engine: &str, summary: &EngineSummary) -> [String; 7] {
     let rate = &summary.prefill_tokens_per_s;
     [
         tokens.to_string(),
@@ -194,6 +215,11 @@ fn engine_row(tokens: usize, engine: &str, summary: &EngineSummary) -> [String; 
         format!("{:.1} ({:.1}–{:.1})", rate.median, rate.min, rate.max),
         summary.ttft_ms.cell(),
         summary.decode_ms_per_token.cell(),
+        summary
+            .run_decode_ms_per_token
+            .as_ref()
+            .map(Spread::cell)
+            .unwrap_or_default(),
         format!("{:.0}", summary.peak_rss_mib),
     ]
 }
@@ -208,7 +234,15 @@ mod tests {
             prefill_s,
             ttft_s: prefill_s,
             decode_ms_per_token: decode_ms,
+            run_decode_ms_per_token: None,
             peak_rss_bytes: 1 << 30,
+        }
+    }
+
+    fn pml_measurement(prefill_s: f64, decode_ms: f64, run_decode_ms: f64) -> Measurement {
+        Measurement {
+            run_decode_ms_per_token: Some(run_decode_ms),
+            ..measurement(prefill_s, decode_ms)
         }
     }
 
@@ -217,9 +251,9 @@ mod tests {
         let result = SizeResult {
             tokens: 100,
             pml: vec![
-                measurement(1.0, 40.0),
-                measurement(2.0, 60.0),
-                measurement(4.0, 50.0),
+                pml_measurement(1.0, 40.0, 44.0),
+                pml_measurement(2.0, 60.0, 66.0),
+                pml_measurement(4.0, 50.0, 55.0),
             ],
             llama: vec![
                 measurement(0.5, 20.0),
@@ -236,6 +270,16 @@ mod tests {
         assert_eq!(size.decode_ratio, Some(2.0));
         assert_eq!(size.pml.peak_rss_mib, 1024.0);
         assert!(report.table().contains("0.50×"));
+        // The run loop's decode sits beside the engine's, as a median and a ratio to it.
+        let run = size.pml.run_decode_ms_per_token.expect("measured");
+        assert_eq!((run.median_ms, run.min_ms, run.max_ms), (55.0, 44.0, 66.0));
+        assert_eq!(size.run_decode_ratio, Some(1.1));
+        assert!(
+            size.llama_cpp
+                .as_ref()
+                .is_some_and(|llama| llama.run_decode_ms_per_token.is_none())
+        );
+        assert!(report.table().contains("55.0 (44.0–66.0)"));
     }
 
     #[test]
