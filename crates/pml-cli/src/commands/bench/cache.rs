@@ -22,6 +22,7 @@ use pml_runtime::inference::{InferenceMode, LaidOutSchema, RunStats};
 
 use super::cases::{Case, DEFAULT_DOCUMENT, DEFAULT_QUESTION, document_cases, example_cases};
 use super::peer::{Peer, PeerOptions};
+use super::report::print_report;
 use super::report::{BenchReport, CaseResult, CompileResult, Spread};
 
 #[derive(Args, Debug)]
@@ -150,12 +151,7 @@ pub fn run(args: CacheArgs) -> Result<(), Failure> {
         compiled: bench.compiled,
         cases: results,
     };
-    if args.json {
-        let json = serde_json::to_string_pretty(&report).context("writing JSON")?;
-        println!("{json}");
-    } else {
-        print!("{}", report.table());
-    }
+    print_report(&report, args.json, BenchReport::table)?;
     Ok(())
 }
 

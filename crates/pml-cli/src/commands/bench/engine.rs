@@ -33,6 +33,7 @@ use pml_runtime::tokenizer::GgufTokenizer;
 use serde::{Deserialize, Serialize};
 
 use super::engine_report::{EngineReport, SizeResult};
+use super::report::print_report;
 
 /// The llama.cpp side, embedded so the binary needs no checkout to find it.
 const LLAMA_SCRIPT: &str = include_str!("../../../../../scripts/llama_engine_bench.py");
@@ -159,12 +160,7 @@ pub fn run(args: EngineArgs) -> Result<(), Failure> {
         llama.is_some().then_some(llama_threads),
         &results,
     );
-    if args.json {
-        let json = serde_json::to_string_pretty(&report).context("writing JSON")?;
-        println!("{json}");
-    } else {
-        print!("{}", report.table());
-    }
+    print_report(&report, args.json, EngineReport::table)?;
     Ok(())
 }
 

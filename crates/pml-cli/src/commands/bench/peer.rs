@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::cases::{Case, document_cases};
 use super::engine::{default_threads, find_llama, llama_venv_python};
 use super::peer_report::{PeerReport, PeerRound, PeerSize, PmlRound};
+use super::report::print_report;
 use crate::commands::run::RunJson;
 
 /// The llama.cpp side, embedded so the binary needs no checkout to find it.
@@ -309,12 +310,7 @@ pub fn run(options: &PeerOptions<'_>) -> Result<(), Failure> {
         });
     }
     let report = PeerReport::new(spec.id, threads, options.rounds, sizes);
-    if options.json {
-        let json = serde_json::to_string_pretty(&report).context("writing JSON")?;
-        println!("{json}");
-    } else {
-        print!("{}", report.table());
-    }
+    print_report(&report, options.json, PeerReport::table)?;
     Ok(())
 }
 

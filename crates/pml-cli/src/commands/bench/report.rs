@@ -4,6 +4,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
+use anyhow::Context;
 use serde::Serialize;
 
 /// Median, smallest and largest of a set of timings, in milliseconds.
@@ -174,6 +175,21 @@ pub(crate) fn push_table<const N: usize>(
         }
         let _ = writeln!(out, "{}", line.trim_end());
     }
+}
+
+/// Prints a benchmark's report: pretty JSON for tools with `json`, else `table`'s text.
+pub fn print_report<R: Serialize>(
+    report: &R,
+    json: bool,
+    table: impl FnOnce(&R) -> String,
+) -> anyhow::Result<()> {
+    if json {
+        let json = serde_json::to_string_pretty(report).context("writing JSON")?;
+        println!("{json}");
+    } else {
+        print!("{}", table(report));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
