@@ -49,70 +49,56 @@ pub trait BlockKernel: Sized + Sync {
     }
 }
 
-impl BlockKernel for GroupQ8_0 {
-    const WEIGHTS: usize = GROUP_WEIGHTS;
-    type Act = ActGroup;
+/// The impl for a block type: its activations, their quantizer and its SIMD tile.
+macro_rules! block_kernel {
+    ($block:ty, $weights:expr, $act:ty, $quantize:path, $tile:path) => {
+        impl BlockKernel for $block {
+            const WEIGHTS: usize = $weights;
+            type Act = $act;
 
-    fn quantize(x: &[f32], out: &mut Vec<ActGroup>) {
-        blocks::quantize_activations(x, out);
-    }
+            fn quantize(x: &[f32], out: &mut Vec<$act>) {
+                $quantize(x, out);
+            }
 
-    fn dot(&self, acts: &ActGroup) -> f32 {
-        GroupQ8_0::dot(self, acts)
-    }
+            fn dot(&self, acts: &$act) -> f32 {
+                <$block>::dot(self, acts)
+            }
 
-    fn simd_tile<const RN: usize>(weights: &[Self], acts: [&[ActGroup]; RN]) -> Option<[f32; RN]> {
-        tile_q8_0(weights, acts)
-    }
+            fn simd_tile<const RN: usize>(
+                weights: &[Self],
+                acts: [&[$act]; RN],
+            ) -> Option<[f32; RN]> {
+                $tile(weights, acts)
+            }
+        }
+    };
 }
 
-impl BlockKernel for GroupQ5_0 {
-    const WEIGHTS: usize = GROUP_WEIGHTS;
-    type Act = ActGroup;
-
-    fn quantize(x: &[f32], out: &mut Vec<ActGroup>) {
-        blocks::quantize_activations(x, out);
-    }
-
-    fn dot(&self, acts: &ActGroup) -> f32 {
-        GroupQ5_0::dot(self, acts)
-    }
-
-    fn simd_tile<const RN: usize>(weights: &[Self], acts: [&[ActGroup]; RN]) -> Option<[f32; RN]> {
-        tile_q5_0(weights, acts)
-    }
-}
-
-impl BlockKernel for BlockQ4K {
-    const WEIGHTS: usize = SUPER;
-    type Act = ActQ8K;
-
-    fn quantize(x: &[f32], out: &mut Vec<ActQ8K>) {
-        kquants::quantize_activations(x, out);
-    }
-
-    fn dot(&self, acts: &ActQ8K) -> f32 {
-        BlockQ4K::dot(self, acts)
-    }
-
-    fn simd_tile<const RN: usize>(weights: &[Self], acts: [&[ActQ8K]; RN]) -> Option<[f32; RN]> {
-        tile_q4k(weights, acts)
-    }
-}
-
-impl BlockKernel for BlockQ6K {
-    const WEIGHTS: usize = SUPER;
-    type Act = ActQ8K;
-
-    fn quantize(x: &[f32], out: &mut Vec<ActQ8K>) {
-        kquants::quantize_activations(x, out);
-    }
-
-    fn dot(&self, acts: &ActQ8K) -> f32 {
-        BlockQ6K::dot(self, acts)
-    }
-
-    fn simd_tile<const RN: usize>(weights: &[Self], acts: [&[ActQ8K]; RN]) -> Option<[f32; RN]> {
-        tile_q6k(weights, acts)
-    }
-}
+block_kernel!(
+    GroupQ8_0,
+    GROUP_WEIGHTS,
+    ActGroup,
+    blocks::quantize_activations,
+    tile_q8_0
+);
+block_kernel!(
+    GroupQ5_0,
+    GROUP_WEIGHTS,
+    ActGroup,
+    blocks::quantize_activations,
+    tile_q5_0
+);
+block_kernel!(
+    BlockQ4K,
+    SUPER,
+    ActQ8K,
+    kquants::quantize_activations,
+    tile_q4k
+);
+block_kernel!(
+    BlockQ6K,
+    SUPER,
+    ActQ8K,
+    kquants::quantize_activations,
+    tile_q6k
+);
