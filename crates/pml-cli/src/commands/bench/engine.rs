@@ -245,19 +245,31 @@ fn measure_llama(
     decode: usize,
     threads: usize,
 ) -> Result<Measurement, Failure> {
+    let mut command = llama_script(python, LLAMA_SCRIPT, model_path, tokens_file, threads);
+    command.arg("--decode").arg(decode.to_string());
+    run_measurement(command, "llama.cpp")
+}
+
+/// `python -c SCRIPT --model MODEL --tokens TOKENS --threads N`: how both llama.cpp sides of the
+/// benchmarks start.
+pub fn llama_script(
+    python: &Path,
+    script: &str,
+    model_path: &Path,
+    tokens_file: &Path,
+    threads: usize,
+) -> Command {
     let mut command = Command::new(python);
     command
         .arg("-c")
-        .arg(LLAMA_SCRIPT)
+        .arg(script)
         .arg("--model")
         .arg(model_path)
         .arg("--tokens")
         .arg(tokens_file)
-        .arg("--decode")
-        .arg(decode.to_string())
         .arg("--threads")
         .arg(threads.to_string());
-    run_measurement(command, "llama.cpp")
+    command
 }
 
 /// Runs `command`, which prints one [`Measurement`] as the last line of its stdout.

@@ -27,7 +27,7 @@ use pml_runtime::inference::SplicePlan;
 use serde::{Deserialize, Serialize};
 
 use super::cases::{Case, document_cases};
-use super::engine::{default_threads, find_llama, llama_venv_python};
+use super::engine::{default_threads, find_llama, llama_script, llama_venv_python};
 use super::peer_report::{PeerReport, PeerRound, PeerSize, PmlRound};
 use super::report::print_report;
 use crate::commands::run::RunJson;
@@ -425,15 +425,7 @@ impl LlamaSession {
         tokens_file: &Path,
         threads: usize,
     ) -> Result<Self, Failure> {
-        let mut child = Command::new(python)
-            .arg("-c")
-            .arg(LLAMA_SCRIPT)
-            .arg("--model")
-            .arg(model_path)
-            .arg("--tokens")
-            .arg(tokens_file)
-            .arg("--threads")
-            .arg(threads.to_string())
+        let mut child = llama_script(python, LLAMA_SCRIPT, model_path, tokens_file, threads)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
