@@ -659,7 +659,7 @@ impl Model {
                 device,
             )?)
         };
-        let model = Self {
+        Ok(Self {
             config,
             format,
             device: device.clone(),
@@ -667,21 +667,7 @@ impl Model {
             blocks,
             output_norm,
             output,
-        };
-        model.warm_up_decode()?;
-        Ok(model)
-    }
-
-    /// Runs one token through the decode path on a throwaway cache, so that work kernels do
-    /// lazily on their first call happens while loading rather than inside the first decode
-    /// step. Candle repacks Q4_K blocks into its x86 tile layout on the first quantized matmul
-    /// that uses them (cached in the `QTensor`); for the default model that is ~37 MB of fresh
-    /// pages, which made the first decode step of every process ~250 ms slower and a short
-    /// answer's decode ms/token 1.3–1.5× the steady rate.
-    fn warm_up_decode(&self) -> Result<(), EngineError> {
-        let mut kv = self.new_kv_cache()?;
-        self.forward(&[0], &[0], &mut kv)?;
-        Ok(())
+        })
     }
 
     pub fn config(&self) -> &ModelConfig {
