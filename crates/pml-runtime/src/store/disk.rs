@@ -1,10 +1,9 @@
 //! The disk tier: one sealed safetensors file per key under `<root>/objects/<first two hex
 //! digits>/<key>.safetensors`, written atomically ([`super::atomic_file`]) and memory-mapped to
 //! load: the checksum is verified over the map and each tensor copied once, from the map into
-//! its storage, instead of the whole file being read into a buffer and then copied again (a
-//! quarter of a large state's load time). A file that fails its checksum or its checks is
-//! removed and reported as [`StoreError::Corrupt`], so the caller re-encodes; a file for another
-//! model (or stored dtype) is left alone.
+//! its storage, instead of the whole file being read into a buffer and then copied again. A file
+//! that fails its checksum or its checks is removed and reported as [`StoreError::Corrupt`], so
+//! the caller re-encodes; a file for another model (or stored dtype) is left alone.
 //!
 //! Safe under concurrent writers, threads or processes: an entry is a single file published by
 //! one rename, and two writers of one key write identical bytes (the key fixes the content).
