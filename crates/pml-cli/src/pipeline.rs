@@ -120,7 +120,8 @@ pub struct RuntimeArgs {
     pub model: Option<String>,
     /// Module store tiers, fastest first: a comma-separated list of `ram:SIZE`,
     /// `disk:PATH[?max=SIZE]` and `redis://HOST:PORT[?max=SIZE&timeout_ms=N]`, or a folder
-    /// (RAM over disk there). Default: `$PML_STORE`, else RAM over disk at `$PML_HOME/store`.
+    /// (RAM over disk there), plus `dtype:f32` to store states exactly instead of in f16.
+    /// Default: `$PML_STORE`, else RAM over disk at `$PML_HOME/store`, f16.
     #[arg(long, value_name = "SPEC")]
     pub store: Option<String>,
     /// How module states are encoded; `pml run` must use the mode the schema was compiled with.

@@ -8,11 +8,18 @@
 //! that decoding appends in place instead of copying the whole cache every token. Views handed
 //! out ([`LayerKv::keys`]) are never changed afterwards: appends write only beyond every view
 //! ever taken of this buffer, overwrites and shared buffers copy first (copy-on-write).
+//!
+//! Blocks may hold another dtype than the cache (stored states are f16, the cache f32):
+//! [`KvCache::from_blocks`] converts each block's rows straight into the new buffers, one pass
+//! per value and no intermediate tensor, layers in parallel.
 
 use std::ops::Range;
 use std::sync::Arc;
 
-use candle_core::{DType, Device, IndexOp, Tensor};
+use candle_core::{CpuStorage, DType, Device, IndexOp, Storage, Tensor, WithDType};
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use rayon::prelude::*;
 
 /// Why a cache operation was refused.
 #[derive(Debug, thiserror::Error)]
@@ -110,7 +117,10 @@ impl KvBlock {
     pub fn size_in_bytes(&self) -> usize {
         self.layers
             .iter()
-            .map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes())
+            .map(|(k, v)| {
+                k.elem_count() * k.dtype().size_in_bytes()
+                    + v.elem_count() * v.dtype().size_in_bytes()
+            })
             .sum()
     }
 }
@@ -300,6 +310,114 @@ fn row_index(rows: &[usize], device: &Device) -> Result<Tensor, KvCacheError> {
     Ok(Tensor::from_vec(rows, n_rows, device)?)
 }
 
+/// `parts` (each `(n, kv_heads, head_dim)`, of any stored dtype) one after another in a new
+/// buffer of `capacity` rows of the cache's dtype, zeros after them. On the CPU each value is
+/// converted straight into the buffer (half's slice conversions use F16C where the CPU has it);
+/// elsewhere, or for a dtype without a direct path, through candle.
+fn splice_rows(
+    parts: &[&Tensor],
+    capacity: usize,
+    layout: &KvLayout,
+    device: &Device,
+) -> Result<Tensor, KvCacheError> {
+    let shape = (capacity, layout.n_kv_heads, layout.head_dim);
+    match (device, layout.dtype) {
+        (Device::Cpu, DType::F32) => Ok(Tensor::from_vec(
+            fill_rows::<f32>(parts, shape)?,
+            shape,
+            device,
+        )?),
+        (Device::Cpu, DType::F16) => Ok(Tensor::from_vec(
+            fill_rows::<f16>(parts, shape)?,
+            shape,
+            device,
+        )?),
+        _ => {
+            let buffer = Tensor::zeros(shape, layout.dtype, device)?;
+            let mut offset = 0;
+            for part in parts
+                .iter()
+                .filter(|part| part.dim(0).is_ok_and(|rows| rows > 0))
+            {
+                buffer.slice_set(&part.to_dtype(layout.dtype)?.contiguous()?, 0, offset)?;
+                offset += part.dim(0)?;
+            }
+            Ok(buffer)
+        }
+    }
+}
+
+/// The values of [`splice_rows`]'s buffer, for a cache of element type `T`.
+fn fill_rows<T: CacheElement>(
+    parts: &[&Tensor],
+    (capacity, kv_heads, head_dim): (usize, usize, usize),
+) -> Result<Vec<T>, KvCacheError> {
+    // Zeroed allocation: fresh pages from the OS, not a pass over the buffer.
+    let mut data = vec![T::from_f64(0.0); capacity * kv_heads * head_dim];
+    let mut offset = 0;
+    for part in parts {
+        let len = part.elem_count();
+        let target = data.get_mut(offset..offset + len).ok_or_else(|| {
+            KvCacheError::Shape(format!(
+                "rows of {:?} past a buffer of {capacity} rows",
+                part.dims()
+            ))
+        })?;
+        let (storage, tensor_layout) = part.storage_and_layout();
+        let converted = match (&*storage, tensor_layout.contiguous_offsets()) {
+            (Storage::Cpu(values), Some((start, end))) => T::convert(values, start..end, target),
+            _ => false,
+        };
+        drop(storage);
+        if !converted {
+            let values = part.to_dtype(T::DTYPE)?.flatten_all()?.to_vec1::<T>()?;
+            target.copy_from_slice(&values);
+        }
+        offset += len;
+    }
+    Ok(data)
+}
+
+/// An element type the cache is kept in, with direct conversions from the stored dtypes.
+trait CacheElement: WithDType {
+    /// Writes `source[range]`, converted, into `target` (of the same length); `false` when
+    /// there is no direct path for `source`'s dtype (the caller goes through candle).
+    fn convert(source: &CpuStorage, range: Range<usize>, target: &mut [Self]) -> bool;
+}
+
+impl CacheElement for f32 {
+    fn convert(source: &CpuStorage, range: Range<usize>, target: &mut [Self]) -> bool {
+        match source {
+            CpuStorage::F32(values) => values
+                .get(range)
+                .map(|values| target.copy_from_slice(values)),
+            CpuStorage::F16(values) => values
+                .get(range)
+                .map(|values| values.convert_to_f32_slice(target)),
+            CpuStorage::BF16(values) => values
+                .get(range)
+                .map(|values| values.convert_to_f32_slice(target)),
+            _ => None,
+        }
+        .is_some()
+    }
+}
+
+impl CacheElement for f16 {
+    fn convert(source: &CpuStorage, range: Range<usize>, target: &mut [Self]) -> bool {
+        match source {
+            CpuStorage::F16(values) => values
+                .get(range)
+                .map(|values| target.copy_from_slice(values)),
+            CpuStorage::F32(values) => values
+                .get(range)
+                .map(|values| target.convert_from_f32_slice(values)),
+            _ => None,
+        }
+        .is_some()
+    }
+}
+
 /// A new buffer of `capacity` rows holding the first `live_rows` rows of `buffer`.
 fn reallocate(buffer: &Tensor, live_rows: usize, capacity: usize) -> Result<Tensor, KvCacheError> {
     let (_, kv_heads, head_dim) = buffer.dims3()?;
@@ -348,8 +466,9 @@ impl KvCache {
         Self::from_blocks(layout, device, &[], capacity)
     }
 
-    /// Splices blocks, in the order given, into a new cache: one copy per layer, with room
-    /// for `reserve` more slots so the tokens that follow append in place.
+    /// Splices blocks, in the order given, into a new cache: each value converted to the
+    /// cache's dtype and copied once, with room for `reserve` more slots so the tokens that
+    /// follow append in place.
     pub fn from_blocks(
         layout: KvLayout,
         device: &Device,
@@ -361,29 +480,33 @@ impl KvCache {
         for block in blocks {
             cache.check_block(block)?;
         }
-        for (layer_idx, layer) in cache.layers.iter_mut().enumerate() {
-            let shape = (total + reserve, layout.n_kv_heads, layout.head_dim);
-            let key_buffer = Tensor::zeros(shape, layout.dtype, device)?;
-            let value_buffer = Tensor::zeros(shape, layout.dtype, device)?;
-            let mut offset = 0;
-            for block in blocks {
-                let (keys, values) = &block.layers[layer_idx];
-                if !block.is_empty() {
-                    key_buffer.slice_set(&keys.to_dtype(layout.dtype)?.contiguous()?, 0, offset)?;
-                    value_buffer.slice_set(
-                        &values.to_dtype(layout.dtype)?.contiguous()?,
-                        0,
-                        offset,
-                    )?;
-                }
-                offset += block.len();
-            }
+        let capacity = total + reserve;
+        // Layers are independent and the work is memory traffic: on every core.
+        let buffers = (0..layout.n_layers)
+            .into_par_iter()
+            .map(|layer_idx| {
+                let keys: Vec<&Tensor> = blocks
+                    .iter()
+                    .map(|block| &block.layers[layer_idx].0)
+                    .collect();
+                let values: Vec<&Tensor> = blocks
+                    .iter()
+                    .map(|block| &block.layers[layer_idx].1)
+                    .collect();
+                Ok((
+                    splice_rows(&keys, capacity, &layout, device)?,
+                    splice_rows(&values, capacity, &layout, device)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, KvCacheError>>()?;
+        let positions: Vec<u32> = blocks
+            .iter()
+            .flat_map(|block| block.positions.iter().copied())
+            .collect();
+        for (layer, (key_buffer, value_buffer)) in cache.layers.iter_mut().zip(buffers) {
             layer.key_buffer = key_buffer;
             layer.value_buffer = value_buffer;
-            layer.positions = blocks
-                .iter()
-                .flat_map(|block| block.positions.iter().copied())
-                .collect();
+            layer.positions = positions.clone();
         }
         Ok(cache)
     }
@@ -760,5 +883,61 @@ mod tests {
         assert_eq!(spliced.size_in_bytes(), 4 * 2 * 2 * 6 * 4);
         let wrong_layers = KvBlock::new(vec![], vec![]).unwrap();
         assert!(KvCache::from_blocks(LAYOUT, &Device::Cpu, &[&wrong_layers], 0).is_err());
+    }
+
+    #[test]
+    fn blocks_of_stored_dtypes_are_widened_straight_into_the_cache() {
+        // Values exact in f16, so widening must give them back bit for bit.
+        let f16_rows =
+            |first: f32, n_rows: usize| rows(first, n_rows).to_dtype(DType::F16).unwrap();
+        let stored = KvBlock::new(
+            vec![(f16_rows(0.5, 3), f16_rows(100.25, 3)); 2],
+            vec![0, 1, 2],
+        )
+        .unwrap();
+        let computed = KvBlock::new(vec![(rows(7.0, 2), rows(107.0, 2)); 2], vec![3, 4]).unwrap();
+        // A view that is not contiguous (every other row of a larger tensor) takes the slow
+        // path and must land in the same place.
+        let strided = rows(20.0, 4)
+            .reshape((2, 2, 2, 3))
+            .and_then(|t| t.narrow(1, 0, 1))
+            .and_then(|t| t.squeeze(1))
+            .unwrap();
+        assert!(!strided.is_contiguous());
+        let sparse = KvBlock::new(vec![(strided.clone(), strided); 2], vec![5, 6]).unwrap();
+        let spliced =
+            KvCache::from_blocks(LAYOUT, &Device::Cpu, &[&stored, &computed, &sparse], 3).unwrap();
+        let layer = spliced.layer(1).unwrap();
+        assert_eq!(layer.keys().unwrap().dtype(), DType::F32);
+        assert_eq!(
+            row_values(&layer.keys().unwrap()),
+            vec![0.5, 1.5, 2.5, 7.0, 8.0, 20.0, 22.0]
+        );
+        assert_eq!(
+            row_values(&layer.values().unwrap()),
+            vec![100.25, 101.25, 102.25, 107.0, 108.0, 20.0, 22.0]
+        );
+        assert_eq!(layer.capacity(), 7 + 3);
+        // Every value of every row, not only the first: the whole row was converted.
+        let all = layer
+            .keys()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(&all[..6], &[0.5; 6]);
+        // The spare rows are zeros.
+        let spare = layer.key_buffer.narrow(0, 7, 3).unwrap();
+        assert_eq!(
+            spare
+                .abs()
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap(),
+            0.0
+        );
     }
 }

@@ -55,10 +55,7 @@ pub fn fetched_model(id: &str) -> Option<PathBuf> {
 pub fn tiny_runtime(arch: Arch, seed: u64) -> (Runtime, tempfile::TempDir) {
     let model = random_model(arch, seed, WeightFormat::F32, &Device::Cpu).expect("tiny model");
     let manifests = tempfile::TempDir::new().expect("temporary directory");
-    let spec = StateSpec {
-        model_fingerprint: format!("tiny-{arch:?}-{seed}"),
-        layout: model.kv_layout(),
-    };
+    let spec = StateSpec::new(format!("tiny-{arch:?}-{seed}"), model.kv_layout());
     let store = ModuleStore::with_tiers(
         spec,
         vec![Box::new(MemoryTier::new(1 << 30))],
@@ -123,13 +120,16 @@ impl Tokenizer for LetterTokenizer {
     }
 }
 
-/// Largest absolute difference between two tensors of the same shape, element by element.
+/// Largest absolute difference between two tensors of the same shape, element by element, in
+/// f32 (so a stored f16 state compares with the engine's f32 rows).
 ///
 /// # Panics
 /// When the shapes differ or the difference cannot be computed.
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     assert_eq!(a.dims(), b.dims(), "shapes differ");
-    (a - b)
+    let widen = |t: &Tensor| t.to_dtype(candle_core::DType::F32);
+    widen(a)
+        .and_then(|a| widen(b).and_then(|b| a - b))
         .and_then(|d| d.abs())
         .and_then(|d| d.flatten_all())
         .and_then(|d| d.max(0))

@@ -42,10 +42,7 @@ impl DiskFixture {
     fn new(arch: Arch) -> Self {
         let model = random_model(arch, SEED, WeightFormat::F32, &Device::Cpu).expect("tiny model");
         let dir = TempDir::new().expect("temporary directory");
-        let spec = StateSpec {
-            model_fingerprint: format!("tiny-{arch:?}-{SEED}"),
-            layout: model.kv_layout(),
-        };
+        let spec = StateSpec::new(format!("tiny-{arch:?}-{SEED}"), model.kv_layout());
         let disk = DiskTier::open(dir.path().join("store"), spec.clone()).expect("disk tier");
         let store = ModuleStore::with_tiers(
             spec.clone(),

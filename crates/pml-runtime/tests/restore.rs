@@ -5,7 +5,7 @@
 //! conversation, resumed from the store, answers its second turn as one that never left memory;
 //! and the cost probe (overlap efficiency included) leaves the tier as it found it.
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
 use pml_compiler::testing::ByteTokenizer;
 use pml_runtime::conversation::{ChatParts, Conversation};
@@ -24,18 +24,38 @@ use pml_runtime::testing::max_abs_diff;
 use tempfile::TempDir;
 
 const ARCHES: [Arch; 2] = [Arch::Qwen2, Arch::Gemma3];
+/// Restores through f32 states: only float reassociation in recomputed or projected layers.
 const TOLERANCE: f32 = 1e-4;
+/// KV stored in f16 and copied back: each value rounded once, at most 2^-11 of its magnitude,
+/// so at most 2^-11 of the largest value (what [`restored_deviation`] divides by).
+const F16_KV_BOUND: f32 = 1.0 / 2048.0;
+/// Hidden states stored in f16 and projected (norm, projections, RoPE), or mixed with f16 KV
+/// layers: measured at most 3.3e-4 (all hidden) and 3.6e-4 (hidden + KV) on these models (Qwen2
+/// and Gemma3 tiny, seed 5, every plan of [`plans`]); 1e-3 leaves room for another seed while
+/// staying far below what a wrong layer gives (order 1).
+const F16_TOLERANCE: f32 = 1e-3;
 
+/// A spec storing f32 states, so restores are exact up to float reassociation.
 fn spec(model: &Model, fingerprint: &str) -> StateSpec {
-    StateSpec {
-        model_fingerprint: fingerprint.to_string(),
-        layout: model.kv_layout(),
-    }
+    spec_in(model, fingerprint, DType::F32)
+}
+
+fn spec_in(model: &Model, fingerprint: &str, state_dtype: DType) -> StateSpec {
+    StateSpec::new(fingerprint, model.kv_layout()).with_state_dtype(state_dtype)
 }
 
 fn store_with(model: &Model, tier: Box<dyn Tier>, manifests: &TempDir) -> ModuleStore {
+    store_in(model, tier, manifests, DType::F32)
+}
+
+fn store_in(
+    model: &Model,
+    tier: Box<dyn Tier>,
+    manifests: &TempDir,
+    state_dtype: DType,
+) -> ModuleStore {
     ModuleStore::with_tiers(
-        spec(model, "restore-test"),
+        spec_in(model, "restore-test", state_dtype),
         vec![tier],
         ManifestStore::new(manifests.path()),
     )
@@ -119,12 +139,16 @@ fn plans(n_layers: usize) -> Vec<RestorePlan> {
 
 #[test]
 fn every_plan_restores_the_computed_kv_in_both_families() {
-    for arch in ARCHES {
+    for (arch, state_dtype) in ARCHES
+        .into_iter()
+        .flat_map(|arch| [(arch, DType::F32), (arch, DType::F16)])
+    {
         let model = random_model(arch, 5, WeightFormat::F32, &Device::Cpu).expect("tiny model");
         let computed = compute(&model, 6, 11);
         for plan in plans(model.config().n_layers) {
             let manifests = TempDir::new().expect("tempdir");
-            let store = store_with(&model, Box::new(MemoryTier::new(1 << 30)), &manifests);
+            let tier = Box::new(MemoryTier::new(1 << 30));
+            let store = store_in(&model, tier, &manifests, state_dtype);
             let unit = SavedUnit {
                 plan: plan.clone(),
                 ..computed.unit.clone()
@@ -157,10 +181,20 @@ fn every_plan_restores_the_computed_kv_in_both_families() {
                 )
             );
             let deviation = restored_deviation(&kv, &computed);
-            println!("{arch:?} {plan}: relative deviation {deviation:.2e}");
-            assert!(deviation < TOLERANCE, "{arch:?} {plan}: {deviation}");
-            if plan.count(LayerForm::Kv) == plan.layers.len() {
-                assert_eq!(deviation, 0.0, "KV layers are copied, not recomputed");
+            println!("{arch:?} {state_dtype:?} {plan}: relative deviation {deviation:.2e}");
+            let all_kv = plan.count(LayerForm::Kv) == plan.layers.len();
+            match state_dtype {
+                DType::F32 => {
+                    assert!(deviation < TOLERANCE, "{arch:?} {plan}: {deviation}");
+                    if all_kv {
+                        assert_eq!(deviation, 0.0, "KV layers are copied, not recomputed");
+                    }
+                }
+                _ if all_kv => assert!(
+                    deviation <= F16_KV_BOUND,
+                    "{arch:?} {plan}: {deviation} beyond one f16 rounding"
+                ),
+                _ => assert!(deviation < F16_TOLERANCE, "{arch:?} {plan}: {deviation}"),
             }
         }
     }

@@ -1,7 +1,9 @@
 //! The module store end to end in one process: states through bytes and through the disk tier
 //! (tiny-model KV and hand-made tensors of every stored dtype), refusal of states for another
-//! model or layout, corruption detected and removed, failed writes leaving nothing behind, and
-//! the RAM-over-disk stack (read-through, promotion, write-through, manifests).
+//! model, layout or stored dtype, corruption (BLAKE3 checksum, truncation, old formats) detected
+//! and removed, memory-mapped loads that own their tensors, failed writes leaving nothing
+//! behind, and the RAM-over-disk stack (read-through, promotion, write-through, f16 conversion,
+//! manifests).
 
 mod store_support;
 
@@ -20,8 +22,12 @@ use store_support::{
     FINGERPRINT, LAYOUT, assert_same_state, files_under, key_of, spec, state, state_with,
 };
 
-/// The KV of a tiny model's forward pass over 11 tokens, as a module state, with its spec and key.
-fn tiny_model_state(arch: Arch) -> (StateSpec, pml_runtime::store::StoreKey, ModuleState) {
+/// The KV of a tiny model's forward pass over 11 tokens, as a module state in `state_dtype`, with
+/// its spec and key.
+fn tiny_model_state(
+    arch: Arch,
+    state_dtype: DType,
+) -> (StateSpec, pml_runtime::store::StoreKey, ModuleState) {
     let model = random_model(arch, 3, WeightFormat::F32, &Device::Cpu).expect("tiny model");
     let tokens: Vec<u32> = (0..11).map(|i| (i * 37 + 5) % 256).collect();
     let positions: Vec<u32> = (4..15).collect();
@@ -30,14 +36,13 @@ fn tiny_model_state(arch: Arch) -> (StateSpec, pml_runtime::store::StoreKey, Mod
         .forward(&tokens, &positions, &mut kv)
         .expect("forward");
     let block = kv.to_block().expect("block");
-    let spec = StateSpec {
-        model_fingerprint: format!("tiny-{arch:?}"),
-        layout: model.kv_layout(),
-    };
+    let spec =
+        StateSpec::new(format!("tiny-{arch:?}"), model.kv_layout()).with_state_dtype(state_dtype);
     let key = StoreKeyParts {
         model_fingerprint: &spec.model_fingerprint,
         weight_format: model.weight_format(),
         kv_dtype: model.kv_layout().dtype,
+        state_dtype,
         kind: Default::default(),
         encode_mode: EncodeMode::Isolated,
         tokens: &tokens,
@@ -45,30 +50,34 @@ fn tiny_model_state(arch: Arch) -> (StateSpec, pml_runtime::store::StoreKey, Mod
         context: ContextHash::NONE,
     }
     .key();
-    let state = ModuleState::new(block, tokens).expect("state");
+    let state = ModuleState::new(block, tokens)
+        .and_then(|state| state.to_dtype(state_dtype))
+        .expect("state");
     (spec, key, state)
 }
 
 #[test]
 fn tiny_model_kv_round_trips_through_bytes_and_disk() {
     for arch in [Arch::Qwen2, Arch::Gemma3] {
-        let (spec, key, state) = tiny_model_state(arch);
-        let bytes = state.to_safetensors(&key, &spec).expect("encode");
-        let decoded = ModuleState::from_safetensors(&bytes, &key, &spec).expect("decode");
-        assert_same_state(&decoded, &state);
+        for state_dtype in [DType::F32, DType::F16] {
+            let (spec, key, state) = tiny_model_state(arch, state_dtype);
+            let bytes = state.to_safetensors(&key, &spec).expect("encode");
+            let decoded = ModuleState::from_safetensors(&bytes, &key, &spec).expect("decode");
+            assert_same_state(&decoded, &state);
 
-        let root = tempfile::tempdir().expect("tempdir");
-        let disk = DiskTier::open(root.path(), spec.clone()).expect("disk tier");
-        assert!(disk.get(&key).expect("get").is_none());
-        disk.put(&key, &Arc::new(state.clone())).expect("put");
-        assert!(disk.contains(&key).expect("contains"));
-        let loaded = disk.get(&key).expect("get").expect("hit");
-        assert_same_state(&loaded, &state);
-        let file_len = std::fs::metadata(disk.path_of(&key)).expect("file").len();
-        assert_eq!(file_len, bytes.len() as u64);
-        let stats = disk.stats();
-        assert_eq!((stats.hits, stats.misses, stats.puts), (1, 1, 1));
-        assert_eq!(stats.bytes_read, file_len);
+            let root = tempfile::tempdir().expect("tempdir");
+            let disk = DiskTier::open(root.path(), spec.clone()).expect("disk tier");
+            assert!(disk.get(&key).expect("get").is_none());
+            disk.put(&key, &Arc::new(state.clone())).expect("put");
+            assert!(disk.contains(&key).expect("contains"));
+            let loaded = disk.get(&key).expect("get").expect("hit");
+            assert_same_state(&loaded, &state);
+            let file_len = std::fs::metadata(disk.path_of(&key)).expect("file").len();
+            assert_eq!(file_len, bytes.len() as u64);
+            let stats = disk.stats();
+            assert_eq!((stats.hits, stats.misses, stats.puts), (1, 1, 1));
+            assert_eq!(stats.bytes_read, file_len);
+        }
     }
 }
 
@@ -76,10 +85,7 @@ fn tiny_model_kv_round_trips_through_bytes_and_disk() {
 fn every_stored_dtype_and_empty_states_round_trip() {
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         let layout = KvLayout { dtype, ..LAYOUT };
-        let spec = StateSpec {
-            model_fingerprint: FINGERPRINT.to_string(),
-            layout,
-        };
+        let spec = StateSpec::new(FINGERPRINT, LAYOUT).with_state_dtype(dtype);
         for n_tokens in [0, 1, 5] {
             let state = state_with(layout, 9, n_tokens);
             let key = key_of(9, n_tokens);
@@ -100,6 +106,7 @@ fn states_for_another_model_or_layout_are_refused() {
         model_fingerprint: "another".to_string(),
         ..spec()
     };
+    let other_state_dtype = spec().with_state_dtype(DType::F32);
     let other_heads = StateSpec {
         layout: KvLayout {
             n_kv_heads: 1,
@@ -122,19 +129,21 @@ fn states_for_another_model_or_layout_are_refused() {
         },
         ..spec()
     };
-    for (other, what) in [
-        (&other_model, "model"),
-        (&other_heads, "KV layout"),
-        (&other_layers, "KV layout"),
-        (&other_dtype, "KV dtype"),
+    // The writer refuses what it can see in the state: its shape and stored dtype (the engine's
+    // dtype and the model are the spec's word, recorded in the file and the key).
+    for (other, what, writer_refuses) in [
+        (&other_model, "model", false),
+        (&other_heads, "KV layout", true),
+        (&other_layers, "KV layout", true),
+        (&other_dtype, "KV dtype", false),
+        (&other_state_dtype, "state dtype", true),
     ] {
         let error = ModuleState::from_safetensors(&bytes, &key, other).expect_err("must refuse");
         assert!(
             matches!(&error, StoreError::Mismatch { what: found, .. } if found.starts_with(what)),
             "{what}: {error}"
         );
-        // The writer side refuses too.
-        if other.layout != LAYOUT {
+        if writer_refuses {
             assert!(matches!(
                 state.to_safetensors(&key, other),
                 Err(StoreError::Mismatch { .. })
@@ -395,4 +404,205 @@ fn manifests_go_through_the_store() {
         store.write_manifest(&foreign),
         Err(StoreError::Mismatch { .. })
     ));
+}
+
+#[test]
+fn f16_and_f32_states_live_apart_and_an_f32_file_is_a_mismatch_for_an_f16_store() {
+    let f16_spec = spec();
+    let f32_spec = spec().with_state_dtype(DType::F32);
+    let exact = state_with(LAYOUT, 12, 6);
+    let (tokens, positions) = store_support::unit_tokens(12, 6);
+    let key_in = |state_dtype| {
+        StoreKeyParts {
+            model_fingerprint: FINGERPRINT,
+            weight_format: Default::default(),
+            kv_dtype: LAYOUT.dtype,
+            state_dtype,
+            kind: Default::default(),
+            encode_mode: Default::default(),
+            tokens: &tokens,
+            positions: &positions,
+            context: ContextHash::NONE,
+        }
+        .key()
+    };
+    assert_ne!(
+        key_in(DType::F16),
+        key_in(DType::F32),
+        "the dtype is part of the key"
+    );
+
+    // An f32 file under a key an f16 store asks for (copied by hand): refused, kept, not converted.
+    let root = tempfile::tempdir().expect("tempdir");
+    let key = key_in(DType::F32);
+    DiskTier::open(root.path(), f32_spec.clone())
+        .and_then(|disk| disk.put(&key, &Arc::new(exact.clone())))
+        .expect("f32 put");
+    let f16_disk = DiskTier::open(root.path(), f16_spec.clone()).expect("f16 tier");
+    let error = f16_disk.get(&key).expect_err("another dtype");
+    assert!(
+        matches!(&error, StoreError::Mismatch { what: "state dtype", expected, found }
+            if expected == "f16" && found == "f32"),
+        "{error}"
+    );
+    assert!(f16_disk.contains(&key).expect("contains"), "file kept");
+    // And the other way round.
+    let key = key_in(DType::F16);
+    f16_disk
+        .put(&key, &Arc::new(exact.to_dtype(DType::F16).expect("f16")))
+        .expect("f16 put");
+    let f32_disk = DiskTier::open(root.path(), f32_spec.clone()).expect("f32 tier");
+    assert!(matches!(
+        f32_disk.get(&key),
+        Err(StoreError::Mismatch {
+            what: "state dtype",
+            ..
+        })
+    ));
+
+    // A store converts what it is given: RAM and disk both hold f16, the rounding of the input.
+    let stack_root = tempfile::tempdir().expect("tempdir");
+    let config = StoreConfig::local(stack_root.path(), 1 << 20);
+    assert_eq!(config.state_dtype, DType::F16);
+    let rounded = exact.to_dtype(DType::F16).expect("f16");
+    let store = ModuleStore::open(&config, f16_spec.clone()).expect("store");
+    store.put(&key, exact.clone()).expect("put converts");
+    assert_same_state(&store.get(&key).expect("get").expect("hit").state, &rounded);
+    let reopened = ModuleStore::open(&config, f16_spec).expect("store");
+    let from_disk = reopened.get(&key).expect("get").expect("hit");
+    assert_eq!(from_disk.tier, "disk");
+    assert_same_state(&from_disk.state, &rounded);
+    // Half the bytes of the f32 file, headers aside.
+    let f16_bytes = rounded.to_safetensors(&key, &spec()).expect("encode").len();
+    let f32_bytes = exact.to_safetensors(&key, &f32_spec).expect("encode").len();
+    let tensor_bytes = exact.kv().size_in_bytes();
+    assert!(
+        f32_bytes - f16_bytes >= tensor_bytes / 2 - 64,
+        "{f32_bytes} vs {f16_bytes}"
+    );
+}
+
+#[test]
+fn a_flipped_byte_fails_the_blake3_check_and_a_truncated_file_is_malformed() {
+    let state = state(13, 7);
+    let key = key_of(13, 7);
+    let bytes = state.to_safetensors(&key, &spec()).expect("encode");
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + header_len]).expect("JSON header");
+    assert!(header.contains("\"checksum_blake3\":\""), "{header}");
+    assert!(!header.contains("sha256"), "{header}");
+    // A value byte: the structure still parses, only the checksum can tell.
+    for index in [8 + header_len, 8 + header_len + 100, bytes.len() - 1] {
+        let mut flipped = bytes.clone();
+        flipped[index] ^= 0x01;
+        match ModuleState::from_safetensors(&flipped, &key, &spec()) {
+            Err(StoreError::Malformed(reason)) => {
+                assert!(
+                    reason.contains("checksum mismatch"),
+                    "byte {index}: {reason}"
+                )
+            }
+            other => panic!("byte {index}: expected a checksum mismatch, got {other:?}"),
+        }
+    }
+    for len in [
+        0,
+        1,
+        7,
+        8,
+        8 + header_len / 2,
+        8 + header_len,
+        bytes.len() - 1,
+    ] {
+        let error = ModuleState::from_safetensors(&bytes[..len], &key, &spec())
+            .expect_err("truncated file");
+        assert!(
+            matches!(error, StoreError::Malformed(_)),
+            "cut at {len}: {error}"
+        );
+    }
+}
+
+#[test]
+fn files_of_the_previous_format_say_re_encode() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let disk = DiskTier::open(root.path(), spec()).expect("disk tier");
+    let key = key_of(14, 3);
+    let current = state(14, 3).to_safetensors(&key, &spec()).expect("encode");
+    // Format 1 as it was written: version 1, a sha256 field in place of the BLAKE3 one (same
+    // lengths, so the header keeps its size).
+    let header_len = u64::from_le_bytes(current[..8].try_into().expect("8 bytes")) as usize;
+    let header = std::str::from_utf8(&current[8..8 + header_len]).expect("JSON header");
+    let old_header = header
+        .replace("\"format_version\":\"2\"", "\"format_version\":\"1\"")
+        .replace("checksum_blake3", "checksum_sha256");
+    assert_ne!(old_header, header);
+    assert_eq!(old_header.len(), header.len());
+    let mut old = current[..8].to_vec();
+    old.extend_from_slice(old_header.as_bytes());
+    old.extend_from_slice(&current[8 + header_len..]);
+
+    match ModuleState::from_safetensors(&old, &key, &spec()) {
+        Err(StoreError::Malformed(reason)) => {
+            assert!(reason.contains("store format 1"), "{reason}");
+            assert!(reason.contains("re-encode"), "{reason}");
+        }
+        other => panic!("expected Malformed, got {other:?}"),
+    }
+    let path = disk.path_of(&key);
+    std::fs::create_dir_all(path.parent().expect("shard")).expect("shard dir");
+    std::fs::write(&path, &old).expect("old file");
+    let message = disk.get(&key).expect_err("old format").to_string();
+    assert!(
+        message.contains("store format 1") && message.contains("re-encode"),
+        "{message}"
+    );
+    assert!(
+        !path.exists(),
+        "an unreadable old file is removed like a corrupt one"
+    );
+}
+
+#[test]
+fn mapped_loads_own_their_tensors_after_the_file_is_replaced_or_removed() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let disk = DiskTier::open(root.path(), spec()).expect("disk tier");
+    let key = key_of(15, 9);
+    let first = state(15, 9);
+    disk.put(&key, &Arc::new(first.clone())).expect("put");
+    let loaded = disk.get(&key).expect("get").expect("hit");
+    assert_same_state(&loaded, &first);
+    let file_len = std::fs::metadata(disk.path_of(&key)).expect("file").len();
+    assert_eq!(disk.stats().bytes_read, file_len, "the map covers the file");
+
+    // Another writer renames different bytes over the entry (tokens and positions as the key
+    // says, other values), then it is removed: the state in hand never changes.
+    let second =
+        ModuleState::new(state(16, 9).kv().clone(), first.tokens().to_vec()).expect("state");
+    assert_ne!(
+        second.kv().layers()[0]
+            .0
+            .to_vec3::<half::f16>()
+            .expect("values"),
+        first.kv().layers()[0]
+            .0
+            .to_vec3::<half::f16>()
+            .expect("values"),
+    );
+    disk.put(&key, &Arc::new(second.clone()))
+        .expect("overwrite");
+    assert_same_state(&loaded, &first);
+    assert_same_state(&disk.get(&key).expect("get").expect("hit"), &second);
+    assert!(disk.remove(&key).expect("remove"));
+    assert_same_state(&loaded, &first);
+
+    // Files too short to hold a header are refused before mapping (an empty map is an error on
+    // some platforms).
+    for len in [0, 7] {
+        disk.put(&key, &Arc::new(first.clone())).expect("put");
+        let path = disk.path_of(&key);
+        let bytes = std::fs::read(&path).expect("read");
+        std::fs::write(&path, &bytes[..len]).expect("truncate");
+        assert!(matches!(disk.get(&key), Err(StoreError::Corrupt { .. })));
+    }
 }

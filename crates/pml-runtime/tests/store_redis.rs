@@ -59,10 +59,7 @@ fn chunked_round_trip_with_counters_and_namespaces() {
     assert_eq!(redis.held_bytes().expect("held"), Some(bytes));
 
     // Same key, another model: another namespace, so a miss.
-    let other_model = StateSpec {
-        model_fingerprint: format!("{FINGERPRINT}ff"),
-        layout: LAYOUT,
-    };
+    let other_model = StateSpec::new(format!("{FINGERPRINT}ff"), LAYOUT);
     assert_ne!(RedisTier::namespace(&other_model), namespace);
     let other = RedisTier::open(RedisConfig::new(server.url()), other_model).expect("tier");
     assert!(other.get(&key).expect("get").is_none());

@@ -89,16 +89,14 @@ fn layout_model(id: &str, path: &std::path::Path) -> anyhow::Result<LayoutModel>
     // The store's key of a module depends on the model's fingerprint and KV shape, both in the
     // GGUF's metadata: no weights are read.
     let config = ModelConfig::from_gguf(&gguf)?;
-    let spec = StateSpec {
-        model_fingerprint: gguf.fingerprint().to_string(),
-        layout: KvLayout {
-            n_layers: config.n_layers,
-            n_kv_heads: config.n_kv_heads,
-            head_dim: config.head_dim,
-            dtype: ACTIVATION_DTYPE,
-        },
+    let layout = KvLayout {
+        n_layers: config.n_layers,
+        n_kv_heads: config.n_kv_heads,
+        head_dim: config.head_dim,
+        dtype: ACTIVATION_DTYPE,
     };
     let compiled = StoreConfig::from_env().ok().map(|store| {
+        let spec = StateSpec::new(gguf.fingerprint(), layout).with_state_dtype(store.state_dtype);
         Box::new(StoreManifests::new(store, spec)) as Box<dyn pml_lsp::CompiledStates>
     });
     Ok(LayoutModel {

@@ -115,15 +115,15 @@ mod tests {
     #[test]
     fn describes_missing_stale_absent_and_stored_units() {
         let root = tempfile::tempdir().expect("temp dir");
-        let spec = StateSpec {
-            model_fingerprint: "f".repeat(64),
-            layout: KvLayout {
+        let spec = StateSpec::new(
+            "f".repeat(64),
+            KvLayout {
                 n_layers: 2,
                 n_kv_heads: 1,
                 head_dim: 4,
                 dtype: ACTIVATION_DTYPE,
             },
-        };
+        );
         let config = StoreConfig::local(root.path(), 1 << 20);
         let states = StoreManifests::new(config, spec.clone());
         assert!(states.describe("s", &unit(3)).contains("not compiled"));

@@ -231,6 +231,7 @@ fn stored_bytes(
     from_put.or_else(from_previous).unwrap_or_else(|| {
         let layout = model.kv_layout();
         let row_bytes = 2 * layout.n_layers * layout.n_kv_heads * layout.head_dim;
-        (row_bytes * layout.dtype.size_in_bytes() * unit.tokens.len()) as u64
+        let value_bytes = encoder.store().spec().state_dtype.size_in_bytes();
+        (row_bytes * value_bytes * unit.tokens.len()) as u64
     })
 }

@@ -130,6 +130,7 @@ impl<'a> UnitEncoder<'a> {
             model_fingerprint: &self.store.spec().model_fingerprint,
             weight_format: self.model.weight_format(),
             kv_dtype: self.model.kv_layout().dtype,
+            state_dtype: self.store.spec().state_dtype,
             kind,
             encode_mode: self.mode,
             tokens: &layout_unit.tokens,
@@ -215,9 +216,14 @@ impl<'a> UnitEncoder<'a> {
             &mut kv,
             false,
         )?;
-        let block = kv.slice(context_len..kv.len())?;
+        let computed = kv.slice(context_len..kv.len())?;
         self.last_context = Some((context, blocks));
-        let state = ModuleState::new(block.clone(), layout_unit.tokens.clone())?;
+        let state = ModuleState::new(computed, layout_unit.tokens.clone())?
+            .to_dtype(self.store.spec().state_dtype)?;
+        // From here on this run uses what the store keeps (f16-rounded by default), so a unit
+        // encoded after this one sees the same context rows whether this state came from memory
+        // or, in another run, from the store.
+        let block = state.kv().clone();
         let puts = self.store.put(key, state)?;
         self.puts.insert(unit_id, puts);
         let block = Arc::new(block);

@@ -111,10 +111,8 @@ impl Runtime {
         let config = ModelConfig::from_gguf(&gguf)?;
         let model =
             Model::from_source(config, &mut gguf, options.weight_format, &default_device())?;
-        let spec = StateSpec {
-            model_fingerprint: gguf.fingerprint().to_string(),
-            layout: model.kv_layout(),
-        };
+        let spec = StateSpec::new(gguf.fingerprint(), model.kv_layout())
+            .with_state_dtype(options.store.state_dtype);
         let store = ModuleStore::open(&options.store, spec)?;
         Ok(Self::from_parts(
             model,

@@ -756,7 +756,8 @@ impl Model {
 
     /// K (after RoPE at `positions`) and V `(n_tokens, n_kv_heads, head_dim)` that layer
     /// `layer_idx` computes from its input hidden states: attention norm, projections (+bias),
-    /// q/k norm where the family has one, RoPE. Nothing is written to any cache.
+    /// q/k norm where the family has one, RoPE. Nothing is written to any cache. Hidden states
+    /// of another dtype (stored ones are f16) are widened to the activation dtype first.
     pub fn project_kv(
         &self,
         layer_idx: usize,
@@ -765,7 +766,7 @@ impl Model {
     ) -> Result<(Tensor, Tensor), EngineError> {
         let block = self.block(layer_idx)?;
         self.check_hidden(hidden, positions.len())?;
-        block.project_kv(hidden, positions)
+        block.project_kv(&hidden.to_dtype(ACTIVATION_DTYPE)?, positions)
     }
 
     /// [`Self::forward_layer`], also adding to `mass` (one entry per slot of the layer) the
@@ -873,7 +874,8 @@ impl Model {
     }
 
     /// The same K/V moved to `new_positions`: each layer's K is rotated by the position delta
-    /// with that layer's RoPE (rotations compose), V is unchanged.
+    /// with that layer's RoPE (rotations compose) into the cache's dtype, V is unchanged (and
+    /// keeps its dtype: the splice converts it).
     pub fn reposition(
         &self,
         block: &KvBlock,
@@ -902,7 +904,9 @@ impl Model {
 
     /// Layer `layer_idx`'s K rows `(n, kv_heads, head_dim)`, rotated at `old_positions`, moved
     /// to `new_positions` with that layer's RoPE: what [`Self::reposition`] does per layer, for
-    /// a caller that holds one layer at a time (a pipelined splice).
+    /// a caller that holds one layer at a time (a pipelined splice). The result is in the KV
+    /// cache's dtype whatever `keys` holds: rotated f16 rows from the store are not rounded to
+    /// f16 a second time.
     pub fn reposition_keys(
         &self,
         layer_idx: usize,
@@ -929,7 +933,7 @@ impl Model {
             .rope
             .tables(&deltas, &self.device)?;
         let rotated = RotaryEmbedding::apply(&keys.to_dtype(ACTIVATION_DTYPE)?, &tables)?;
-        Ok(rotated.to_dtype(keys.dtype())?)
+        Ok(rotated.to_dtype(self.kv_layout().dtype)?)
     }
 
     fn block(&self, layer_idx: usize) -> Result<&Block, EngineError> {

@@ -60,6 +60,7 @@ impl SavedUnit {
                 model_fingerprint: &store.spec().model_fingerprint,
                 weight_format: model.weight_format(),
                 kv_dtype: model.kv_layout().dtype,
+                state_dtype: store.spec().state_dtype,
                 kind,
                 encode_mode: EncodeMode::Scaffolded,
                 tokens: &self.tokens,

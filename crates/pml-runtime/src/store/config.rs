@@ -4,7 +4,9 @@
 //! - `ram[:SIZE]` — host RAM with a byte budget (`ram:0` turns it off);
 //! - `disk[:PATH][?max=SIZE]` — the disk tier (default `$PML_HOME/store`), optionally bounded;
 //! - `redis://HOST:PORT[/DB][?max=SIZE&timeout_ms=N&chunk=SIZE]` — a shared Redis server;
-//! - a bare path — a disk tier there (what `--store DIR` always meant).
+//! - a bare path — a disk tier there (what `--store DIR` always meant);
+//! - `dtype:f16` (the default) or `dtype:f32` — the dtype every tier stores states in, not a tier:
+//!   f32 keeps cached KV bit-exact at twice the bytes (see [`super::state`]).
 //!
 //! RAM comes first whether named or not (default budget [`DEFAULT_RAM_BUDGET_BYTES`]), then disk,
 //! then Redis: tiers are ordered fastest first whatever order the list uses. Sizes are bytes with
@@ -13,11 +15,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use candle_core::DType;
+
 use super::StoreError;
 use super::disk::DiskTier;
 use super::redis::RedisConfig;
+use super::state::DEFAULT_STATE_DTYPE;
 
-/// Default RAM budget: 2 GiB holds about 85k tokens of the default model's f32 KV.
+/// Default RAM budget: 2 GiB holds about 170k tokens of the default model's KV in f16 (85k in f32).
 pub const DEFAULT_RAM_BUDGET_BYTES: u64 = 2 << 30;
 
 /// Environment variable holding a store specification (overridden by `--store`).
@@ -57,6 +62,8 @@ pub struct StoreConfig {
     /// Folder of the manifests: the disk tier's root when there is one.
     pub root: PathBuf,
     pub tiers: Vec<TierConfig>,
+    /// The dtype states are stored in ([`super::StateSpec::state_dtype`]).
+    pub state_dtype: DType,
 }
 
 impl StoreConfig {
@@ -74,6 +81,15 @@ impl StoreConfig {
                 },
             ],
             root,
+            state_dtype: DEFAULT_STATE_DTYPE,
+        }
+    }
+
+    /// The same tiers storing states in `state_dtype`.
+    pub fn with_state_dtype(self, state_dtype: DType) -> Self {
+        Self {
+            state_dtype,
+            ..self
         }
     }
 
@@ -92,11 +108,28 @@ impl StoreConfig {
     /// tier's folder when `disk` names none, and the manifests' folder when there is no disk tier.
     pub fn parse(spec: &str, default_root: &Path) -> Result<Self, StoreError> {
         let mut tiers: Vec<TierConfig> = Vec::new();
+        let mut state_dtype = None;
         for item in spec
             .split(',')
             .map(str::trim)
             .filter(|item| !item.is_empty())
         {
+            if let Some(name) = item.strip_prefix("dtype:") {
+                let dtype = match name {
+                    "f16" => DType::F16,
+                    "f32" => DType::F32,
+                    other => {
+                        return Err(invalid(
+                            item,
+                            &format!("states are stored as `f16` or `f32`, not `{other}`"),
+                        ));
+                    }
+                };
+                if state_dtype.replace(dtype).is_some() {
+                    return Err(invalid(spec, "it names two dtypes"));
+                }
+                continue;
+            }
             let tier = parse_tier(item, default_root)?;
             if tiers.iter().any(|other| other.rank() == tier.rank()) {
                 return Err(invalid(
@@ -126,7 +159,11 @@ impl StoreConfig {
                 _ => None,
             })
             .unwrap_or_else(|| default_root.to_path_buf());
-        Ok(Self { root, tiers })
+        Ok(Self {
+            root,
+            tiers,
+            state_dtype: state_dtype.unwrap_or(DEFAULT_STATE_DTYPE),
+        })
     }
 }
 
@@ -298,6 +335,21 @@ mod tests {
             parse("disk,ram:64MiB").unwrap(),
             StoreConfig::local("/home/store", 64 << 20)
         );
+    }
+
+    #[test]
+    fn the_state_dtype_is_an_option_of_the_whole_store() {
+        assert_eq!(parse("/tmp/s").unwrap().state_dtype, DType::F16);
+        let exact = parse("dtype:f32, /tmp/s").unwrap();
+        assert_eq!(
+            exact,
+            StoreConfig::local("/tmp/s", DEFAULT_RAM_BUDGET_BYTES).with_state_dtype(DType::F32)
+        );
+        assert_eq!(parse("ram,dtype:f16").unwrap().state_dtype, DType::F16);
+        for spec in ["dtype:bf16,disk", "dtype:f32,dtype:f16,disk", "dtype:f32"] {
+            let error = parse(spec).expect_err(spec).to_string();
+            assert!(error.contains("store"), "{spec}: {error}");
+        }
     }
 
     #[test]

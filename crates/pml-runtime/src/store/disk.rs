@@ -1,8 +1,9 @@
 //! The disk tier: one sealed safetensors file per key under `<root>/objects/<first two hex
-//! digits>/<key>.safetensors`, written atomically ([`super::atomic_file`]) and read whole to
-//! load (every load verifies the sha256 of every byte, so a memory map would save no I/O, and it
-//! would need `unsafe`, which this project keeps to its kernels). A file that fails its checksum or its checks is removed and reported as
-//! [`StoreError::Corrupt`], so the caller re-encodes; a file for another model is left alone.
+//! digits>/<key>.safetensors`, written atomically ([`super::atomic_file`]) and memory-mapped to
+//! load: the checksum is verified over the map and each tensor copied once, from the map into
+//! its storage, instead of the whole file being read into a buffer and then copied again. A file
+//! that fails its checksum or its checks is removed and reported as [`StoreError::Corrupt`], so
+//! the caller re-encodes; a file for another model (or stored dtype) is left alone.
 //!
 //! Safe under concurrent writers, threads or processes: an entry is a single file published by
 //! one rename, and two writers of one key write identical bytes (the key fixes the content).
@@ -13,7 +14,6 @@
 //! processes may share the folder: each scan measures what is really there.
 
 use std::fs::{self, File};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -170,7 +170,7 @@ impl DiskTier {
             .join(format!("{key}.safetensors"))
     }
 
-    /// Reads and decodes the file of `key`; `Malformed` means the file is damaged.
+    /// Maps and decodes the file of `key`; `Malformed` means the file is damaged.
     fn load(&self, key: &StoreKey, file: &File, path: &Path) -> Result<ModuleState, StoreError> {
         let len = file
             .metadata()
@@ -181,11 +181,15 @@ impl DiskTier {
                 "truncated: only {len} bytes"
             )));
         }
-        let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-        (&*file)
-            .read_to_end(&mut bytes)
-            .map_err(|error| StoreError::io("read", path, error))?;
-        let state = ModuleState::from_safetensors(&bytes, key, &self.spec)?;
+        // SAFETY: a map is only sound while no one changes the file under it. Entry files are
+        // never written in place: a put writes a temporary file and renames it over the entry
+        // (`write_atomically`), and eviction and corruption handling unlink it; either leaves
+        // this mapping on the old, unchanged inode. Whatever the bytes hold, the checksum over
+        // the whole map is verified before any tensor is built from it, and the map is dropped
+        // before this returns (the state owns copies).
+        let map = unsafe { memmap2::MmapOptions::new().populate().map(file) }
+            .map_err(|error| StoreError::io("map", path, error))?;
+        let state = ModuleState::from_safetensors(&map, key, &self.spec)?;
         self.counters.bytes_read.fetch_add(len, Ordering::Relaxed);
         Ok(state)
     }

@@ -1,6 +1,6 @@
 //! Store keys: a [`StoreKey`] is the sha256 of everything that determines a module's stored state
 //! ([`StoreKeyParts`]): the store format version, the model's fingerprint, the weight format and KV
-//! dtype the engine ran with, the kind of state, the encoding mode, the unit's tokens and positions,
+//! dtype the engine ran with, the dtype the state is stored in, the kind of state, the encoding mode, the unit's tokens and positions,
 //! and a hash of the context it was encoded after. A state is therefore never reused across
 //! models, dtypes, layouts or contexts: any difference is a different key, hence a miss.
 
@@ -15,8 +15,9 @@ use super::StoreError;
 use crate::model::WeightFormat;
 
 /// Version of the key derivation and of the stored file layout. Bumping it makes every old entry a
-/// miss instead of a misread.
-pub const STORE_FORMAT_VERSION: u32 = 1;
+/// miss instead of a misread. 2: states stored in f16 by default (the stored dtype is part of the
+/// key) and sealed with BLAKE3 instead of sha256 (`checksum_blake3`).
+pub const STORE_FORMAT_VERSION: u32 = 2;
 
 /// A key: 64 lowercase hex digits.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -163,8 +164,12 @@ pub struct StoreKeyParts<'a> {
     /// [`crate::gguf::GgufFile::fingerprint`] of the model file.
     pub model_fingerprint: &'a str,
     pub weight_format: WeightFormat,
-    /// Dtype of the stored K and V.
+    /// Dtype of the engine's KV cache the state was computed in.
     pub kv_dtype: DType,
+    /// Dtype the state is stored in ([`super::StateSpec::state_dtype`]): an f16 copy of an f32
+    /// state is another state, so an f32 store and an f16 store sharing a folder never read
+    /// each other's entries.
+    pub state_dtype: DType,
     pub kind: StateKind,
     pub encode_mode: EncodeMode,
     pub tokens: &'a [u32],
@@ -182,6 +187,7 @@ impl StoreKeyParts<'_> {
             self.model_fingerprint,
             weight_format_name(self.weight_format),
             self.kv_dtype.as_str(),
+            self.state_dtype.as_str(),
             self.kind.name(),
             encode_mode_name(self.encode_mode),
         ] {
@@ -245,6 +251,7 @@ mod tests {
             model_fingerprint: "ab12",
             weight_format: WeightFormat::QuantizedAndF16,
             kv_dtype: DType::F32,
+            state_dtype: DType::F16,
             kind: StateKind::Kv,
             encode_mode: EncodeMode::Scaffolded,
             tokens: &TOKENS,
@@ -275,6 +282,10 @@ mod tests {
             },
             StoreKeyParts {
                 kv_dtype: DType::F16,
+                ..base()
+            },
+            StoreKeyParts {
+                state_dtype: DType::F32,
                 ..base()
             },
             StoreKeyParts {

@@ -211,6 +211,7 @@ mod tests {
             model_fingerprint: "0123456789abcdef0123",
             weight_format: Default::default(),
             kv_dtype: candle_core::DType::F32,
+            state_dtype: candle_core::DType::F16,
             kind: Default::default(),
             encode_mode: EncodeMode::Isolated,
             tokens: &[1],

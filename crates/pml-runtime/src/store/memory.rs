@@ -191,6 +191,7 @@ mod tests {
             model_fingerprint: "test",
             weight_format: Default::default(),
             kv_dtype: candle_core::DType::F32,
+            state_dtype: candle_core::DType::F16,
             kind: Default::default(),
             encode_mode: Default::default(),
             tokens: &[index],

@@ -2,7 +2,8 @@
 //! tiers (Prompt Cache's module cache; design §3 "Store").
 //!
 //! - [`key`]: [`StoreKey`] and the parts it hashes.
-//! - [`state`]: [`ModuleState`] and its checked safetensors form; [`StateSpec`] of a model.
+//! - [`state`]: [`ModuleState`] and its checked safetensors form; [`StateSpec`] of a model
+//!   (f16 states by default).
 //! - [`tier`]: the [`Tier`] interface and its counters.
 //! - [`memory`]: host RAM, byte budget, LRU.
 //! - [`disk`]: one checksummed, atomically written file per key; optional byte budget, LRU by
@@ -36,5 +37,5 @@ pub use manifest::{Manifest, ManifestLookup, ManifestStore, ManifestUnit};
 pub use memory::MemoryTier;
 pub use module_store::{ModuleStore, StoreHit, StoreStats, TierPut};
 pub use redis::{RedisConfig, RedisTier};
-pub use state::{ModuleState, StateSpec};
+pub use state::{DEFAULT_STATE_DTYPE, ModuleState, StateSpec};
 pub use tier::{PutOutcome, Tier, TierStats};

@@ -116,7 +116,10 @@ impl ModuleStore {
     }
 
     /// Writes `state` to every tier, slowest first, so that a state in a fast tier is durable.
+    /// The state is converted to the store's dtype ([`StateSpec::state_dtype`]) first: every
+    /// tier, RAM included, holds what a later get returns.
     pub fn put(&self, key: &StoreKey, state: ModuleState) -> Result<Vec<TierPut>, StoreError> {
+        let state = state.to_dtype(self.spec.state_dtype)?;
         state.check_spec(&self.spec)?;
         let state = Arc::new(state);
         let mut outcomes = self

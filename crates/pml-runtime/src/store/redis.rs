@@ -1,9 +1,10 @@
 //! The Redis tier: module states shared by every serving process (on any machine) that points at
 //! one `redis://` server.
 //!
-//! Layout under a namespace of the store format, the model fingerprint and the KV layout
-//! ([`RedisTier::namespace`]), so two models or layouts never read each other's entries:
-//! - `<ns>:m:<key>` — the entry's meta: `<chunks> <bytes> <sha256 of the value>`; published last,
+//! Layout under a namespace of the store format, the model fingerprint, the KV layout and the
+//! stored dtype ([`RedisTier::namespace`]), so two models, layouts or dtypes never read each
+//! other's entries:
+//! - `<ns>:m:<key>` — the entry's meta: `<chunks> <bytes> <BLAKE3 of the value>`; published last,
 //!   with `SET NX`, so its presence means every chunk was written;
 //! - `<ns>:c:<key>:<value hash prefix>:<i>` — the value (the same sealed safetensors bytes the disk tier writes) cut
 //!   into chunks of at most [`RedisConfig::chunk_bytes`], so no single command moves an unbounded
@@ -11,7 +12,7 @@
 //! - `<ns>:lru` — a sorted set of keys by last access (ms), `<ns>:bytes` — bytes held: the tier's
 //!   budget is shared by every process of the namespace and evicted oldest first.
 //!
-//! A read is verified twice: the reassembled value against the meta's sha256 (a chunk of another
+//! A read is verified twice: the reassembled value against the meta's BLAKE3 (a chunk of another
 //! write or a truncated value) and then by [`ModuleState::from_safetensors`] (the sealed checksum
 //! and every structural check). A damaged entry is deleted and reported as
 //! [`StoreError::Corrupt`]; a half-evicted one is a miss.
@@ -26,7 +27,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{Client, Connection, RedisResult};
-use sha2::{Digest, Sha256};
 
 use super::StoreError;
 use super::key::{STORE_FORMAT_VERSION, StoreKey};
@@ -88,7 +88,8 @@ enum Link {
 struct Meta {
     chunks: usize,
     bytes: u64,
-    sha256: String,
+    /// BLAKE3 of the value, 64 hex digits.
+    checksum: String,
 }
 
 impl Meta {
@@ -96,7 +97,7 @@ impl Meta {
         Self {
             chunks: value.len().div_ceil(chunk_bytes).max(1),
             bytes: value.len() as u64,
-            sha256: sha256_hex(value),
+            checksum: checksum_hex(value),
         }
     }
 
@@ -105,14 +106,14 @@ impl Meta {
         let meta = Self {
             chunks: fields.next()?.parse().ok()?,
             bytes: fields.next()?.parse().ok()?,
-            sha256: fields.next()?.to_string(),
+            checksum: fields.next()?.to_string(),
         };
-        let sane = fields.next().is_none() && meta.chunks > 0 && meta.sha256.len() == 64;
+        let sane = fields.next().is_none() && meta.chunks > 0 && meta.checksum.len() == 64;
         sane.then_some(meta)
     }
 
     fn render(&self) -> String {
-        format!("{} {} {}", self.chunks, self.bytes, self.sha256)
+        format!("{} {} {}", self.chunks, self.bytes, self.checksum)
     }
 }
 
@@ -159,20 +160,21 @@ impl RedisTier {
         })
     }
 
-    /// `pml:<hash>`: the hash covers the store format version, the model fingerprint and the KV
-    /// layout, so keys of different models or layouts live apart even though every [`StoreKey`]
-    /// already differs.
+    /// `pml:<hash>`: the hash covers the store format version, the model fingerprint, the KV
+    /// layout and the stored dtype, so keys of different models, layouts or dtypes live apart
+    /// even though every [`StoreKey`] already differs.
     pub fn namespace(spec: &StateSpec) -> String {
         let layout = &spec.layout;
         let described = format!(
-            "{STORE_FORMAT_VERSION}|{}|{}|{}|{}|{}",
+            "{STORE_FORMAT_VERSION}|{}|{}|{}|{}|{}|{}",
             spec.model_fingerprint,
             layout.n_layers,
             layout.n_kv_heads,
             layout.head_dim,
-            layout.dtype.as_str()
+            layout.dtype.as_str(),
+            spec.state_dtype.as_str()
         );
-        format!("pml:{}", &sha256_hex(described.as_bytes())[..16])
+        format!("pml:{}", &checksum_hex(described.as_bytes())[..16])
     }
 
     pub fn config(&self) -> &RedisConfig {
@@ -187,7 +189,11 @@ impl RedisTier {
     /// byte order (metadata maps), and two writers of one key must never overwrite each other's
     /// chunks under a published meta.
     fn chunk_key(&self, key: &StoreKey, meta: &Meta, index: usize) -> String {
-        format!("{}:c:{key}:{}:{index}", self.namespace, &meta.sha256[..16])
+        format!(
+            "{}:c:{key}:{}:{index}",
+            self.namespace,
+            &meta.checksum[..16]
+        )
     }
 
     fn lru_key(&self) -> String {
@@ -290,7 +296,7 @@ impl RedisTier {
             };
             value.extend_from_slice(&chunk);
         }
-        if value.len() as u64 != meta.bytes || sha256_hex(&value) != meta.sha256 {
+        if value.len() as u64 != meta.bytes || checksum_hex(&value) != meta.checksum {
             self.delete_entry(connection, key)?;
             return Err(self
                 .corrupt(key, "chunks do not match the entry's checksum".into())
@@ -508,8 +514,10 @@ impl Tier for RedisTier {
     }
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(bytes))
+/// BLAKE3 in hex: the whole value is hashed on every read, so the fast hash (see
+/// [`super::checksum`]).
+fn checksum_hex(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
 }
 
 fn now_ms() -> u64 {

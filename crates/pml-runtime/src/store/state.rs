@@ -1,10 +1,18 @@
 //! [`ModuleState`], what the store keeps for one unit (its KV block and tokens, or one layer's KV
 //! or input hidden states: see [`StateKind`]), the [`StateSpec`] a store is opened for (model
-//! fingerprint and KV layout), and the state's byte form: a safetensors file with tensors
-//! `layers.{i}.k`, `layers.{i}.v` (`(n_tokens, kv_heads, head_dim)`) for the layers it holds or
-//! `layers.{i}.hidden` (`(n_tokens, d_model)`), `tokens` and `positions` (u32), and metadata
-//! naming the format version, kind, layer, key, model fingerprint, dtype, layout and a sealed
+//! fingerprint, KV layout, stored dtype), and the state's byte form: a safetensors file with
+//! tensors `layers.{i}.k`, `layers.{i}.v` (`(n_tokens, kv_heads, head_dim)`) for the layers it
+//! holds or `layers.{i}.hidden` (`(n_tokens, d_model)`), all of the stored dtype, `tokens` and
+//! `positions` (u32), and metadata naming the format version, kind, layer, key, model
+//! fingerprint, stored dtype (`dtype`), the engine's KV dtype (`kv_dtype`), layout and a sealed
 //! checksum (see [`super::checksum`]).
+//!
+//! States are stored in f16 by default ([`DEFAULT_STATE_DTYPE`]) while the engine computes and
+//! caches KV in f32: half the bytes to read, verify and move, for a rounding of about 2^-11
+//! relative per value (see docs/architecture.md, "Stored states"). A store opened for f32 keeps
+//! states exact. The stored dtype is part of the key, so the two never meet under one key; a file
+//! of the other dtype read under a key anyway (copied by hand) is [`StoreError::Mismatch`], never
+//! converted behind the caller's back.
 //!
 //! Decoding trusts nothing: every metadata entry, tensor name, dtype and shape is checked, so a
 //! truncated file, a flipped byte or a file for another model is an error, never a panic or a
@@ -23,11 +31,37 @@ use super::checksum::{self, CHECKSUM_FIELD};
 use super::key::{STORE_FORMAT_VERSION, StateKind, StoreKey};
 use crate::kv_cache::{KvBlock, KvLayout};
 
-/// What a store holds states for: one model's fingerprint and the shape of its KV.
+/// The dtype states are stored in unless the store is opened for another
+/// ([`super::StoreConfig::state_dtype`]).
+pub const DEFAULT_STATE_DTYPE: DType = DType::F16;
+
+/// What a store holds states for: one model's fingerprint and the shape of its KV, and the dtype
+/// states are stored (and kept in RAM) in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateSpec {
     pub model_fingerprint: String,
+    /// The engine's KV layout; `layout.dtype` is the dtype KV is computed and cached in.
     pub layout: KvLayout,
+    /// The dtype of stored K, V and hidden states (f16 or f32; bf16 is readable too).
+    pub state_dtype: DType,
+}
+
+impl StateSpec {
+    /// A spec storing states in [`DEFAULT_STATE_DTYPE`].
+    pub fn new(model_fingerprint: impl Into<String>, layout: KvLayout) -> Self {
+        Self {
+            model_fingerprint: model_fingerprint.into(),
+            layout,
+            state_dtype: DEFAULT_STATE_DTYPE,
+        }
+    }
+
+    pub fn with_state_dtype(self, state_dtype: DType) -> Self {
+        Self {
+            state_dtype,
+            ..self
+        }
+    }
 }
 
 /// One unit's stored state: its KV (every layer, or one) or one layer's input hidden states, and
@@ -140,6 +174,27 @@ impl ModuleState {
         self.kv.size_in_bytes() + hidden + 2 * std::mem::size_of::<u32>() * self.tokens.len()
     }
 
+    /// The same state with K, V and hidden states in `dtype` (itself, cheaply, when it already is):
+    /// what a store of that dtype keeps.
+    pub fn to_dtype(&self, dtype: DType) -> Result<Self, StoreError> {
+        let layers = self
+            .kv
+            .layers()
+            .iter()
+            .map(|(keys, values)| Ok((keys.to_dtype(dtype)?, values.to_dtype(dtype)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let hidden = match &self.hidden {
+            Some(hidden) => Some(hidden.to_dtype(dtype)?),
+            None => None,
+        };
+        Ok(Self {
+            kind: self.kind,
+            kv: KvBlock::new(layers, self.kv.positions().to_vec())?,
+            hidden,
+            tokens: self.tokens.clone(),
+        })
+    }
+
     /// The layers a state of `kind` holds K/V for, in a store of `layout`.
     fn kv_layers(kind: StateKind, layout: &KvLayout) -> Vec<usize> {
         match kind {
@@ -149,7 +204,7 @@ impl ModuleState {
         }
     }
 
-    /// Checks that the state has the spec's layout and dtype.
+    /// Checks that the state has the spec's layout and stored dtype.
     pub fn check_spec(&self, spec: &StateSpec) -> Result<(), StoreError> {
         let layout = &spec.layout;
         if let Some(layer) = self.kind.layer()
@@ -163,10 +218,10 @@ impl ModuleState {
         }
         if let Some(hidden) = &self.hidden {
             let (rows, _) = hidden.dims2()?;
-            if rows != self.len() || hidden.dtype() != layout.dtype {
+            if rows != self.len() || hidden.dtype() != spec.state_dtype {
                 return Err(StoreError::mismatch(
                     "hidden states",
-                    format!("{} rows of {}", self.len(), layout.dtype.as_str()),
+                    format!("{} rows of {}", self.len(), spec.state_dtype.as_str()),
                     format!("{rows} rows of {}", hidden.dtype().as_str()),
                 ));
             }
@@ -189,10 +244,10 @@ impl ModuleState {
                         format!("{:?}", tensor.dims()),
                     ));
                 }
-                if tensor.dtype() != layout.dtype {
+                if tensor.dtype() != spec.state_dtype {
                     return Err(StoreError::mismatch(
-                        "KV dtype",
-                        layout.dtype.as_str(),
+                        "state dtype",
+                        spec.state_dtype.as_str(),
                         tensor.dtype().as_str(),
                     ));
                 }
@@ -239,7 +294,8 @@ impl ModuleState {
                 "model_fingerprint".to_string(),
                 spec.model_fingerprint.clone(),
             ),
-            ("dtype".to_string(), layout.dtype.as_str().to_string()),
+            ("dtype".to_string(), spec.state_dtype.as_str().to_string()),
+            ("kv_dtype".to_string(), layout.dtype.as_str().to_string()),
             ("n_layers".to_string(), layout.n_layers.to_string()),
             ("n_kv_heads".to_string(), layout.n_kv_heads.to_string()),
             ("head_dim".to_string(), layout.head_dim.to_string()),
@@ -258,28 +314,32 @@ impl ModuleState {
         Ok(bytes)
     }
 
-    /// Decodes and checks a file written by [`Self::to_safetensors`] for `key` and `spec`; the
-    /// tensors are copied onto the CPU (`bytes` may be a memory map that goes away).
+    /// Decodes and checks a file written by [`Self::to_safetensors`] for `key` and `spec`; each
+    /// tensor is copied once, from `bytes` (a memory map of the file, on disk) into its own
+    /// storage, after the whole file's checksum is verified.
     pub fn from_safetensors(
         bytes: &[u8],
         key: &StoreKey,
         spec: &StateSpec,
     ) -> Result<Self, StoreError> {
-        checksum::verify(bytes)?;
         let malformed = |what: String| StoreError::Malformed(what);
         let (_, header) = SafeTensors::read_metadata(bytes)
             .map_err(|error| malformed(format!("bad safetensors header: {error}")))?;
-        let tensors = SafeTensors::deserialize(bytes)
-            .map_err(|error| malformed(format!("bad safetensors file: {error}")))?;
         let empty = HashMap::new();
         let metadata = Metadata(header.metadata().as_ref().unwrap_or(&empty));
-
+        // The version first: a file of an older format lacks this format's checksum field, and
+        // "re-encode" says more than "no checksum_blake3".
         let version = metadata.get("format_version")?;
         if version != STORE_FORMAT_VERSION.to_string() {
             return Err(malformed(format!(
-                "format version {version}, this build reads {STORE_FORMAT_VERSION}"
+                "written in store format {version}, this build reads format \
+                 {STORE_FORMAT_VERSION} (f16 states, BLAKE3 checksums): re-encode it with \
+                 `pml compile`"
             )));
         }
+        checksum::verify(bytes)?;
+        let tensors = SafeTensors::deserialize(bytes)
+            .map_err(|error| malformed(format!("bad safetensors file: {error}")))?;
         let kind_name = metadata.get("kind")?;
         let layer = match metadata.0.get("layer") {
             Some(_) => Some(
@@ -299,11 +359,19 @@ impl ModuleState {
                 fingerprint,
             ));
         }
-        let dtype = metadata.get("dtype")?;
-        if dtype != layout.dtype.as_str() {
+        let kv_dtype = metadata.get("kv_dtype")?;
+        if kv_dtype != layout.dtype.as_str() {
             return Err(StoreError::mismatch(
                 "KV dtype",
                 layout.dtype.as_str(),
+                kv_dtype,
+            ));
+        }
+        let dtype = metadata.get("dtype")?;
+        if dtype != spec.state_dtype.as_str() {
+            return Err(StoreError::mismatch(
+                "state dtype",
+                spec.state_dtype.as_str(),
                 dtype,
             ));
         }
@@ -367,13 +435,13 @@ impl ModuleState {
                         &tensors,
                         &format!("layers.{layer_idx}.k"),
                         row_shape,
-                        layout.dtype,
+                        spec.state_dtype,
                     )?,
                     read_kv(
                         &tensors,
                         &format!("layers.{layer_idx}.v"),
                         row_shape,
-                        layout.dtype,
+                        spec.state_dtype,
                     )?,
                 ))
             })
@@ -385,7 +453,7 @@ impl ModuleState {
                     &tensors,
                     name,
                     &[n_tokens, width],
-                    layout.dtype,
+                    spec.state_dtype,
                 )?)
             }
             None => None,

@@ -4,12 +4,12 @@
 
 #![allow(dead_code)]
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 use pml_compiler::plan::{
     BoundPrompt, CachedSpan, LayoutUnit, NewTokenKind, ParamSlot, SchemaLayout, UnitId, UnitKind,
 };
 use pml_runtime::model::Model;
-use pml_runtime::store::{ManifestStore, MemoryTier, ModuleStore, StateSpec};
+use pml_runtime::store::{DEFAULT_STATE_DTYPE, ManifestStore, MemoryTier, ModuleStore, StateSpec};
 use tempfile::TempDir;
 
 /// Lays out units on consecutive positions: a cursor advances over every text run; modules
@@ -197,19 +197,29 @@ pub fn max_abs(a: &Tensor) -> f32 {
 pub fn assert_close(a: &Tensor, b: &Tensor, relative: f32, what: &str) {
     let diff = max_abs_diff(a, b);
     let scale = max_abs(b).max(1.0);
+    // Printed (with --nocapture) so the tolerances in the tests can be checked against what
+    // the cases really need.
+    eprintln!("{what}: relative deviation {:.3e}", diff / scale);
     assert!(
         diff <= relative * scale,
         "{what}: max abs diff {diff} > {relative} x {scale}"
     );
 }
 
-/// A RAM-only store for `model`, with manifests in a temporary directory.
+/// A RAM-only store for `model` keeping states in the default dtype (f16), with manifests in a
+/// temporary directory.
 pub fn ram_store(model: &Model, fingerprint: &str) -> (ModuleStore, TempDir) {
+    ram_store_in(model, fingerprint, DEFAULT_STATE_DTYPE)
+}
+
+/// [`ram_store`] keeping states in `state_dtype`.
+pub fn ram_store_in(
+    model: &Model,
+    fingerprint: &str,
+    state_dtype: DType,
+) -> (ModuleStore, TempDir) {
     let manifests = TempDir::new().expect("temporary directory");
-    let spec = StateSpec {
-        model_fingerprint: fingerprint.to_string(),
-        layout: model.kv_layout(),
-    };
+    let spec = StateSpec::new(fingerprint, model.kv_layout()).with_state_dtype(state_dtype);
     let store = ModuleStore::with_tiers(
         spec,
         vec![Box::new(MemoryTier::new(1 << 30))],

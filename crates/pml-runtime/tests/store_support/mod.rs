@@ -16,11 +16,11 @@ pub const LAYOUT: KvLayout = KvLayout {
     dtype: DType::F32,
 };
 
+/// The stored dtype of [`spec`]: the store's default, f16, under an f32 engine ([`LAYOUT`]).
+pub const STATE_DTYPE: DType = DType::F16;
+
 pub fn spec() -> StateSpec {
-    StateSpec {
-        model_fingerprint: FINGERPRINT.to_string(),
-        layout: LAYOUT,
-    }
+    StateSpec::new(FINGERPRINT, LAYOUT)
 }
 
 /// Tokens and positions of unit `seed`: `n_tokens` tokens starting at position `10 * seed`.
@@ -38,6 +38,7 @@ pub fn key_of(seed: u32, n_tokens: usize) -> StoreKey {
         model_fingerprint: FINGERPRINT,
         weight_format: Default::default(),
         kv_dtype: LAYOUT.dtype,
+        state_dtype: STATE_DTYPE,
         kind: Default::default(),
         encode_mode: Default::default(),
         tokens: &tokens,
@@ -67,8 +68,13 @@ pub fn state_with(layout: KvLayout, seed: u32, n_tokens: usize) -> ModuleState {
     ModuleState::new(kv, tokens).expect("state")
 }
 
+/// A state of [`spec`]: [`LAYOUT`] in the stored dtype.
 pub fn state(seed: u32, n_tokens: usize) -> ModuleState {
-    state_with(LAYOUT, seed, n_tokens)
+    let stored = KvLayout {
+        dtype: STATE_DTYPE,
+        ..LAYOUT
+    };
+    state_with(stored, seed, n_tokens)
 }
 
 fn values(tensor: &Tensor) -> Vec<f32> {

@@ -161,11 +161,8 @@ fn bench_model(
 ) -> Result<ModelResult, Failure> {
     let config = model.config();
     let n_layers = config.n_layers;
-    let spec = StateSpec {
-        model_fingerprint: fingerprint.to_string(),
-        layout: model.kv_layout(),
-    };
-    let dtype_bytes = spec.layout.dtype.size_in_bytes();
+    let spec = StateSpec::new(fingerprint, model.kv_layout());
+    let dtype_bytes = spec.state_dtype.size_in_bytes();
     let kv_bytes = 2 * config.n_kv_heads * config.head_dim * dtype_bytes;
     let hidden_bytes = config.d_model * dtype_bytes;
     let vocab = config.vocab_size as u32;
