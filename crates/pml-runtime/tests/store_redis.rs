@@ -16,9 +16,12 @@ use pml_runtime::testing::redis_server::start_redis;
 use store_support::{FINGERPRINT, LAYOUT, assert_same_state, key_of, spec, state};
 
 /// A tier on `url` with small chunks, so every state spans several values.
+/// Small enough that every test state spans several chunks.
+const CHUNK_BYTES: usize = 1000;
+
 fn tier(url: &str, budget_bytes: Option<u64>) -> RedisTier {
     let mut config = RedisConfig::new(url);
-    config.chunk_bytes = 1000;
+    config.chunk_bytes = CHUNK_BYTES;
     config.budget_bytes = budget_bytes;
     config.timeout = Duration::from_millis(500);
     RedisTier::open(config, spec()).expect("redis tier")
@@ -35,7 +38,10 @@ fn chunked_round_trip_with_counters_and_namespaces() {
     let PutOutcome::Stored { bytes } = outcome else {
         panic!("not stored: {outcome:?}");
     };
-    assert!(bytes > 3000, "a {bytes}-byte value would not span chunks");
+    assert!(
+        bytes > 2 * CHUNK_BYTES as u64,
+        "a {bytes}-byte value would not span several chunks"
+    );
     assert!(redis.contains(&key).expect("contains"));
     assert_same_state(&redis.get(&key).expect("get").expect("hit"), &original);
     // Writing the key again (its bytes may differ: metadata order) leaves it readable.
@@ -52,7 +58,7 @@ fn chunked_round_trip_with_counters_and_namespaces() {
         .arg(format!("{namespace}:c:{key}:*"))
         .query(&mut connection)
         .expect("keys");
-    assert_eq!(chunks.len() as u64, bytes.div_ceil(1000));
+    assert_eq!(chunks.len() as u64, bytes.div_ceil(CHUNK_BYTES as u64));
 
     let stats = redis.stats();
     assert_eq!((stats.hits, stats.misses, stats.puts), (4, 1, 4));
