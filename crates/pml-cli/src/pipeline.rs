@@ -86,13 +86,14 @@ impl From<EncodeArg> for EncodeMode {
 /// compiled with one format is encoded again for another.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum WeightsArg {
-    /// Quantized kernels for calls of a few rows (decode), f32 copies for larger ones (fastest).
+    /// The GGUF's quantized blocks only, multiplied by our kernels at every row count (least
+    /// memory, and as fast as the dense copies).
     #[default]
+    Quantized,
+    /// Quantized kernels for calls of a few rows (decode), f32 copies for larger ones.
     QuantizedAndF32,
     /// Quantized kernels for calls of a few rows (decode), f16 copies for larger ones.
     QuantizedAndF16,
-    /// The GGUF's quantized blocks only (least memory).
-    Quantized,
     F16,
     Bf16,
     F32,
@@ -128,7 +129,7 @@ pub struct RuntimeArgs {
     #[arg(long, value_enum, default_value_t = EncodeArg::Scaffolded)]
     pub encode: EncodeArg,
     /// How the weights are held in memory; compile and run with the same format.
-    #[arg(long, value_enum, default_value_t = WeightsArg::QuantizedAndF32)]
+    #[arg(long, value_enum, default_value_t = WeightsArg::default())]
     pub weights: WeightsArg,
 }
 

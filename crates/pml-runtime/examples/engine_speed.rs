@@ -2,8 +2,8 @@
 //! plus resident memory. Not a benchmark harness, just figures to compare configurations.
 //!
 //! `cargo run --release -p pml-runtime --example engine_speed -- [MODEL_ID] [FORMAT] [N_PREFILL]`
-//! with FORMAT one of `quantized`, `f32`, `f16`, `bf16`, `quantized-and-f16`,
-//! `quantized-and-f32` (default).
+//! with FORMAT one of `quantized` (default), `f32`, `f16`, `bf16`, `quantized-and-f16`,
+//! `quantized-and-f32`.
 //!
 //! Besides wall time it prints the process's CPU time: on a loaded machine candle's worker
 //! threads spin at barriers and wall time says little, while with `RAYON_NUM_THREADS=1` the CPU
@@ -22,9 +22,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
     let model_id = args.next().unwrap_or_else(|| DEFAULT_MODEL_ID.to_string());
     let format = match args.next().as_deref() {
-        None | Some("quantized-and-f32") => WeightFormat::QuantizedAndF32,
+        Some("quantized-and-f32") => WeightFormat::QuantizedAndF32,
         Some("quantized-and-f16") => WeightFormat::QuantizedAndF16,
-        Some("quantized") => WeightFormat::Quantized,
+        None | Some("quantized") => WeightFormat::Quantized,
         Some("f32") => WeightFormat::F32,
         Some("f16") => WeightFormat::F16,
         Some("bf16") => WeightFormat::Bf16,

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use candle_core::{DType, Storage, Tensor};
 
 use super::EngineError;
+use super::exp_kernel::exp_shifted_sum;
 use super::masked_softmax::visible;
 
 /// Lanes of the dot-product accumulators, so the compiler can keep them in SIMD registers
@@ -165,12 +166,7 @@ fn attend_sliced(
                     }
                     let mut inverses = [0f32; MAX_GROUP];
                     for (h, weights) in weights.chunks_exact_mut(n_keys).enumerate() {
-                        let mut sum = 0f32;
-                        for weight in weights.iter_mut() {
-                            *weight = (*weight - maxima[h]).exp();
-                            sum += *weight;
-                        }
-                        inverses[h] = sum.recip();
+                        inverses[h] = exp_shifted_sum(weights, maxima[h]).recip();
                     }
                     for (key_idx, (sees, value)) in
                         seen[row].iter().zip(v.chunks_exact(row_len)).enumerate()

@@ -6,11 +6,15 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::EngineError;
+use super::exp_kernel::exp_shifted_sum;
 
 /// Fewest scores worth handing to rayon: a decode step's few thousand take microseconds, less
 /// than waking rayon's threads, which on a small machine also compete with candle's spinning
 /// workers for the cores.
 const PARALLEL_MIN_SCORES: usize = 1 << 16;
+
+/// Independent running maxima, so the maximum of a row is not one serial chain.
+const LANES: usize = 8;
 
 /// Whether a query at position `query` may see a key at `key`: `key <= query`, and
 /// `query - key < window` in local layers.
@@ -72,25 +76,33 @@ impl CustomOp1 for MaskedSoftmax<'_> {
         let n_keys = self.key_positions.len();
         let n_queries = self.query_positions.len();
         let mut out = vec![0f32; scores.len()];
+        // No branch per key: the masked copy and its maximum vectorize, and the exponentials
+        // take the SIMD kernel (a masked `-inf` becomes 0 there).
+        let window = self
+            .window
+            .map_or(u32::MAX, |window| u32::try_from(window).unwrap_or(u32::MAX));
         let softmax_row = |row: usize, out: &mut [f32], scores: &[f32]| {
             let query = self.query_positions[row % n_queries];
-            let sees = |key: &u32| visible(query, *key, self.window);
-            let max = scores
-                .iter()
-                .zip(self.key_positions)
-                .filter(|(_, key)| sees(key))
-                .fold(f32::NEG_INFINITY, |max, (&score, _)| max.max(score));
-            if max == f32::NEG_INFINITY {
-                return;
-            }
-            let mut sum = 0f32;
-            for ((out, &score), key) in out.iter_mut().zip(scores).zip(self.key_positions) {
-                if sees(key) {
-                    *out = (score - max).exp();
-                    sum += *out;
+            let mut maxima = [f32::NEG_INFINITY; LANES];
+            for ((out, scores), keys) in out
+                .chunks_mut(LANES)
+                .zip(scores.chunks(LANES))
+                .zip(self.key_positions.chunks(LANES))
+            {
+                for (lane, ((out, &score), &key)) in
+                    out.iter_mut().zip(scores).zip(keys).enumerate()
+                {
+                    let sees = key <= query && query - key < window;
+                    *out = if sees { score } else { f32::NEG_INFINITY };
+                    maxima[lane] = maxima[lane].max(*out);
                 }
             }
-            let inverse = sum.recip();
+            let max = maxima.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            if max == f32::NEG_INFINITY {
+                out.fill(0.0);
+                return;
+            }
+            let inverse = exp_shifted_sum(out, max).recip();
             out.iter_mut().for_each(|out| *out *= inverse);
         };
         if scores.len() < PARALLEL_MIN_SCORES {

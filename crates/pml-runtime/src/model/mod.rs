@@ -16,6 +16,7 @@
 pub mod batch;
 pub mod config;
 pub mod context;
+mod exp_kernel;
 mod few_query_attention;
 mod masked_softmax;
 mod quant;

@@ -15,16 +15,17 @@ use crate::gguf::GgufFile;
 /// How weight matrices are held in memory and multiplied.
 ///
 /// Our quantized kernels (`super::quant`: Q8_0, Q5_0, Q4_K, Q6_K, every projection of both
-/// default models) multiply GGML's blocks as stored, for any row count, unpacking each weight
-/// block once per tile of activation rows. Measured with `examples/kernel_probe.rs` they beat a
-/// dense f32 gemm up to a few rows (decode, short continuations) but not yet at prefill sizes
-/// (about 26 against 40–55 GFLOP/s at 64–512 rows), so the default still keeps f32 copies of
-/// the projections for calls of more than [`FEW_ROWS`] rows, at the cost of their memory (see
-/// docs/benchmarks.md, "Engine").
+/// default models) multiply GGML's blocks as stored: up to [`super::quant::PANEL_MIN_ROWS`]
+/// rows with quantized activations, unpacking each weight block once per tile of activation
+/// rows; from there by dequantizing panels of the matrix into a per-worker scratch buffer for
+/// the f32 gemm. So the default, [`WeightFormat::Quantized`], holds no dense copy and runs a
+/// prefill as fast as the copies did (`examples/kernel_probe.rs`, docs/benchmarks.md,
+/// "Engine"); the `QuantizedAnd*` formats remain for comparison.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum WeightFormat {
     /// GGML blocks as stored in the file, multiplied with quantized kernels for every row
     /// count (blocks no fast kernel covers are requantized to Q8_0): the least memory.
+    #[default]
     Quantized,
     F32,
     F16,
@@ -36,7 +37,6 @@ pub enum WeightFormat {
     QuantizedAndF16,
     /// As [`WeightFormat::QuantizedAndF16`] with F32 copies: the fastest prefill on CPUs
     /// without f16 arithmetic, for twice the dense bytes.
-    #[default]
     QuantizedAndF32,
 }
 

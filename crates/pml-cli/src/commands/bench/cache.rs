@@ -62,7 +62,7 @@ pub struct CacheArgs {
     #[arg(long, value_name = "DIR")]
     store: Option<PathBuf>,
     /// How the weights are held in memory.
-    #[arg(long, value_enum, default_value_t = WeightsArg::QuantizedAndF32)]
+    #[arg(long, value_enum, default_value_t = WeightsArg::default())]
     weights: WeightsArg,
     /// Print the results as JSON on stdout instead of tables.
     #[arg(long)]

@@ -54,7 +54,7 @@ pub struct EngineArgs {
     #[arg(long, default_value_t = 32)]
     decode: usize,
     /// How PML holds the weights.
-    #[arg(long, value_enum, default_value_t = WeightsArg::QuantizedAndF32)]
+    #[arg(long, value_enum, default_value_t = WeightsArg::default())]
     weights: WeightsArg,
     /// Threads llama.cpp uses (default: the cores candle uses).
     #[arg(long)]

@@ -50,7 +50,7 @@ pub struct PipelineArgs {
     #[arg(long, value_name = "DIR")]
     store: Option<PathBuf>,
     /// How the weights are held in memory.
-    #[arg(long, value_enum, default_value_t = WeightsArg::QuantizedAndF32)]
+    #[arg(long, value_enum, default_value_t = WeightsArg::default())]
     weights: WeightsArg,
 }
 

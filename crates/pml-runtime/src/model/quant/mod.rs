@@ -16,6 +16,7 @@ mod avx2_kquants;
 mod blocks;
 mod kernel;
 mod kquants;
+mod panels;
 
 use std::sync::Mutex;
 
@@ -25,11 +26,17 @@ use candle_core::{Device, Tensor};
 use self::blocks::{GROUP, GroupQ5_0, GroupQ8_0, Q5_0_BYTES, Q8_0_BYTES};
 use self::kernel::{BlockKernel, TILE};
 use self::kquants::{BlockQ4K, BlockQ6K, Q4K_BYTES, Q6K_BYTES};
+use self::panels::multiply_by_panels;
 use super::EngineError;
 
 /// Output rows one work item computes: large enough that handing out items costs little,
 /// small enough that the two workers finish together and an item's weights stay in L2.
 const ROWS_PER_ITEM: usize = 32;
+
+/// Row count from which a product dequantizes panels of the matrix and runs the f32 gemm on
+/// them ([`multiply_by_panels`]) instead of the quantized tiles: where the f32 kernels, with
+/// the dequantization amortized over the rows, overtake ours (`examples/kernel_probe`).
+pub const PANEL_MIN_ROWS: usize = 64;
 
 /// A weight matrix `(out_features, in_features)` of blocks our kernels multiply.
 #[derive(Debug)]
@@ -132,7 +139,11 @@ impl QuantMatrix {
             )));
         }
         let input = x.flatten_all()?.to_vec1::<f32>()?;
-        let output = with_blocks!(&self.blocks, blocks => self.multiply(blocks, &input, n_rows));
+        let output = with_blocks!(&self.blocks, blocks => if n_rows >= PANEL_MIN_ROWS {
+            multiply_by_panels(blocks, (self.out_features, self.in_features), &input, n_rows)
+        } else {
+            self.multiply(blocks, &input, n_rows)
+        });
         Ok(Tensor::from_vec(
             output,
             (n_rows, self.out_features),

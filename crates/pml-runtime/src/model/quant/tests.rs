@@ -122,6 +122,30 @@ fn products_match_dense_matmul_of_dequantized_weights() {
 }
 
 #[test]
+fn panel_products_match_dense_matmul_of_the_same_weights() {
+    // 150 output rows: two full panels and a partial one; input rows from the panel threshold
+    // up. The panels multiply the dequantized weights with the activations in f32, so they
+    // agree with candle's matmul up to summation order.
+    for dtype in TYPES {
+        for n_rows in [super::PANEL_MIN_ROWS, 97] {
+            let qtensor = quantized(150, 512, dtype, 10);
+            let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
+            let x = random_matrix(n_rows, 512, 11);
+            let ours = matrix.forward(&x).expect("multiplies");
+            let dense = qtensor.dequantize(&Device::Cpu).expect("dequantizable");
+            let reference = x.matmul(&dense.t().expect("t")).expect("matmul");
+            assert_eq!(ours.dims(), [n_rows, 150]);
+            for (i, (&a, &b)) in to_vec(&ours).iter().zip(&to_vec(&reference)).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+                    "{dtype:?} {n_rows} rows, output {i}: {a} vs {b}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn unsupported_types_and_widths_are_refused() {
     let other = quantized(2, 256, GgmlDType::Q5K, 6);
     assert!(!QuantMatrix::supports(&other));
