@@ -151,10 +151,18 @@ fn q5_0_values(group: &GroupQ5_0, b: usize) -> __m256i {
         _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed),
         _mm256_set1_epi8(0x0f),
     );
-    // Byte j becomes 0xff where bit j of qh is set: broadcast each qh byte over 8 lanes, set
-    // every bit but the lane's own, compare with all-ones.
+    _mm256_or_si256(nibbles, fifth_bits(u32::from_le_bytes(group.qh[b])))
+}
+
+/// Byte lane `j` is 0x10 where bit `j` of `bits` is set, 0 elsewhere: the fifth bits of 32
+/// Q5_0 values in place.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn fifth_bits(bits: u32) -> __m256i {
+    // Broadcast each byte of `bits` over 8 lanes, set every bit but the lane's own, compare
+    // with all-ones.
     let spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(i32::from_le_bytes(group.qh[b])),
+        _mm256_set1_epi32(bits as i32),
         _mm256_set_epi64x(
             0x0303_0303_0303_0303,
             0x0202_0202_0202_0202,
@@ -166,7 +174,7 @@ fn q5_0_values(group: &GroupQ5_0, b: usize) -> __m256i {
         _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe)),
         _mm256_set1_epi64x(-1),
     );
-    _mm256_or_si256(nibbles, _mm256_and_si256(bit_set, _mm256_set1_epi8(0x10)))
+    _mm256_and_si256(bit_set, _mm256_set1_epi8(0x10))
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -24,9 +24,6 @@ pub trait BlockKernel: Sized + Sync {
     /// Scalar `Σ w·a` of one unit.
     fn dot(&self, acts: &Self::Act) -> f32;
 
-    /// The unit's weights in f32 (`out`: [`Self::WEIGHTS`] values).
-    fn dequantize(&self, out: &mut [f32]);
-
     /// SIMD `Σ w·a` of a weight row with `RN` activation rows, `None` without the CPU features.
     fn simd_tile<const RN: usize>(weights: &[Self], acts: [&[Self::Act]; RN]) -> Option<[f32; RN]>;
 
@@ -65,10 +62,6 @@ macro_rules! block_kernel {
 
             fn dot(&self, acts: &$act) -> f32 {
                 <$block>::dot(self, acts)
-            }
-
-            fn dequantize(&self, out: &mut [f32]) {
-                <$block>::dequantize(self, out)
             }
 
             fn simd_tile<const RN: usize>(

@@ -10,35 +10,34 @@ use std::cell::RefCell;
 
 use gemm::Parallelism;
 
-use super::kernel::BlockKernel;
-
 /// Output rows one worker dequantizes and multiplies at a time: a multiple of the gemm
 /// micro-kernel's width, and few enough that the panels of a 896-row matrix still keep both
 /// workers busy.
-const PANEL_ROWS: usize = 64;
+pub const PANEL_ROWS: usize = 64;
 
 thread_local! {
     /// Each worker's panel, kept between calls so a prefill allocates it once per thread.
     static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The output `(n_rows, out_features)` row-major, shared by the workers, each writing only the
-/// columns of its own panels.
-struct Output(*mut f32);
+/// An output `(n_rows, out_features)` row-major, shared by the workers of one product, each
+/// writing only the columns of its own output rows.
+pub(super) struct Output(pub(super) *mut f32);
 
-// SAFETY: the workers write disjoint column ranges (one panel each) of the buffer, which
-// outlives `execute_chunked` (it returns only when every worker is done).
+// SAFETY: every user hands each worker a disjoint set of columns of the buffer, which outlives
+// `execute_chunked` (it returns only when every worker is done).
 unsafe impl Sync for Output {}
 
-/// `input` `(n_rows, in_features)` row-major times the transpose of the matrix whose rows are
-/// `blocks` (`per_row` units each) → `(n_rows, out_features)` row-major.
-pub fn multiply_by_panels<W: BlockKernel>(
-    blocks: &[W],
+/// `input` `(n_rows, in_features)` row-major times the transpose of an `(out_features,
+/// in_features)` matrix → `(n_rows, out_features)` row-major. `dequantize(first, out)` writes
+/// the matrix rows from `first` on into `out` (a whole number of rows, row-major); panels start
+/// at multiples of [`PANEL_ROWS`].
+pub fn multiply_by_panels(
+    dequantize: impl Fn(usize, &mut [f32]) + Sync,
     (out_features, in_features): (usize, usize),
     input: &[f32],
     n_rows: usize,
 ) -> Vec<f32> {
-    let per_row = in_features / W::WEIGHTS;
     let mut output = vec![0f32; n_rows * out_features];
     let shared = Output(output.as_mut_ptr());
     let compute = |panel: usize| {
@@ -46,12 +45,7 @@ pub fn multiply_by_panels<W: BlockKernel>(
         let rows = PANEL_ROWS.min(out_features - first);
         PANEL.with_borrow_mut(|weights| {
             weights.resize(rows * in_features, 0.0);
-            for (row, values) in weights.chunks_exact_mut(in_features).enumerate() {
-                let units = &blocks[(first + row) * per_row..][..per_row];
-                for (unit, out) in units.iter().zip(values.chunks_exact_mut(W::WEIGHTS)) {
-                    unit.dequantize(out);
-                }
-            }
+            dequantize(first, weights);
             let dst = &shared;
             // SAFETY: dst (n_rows × rows at column `first`, row stride out_features), lhs
             // (n_rows × in_features, row-major) and rhs (in_features × rows, the panel's rows

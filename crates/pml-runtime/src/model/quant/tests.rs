@@ -8,6 +8,9 @@ use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::avx2_interleaved::tile_panels;
+use super::blocks::{ActGroup, GROUP_WEIGHTS, quantize_activations};
+use super::interleaved::{PANEL, tile_scalar};
 use super::kernel::BlockKernel;
 use super::{Blocks, QuantMatrix, avx2};
 
@@ -89,23 +92,70 @@ fn simd_tiles_agree_with_scalar_dots() {
             Blocks::Q5_0(b) => check_tiles(b, &x, b.len(), &label),
             Blocks::Q4K(b) => check_tiles(b, &x, b.len(), &label),
             Blocks::Q6K(b) => check_tiles(b, &x, b.len(), &label),
+            Blocks::Q5_0x8(_) => unreachable!("one row is not a panel of eight"),
+        }
+    }
+}
+
+#[test]
+fn interleaved_panels_hold_the_rows_and_their_simd_tiles_agree_with_scalar_dots() {
+    let (cols, n_act_rows) = (4864, 5);
+    let qtensor = quantized(PANEL, cols, GgmlDType::Q5_0, 12);
+    let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
+    let Blocks::Q5_0x8(panels) = &matrix.blocks else {
+        panic!("eight Q5_0 rows are interleaved");
+    };
+    let rows: Vec<u32> = (0..PANEL as u32).collect();
+    let ours = matrix.dequantize_rows(&rows, &Device::Cpu).expect("rows");
+    let theirs = qtensor.dequantize(&Device::Cpu).expect("dequantizable");
+    assert_eq!(to_vec(&ours), to_vec(&theirs));
+    if !avx2::available() {
+        return;
+    }
+    let x = to_vec(&random_matrix(n_act_rows, cols, 13));
+    let mut acts = Vec::new();
+    quantize_activations(&x, &mut acts);
+    let act_rows: Vec<&[ActGroup]> = acts.chunks_exact(cols / GROUP_WEIGHTS).collect();
+    let scalar = act_rows
+        .iter()
+        .map(|row| tile_scalar(panels, [*row])[0])
+        .collect::<Vec<_>>();
+    let simd = [
+        tile_panels(panels, [act_rows[0]]).map(|t| t.to_vec()),
+        tile_panels(panels, [act_rows[1], act_rows[2]]).map(|t| t.to_vec()),
+        tile_panels(panels, [act_rows[3], act_rows[4], act_rows[0], act_rows[1]])
+            .map(|t| t.to_vec()),
+    ];
+    let simd: Vec<[f32; PANEL]> = simd.into_iter().flatten().flatten().collect();
+    let order = [0, 1, 2, 3, 4, 0, 1];
+    for (k, (values, &row)) in simd.iter().zip(&order).enumerate() {
+        for (lane, (&s, &r)) in values.iter().zip(&scalar[row]).enumerate() {
+            assert!(
+                (s - r).abs() <= 1e-4 * r.abs().max(1.0),
+                "tile output {k} row {lane}: simd {s} scalar {r}"
+            );
         }
     }
 }
 
 #[test]
 fn products_match_dense_matmul_of_dequantized_weights() {
-    // 70 output rows: two full work items and a partial one. Input rows 1 (decode), 3 and 6
-    // (a full tile and a partial one), 9 (two full tiles and one row).
-    for dtype in TYPES {
+    // 70 output rows: two full work items and a partial one; 72 (Q5_0: interleaved panels of
+    // eight rows), two full items and a partial one. Input rows 1 (decode), 3 and 6 (a full
+    // tile and a partial one), 9 (two full tiles and one row).
+    for (dtype, out_features) in TYPES
+        .map(|t| (t, 70))
+        .into_iter()
+        .chain([(GgmlDType::Q5_0, 72)])
+    {
         for n_rows in [1, 3, 6, 9] {
-            let qtensor = quantized(70, 512, dtype, 4);
+            let qtensor = quantized(out_features, 512, dtype, 4);
             let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
             let x = random_matrix(n_rows, 512, 5);
             let ours = matrix.forward(&x).expect("multiplies");
             let dense = qtensor.dequantize(&Device::Cpu).expect("dequantizable");
             let reference = x.matmul(&dense.t().expect("t")).expect("matmul");
-            assert_eq!(ours.dims(), [n_rows, 70]);
+            assert_eq!(ours.dims(), [n_rows, out_features]);
             let (ours, reference) = (to_vec(&ours), to_vec(&reference));
             // Quantizing the activations to 8 bits moves each product by well under 1% of the
             // sum of magnitudes (512 terms of |w x| <= 1 each here, about 128 on average).
@@ -123,18 +173,22 @@ fn products_match_dense_matmul_of_dequantized_weights() {
 
 #[test]
 fn panel_products_match_dense_matmul_of_the_same_weights() {
-    // 150 output rows: two full panels and a partial one; input rows from the panel threshold
-    // up. The panels multiply the dequantized weights with the activations in f32, so they
-    // agree with candle's matmul up to summation order.
-    for dtype in TYPES {
-        for n_rows in [super::PANEL_MIN_ROWS, 97] {
-            let qtensor = quantized(150, 512, dtype, 10);
+    // 150 output rows: two full panels and a partial one (152 for Q5_0's interleaved rows);
+    // input rows from the panel threshold up. The panels multiply the dequantized weights with
+    // the activations in f32, so they agree with candle's matmul up to summation order.
+    let cases = TYPES
+        .map(|t| (t, 150, super::PANEL_MIN_ROWS))
+        .into_iter()
+        .chain([(GgmlDType::Q5_0, 152, super::INTERLEAVED_PANEL_MIN_ROWS)]);
+    for (dtype, out_features, threshold) in cases {
+        for n_rows in [threshold, threshold + 33] {
+            let qtensor = quantized(out_features, 512, dtype, 10);
             let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
             let x = random_matrix(n_rows, 512, 11);
             let ours = matrix.forward(&x).expect("multiplies");
             let dense = qtensor.dequantize(&Device::Cpu).expect("dequantizable");
             let reference = x.matmul(&dense.t().expect("t")).expect("matmul");
-            assert_eq!(ours.dims(), [n_rows, 150]);
+            assert_eq!(ours.dims(), [n_rows, out_features]);
             for (i, (&a, &b)) in to_vec(&ours).iter().zip(&to_vec(&reference)).enumerate() {
                 assert!(
                     (a - b).abs() <= 1e-4 * b.abs().max(1.0),

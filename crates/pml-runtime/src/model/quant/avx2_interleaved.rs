@@ -1,0 +1,109 @@
+//! AVX2 product of a row of interleaved Q5_0 panels (eight output rows) with a few rows of
+//! quantized activations. Per panel and half: two 32-byte loads unpack into four vectors of
+//! unsigned 5-bit weights (four weights of each of the eight rows); per activation row, four
+//! `maddubs` against activations broadcast four at a time, summed in i16 (at most 4 · 2 · 31
+//! · 127 < 2^15), widened once by `madd`. Per panel and activation row, one conversion, one
+//! fused add with the eight rows' scales times the block's, and one for the activations'
+//! `offset` (turning the unsigned values back into `q - 16`). The scalar `tile_scalar` in
+//! `interleaved` is the reference.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+#[cfg(target_arch = "x86_64")]
+use super::avx2::{available, fifth_bits};
+use super::blocks::{ActGroup, GROUP};
+use super::interleaved::{PANEL, PanelQ5_0};
+
+/// `Σ w·a` of eight weight rows with each of `RN` activation rows, or `None` without AVX2.
+pub fn tile_panels<const RN: usize>(
+    panels: &[PanelQ5_0],
+    acts: [&[ActGroup]; RN],
+) -> Option<[[f32; PANEL]; RN]> {
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        // SAFETY: avx2, fma and f16c were detected at run time by `available`.
+        return Some(unsafe { tile_panels_avx2(panels, acts) });
+    }
+    let _ = (panels, acts);
+    None
+}
+
+/// Four activations from `at` broadcast to every i32 lane.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn broadcast4(qs: &[i8; 32], at: usize) -> __m256i {
+    let four: [i8; 4] = [qs[at], qs[at + 1], qs[at + 2], qs[at + 3]];
+    _mm256_set1_epi32(i32::from_le_bytes(four.map(|q| q as u8)))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load(bytes: &[u8; 32]) -> __m256i {
+    // SAFETY: `bytes` is 32 readable bytes; loadu has no alignment requirement.
+    unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile_panels_avx2<const RN: usize>(
+    panels: &[PanelQ5_0],
+    acts: [&[ActGroup]; RN],
+) -> [[f32; PANEL]; RN] {
+    let acts = acts.map(|row| &row[..panels.len().div_ceil(GROUP)]);
+    let (low, ones) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi16(1));
+    let mut acc = [_mm256_setzero_ps(); RN];
+    for (column, panel) in panels.iter().enumerate() {
+        let (group, b) = (column / GROUP, column % GROUP);
+        // SAFETY: `d` is 16 readable bytes; loadu has no alignment requirement.
+        let scales = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(panel.d.as_ptr().cast()) });
+        let mut sums = [_mm256_setzero_si256(); RN];
+        for half in 0..2 {
+            let (first, second) = (
+                load(&panel.packed[2 * half]),
+                load(&panel.packed[2 * half + 1]),
+            );
+            // Chunks 2h, 2h + 1 (low nibbles) and 2h + 4, 2h + 5 (high nibbles).
+            let weights = [
+                (_mm256_and_si256(first, low), 2 * half),
+                (_mm256_and_si256(second, low), 2 * half + 1),
+                (
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(first), low),
+                    2 * half + 4,
+                ),
+                (
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(second), low),
+                    2 * half + 5,
+                ),
+            ]
+            .map(|(nibbles, chunk)| {
+                (
+                    _mm256_or_si256(nibbles, fifth_bits(panel.high[chunk])),
+                    4 * chunk,
+                )
+            });
+            for (sum, row) in sums.iter_mut().zip(&acts) {
+                let qs = &row[group].qs[b];
+                let products =
+                    weights.map(|(values, at)| _mm256_maddubs_epi16(values, broadcast4(qs, at)));
+                let pairs = _mm256_add_epi16(
+                    _mm256_add_epi16(products[0], products[1]),
+                    _mm256_add_epi16(products[2], products[3]),
+                );
+                *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, ones));
+            }
+        }
+        for ((acc, sum), row) in acc.iter_mut().zip(sums).zip(&acts) {
+            let a = &row[group];
+            let scale = _mm256_mul_ps(scales, _mm256_set1_ps(a.d[b]));
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, *acc);
+            *acc = _mm256_fnmadd_ps(scales, _mm256_set1_ps(a.offset[b]), *acc);
+        }
+    }
+    acc.map(|lanes| {
+        let mut out = [0f32; PANEL];
+        // SAFETY: `out` is 8 writable f32; storeu has no alignment requirement.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), lanes) };
+        out
+    })
+}
