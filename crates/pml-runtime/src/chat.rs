@@ -9,8 +9,8 @@ use pml_compiler::chat_template::{
 use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
 use pml_syntax::ast::Role;
 
-use crate::gguf::{GgufError, GgufFile};
-use crate::tokenizer::GgufTokenizer;
+use pml_engine::gguf::{GgufError, GgufFile};
+use pml_engine::tokenizer::GgufTokenizer;
 
 /// Why a model's chat template could not be obtained.
 #[derive(Debug, thiserror::Error)]

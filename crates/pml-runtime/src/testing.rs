@@ -2,23 +2,23 @@
 //! [`fetched_model`] for the model's path and returns early (printing why) when the model is absent,
 //! unless `PML_REQUIRE_MODELS=1`, under which a missing model fails the test. Also a runtime on a
 //! tiny random model ([`tiny_runtime`]) for tests of the layers above. Test-only: it panics.
-//! [`redis_server`] starts a throwaway `redis-server` the same way; [`max_abs_diff`] compares
-//! tensors.
+//! [`redis_server`] starts a throwaway `redis-server` the same way. Tensor comparisons are in
+//! [`pml_engine::testing`].
 
 pub mod redis_server;
 
 use std::path::PathBuf;
 
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
 use pml_compiler::plan::EncodeMode;
 use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
 
 use crate::inference::Runtime;
-use crate::model::tiny::random_model;
-use crate::model::{Arch, WeightFormat};
 use crate::models::{ModelError, model_path};
 use crate::store::{ManifestStore, MemoryTier, ModuleStore, StateSpec};
+use pml_engine::model::tiny::random_model;
+use pml_engine::model::{Arch, WeightFormat};
 
 /// Environment variable that turns a missing model into a test failure.
 pub const REQUIRE_MODELS_ENV: &str = "PML_REQUIRE_MODELS";
@@ -118,21 +118,4 @@ impl Tokenizer for LetterTokenizer {
     fn vocab_size(&self) -> usize {
         256
     }
-}
-
-/// Largest absolute difference between two tensors of the same shape, element by element, in
-/// f32 (so a stored f16 state compares with the engine's f32 rows).
-///
-/// # Panics
-/// When the shapes differ or the difference cannot be computed.
-pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims(), "shapes differ");
-    let widen = |t: &Tensor| t.to_dtype(candle_core::DType::F32);
-    widen(a)
-        .and_then(|a| widen(b).and_then(|b| a - b))
-        .and_then(|d| d.abs())
-        .and_then(|d| d.flatten_all())
-        .and_then(|d| d.max(0))
-        .and_then(|d| d.to_scalar::<f32>())
-        .expect("difference computes")
 }

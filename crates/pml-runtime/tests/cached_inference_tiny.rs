@@ -14,16 +14,16 @@ mod cached_support;
 use candle_core::{DType, Device, Tensor};
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
+use pml_engine::generation::SamplingParams;
+use pml_engine::kv_cache::KvBlock;
+use pml_engine::model::tiny::random_model;
+use pml_engine::model::{Arch, Model, WeightFormat};
 use pml_runtime::encode::{
     EncodeError, EncodeOptions, EncodeReport, UnitEncoder, UnitOutcome, encode_schema,
 };
-use pml_runtime::generation::SamplingParams;
 use pml_runtime::inference::{
     BlendOptions, InferenceError, InferenceMode, Prefill, Ratio, Runtime, SplicePlan, prefill,
 };
-use pml_runtime::kv_cache::KvBlock;
-use pml_runtime::model::tiny::random_model;
-use pml_runtime::model::{Arch, Model, WeightFormat};
 use pml_runtime::store::{DiskTier, ModuleStore, StateSpec, StoreConfig};
 use pml_runtime::testing::LetterTokenizer;
 use tempfile::TempDir;

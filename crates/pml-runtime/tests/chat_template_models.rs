@@ -4,10 +4,10 @@
 
 use pml_compiler::Tokenizer;
 use pml_compiler::chat_template::SystemStyle;
+use pml_engine::gguf::GgufFile;
+use pml_engine::tokenizer::GgufTokenizer;
 use pml_runtime::chat::{chat_template_source, model_chat_template};
-use pml_runtime::gguf::GgufFile;
 use pml_runtime::testing::fetched_model;
-use pml_runtime::tokenizer::GgufTokenizer;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

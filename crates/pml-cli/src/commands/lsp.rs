@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use pml_engine::gguf::GgufFile;
+use pml_engine::kv_cache::KvLayout;
+use pml_engine::model::{ACTIVATION_DTYPE, ModelConfig};
+use pml_engine::tokenizer::GgufTokenizer;
 use pml_lsp::{DEFAULT_DEBOUNCE, LayoutModel, ModelAvailability, ServerOptions, serve};
 use pml_runtime::chat::model_chat_template;
-use pml_runtime::gguf::GgufFile;
-use pml_runtime::kv_cache::KvLayout;
-use pml_runtime::model::{ACTIVATION_DTYPE, ModelConfig};
 use pml_runtime::models::{Fetcher, ModelState, PmlHome};
 use pml_runtime::store::{StateSpec, StoreConfig};
-use pml_runtime::tokenizer::GgufTokenizer;
 
 use super::lsp_store::StoreManifests;
 use pml_cli::failure::Failure;

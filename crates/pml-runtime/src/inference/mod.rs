@@ -32,9 +32,9 @@ use pml_compiler::Tokenizer;
 use pml_compiler::plan::BoundPrompt;
 
 use crate::encode::{EncodeError, UnitEncoder};
-use crate::generation::{GenerateError, Generation, Generator, SamplingParams};
-use crate::kv_cache::{KvCache, KvCacheError};
-use crate::model::{EngineError, Model};
+use pml_engine::generation::{GenerateError, Generation, Generator, SamplingParams};
+use pml_engine::kv_cache::{KvCache, KvCacheError};
+use pml_engine::model::{EngineError, Model};
 
 pub use blend_options::{BlendOptions, Deviation, Pipelining, Ratio, Selection};
 pub use controller::{LayerCosts, RatioChoice, choose_ratio};

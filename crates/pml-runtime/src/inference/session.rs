@@ -19,15 +19,15 @@ use pml_syntax::Diagnostic;
 use pml_syntax::ast::{Prompt, Schema, SourceFile};
 
 use crate::chat::{ChatSetupError, model_chat_template};
-use crate::device::default_device;
 use crate::encode::{
     EncodeError, EncodeEvent, EncodeOptions, EncodeReport, UnitEncoder, encode_schema,
 };
-use crate::generation::{Generation, SamplingParams};
-use crate::gguf::{GgufError, GgufFile};
-use crate::model::{EngineError, Model, ModelConfig, WeightFormat};
 use crate::store::{ModuleStore, StateSpec, StoreConfig, StoreError};
-use crate::tokenizer::{GgufTokenizer, TokenizerError};
+use pml_engine::device::default_device;
+use pml_engine::generation::{Generation, SamplingParams};
+use pml_engine::gguf::{GgufError, GgufFile};
+use pml_engine::model::{EngineError, Model, ModelConfig, WeightFormat};
+use pml_engine::tokenizer::{GgufTokenizer, TokenizerError};
 
 use super::plan::SplicePlan;
 use super::stats::RunStats;

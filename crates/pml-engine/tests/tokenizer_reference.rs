@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use pml_compiler::Tokenizer;
-use pml_runtime::gguf::GgufFile;
+use pml_engine::gguf::GgufFile;
+use pml_engine::tokenizer::GgufTokenizer;
 use pml_runtime::testing::fetched_model;
-use pml_runtime::tokenizer::GgufTokenizer;
 use serde::Deserialize;
 
 #[derive(Deserialize)]

@@ -12,8 +12,8 @@
 use std::error::Error;
 use std::time::Instant;
 
-use pml_runtime::device::default_device;
-use pml_runtime::model::{Model, WeightFormat};
+use pml_engine::device::default_device;
+use pml_engine::model::{Model, WeightFormat};
 use pml_runtime::models::{DEFAULT_MODEL_ID, model_path};
 
 const N_DECODE: usize = 32;

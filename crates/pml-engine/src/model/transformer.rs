@@ -10,10 +10,9 @@ use candle_core::{DType, Device, Tensor};
 use super::EngineError;
 use super::config::{Activation, LayerAttention, ModelConfig};
 use super::context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows, MassWeighting};
-use super::few_query_attention::attend_few;
-use super::masked_softmax::masked_softmax;
 use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat};
 use crate::gguf::GgufFile;
+use crate::kernels::{attend_few, masked_softmax};
 use crate::kv_cache::{KvBlock, KvCache, KvLayout};
 
 /// Dtype of activations and of the KV cache.

@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use candle_core::quantized::QMatMul;
 use candle_core::{Device, Module, Tensor};
-use pml_runtime::gguf::GgufFile;
-use pml_runtime::model::{Linear, MatrixRole, WeightFormat};
+use pml_engine::gguf::GgufFile;
+use pml_engine::model::{Linear, MatrixRole, WeightFormat};
 use pml_runtime::models::{DEFAULT_MODEL_ID, model_path};
 
 const REPEATS: u32 = 5;
