@@ -8,3 +8,5 @@ pub mod kv_cache;
 pub mod model;
 pub mod testing;
 pub mod tokenizer;
+
+pub use tokenizer::{TokenizeError, Tokenizer};

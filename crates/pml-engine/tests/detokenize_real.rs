@@ -3,7 +3,7 @@
 //! fallback (Gemma) split a character across tokens, and with Gemma's leading spaces kept.
 //! Skipped (with a notice) when a model is not fetched, unless `PML_REQUIRE_MODELS=1`.
 
-use pml_compiler::Tokenizer;
+use pml_engine::Tokenizer;
 use pml_engine::generation::IncrementalDetokenizer;
 use pml_engine::gguf::GgufFile;
 use pml_engine::tokenizer::GgufTokenizer;

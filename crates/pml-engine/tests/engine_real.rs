@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use candle_core::{Device, IndexOp, Tensor};
-use pml_compiler::Tokenizer;
+use pml_engine::Tokenizer;
 use pml_engine::device::default_device;
 use pml_engine::gguf::GgufFile;
 use pml_engine::model::{

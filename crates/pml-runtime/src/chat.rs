@@ -6,7 +6,7 @@ use pml_compiler::chat_template::{
     ChatTemplate, ChatTemplateError, TemplateTokens, builtin_template,
 };
 
-use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
+use pml_engine::tokenizer::{TokenizeError, Tokenizer};
 use pml_syntax::ast::Role;
 
 use pml_engine::gguf::{GgufError, GgufFile};

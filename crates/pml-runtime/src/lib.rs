@@ -8,3 +8,4 @@ pub mod models;
 pub mod restore;
 pub mod store;
 pub mod testing;
+pub mod tokenizer;

@@ -12,11 +12,12 @@ use std::path::PathBuf;
 use candle_core::Device;
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
 use pml_compiler::plan::EncodeMode;
-use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
+use pml_engine::tokenizer::{TokenizeError, Tokenizer};
 
 use crate::inference::Runtime;
 use crate::models::{ModelError, model_path};
 use crate::store::{ManifestStore, MemoryTier, ModuleStore, StateSpec};
+use crate::tokenizer::PmlTokenizer;
 use pml_engine::model::tiny::random_model;
 use pml_engine::model::{Arch, WeightFormat};
 
@@ -76,7 +77,7 @@ pub fn tiny_runtime(arch: Arch, seed: u64) -> (Runtime, tempfile::TempDir) {
     };
     let runtime = Runtime::from_parts(
         model,
-        Box::new(LetterTokenizer),
+        letter_tokenizer(),
         template,
         store,
         EncodeMode::Scaffolded,
@@ -88,8 +89,13 @@ pub fn tiny_runtime(arch: Arch, seed: u64) -> (Runtime, tempfile::TempDir) {
 /// The tokenizer of [`tiny_runtime`].
 pub struct LetterTokenizer;
 
-/// BOS of [`LetterTokenizer`]; 0 is its placeholder.
+/// BOS of [`LetterTokenizer`].
 const LETTER_BOS: u32 = 1;
+
+/// [`LetterTokenizer`] as the runtime holds it, with 0 as its placeholder.
+pub fn letter_tokenizer() -> PmlTokenizer {
+    PmlTokenizer::new(LetterTokenizer, 0)
+}
 
 impl Tokenizer for LetterTokenizer {
     fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
@@ -111,8 +117,35 @@ impl Tokenizer for LetterTokenizer {
         Vec::new()
     }
 
-    fn placeholder_token(&self) -> u32 {
-        0
+    fn vocab_size(&self) -> usize {
+        256
+    }
+}
+
+/// One token per byte of the text, BOS = 1, no end-of-sequence token: round-trips ASCII, so
+/// conversation tests can feed text through tiny random models (vocabulary 256).
+pub struct ByteTokenizer;
+
+impl ByteTokenizer {
+    pub const BOS: u32 = 1;
+}
+
+impl Tokenizer for ByteTokenizer {
+    fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
+        Ok(text.bytes().map(u32::from).collect())
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
+        let bytes: Vec<u8> = ids.iter().map(|&id| (id % 128) as u8).collect();
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn bos_token(&self) -> Option<u32> {
+        Some(Self::BOS)
+    }
+
+    fn eos_tokens(&self) -> Vec<u32> {
+        Vec::new()
     }
 
     fn vocab_size(&self) -> usize {

@@ -11,6 +11,7 @@ mod cached_support;
 use candle_core::DType;
 use pml_compiler::MemorySourceLoader;
 use pml_compiler::plan::{EncodeMode, SchemaLayout, UnitId};
+use pml_engine::Tokenizer;
 use pml_engine::generation::SamplingParams;
 use pml_engine::model::WeightFormat;
 use pml_runtime::inference::{InferenceMode, Runtime, RuntimeOptions};

@@ -2,8 +2,8 @@
 //! role strings tokenize to the models' control tokens, and the copy of Qwen's template used by the
 //! compiler's unit tests is the one in the file. Needs the fetched models.
 
-use pml_compiler::Tokenizer;
 use pml_compiler::chat_template::SystemStyle;
+use pml_engine::Tokenizer;
 use pml_engine::gguf::GgufFile;
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_runtime::chat::{chat_template_source, model_chat_template};

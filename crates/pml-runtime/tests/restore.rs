@@ -7,7 +7,6 @@
 
 use candle_core::{DType, Device, Tensor};
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
-use pml_compiler::testing::ByteTokenizer;
 use pml_engine::generation::SamplingParams;
 use pml_engine::kv_cache::{KvBlock, KvCache};
 use pml_engine::model::tiny::random_model;
@@ -20,7 +19,7 @@ use pml_runtime::restore::{
 use pml_runtime::store::{
     ContextHash, DiskTier, ManifestStore, MemoryTier, ModuleStore, StateSpec, Tier,
 };
-use pml_runtime::testing::fetched_model;
+use pml_runtime::testing::{ByteTokenizer, fetched_model};
 use tempfile::TempDir;
 
 const ARCHES: [Arch; 2] = [Arch::Qwen2, Arch::Gemma3];

@@ -18,7 +18,6 @@ pub mod session;
 use std::time::{Duration, Instant};
 
 use candle_core::Tensor;
-use pml_compiler::Tokenizer;
 use pml_compiler::chat_template::ChatTemplate;
 use pml_syntax::ast::Role;
 
@@ -67,7 +66,7 @@ impl From<pml_engine::kv_cache::KvCacheError> for ConversationError {
 /// What the model, its tokenizer and template, and the store a conversation runs with.
 pub struct ChatParts<'a> {
     pub model: &'a Model,
-    pub tokenizer: &'a dyn Tokenizer,
+    pub tokenizer: &'a dyn pml_engine::Tokenizer,
     pub template: &'a ChatTemplate,
     pub store: &'a ModuleStore,
 }

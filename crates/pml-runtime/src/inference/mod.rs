@@ -28,7 +28,6 @@ use std::fmt;
 use std::str::FromStr;
 
 use candle_core::Tensor;
-use pml_compiler::Tokenizer;
 use pml_compiler::plan::BoundPrompt;
 
 use crate::encode::{EncodeError, UnitEncoder};
@@ -157,7 +156,7 @@ pub fn prefill(
 /// continues at one past the prompt's highest position.
 pub fn generate(
     model: &Model,
-    tokenizer: &dyn Tokenizer,
+    tokenizer: &dyn pml_engine::Tokenizer,
     encoder: &mut UnitEncoder<'_>,
     bound: &BoundPrompt,
     mode: InferenceMode,
