@@ -1,5 +1,6 @@
 //! Engine: GGUF files, tokenizers, our transformer forward passes with the layer-wise API, the KV
 //! cache, generation and the CPU kernels under them. Knows nothing of PML, schemas or stores.
+pub mod chat;
 pub mod device;
 pub mod generation;
 pub mod gguf;

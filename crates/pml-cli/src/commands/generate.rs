@@ -6,8 +6,9 @@
 use anyhow::Context;
 use clap::Args;
 use pml_cli::model_fetch::{fetch_if_missing, resolve_model};
-use pml_compiler::chat_template::{ChatTemplate, TemplateTokens, builtin_template};
+use pml_compiler::chat_template::{ChatTemplate, TemplateTokens};
 use pml_engine::Tokenizer;
+use pml_engine::chat::builtin_template;
 use pml_engine::device::default_device;
 use pml_engine::generation::{Generator, PromptInput};
 use pml_engine::gguf::GgufFile;
