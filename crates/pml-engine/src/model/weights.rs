@@ -11,6 +11,7 @@ use candle_core::{DType, Device, Module, Tensor};
 use super::EngineError;
 use crate::gguf::GgufFile;
 use crate::kernels::quant::QuantMatrix;
+use crate::kernels::{self, dense_matmul};
 
 /// How weight matrices are held in memory and multiplied.
 ///
@@ -294,11 +295,6 @@ impl Linear {
     }
 }
 
-fn dense_matmul(dense: &Tensor, x: &Tensor) -> Result<Tensor, EngineError> {
-    let x = x.to_dtype(dense.dtype())?;
-    Ok(x.matmul(&dense.t()?)?.to_dtype(DType::F32)?)
-}
-
 /// RMSNorm over the last dimension: `x / rms(x) * weight`.
 ///
 /// Gemma multiplies by `1 + weight`; llama.cpp's converter already added the 1 to every
@@ -334,10 +330,6 @@ impl RmsNorm {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
-        Ok(candle_nn::ops::rms_norm(
-            &x.contiguous()?,
-            &self.weight,
-            self.eps,
-        )?)
+        kernels::rms_norm(x, &self.weight, self.eps)
     }
 }
