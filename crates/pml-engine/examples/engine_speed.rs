@@ -1,7 +1,7 @@
 //! Rough engine speed on a real model: prefill tokens/s and decode ms/token per weight format,
 //! plus resident memory. Not a benchmark harness, just figures to compare configurations.
 //!
-//! `cargo run --release -p pml-runtime --example engine_speed -- [MODEL_ID] [FORMAT] [N_PREFILL]`
+//! `cargo run --release -p pml-engine --example engine_speed -- [MODEL_ID] [FORMAT] [N_PREFILL]`
 //! with FORMAT one of `quantized` (default), `f32`, `f16`, `bf16`, `quantized-and-f16`,
 //! `quantized-and-f32`.
 //!

@@ -3,7 +3,7 @@
 //! f32 copy (gemm crate), and candle's quantized matmul on the same blocks. Prints milliseconds
 //! and GFLOP/s per call for each row count: the figures behind `WeightFormat::Quantized`.
 //!
-//! `cargo run --release -p pml-runtime --example kernel_probe -- [M,M,...] [TENSOR,...]`
+//! `cargo run --release -p pml-engine --example kernel_probe -- [M,M,...] [TENSOR,...]`
 //! (defaults: 1,4,16,64,512 and `blk.0.ffn_up`, `blk.0.ffn_down`, `blk.2.ffn_down`); set
 //! `RAYON_NUM_THREADS=1` for one core.
 
