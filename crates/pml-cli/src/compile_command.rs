@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use pml_compiler::plan::{EncodeMode, SchemaLayout};
+use pml_engine::Tokenizer;
 use pml_runtime::encode::{EncodeReport, UnitEncoder};
 use pml_runtime::inference::Runtime;
 

@@ -14,8 +14,8 @@ use pml_compiler::check::{
     CheckEnvironment, PromptCheckOptions, SchemaLookup, SchemaResolver, check_source,
 };
 use pml_compiler::plan::{BoundPrompt, EncodeMode};
+use pml_engine::model::WeightFormat;
 use pml_runtime::inference::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
-use pml_runtime::model::WeightFormat;
 use pml_runtime::models::ModelSpec;
 use pml_runtime::store::{DiskTier, StoreConfig, StoreError};
 use pml_syntax::Diagnostic;

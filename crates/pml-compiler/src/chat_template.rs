@@ -102,15 +102,6 @@ impl ChatTemplate {
     }
 }
 
-/// The template to use for models whose GGUF carries none, by `general.architecture`.
-/// Gemma-3 GGUFs converted without a tokenizer config lack it; this is the template Google ships.
-pub fn builtin_template(architecture: &str) -> Option<&'static str> {
-    match architecture {
-        "gemma3" => Some(include_str!("chat_templates/gemma3.jinja")),
-        _ => None,
-    }
-}
-
 const BOS_SENTINEL: &str = "PMLSENTINELBOS";
 const SYSTEM_SENTINEL: &str = "PMLSENTINELSYSTEM";
 const USER_SENTINEL: &str = "PMLSENTINELUSER1";
@@ -370,8 +361,9 @@ mod tests {
     }
 
     fn gemma() -> Result<ChatTemplate, ChatTemplateError> {
-        let source = builtin_template("gemma3")
-            .ok_or_else(|| ChatTemplateError::Syntax("no builtin".to_owned()))?;
+        // The engine's built-in Gemma-3 template (`pml_engine::chat::builtin_template`); the
+        // runtime's `chat_template_models` test checks that this copy has not drifted.
+        let source = include_str!("../tests/data/chat_templates/gemma3.jinja");
         let tokens = TemplateTokens {
             bos_token: "<bos>".to_owned(),
             eos_token: "<eos>".to_owned(),

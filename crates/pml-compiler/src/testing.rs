@@ -97,38 +97,3 @@ pub fn generated_schema(target_bytes: usize) -> (String, usize) {
     schema.push_str("  </user>\n</schema>\n");
     (schema, n_groups)
 }
-
-/// One token per byte of the text, BOS = 1, no end-of-sequence token: round-trips ASCII, so
-/// conversation tests can feed text through tiny random models (vocabulary 256).
-pub struct ByteTokenizer;
-
-impl ByteTokenizer {
-    pub const BOS: u32 = 1;
-}
-
-impl Tokenizer for ByteTokenizer {
-    fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
-        Ok(text.bytes().map(u32::from).collect())
-    }
-
-    fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
-        let bytes: Vec<u8> = ids.iter().map(|&id| (id % 128) as u8).collect();
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
-    }
-
-    fn bos_token(&self) -> Option<u32> {
-        Some(Self::BOS)
-    }
-
-    fn eos_tokens(&self) -> Vec<u32> {
-        Vec::new()
-    }
-
-    fn placeholder_token(&self) -> u32 {
-        0
-    }
-
-    fn vocab_size(&self) -> usize {
-        256
-    }
-}

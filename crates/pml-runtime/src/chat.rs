@@ -1,16 +1,11 @@
-//! A model's chat template: the Jinja source from its GGUF (`tokenizer.chat_template`), or the
-//! built-in one for its architecture when the file has none (Gemma-3 GGUFs often lack it), analysed
-//! into role strings with the model's BOS/EOS spellings; and the prompt tokens of a chat.
+//! A model's chat template analysed into role strings with the model's BOS/EOS spellings (the
+//! Jinja source comes from the engine: [`pml_engine::chat::chat_template_source`]); and the prompt tokens of a chat.
 
-use pml_compiler::chat_template::{
-    ChatTemplate, ChatTemplateError, TemplateTokens, builtin_template,
-};
-
-use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
+use pml_compiler::chat_template::{ChatTemplate, ChatTemplateError, TemplateTokens};
+use pml_engine::chat::{ChatSourceError, chat_template_source};
+use pml_engine::gguf::{GgufError, GgufFile};
+use pml_engine::tokenizer::{GgufTokenizer, TokenizeError, Tokenizer};
 use pml_syntax::ast::Role;
-
-use crate::gguf::{GgufError, GgufFile};
-use crate::tokenizer::GgufTokenizer;
 
 /// Why a model's chat template could not be obtained.
 #[derive(Debug, thiserror::Error)]
@@ -18,26 +13,14 @@ pub enum ChatSetupError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
 
-    #[error("the model has no chat template and architecture `{0}` has no built-in one")]
-    NoTemplate(String),
+    #[error(transparent)]
+    Source(#[from] ChatSourceError),
 
     #[error("`{key}` = {id} is not a token of the vocabulary")]
     BadTokenId { key: &'static str, id: u64 },
 
     #[error(transparent)]
     Template(#[from] ChatTemplateError),
-}
-
-/// The Jinja source of the model's chat template (from the file, else built in).
-pub fn chat_template_source(gguf: &GgufFile) -> Result<&str, ChatSetupError> {
-    match gguf.chat_template()? {
-        Some(source) => Ok(source),
-        None => {
-            let architecture = gguf.architecture()?;
-            builtin_template(architecture)
-                .ok_or_else(|| ChatSetupError::NoTemplate(architecture.to_owned()))
-        }
-    }
 }
 
 /// The role strings of the model's chat template.

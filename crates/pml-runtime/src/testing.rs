@@ -2,23 +2,24 @@
 //! [`fetched_model`] for the model's path and returns early (printing why) when the model is absent,
 //! unless `PML_REQUIRE_MODELS=1`, under which a missing model fails the test. Also a runtime on a
 //! tiny random model ([`tiny_runtime`]) for tests of the layers above. Test-only: it panics.
-//! [`redis_server`] starts a throwaway `redis-server` the same way; [`max_abs_diff`] compares
-//! tensors.
+//! [`redis_server`] starts a throwaway `redis-server` the same way. Tensor comparisons are in
+//! [`pml_engine::testing`].
 
 pub mod redis_server;
 
 use std::path::PathBuf;
 
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
 use pml_compiler::plan::EncodeMode;
-use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
+use pml_engine::tokenizer::{TokenizeError, Tokenizer};
 
 use crate::inference::Runtime;
-use crate::model::tiny::random_model;
-use crate::model::{Arch, WeightFormat};
 use crate::models::{ModelError, model_path};
 use crate::store::{ManifestStore, MemoryTier, ModuleStore, StateSpec};
+use crate::tokenizer::PmlTokenizer;
+use pml_engine::model::tiny::random_model;
+use pml_engine::model::{Arch, WeightFormat};
 
 /// Environment variable that turns a missing model into a test failure.
 pub const REQUIRE_MODELS_ENV: &str = "PML_REQUIRE_MODELS";
@@ -76,7 +77,7 @@ pub fn tiny_runtime(arch: Arch, seed: u64) -> (Runtime, tempfile::TempDir) {
     };
     let runtime = Runtime::from_parts(
         model,
-        Box::new(LetterTokenizer),
+        letter_tokenizer(),
         template,
         store,
         EncodeMode::Scaffolded,
@@ -88,8 +89,13 @@ pub fn tiny_runtime(arch: Arch, seed: u64) -> (Runtime, tempfile::TempDir) {
 /// The tokenizer of [`tiny_runtime`].
 pub struct LetterTokenizer;
 
-/// BOS of [`LetterTokenizer`]; 0 is its placeholder.
+/// BOS of [`LetterTokenizer`].
 const LETTER_BOS: u32 = 1;
+
+/// [`LetterTokenizer`] as the runtime holds it, with 0 as its placeholder.
+pub fn letter_tokenizer() -> PmlTokenizer {
+    PmlTokenizer::new(LetterTokenizer, 0)
+}
 
 impl Tokenizer for LetterTokenizer {
     fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
@@ -111,28 +117,38 @@ impl Tokenizer for LetterTokenizer {
         Vec::new()
     }
 
-    fn placeholder_token(&self) -> u32 {
-        0
-    }
-
     fn vocab_size(&self) -> usize {
         256
     }
 }
 
-/// Largest absolute difference between two tensors of the same shape, element by element, in
-/// f32 (so a stored f16 state compares with the engine's f32 rows).
-///
-/// # Panics
-/// When the shapes differ or the difference cannot be computed.
-pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims(), "shapes differ");
-    let widen = |t: &Tensor| t.to_dtype(candle_core::DType::F32);
-    widen(a)
-        .and_then(|a| widen(b).and_then(|b| a - b))
-        .and_then(|d| d.abs())
-        .and_then(|d| d.flatten_all())
-        .and_then(|d| d.max(0))
-        .and_then(|d| d.to_scalar::<f32>())
-        .expect("difference computes")
+/// One token per byte of the text, BOS = 1, no end-of-sequence token: round-trips ASCII, so
+/// conversation tests can feed text through tiny random models (vocabulary 256).
+pub struct ByteTokenizer;
+
+impl ByteTokenizer {
+    pub const BOS: u32 = 1;
+}
+
+impl Tokenizer for ByteTokenizer {
+    fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
+        Ok(text.bytes().map(u32::from).collect())
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
+        let bytes: Vec<u8> = ids.iter().map(|&id| (id % 128) as u8).collect();
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn bos_token(&self) -> Option<u32> {
+        Some(Self::BOS)
+    }
+
+    fn eos_tokens(&self) -> Vec<u32> {
+        Vec::new()
+    }
+
+    fn vocab_size(&self) -> usize {
+        256
+    }
 }

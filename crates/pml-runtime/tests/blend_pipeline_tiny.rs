@@ -11,12 +11,12 @@ use std::path::PathBuf;
 
 use candle_core::Device;
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
+use pml_engine::model::tiny::random_model;
+use pml_engine::model::{Arch, Model, WeightFormat};
 use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
 use pml_runtime::inference::{
     BlendOptions, InferenceMode, Pipelining, Prefill, Ratio, SplicePlan, prefill,
 };
-use pml_runtime::model::tiny::random_model;
-use pml_runtime::model::{Arch, Model, WeightFormat};
 use pml_runtime::store::{DiskTier, ManifestStore, ModuleStore, StateSpec};
 use tempfile::TempDir;
 

@@ -8,13 +8,13 @@ mod cached_support;
 
 use candle_core::{Device, Tensor};
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout};
+use pml_engine::model::tiny::random_model;
+use pml_engine::model::{Arch, Model, WeightFormat};
 use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
 use pml_runtime::inference::{
     BlendOptions, Deviation, InferenceError, InferenceMode, Prefill, Ratio, Selection, SplicePlan,
     prefill,
 };
-use pml_runtime::model::tiny::random_model;
-use pml_runtime::model::{Arch, Model, WeightFormat};
 use pml_runtime::store::ModuleStore;
 use tempfile::TempDir;
 

@@ -14,18 +14,18 @@ mod cached_support;
 use candle_core::{DType, Device, Tensor};
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
+use pml_engine::generation::SamplingParams;
+use pml_engine::kv_cache::KvBlock;
+use pml_engine::model::tiny::random_model;
+use pml_engine::model::{Arch, Model, WeightFormat};
 use pml_runtime::encode::{
     EncodeError, EncodeOptions, EncodeReport, UnitEncoder, UnitOutcome, encode_schema,
 };
-use pml_runtime::generation::SamplingParams;
 use pml_runtime::inference::{
     BlendOptions, InferenceError, InferenceMode, Prefill, Ratio, Runtime, SplicePlan, prefill,
 };
-use pml_runtime::kv_cache::KvBlock;
-use pml_runtime::model::tiny::random_model;
-use pml_runtime::model::{Arch, Model, WeightFormat};
 use pml_runtime::store::{DiskTier, ModuleStore, StateSpec, StoreConfig};
-use pml_runtime::testing::LetterTokenizer;
+use pml_runtime::testing::letter_tokenizer;
 use tempfile::TempDir;
 
 use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff, ram_store, ram_store_in};
@@ -760,7 +760,7 @@ fn runtime_generates_the_same_answer_in_both_modes() {
         let (store, _manifests) = ram_store(&model, "tiny");
         let runtime = Runtime::from_parts(
             model,
-            Box::new(LetterTokenizer),
+            letter_tokenizer(),
             plain_template(),
             store,
             EncodeMode::Scaffolded,
@@ -806,7 +806,7 @@ fn tiny_runtime(arch: Arch, store: ModuleStore) -> Runtime {
     let model = random_model(arch, SEED, WeightFormat::F32, &Device::Cpu).unwrap();
     Runtime::from_parts(
         model,
-        Box::new(LetterTokenizer),
+        letter_tokenizer(),
         plain_template(),
         store,
         EncodeMode::Scaffolded,

@@ -1,13 +1,15 @@
 //! The real models' chat templates: analysed from the GGUF (or the built-in Gemma-3 one), their
 //! role strings tokenize to the models' control tokens, and the copy of Qwen's template used by the
-//! compiler's unit tests is the one in the file. Needs the fetched models.
+//! compiler's unit tests is the one in the file (and its copy of Gemma's is the engine's built-in
+//! one). Needs the fetched models.
 
-use pml_compiler::Tokenizer;
 use pml_compiler::chat_template::SystemStyle;
-use pml_runtime::chat::{chat_template_source, model_chat_template};
-use pml_runtime::gguf::GgufFile;
+use pml_engine::Tokenizer;
+use pml_engine::chat::{builtin_template, chat_template_source};
+use pml_engine::gguf::GgufFile;
+use pml_engine::tokenizer::GgufTokenizer;
+use pml_runtime::chat::model_chat_template;
 use pml_runtime::testing::fetched_model;
-use pml_runtime::tokenizer::GgufTokenizer;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -52,6 +54,13 @@ fn gemma_uses_the_builtin_template_and_turn_tokens() -> TestResult {
     let gguf = GgufFile::open(path)?;
     let tokenizer = GgufTokenizer::from_gguf(&gguf)?;
     let template = model_chat_template(&gguf, &tokenizer)?;
+    assert_eq!(
+        builtin_template("gemma3"),
+        Some(include_str!(
+            "../../pml-compiler/tests/data/chat_templates/gemma3.jinja"
+        )),
+        "the compiler's test copy drifted from the engine's built-in template"
+    );
     assert!(template.emits_bos);
     assert_eq!(template.system, template.user);
     // <start_of_turn> user \n

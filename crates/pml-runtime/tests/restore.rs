@@ -7,20 +7,19 @@
 
 use candle_core::{DType, Device, Tensor};
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
-use pml_compiler::testing::ByteTokenizer;
+use pml_engine::generation::SamplingParams;
+use pml_engine::kv_cache::{KvBlock, KvCache};
+use pml_engine::model::tiny::random_model;
+use pml_engine::model::{Arch, ForwardContext, ForwardOptions, LogitRows, Model, WeightFormat};
+use pml_engine::testing::max_abs_diff;
 use pml_runtime::conversation::{ChatParts, Conversation};
-use pml_runtime::generation::SamplingParams;
-use pml_runtime::kv_cache::{KvBlock, KvCache};
-use pml_runtime::model::tiny::random_model;
-use pml_runtime::model::{Arch, ForwardContext, ForwardOptions, LogitRows, Model, WeightFormat};
 use pml_runtime::restore::{
     LayerForm, RestorePlan, SavedUnit, measure_costs, plan_restore, restore_unit, save_unit,
 };
 use pml_runtime::store::{
     ContextHash, DiskTier, ManifestStore, MemoryTier, ModuleStore, StateSpec, Tier,
 };
-use pml_runtime::testing::fetched_model;
-use pml_runtime::testing::max_abs_diff;
+use pml_runtime::testing::{ByteTokenizer, fetched_model};
 use tempfile::TempDir;
 
 const ARCHES: [Arch; 2] = [Arch::Qwen2, Arch::Gemma3];

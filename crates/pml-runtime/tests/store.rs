@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device};
 use pml_compiler::plan::EncodeMode;
-use pml_runtime::kv_cache::KvLayout;
-use pml_runtime::model::tiny::random_model;
-use pml_runtime::model::{Arch, WeightFormat};
+use pml_engine::kv_cache::KvLayout;
+use pml_engine::model::tiny::random_model;
+use pml_engine::model::{Arch, WeightFormat};
 use pml_runtime::store::{
     ContextHash, DiskTier, Manifest, ManifestLookup, ManifestUnit, MemoryTier, ModuleState,
     ModuleStore, PutOutcome, StateSpec, StoreConfig, StoreError, StoreKeyParts, Tier,

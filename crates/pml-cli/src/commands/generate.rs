@@ -6,13 +6,14 @@
 use anyhow::Context;
 use clap::Args;
 use pml_cli::model_fetch::{fetch_if_missing, resolve_model};
-use pml_compiler::Tokenizer;
-use pml_compiler::chat_template::{ChatTemplate, TemplateTokens, builtin_template};
-use pml_runtime::device::default_device;
-use pml_runtime::generation::{Generator, PromptInput};
-use pml_runtime::gguf::GgufFile;
-use pml_runtime::model::{Model, ModelConfig, WeightFormat};
-use pml_runtime::tokenizer::GgufTokenizer;
+use pml_compiler::chat_template::{ChatTemplate, TemplateTokens};
+use pml_engine::Tokenizer;
+use pml_engine::chat::builtin_template;
+use pml_engine::device::default_device;
+use pml_engine::generation::{Generator, PromptInput};
+use pml_engine::gguf::GgufFile;
+use pml_engine::model::{Model, ModelConfig, WeightFormat};
+use pml_engine::tokenizer::GgufTokenizer;
 use pml_syntax::ast::Role;
 
 use super::answer_stream::AnswerStream;

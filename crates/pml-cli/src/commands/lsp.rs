@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use pml_engine::gguf::GgufFile;
+use pml_engine::kv_cache::KvLayout;
+use pml_engine::model::{ACTIVATION_DTYPE, ModelConfig};
+use pml_engine::tokenizer::GgufTokenizer;
 use pml_lsp::{DEFAULT_DEBOUNCE, LayoutModel, ModelAvailability, ServerOptions, serve};
 use pml_runtime::chat::model_chat_template;
-use pml_runtime::gguf::GgufFile;
-use pml_runtime::kv_cache::KvLayout;
-use pml_runtime::model::{ACTIVATION_DTYPE, ModelConfig};
 use pml_runtime::models::{Fetcher, ModelState, PmlHome};
 use pml_runtime::store::{StateSpec, StoreConfig};
-use pml_runtime::tokenizer::GgufTokenizer;
+use pml_runtime::tokenizer::PmlTokenizer;
 
 use super::lsp_store::StoreManifests;
 use pml_cli::failure::Failure;
@@ -101,7 +102,7 @@ fn layout_model(id: &str, path: &std::path::Path) -> anyhow::Result<LayoutModel>
     });
     Ok(LayoutModel {
         name: id.to_string(),
-        tokenizer: Box::new(tokenizer),
+        tokenizer: Box::new(PmlTokenizer::from(tokenizer)),
         template,
         max_positions,
         compiled,

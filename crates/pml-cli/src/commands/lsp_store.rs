@@ -92,8 +92,8 @@ impl CompiledStates for StoreManifests {
 mod tests {
     use super::*;
     use pml_compiler::plan::{EncodeMode, UnitId, UnitKind};
-    use pml_runtime::kv_cache::KvLayout;
-    use pml_runtime::model::ACTIVATION_DTYPE;
+    use pml_engine::kv_cache::KvLayout;
+    use pml_engine::model::ACTIVATION_DTYPE;
     use pml_runtime::store::{DiskTier, Manifest, ManifestUnit, StoreKey};
 
     fn unit(n_tokens: usize) -> LayoutUnit {

@@ -15,7 +15,7 @@ use pml_cli::check_command::ColorChoice;
 use pml_cli::compile_command::{compile_schema, units_missing};
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{CheckedFile, RuntimeArgs, SourceText, bind, check, lay_out, open_runtime};
-use pml_runtime::generation::Generation;
+use pml_engine::generation::Generation;
 use pml_runtime::inference::{InferenceMode, RunStats, SplicePlan};
 use serde::{Deserialize, Serialize};
 

@@ -1,7 +1,7 @@
 //! Sampling flags shared by the commands that generate (`pml generate`, `pml run`).
 
 use clap::Args;
-use pml_runtime::generation::SamplingParams;
+use pml_engine::generation::SamplingParams;
 
 #[derive(Args, Clone, Debug)]
 pub struct SamplingArgs {

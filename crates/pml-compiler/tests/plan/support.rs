@@ -1,7 +1,7 @@
 //! Shared helpers of the layout and binding tests: a small deterministic tokenizer, the real chat
 //! templates, parsing helpers and readable renderings of layouts and bound prompts for snapshots.
 
-use pml_compiler::chat_template::{ChatTemplate, TemplateTokens, builtin_template};
+use pml_compiler::chat_template::{ChatTemplate, TemplateTokens};
 use pml_compiler::plan::{BoundPrompt, NewTokenKind, SchemaLayout, UnitKind};
 use pml_compiler::{
     MemorySourceLoader, SchemaIndex, SourceLoader, TokenizeError, Tokenizer, bind_prompt,
@@ -152,9 +152,10 @@ pub fn chatml() -> ChatTemplate {
     ChatTemplate::from_template(source, &tokens).expect("Qwen template analyses")
 }
 
-/// Gemma-3's built-in template: no system turn, so `<system>` becomes a user turn.
+/// Gemma-3's built-in template (a copy of the engine's, checked by the runtime's
+/// `chat_template_models` test): no system turn, so `<system>` becomes a user turn.
 pub fn gemma() -> ChatTemplate {
-    let source = builtin_template("gemma3").expect("built-in Gemma-3 template");
+    let source = include_str!("../data/chat_templates/gemma3.jinja");
     let tokens = TemplateTokens {
         bos_token: "<bos>".to_owned(),
         eos_token: "<eos>".to_owned(),

@@ -18,18 +18,17 @@ pub mod session;
 use std::time::{Duration, Instant};
 
 use candle_core::Tensor;
-use pml_compiler::Tokenizer;
 use pml_compiler::chat_template::ChatTemplate;
 use pml_syntax::ast::Role;
 
-use crate::generation::{FinishReason, GenerateError, Generation, Generator, SamplingParams};
-use crate::kv_cache::KvCache;
-use crate::model::{EngineError, ForwardContext, ForwardOptions, LogitRows, Model};
 use crate::restore::{
     LayerForm, RestoreError, RestorePlan, RestoreReport, SaveReport, SavedUnit, restore_unit,
     save_unit,
 };
 use crate::store::{ContextHash, ModuleStore};
+use pml_engine::generation::{FinishReason, GenerateError, Generation, Generator, SamplingParams};
+use pml_engine::kv_cache::KvCache;
+use pml_engine::model::{EngineError, ForwardContext, ForwardOptions, LogitRows, Model};
 
 pub use session::{Session, SessionError, SessionStore};
 
@@ -58,8 +57,8 @@ impl From<candle_core::Error> for ConversationError {
     }
 }
 
-impl From<crate::kv_cache::KvCacheError> for ConversationError {
-    fn from(error: crate::kv_cache::KvCacheError) -> Self {
+impl From<pml_engine::kv_cache::KvCacheError> for ConversationError {
+    fn from(error: pml_engine::kv_cache::KvCacheError) -> Self {
         ConversationError::Engine(Box::new(EngineError::KvCache(error)))
     }
 }
@@ -67,7 +66,7 @@ impl From<crate::kv_cache::KvCacheError> for ConversationError {
 /// What the model, its tokenizer and template, and the store a conversation runs with.
 pub struct ChatParts<'a> {
     pub model: &'a Model,
-    pub tokenizer: &'a dyn Tokenizer,
+    pub tokenizer: &'a dyn pml_engine::Tokenizer,
     pub template: &'a ChatTemplate,
     pub store: &'a ModuleStore,
 }

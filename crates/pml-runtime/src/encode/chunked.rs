@@ -5,8 +5,8 @@
 
 use candle_core::Tensor;
 
-use crate::kv_cache::KvCache;
-use crate::model::{EngineError, ForwardContext, ForwardOptions, LogitRows, Model};
+use pml_engine::kv_cache::KvCache;
+use pml_engine::model::{EngineError, ForwardContext, ForwardOptions, LogitRows, Model};
 
 /// The most tokens computed in one forward pass.
 pub const MAX_CHUNK_TOKENS: usize = 2048;

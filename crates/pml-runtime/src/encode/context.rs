@@ -9,7 +9,7 @@
 use candle_core::Tensor;
 use pml_compiler::plan::{EncodeMode, LayoutUnit, SchemaLayout, UnitId, UnitKind};
 
-use crate::kv_cache::{KvBlock, KvCacheError};
+use pml_engine::kv_cache::{KvBlock, KvCacheError};
 
 use super::EncodeError;
 

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use pml_compiler::plan::{EncodeMode, LayoutUnit, SchemaLayout, UnitId};
 
-use crate::kv_cache::KvCacheError;
-use crate::model::{EngineError, Model};
 use crate::store::{Manifest, ManifestUnit, ModuleStore, PutOutcome, StoreError, StoreKey};
+use pml_engine::kv_cache::KvCacheError;
+use pml_engine::model::{EngineError, Model};
 
 pub use unit_encoder::{StateOrigin, UnitEncoder};
 

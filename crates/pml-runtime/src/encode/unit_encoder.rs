@@ -15,11 +15,11 @@ use std::sync::Arc;
 use candle_core::Tensor;
 use pml_compiler::plan::{EncodeMode, LayoutUnit, SchemaLayout, UnitId};
 
-use crate::kv_cache::{KvBlock, KvCache};
-use crate::model::Model;
 use crate::store::{
     ContextHash, ModuleState, ModuleStore, StateKind, StoreError, StoreKey, StoreKeyParts, TierPut,
 };
+use pml_engine::kv_cache::{KvBlock, KvCache};
+use pml_engine::model::Model;
 
 use super::EncodeError;
 use super::chunked::prefill_sorted;

@@ -38,8 +38,8 @@ use candle_core::Tensor;
 
 use crate::encode::UnitEncoder;
 use crate::encode::chunked::MAX_CHUNK_TOKENS;
-use crate::kv_cache::KvCache;
-use crate::model::{ForwardContext, MassWeighting, Model};
+use pml_engine::kv_cache::KvCache;
+use pml_engine::model::{ForwardContext, MassWeighting, Model};
 
 use super::blend_options::{BlendOptions, Deviation, Selection};
 use super::controller::{LayerCosts, choose_ratio};

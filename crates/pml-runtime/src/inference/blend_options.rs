@@ -7,7 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::model::MassWeighting;
+use pml_engine::model::MassWeighting;
 
 /// A fraction in `[0, 1]`, held in parts per million so it compares and hashes exactly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

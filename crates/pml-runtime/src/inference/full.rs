@@ -5,8 +5,8 @@
 use std::time::Instant;
 
 use crate::encode::chunked::prefill_sorted;
-use crate::kv_cache::KvCache;
-use crate::model::Model;
+use pml_engine::kv_cache::KvCache;
+use pml_engine::model::Model;
 
 use super::plan::SplicePlan;
 use super::stats::PrefillStats;

@@ -29,9 +29,9 @@ use candle_core::Tensor;
 use crate::encode::context::{select_rows, unit};
 use crate::encode::unit_encoder::describe;
 use crate::encode::{StateOrigin, UnitEncoder};
-use crate::kv_cache::{KvBlock, KvCache};
-use crate::model::Model;
 use crate::store::{ModuleState, ModuleStore, StateKind, StoreKey};
+use pml_engine::kv_cache::{KvBlock, KvCache};
+use pml_engine::model::Model;
 
 use super::blend_options::Pipelining;
 use super::plan::{PlannedSpan, SplicePlan};

@@ -28,13 +28,12 @@ use std::fmt;
 use std::str::FromStr;
 
 use candle_core::Tensor;
-use pml_compiler::Tokenizer;
 use pml_compiler::plan::BoundPrompt;
 
 use crate::encode::{EncodeError, UnitEncoder};
-use crate::generation::{GenerateError, Generation, Generator, SamplingParams};
-use crate::kv_cache::{KvCache, KvCacheError};
-use crate::model::{EngineError, Model};
+use pml_engine::generation::{GenerateError, Generation, Generator, SamplingParams};
+use pml_engine::kv_cache::{KvCache, KvCacheError};
+use pml_engine::model::{EngineError, Model};
 
 pub use blend_options::{BlendOptions, Deviation, Pipelining, Ratio, Selection};
 pub use controller::{LayerCosts, RatioChoice, choose_ratio};
@@ -157,7 +156,7 @@ pub fn prefill(
 /// continues at one past the prompt's highest position.
 pub fn generate(
     model: &Model,
-    tokenizer: &dyn Tokenizer,
+    tokenizer: &dyn pml_engine::Tokenizer,
     encoder: &mut UnitEncoder<'_>,
     bound: &BoundPrompt,
     mode: InferenceMode,

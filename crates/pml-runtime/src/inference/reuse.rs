@@ -9,8 +9,8 @@ use std::time::Instant;
 use crate::encode::context::select_rows;
 use crate::encode::unit_encoder::describe;
 use crate::encode::{StateOrigin, UnitEncoder};
-use crate::kv_cache::{KvBlock, KvCache};
-use crate::model::Model;
+use pml_engine::kv_cache::{KvBlock, KvCache};
+use pml_engine::model::Model;
 
 use super::plan::{PlannedSpan, SplicePlan};
 use super::stats::PrefillStats;

@@ -19,15 +19,16 @@ use pml_syntax::Diagnostic;
 use pml_syntax::ast::{Prompt, Schema, SourceFile};
 
 use crate::chat::{ChatSetupError, model_chat_template};
-use crate::device::default_device;
 use crate::encode::{
     EncodeError, EncodeEvent, EncodeOptions, EncodeReport, UnitEncoder, encode_schema,
 };
-use crate::generation::{Generation, SamplingParams};
-use crate::gguf::{GgufError, GgufFile};
-use crate::model::{EngineError, Model, ModelConfig, WeightFormat};
 use crate::store::{ModuleStore, StateSpec, StoreConfig, StoreError};
-use crate::tokenizer::{GgufTokenizer, TokenizerError};
+use crate::tokenizer::PmlTokenizer;
+use pml_engine::device::default_device;
+use pml_engine::generation::{Generation, SamplingParams};
+use pml_engine::gguf::{GgufError, GgufFile};
+use pml_engine::model::{EngineError, Model, ModelConfig, WeightFormat};
+use pml_engine::tokenizer::{GgufTokenizer, TokenizerError};
 
 use super::plan::SplicePlan;
 use super::stats::RunStats;
@@ -93,7 +94,7 @@ pub struct LaidOutSchema {
 /// A model ready for cached inference.
 pub struct Runtime {
     model: Model,
-    tokenizer: Box<dyn Tokenizer>,
+    tokenizer: PmlTokenizer,
     template: ChatTemplate,
     store: ModuleStore,
     encode_mode: EncodeMode,
@@ -116,7 +117,7 @@ impl Runtime {
         let store = ModuleStore::open(&options.store, spec)?;
         Ok(Self::from_parts(
             model,
-            Box::new(tokenizer),
+            PmlTokenizer::from(tokenizer),
             template,
             store,
             options.encode_mode,
@@ -128,7 +129,7 @@ impl Runtime {
     /// name this model's fingerprint and KV layout.
     pub fn from_parts(
         model: Model,
-        tokenizer: Box<dyn Tokenizer>,
+        tokenizer: PmlTokenizer,
         template: ChatTemplate,
         store: ModuleStore,
         encode_mode: EncodeMode,
@@ -148,8 +149,8 @@ impl Runtime {
         &self.model
     }
 
-    pub fn tokenizer(&self) -> &dyn Tokenizer {
-        self.tokenizer.as_ref()
+    pub fn tokenizer(&self) -> &PmlTokenizer {
+        &self.tokenizer
     }
 
     pub fn template(&self) -> &ChatTemplate {
@@ -193,7 +194,7 @@ impl Runtime {
             &schema,
             &index,
             schema_source,
-            self.tokenizer.as_ref(),
+            &self.tokenizer,
             &self.template,
             loader,
             self.max_positions,
@@ -236,7 +237,7 @@ impl Runtime {
             &schema.index,
             &schema.layout,
             prompt_source,
-            self.tokenizer.as_ref(),
+            &self.tokenizer,
             &self.template,
             true,
         )
@@ -287,7 +288,7 @@ impl Runtime {
         let mut encoder = self.encoder(layout)?;
         super::generate(
             &self.model,
-            self.tokenizer.as_ref(),
+            &self.tokenizer,
             &mut encoder,
             bound,
             mode,

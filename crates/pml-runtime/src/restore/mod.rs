@@ -12,9 +12,9 @@ pub mod plan;
 pub mod profile;
 pub mod unit;
 
-use crate::kv_cache::KvCacheError;
-use crate::model::EngineError;
 use crate::store::StoreError;
+use pml_engine::kv_cache::KvCacheError;
+use pml_engine::model::EngineError;
 
 pub use plan::{Estimate, LayerForm, RestoreCosts, RestorePlan, candidates, plan_restore};
 pub use profile::{CostCache, DEFAULT_PROBE_TOKENS, measure_costs, measure_overlap};

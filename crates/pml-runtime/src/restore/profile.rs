@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use super::RestoreError;
 use super::plan::{LayerForm, RestoreCosts, RestorePlan};
 use super::unit::{SavedUnit, compute_unit, layer_state, restore_unit_with};
-use crate::model::Model;
 use crate::store::{ContextHash, ModuleStore, StoreKey, Tier};
+use pml_engine::model::Model;
 
 /// Cost given to a form the tier cannot load (down, too small): finite, so that a plan with no
 /// layer in that form still estimates to a number, and large enough never to be chosen.

@@ -22,9 +22,9 @@ use serde::{Deserialize, Serialize};
 
 use super::RestoreError;
 use super::plan::{LayerForm, RestorePlan};
-use crate::kv_cache::{KvBlock, KvCache};
-use crate::model::{ForwardContext, ForwardOptions, LogitRows, Model};
 use crate::store::{ContextHash, ModuleState, ModuleStore, StateKind, StoreKey, StoreKeyParts};
+use pml_engine::kv_cache::{KvBlock, KvCache};
+use pml_engine::model::{ForwardContext, ForwardOptions, LogitRows, Model};
 
 /// Layers the loader may read ahead of the compute side.
 const PREFETCH_LAYERS: usize = 2;

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::kv_cache::KvCacheError;
+use pml_engine::kv_cache::KvCacheError;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::StoreError;
-use crate::model::WeightFormat;
+use pml_engine::model::WeightFormat;
 
 /// Version of the key derivation and of the stored file layout. Bumping it makes every old entry a
 /// miss instead of a misread. 2: states stored in f16 by default (the stored dtype is part of the
@@ -161,7 +161,7 @@ impl ContextHash {
 /// Everything a stored state depends on; [`StoreKeyParts::key`] hashes it.
 #[derive(Clone, Copy, Debug)]
 pub struct StoreKeyParts<'a> {
-    /// [`crate::gguf::GgufFile::fingerprint`] of the model file.
+    /// [`pml_engine::gguf::GgufFile::fingerprint`] of the model file.
     pub model_fingerprint: &'a str,
     pub weight_format: WeightFormat,
     /// Dtype of the engine's KV cache the state was computed in.

@@ -176,8 +176,8 @@ mod tests {
     use candle_core::{Device, Tensor};
 
     use super::*;
-    use crate::kv_cache::KvBlock;
     use crate::store::key::{ContextHash, StoreKeyParts};
+    use pml_engine::kv_cache::KvBlock;
 
     /// A one-layer state of `n_tokens` rows of 1×4 f32: 40 bytes a token.
     fn state(n_tokens: usize) -> Arc<ModuleState> {

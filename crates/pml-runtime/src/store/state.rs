@@ -29,7 +29,7 @@ use safetensors::tensor::{Dtype as SafeDtype, SafeTensors, View};
 use super::StoreError;
 use super::checksum::{self, CHECKSUM_FIELD};
 use super::key::{STORE_FORMAT_VERSION, StateKind, StoreKey};
-use crate::kv_cache::{KvBlock, KvLayout};
+use pml_engine::kv_cache::{KvBlock, KvLayout};
 
 /// The dtype states are stored in unless the store is opened for another
 /// ([`super::StoreConfig::state_dtype`]).

@@ -8,7 +8,7 @@ use candle_core::{DType, Tensor};
 use pml_compiler::plan::{
     BoundPrompt, CachedSpan, LayoutUnit, NewTokenKind, ParamSlot, SchemaLayout, UnitId, UnitKind,
 };
-use pml_runtime::model::Model;
+use pml_engine::model::Model;
 use pml_runtime::store::{DEFAULT_STATE_DTYPE, ManifestStore, MemoryTier, ModuleStore, StateSpec};
 use tempfile::TempDir;
 
@@ -183,7 +183,7 @@ impl<'a> Binding<'a> {
     }
 }
 
-pub use pml_runtime::testing::max_abs_diff;
+pub use pml_engine::testing::max_abs_diff;
 
 pub fn max_abs(a: &Tensor) -> f32 {
     a.abs()

@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use candle_core::{DType, Device, Tensor};
-use pml_runtime::kv_cache::{KvBlock, KvLayout};
+use pml_engine::kv_cache::{KvBlock, KvLayout};
 use pml_runtime::store::{ContextHash, ModuleState, StateSpec, StoreKey, StoreKeyParts};
 
 pub const FINGERPRINT: &str = "5eed0000aaaa1111bbbb2222cccc3333";

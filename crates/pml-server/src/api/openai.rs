@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use pml_runtime::generation::{FinishReason, SamplingParams};
+use pml_engine::generation::{FinishReason, SamplingParams};
 use pml_runtime::inference::{InferenceMode, Ratio};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use pml_runtime::generation::{FinishReason, SamplingParams};
+use pml_engine::generation::{FinishReason, SamplingParams};
 use pml_runtime::inference::{InferenceMode, Runtime};
 use pml_syntax::ast::Role;
 use pml_syntax::json::JsonDiagnostic;

@@ -12,9 +12,9 @@ use std::time::Instant;
 
 use candle_core::DType;
 use pml_compiler::{FsSourceLoader, RefuseSources};
+use pml_engine::model::DecodeSlot;
 use pml_runtime::encode::EncodeEvent;
 use pml_runtime::inference::{LaidOutSchema, Runtime};
-use pml_runtime::model::DecodeSlot;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::mpsc::error::TryRecvError;
 

@@ -7,10 +7,11 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use candle_core::{DType, Tensor};
+use pml_engine::Tokenizer;
+use pml_engine::generation::{DecodeState, DecodeStep};
+use pml_engine::kv_cache::KvCache;
 use pml_runtime::chat::chat_prompt_tokens;
-use pml_runtime::generation::{DecodeState, DecodeStep};
 use pml_runtime::inference::{LaidOutSchema, Runtime, RuntimeError, SplicePlan};
-use pml_runtime::kv_cache::KvCache;
 use pml_syntax::LineIndex;
 use pml_syntax::ast::SourceFile;
 use pml_syntax::json::JsonDiagnostic;
@@ -206,7 +207,7 @@ fn prefill(
     }
     let positions: Vec<u32> = (0..tokens.len() as u32).collect();
     let model = runtime.model();
-    let internal = |error: pml_runtime::model::EngineError| JobError::Internal(error.to_string());
+    let internal = |error: pml_engine::model::EngineError| JobError::Internal(error.to_string());
     let mut kv = model.new_kv_cache().map_err(internal)?;
     let logits = model
         .forward(&tokens, &positions, &mut kv)

@@ -7,8 +7,8 @@ use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use pml_engine::model::Arch;
 use pml_runtime::inference::Runtime;
-use pml_runtime::model::Arch;
 use pml_runtime::testing::tiny_runtime;
 use pml_server::{ServerConfig, ServerHandle};
 use serde_json::Value;

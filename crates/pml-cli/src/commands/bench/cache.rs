@@ -17,7 +17,7 @@ use pml_cli::pipeline::{
     EncodeArg, OpenRuntime, RuntimeArgs, WeightsArg, bind, lay_out, open_runtime,
 };
 use pml_compiler::plan::BoundPrompt;
-use pml_runtime::generation::SamplingParams;
+use pml_engine::generation::SamplingParams;
 use pml_runtime::inference::{InferenceMode, LaidOutSchema, RunStats};
 
 use super::cases::{Case, DEFAULT_DOCUMENT, DEFAULT_QUESTION, document_cases, example_cases};

@@ -22,14 +22,14 @@ use clap::Args;
 use pml_cli::failure::Failure;
 use pml_cli::model_fetch::{fetch_if_missing, resolve_model};
 use pml_cli::pipeline::WeightsArg;
-use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
-use pml_runtime::device::default_device;
-use pml_runtime::generation::{Generator, SamplingParams};
-use pml_runtime::gguf::GgufFile;
-use pml_runtime::kv_cache::KvCache;
-use pml_runtime::model::{Model, ModelConfig, WeightFormat};
+use pml_engine::device::default_device;
+use pml_engine::generation::{Generator, SamplingParams};
+use pml_engine::gguf::GgufFile;
+use pml_engine::kv_cache::KvCache;
+use pml_engine::model::{Model, ModelConfig, WeightFormat};
+use pml_engine::tokenizer::GgufTokenizer;
+use pml_engine::{TokenizeError, Tokenizer};
 use pml_runtime::models::PmlHome;
-use pml_runtime::tokenizer::GgufTokenizer;
 use serde::{Deserialize, Serialize};
 
 use super::engine_report::{EngineReport, SizeResult};
@@ -405,10 +405,6 @@ impl Tokenizer for NeverEnding<'_> {
 
     fn eos_tokens(&self) -> Vec<u32> {
         Vec::new()
-    }
-
-    fn placeholder_token(&self) -> u32 {
-        self.0.placeholder_token()
     }
 
     fn vocab_size(&self) -> usize {

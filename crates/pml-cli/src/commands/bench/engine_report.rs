@@ -6,7 +6,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use pml_runtime::model::WeightFormat;
+use pml_engine::model::WeightFormat;
 use serde::Serialize;
 
 use super::engine::Measurement;

@@ -18,7 +18,7 @@ use pml_cli::failure::Failure;
 use pml_cli::pipeline::{
     EncodeArg, OpenRuntime, RuntimeArgs, WeightsArg, bind, lay_out, open_runtime,
 };
-use pml_runtime::generation::SamplingParams;
+use pml_engine::generation::SamplingParams;
 use pml_runtime::inference::{
     BlendOptions, InferenceMode, LaidOutSchema, Pipelining, Ratio, RunStats,
 };

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use pml_compiler::RefuseSources;
 use pml_compiler::plan::BoundPrompt;
+use pml_engine::Tokenizer;
 use pml_runtime::inference::{InferenceMode, LaidOutSchema, Runtime};
 
 use super::data::Question;

@@ -3,11 +3,11 @@
 //! fallback (Gemma) split a character across tokens, and with Gemma's leading spaces kept.
 //! Skipped (with a notice) when a model is not fetched, unless `PML_REQUIRE_MODELS=1`.
 
-use pml_compiler::Tokenizer;
-use pml_runtime::generation::IncrementalDetokenizer;
-use pml_runtime::gguf::GgufFile;
+use pml_engine::Tokenizer;
+use pml_engine::generation::IncrementalDetokenizer;
+use pml_engine::gguf::GgufFile;
+use pml_engine::tokenizer::GgufTokenizer;
 use pml_runtime::testing::fetched_model;
-use pml_runtime::tokenizer::GgufTokenizer;
 
 /// Accents, CJK, emoji and rare hieroglyphs (byte fallback even in a 262k vocabulary):
 /// characters of 2, 3 and 4 bytes, some split across tokens.

@@ -4,7 +4,7 @@
 //! complete. Decoding a window that starts a few tokens back (rather than each token alone) keeps
 //! the leading spaces that SentencePiece-style decoders strip from the first token of a sequence.
 
-use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
+use crate::tokenizer::{TokenizeError, Tokenizer};
 
 const REPLACEMENT_CHARACTER: char = '\u{FFFD}';
 

@@ -6,9 +6,6 @@
 //! - [`config`]: hyper-parameters from GGUF metadata.
 //! - [`weights`]: tensor sources and the weight format.
 //! - [`transformer`]: RoPE, MLP, attention, block and [`Model`], top to bottom.
-//! - `masked_softmax`: attention weights under the position mask, in one pass.
-//! - `few_query_attention`: a decode step's attention in plain loops over the cache.
-//! - `quant`: our quantized matrix × few-rows kernels (decode).
 //! - [`batch`]: one token of each of several sequences in one pass (continuous batching).
 //! - [`context`]: positions and slots of a call, options and output of a whole-model call.
 //! - [`tiny`]: deterministic random models of both families for fast tests.
@@ -16,10 +13,6 @@
 pub mod batch;
 pub mod config;
 pub mod context;
-mod exp_kernel;
-mod few_query_attention;
-mod masked_softmax;
-mod quant;
 pub mod tiny;
 pub mod transformer;
 pub mod weights;

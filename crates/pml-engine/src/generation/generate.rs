@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::tokenizer::{TokenizeError, Tokenizer};
 use candle_core::{DType, Tensor};
-use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
 
 use super::sampling::{SamplingError, SamplingParams};
 use super::step::{DecodeState, DecodeStep};

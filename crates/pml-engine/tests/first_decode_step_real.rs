@@ -10,9 +10,9 @@
 #[cfg(target_os = "linux")]
 #[test]
 fn decode_steps_touch_few_fresh_pages_from_the_first_on() {
-    use pml_runtime::device::default_device;
-    use pml_runtime::kv_cache::KvCache;
-    use pml_runtime::model::{Model, WeightFormat};
+    use pml_engine::device::default_device;
+    use pml_engine::kv_cache::KvCache;
+    use pml_engine::model::{Model, WeightFormat};
     use pml_runtime::testing::fetched_model;
 
     /// Fresh pages a decode step may touch: its activations and the vocabulary's logits are

@@ -3,7 +3,7 @@
 //! with a forward pass per token; a server's scheduler drives many of them from one batched pass,
 //! so both stop, stream and count tokens identically.
 
-use pml_compiler::tokenizer::Tokenizer;
+use crate::tokenizer::Tokenizer;
 
 use super::detokenizer::IncrementalDetokenizer;
 use super::generate::{FinishReason, GenerateError};

@@ -1,7 +1,7 @@
 //! A tokenizer for tests: each token is a fixed byte string, so tests can split characters and
 //! words across tokens exactly where they want. Decoding is lossy, like byte-level BPE decoders.
 
-use pml_compiler::tokenizer::{TokenizeError, Tokenizer};
+use crate::tokenizer::{TokenizeError, Tokenizer};
 
 pub struct ByteTokenizer {
     token_bytes: Vec<Vec<u8>>,
@@ -71,10 +71,6 @@ impl Tokenizer for ByteTokenizer {
 
     fn eos_tokens(&self) -> Vec<u32> {
         self.eos_tokens.clone()
-    }
-
-    fn placeholder_token(&self) -> u32 {
-        0
     }
 
     fn vocab_size(&self) -> usize {

@@ -10,10 +10,9 @@ use candle_core::{DType, Device, Tensor};
 use super::EngineError;
 use super::config::{Activation, LayerAttention, ModelConfig};
 use super::context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows, MassWeighting};
-use super::few_query_attention::attend_few;
-use super::masked_softmax::masked_softmax;
 use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat};
 use crate::gguf::GgufFile;
+use crate::kernels::{self, masked_softmax};
 use crate::kv_cache::{KvBlock, KvCache, KvLayout};
 
 /// Dtype of activations and of the KV cache.
@@ -22,9 +21,6 @@ pub const ACTIVATION_DTYPE: DType = DType::F32;
 /// Most attention scores one step materialises (16 MiB of f32): long prefills attend in chunks
 /// of queries, which keeps the scores in cache and avoids huge short-lived allocations.
 const ATTENTION_SCORE_BUDGET: usize = 1 << 22;
-
-/// Most queries attended in plain loops ([`attend_few`]) instead of matmuls.
-const FEW_QUERIES: usize = 8;
 
 /// Rows the MLP takes at once (see [`Mlp::forward`]).
 const MLP_ROWS: usize = 512;
@@ -81,7 +77,7 @@ impl RotaryEmbedding {
     /// Rotates `x` `(n_tokens, heads, head_dim)`.
     fn apply(x: &Tensor, tables: &RotaryTables) -> Result<Tensor, EngineError> {
         let x = x.unsqueeze(0)?.contiguous()?;
-        Ok(candle_nn::rotary_emb::rope_thd(&x, &tables.cos, &tables.sin)?.squeeze(0)?)
+        Ok(kernels::rope(&x, &tables.cos, &tables.sin)?.squeeze(0)?)
     }
 }
 
@@ -165,8 +161,8 @@ impl Mlp {
     fn forward_rows(&self, x: &Tensor) -> Result<Tensor, EngineError> {
         let gate = self.ffn_gate.forward(x)?; // (n_tokens, ffn_dim)
         let gate = match self.activation {
-            Activation::Silu => candle_nn::ops::silu(&gate)?,
-            Activation::GeluTanh => gate.gelu()?,
+            Activation::Silu => kernels::silu(&gate)?,
+            Activation::GeluTanh => kernels::gelu_tanh(&gate)?,
         };
         let up = self.ffn_up.forward(x)?;
         self.ffn_down.forward(&(gate * up)?)
@@ -337,8 +333,7 @@ impl Attention {
         Ok(Tensor::cat(&outputs, 0)?)
     }
 
-    /// [`Self::attend`] in one piece. The queries that share a KV head are stacked so K and V
-    /// are never repeated per head.
+    /// [`Self::attend`] in one piece ([`kernels::attend`]).
     fn attend_chunk(
         &self,
         queries: &Tensor,
@@ -347,37 +342,15 @@ impl Attention {
         values: &Tensor,
         key_positions: &[u32],
     ) -> Result<Tensor, EngineError> {
-        let (n_queries, _, head_dim) = queries.dims3()?;
-        if n_queries <= FEW_QUERIES {
-            let few = attend_few(
-                queries,
-                query_positions,
-                keys,
-                values,
-                key_positions,
-                self.sliding_window,
-            )?;
-            if let Some(attended) = few {
-                return Ok(attended);
-            }
-        }
-        let group = self.n_heads / self.n_kv_heads;
-        // (n_kv_heads, group * n_queries, head_dim)
-        let queries = queries
-            .reshape((n_queries, self.n_kv_heads, group, head_dim))?
-            .permute((1, 2, 0, 3))?
-            .contiguous()?
-            .reshape((self.n_kv_heads, group * n_queries, head_dim))?;
-        let keys = keys.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
-        let values = values.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
-        let scores = queries.matmul(&keys.t()?)?; // (n_kv_heads, group * n_queries, n_keys)
-        let weights = masked_softmax(&scores, query_positions, key_positions, self.sliding_window)?;
-        let attended = weights.matmul(&values)?; // (n_kv_heads, group * n_queries, head_dim)
-        Ok(attended
-            .reshape((self.n_kv_heads, group, n_queries, head_dim))?
-            .permute((2, 0, 1, 3))?
-            .contiguous()?
-            .reshape((n_queries, self.n_heads * head_dim))?)
+        kernels::attend(
+            queries,
+            query_positions,
+            keys,
+            values,
+            key_positions,
+            self.sliding_window,
+            self.n_kv_heads,
+        )
     }
 }
 

@@ -3,7 +3,7 @@
 //! f32 copy (gemm crate), and candle's quantized matmul on the same blocks. Prints milliseconds
 //! and GFLOP/s per call for each row count: the figures behind `WeightFormat::Quantized`.
 //!
-//! `cargo run --release -p pml-runtime --example kernel_probe -- [M,M,...] [TENSOR,...]`
+//! `cargo run --release -p pml-engine --example kernel_probe -- [M,M,...] [TENSOR,...]`
 //! (defaults: 1,4,16,64,512 and `blk.0.ffn_up`, `blk.0.ffn_down`, `blk.2.ffn_down`); set
 //! `RAYON_NUM_THREADS=1` for one core.
 
@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use candle_core::quantized::QMatMul;
 use candle_core::{Device, Module, Tensor};
-use pml_runtime::gguf::GgufFile;
-use pml_runtime::model::{Linear, MatrixRole, WeightFormat};
+use pml_engine::gguf::GgufFile;
+use pml_engine::model::{Linear, MatrixRole, WeightFormat};
 use pml_runtime::models::{DEFAULT_MODEL_ID, model_path};
 
 const REPEATS: u32 = 5;

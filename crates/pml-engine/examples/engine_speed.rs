@@ -1,7 +1,7 @@
 //! Rough engine speed on a real model: prefill tokens/s and decode ms/token per weight format,
 //! plus resident memory. Not a benchmark harness, just figures to compare configurations.
 //!
-//! `cargo run --release -p pml-runtime --example engine_speed -- [MODEL_ID] [FORMAT] [N_PREFILL]`
+//! `cargo run --release -p pml-engine --example engine_speed -- [MODEL_ID] [FORMAT] [N_PREFILL]`
 //! with FORMAT one of `quantized` (default), `f32`, `f16`, `bf16`, `quantized-and-f16`,
 //! `quantized-and-f32`.
 //!
@@ -12,8 +12,8 @@
 use std::error::Error;
 use std::time::Instant;
 
-use pml_runtime::device::default_device;
-use pml_runtime::model::{Model, WeightFormat};
+use pml_engine::device::default_device;
+use pml_engine::model::{Model, WeightFormat};
 use pml_runtime::models::{DEFAULT_MODEL_ID, model_path};
 
 const N_DECODE: usize = 32;

@@ -3,12 +3,12 @@
 //! re-positioning, Gemma's sliding window, and K/V restore from hidden states.
 
 use candle_core::{DType, Device, IndexOp, Tensor};
-use pml_runtime::kv_cache::{KvBlock, KvCache};
-use pml_runtime::model::tiny::{TINY_SLIDING_WINDOW, random_model};
-use pml_runtime::model::{
+use pml_engine::kv_cache::{KvBlock, KvCache};
+use pml_engine::model::tiny::{TINY_SLIDING_WINDOW, random_model};
+use pml_engine::model::{
     Arch, ForwardContext, ForwardOptions, LogitRows, MassWeighting, Model, WeightFormat,
 };
-use pml_runtime::testing::max_abs_diff;
+use pml_engine::testing::max_abs_diff;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

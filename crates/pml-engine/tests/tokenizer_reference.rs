@@ -6,10 +6,10 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use pml_compiler::Tokenizer;
-use pml_runtime::gguf::GgufFile;
+use pml_engine::Tokenizer;
+use pml_engine::gguf::GgufFile;
+use pml_engine::tokenizer::GgufTokenizer;
 use pml_runtime::testing::fetched_model;
-use pml_runtime::tokenizer::GgufTokenizer;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -113,7 +113,7 @@ fn gemma_matches_llama_cpp_on_the_fixture() {
 }
 
 #[test]
-fn qwen_hand_checked_cases() -> Result<(), pml_compiler::TokenizeError> {
+fn qwen_hand_checked_cases() -> Result<(), pml_engine::TokenizeError> {
     let Some(tokenizer) = tokenizer("qwen2.5-0.5b") else {
         return Ok(());
     };
@@ -131,7 +131,7 @@ fn qwen_hand_checked_cases() -> Result<(), pml_compiler::TokenizeError> {
     assert_eq!(tokenizer.bos_token(), None);
     let eos = tokenizer.eos_tokens();
     assert!(eos.contains(&151645) && eos.contains(&151643), "{eos:?}");
-    assert_eq!(tokenizer.placeholder_token(), 151643);
+    assert_eq!(tokenizer.pad_token(), 151643);
     assert_eq!(tokenizer.vocab_size(), 151_936);
     let text = "def add(a, b):\n    return a + b  # 你好 🚀\n";
     assert_eq!(tokenizer.decode(&tokenizer.encode(text, false)?)?, text);
@@ -141,7 +141,7 @@ fn qwen_hand_checked_cases() -> Result<(), pml_compiler::TokenizeError> {
 }
 
 #[test]
-fn gemma_hand_checked_cases() -> Result<(), pml_compiler::TokenizeError> {
+fn gemma_hand_checked_cases() -> Result<(), pml_engine::TokenizeError> {
     let Some(tokenizer) = tokenizer("gemma3-270m") else {
         return Ok(());
     };
@@ -159,7 +159,7 @@ fn gemma_hand_checked_cases() -> Result<(), pml_compiler::TokenizeError> {
     assert_eq!(tokenizer.bos_token(), Some(2));
     let eos = tokenizer.eos_tokens();
     assert!(eos.contains(&1) && eos.contains(&106), "{eos:?}");
-    assert_eq!(tokenizer.placeholder_token(), 0);
+    assert_eq!(tokenizer.pad_token(), 0);
     assert_eq!(tokenizer.vocab_size(), 262_144);
     let text = "def add(a, b):\n    return a + b  # 你好 🚀\n";
     assert_eq!(tokenizer.decode(&tokenizer.encode(text, false)?)?, text);

@@ -1,20 +1,21 @@
 //! Tokenizers rebuilt from GGUF metadata: byte-level BPE ([`qwen2`]) and SentencePiece BPE with
-//! byte fallback ([`gemma3`]), wrapped in [`GgufTokenizer`], which implements the compiler's
-//! [`pml_compiler::Tokenizer`] with llama.cpp's rules for special tokens: user-defined tokens are
-//! always kept whole, control tokens only in text that may contain them (chat-template text).
+//! byte fallback ([`gemma3`]), wrapped in [`GgufTokenizer`], which implements the engine's
+//! [`Tokenizer`] with llama.cpp's rules for special tokens: user-defined tokens are always kept
+//! whole, control tokens only in text that may contain them (chat-template text).
 
 pub mod control;
 pub mod gemma3;
+mod interface;
 pub mod qwen2;
 pub mod vocab;
 
 use std::collections::HashSet;
 
-use pml_compiler::{TokenizeError, Tokenizer as CompilerTokenizer};
-use tokenizers::{AddedToken, Tokenizer};
+use tokenizers::{AddedToken, Tokenizer as HfTokenizer};
 
 use crate::gguf::{GgufError, GgufFile};
 use control::{ControlTokens, Fragment};
+pub use interface::{TokenizeError, Tokenizer};
 pub use vocab::{GgufVocab, TokenType};
 
 /// Why a tokenizer could not be built from a GGUF file.
@@ -44,11 +45,11 @@ const END_OF_TURN_SPELLINGS: &[&str] = &[
 #[derive(Clone)]
 pub struct GgufTokenizer {
     /// Never parses control tokens (they are split out by `control` first when allowed).
-    inner: Tokenizer,
+    inner: HfTokenizer,
     control: ControlTokens,
     bos: Option<u32>,
     eos: Vec<u32>,
-    placeholder: u32,
+    pad: u32,
     vocab_size: usize,
     add_space_prefix: bool,
 }
@@ -59,7 +60,7 @@ impl std::fmt::Debug for GgufTokenizer {
             .field("vocab_size", &self.vocab_size)
             .field("bos", &self.bos)
             .field("eos", &self.eos)
-            .field("placeholder", &self.placeholder)
+            .field("pad", &self.pad)
             .finish_non_exhaustive()
     }
 }
@@ -102,33 +103,38 @@ impl GgufTokenizer {
         );
         let mut seen = HashSet::new();
         eos.retain(|id| (*id as usize) < vocab_size && seen.insert(*id));
-        let placeholder = vocab
+        let pad = vocab
             .pad_id
             .or(vocab.unk_id)
             .or(vocab.eos_id)
             .filter(|id| (*id as usize) < vocab_size)
             .ok_or_else(|| {
-                TokenizerError::Build("no pad, unk or eos token for placeholders".to_owned())
+                TokenizerError::Build("no pad, unk or eos token to pad with".to_owned())
             })?;
         Ok(Self {
             inner,
             control: ControlTokens::new(vocab)?,
             bos,
             eos,
-            placeholder,
+            pad,
             vocab_size,
             add_space_prefix: vocab.add_space_prefix.unwrap_or(false),
         })
     }
 
     /// The underlying `tokenizers` tokenizer (control tokens registered but never parsed).
-    pub fn inner(&self) -> &Tokenizer {
+    pub fn inner(&self) -> &HfTokenizer {
         &self.inner
     }
 
     /// Id of the token spelled `text` (including control tokens).
     pub fn token_id(&self, text: &str) -> Option<u32> {
         self.inner.token_to_id(text)
+    }
+
+    /// The token to pad with: the vocabulary's pad token, else its unknown token, else its EOS.
+    pub fn pad_token(&self) -> u32 {
+        self.pad
     }
 
     /// Spelling of token `id`.
@@ -156,7 +162,7 @@ impl GgufTokenizer {
     }
 }
 
-impl CompilerTokenizer for GgufTokenizer {
+impl Tokenizer for GgufTokenizer {
     fn encode(&self, text: &str, allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
         if !allow_special {
             return self.encode_text(text, true);
@@ -192,10 +198,6 @@ impl CompilerTokenizer for GgufTokenizer {
         self.eos.clone()
     }
 
-    fn placeholder_token(&self) -> u32 {
-        self.placeholder
-    }
-
     fn vocab_size(&self) -> usize {
         self.vocab_size
     }
@@ -216,7 +218,7 @@ fn vocab_map(vocab: &GgufVocab) -> Result<tokenizers::models::bpe::Vocab, Tokeni
 /// Registers control tokens as special added tokens (decoded as their spelling, never produced
 /// from text by `inner`) and user-defined tokens as ordinary added tokens (always kept whole, as
 /// llama.cpp does), both matched on the raw text.
-fn register_added_tokens(tokenizer: &mut Tokenizer, vocab: &GgufVocab) {
+fn register_added_tokens(tokenizer: &mut HfTokenizer, vocab: &GgufVocab) {
     let mut special = Vec::new();
     let mut user_defined = Vec::new();
     for (index, token) in vocab.tokens.iter().enumerate() {

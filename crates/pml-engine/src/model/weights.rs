@@ -9,13 +9,14 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use super::EngineError;
-use super::quant::QuantMatrix;
 use crate::gguf::GgufFile;
+use crate::kernels::quant::QuantMatrix;
+use crate::kernels::{self, dense_matmul};
 
 /// How weight matrices are held in memory and multiplied.
 ///
-/// Our quantized kernels (`super::quant`: Q8_0, Q5_0, Q4_K, Q6_K, every projection of both
-/// default models) multiply GGML's blocks as stored: up to [`super::quant::PANEL_MIN_ROWS`]
+/// Our quantized kernels (`crate::kernels::quant`: Q8_0, Q5_0, Q4_K, Q6_K, every projection of both
+/// default models) multiply GGML's blocks as stored: up to [`crate::kernels::quant::PANEL_MIN_ROWS`]
 /// rows with quantized activations, unpacking each weight block once per tile of activation
 /// rows; from there by dequantizing panels of the matrix into a per-worker scratch buffer for
 /// the f32 gemm. So the default, [`WeightFormat::Quantized`], holds no dense copy and runs a
@@ -294,11 +295,6 @@ impl Linear {
     }
 }
 
-fn dense_matmul(dense: &Tensor, x: &Tensor) -> Result<Tensor, EngineError> {
-    let x = x.to_dtype(dense.dtype())?;
-    Ok(x.matmul(&dense.t()?)?.to_dtype(DType::F32)?)
-}
-
 /// RMSNorm over the last dimension: `x / rms(x) * weight`.
 ///
 /// Gemma multiplies by `1 + weight`; llama.cpp's converter already added the 1 to every
@@ -334,10 +330,6 @@ impl RmsNorm {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
-        Ok(candle_nn::ops::rms_norm(
-            &x.contiguous()?,
-            &self.weight,
-            self.eps,
-        )?)
+        kernels::rms_norm(x, &self.weight, self.eps)
     }
 }

@@ -5,14 +5,14 @@
 use std::path::PathBuf;
 
 use candle_core::{Device, IndexOp, Tensor};
-use pml_compiler::Tokenizer;
-use pml_runtime::device::default_device;
-use pml_runtime::gguf::GgufFile;
-use pml_runtime::model::{
+use pml_engine::Tokenizer;
+use pml_engine::device::default_device;
+use pml_engine::gguf::GgufFile;
+use pml_engine::model::{
     Arch, ForwardContext, ForwardOptions, LogitRows, Model, ModelConfig, WeightFormat,
 };
+use pml_engine::tokenizer::GgufTokenizer;
 use pml_runtime::testing::fetched_model;
-use pml_runtime::tokenizer::GgufTokenizer;
 use serde::Deserialize;
 
 const QWEN: &str = "qwen2.5-0.5b";

@@ -1,0 +1,115 @@
+//! The engine's backend seam: every numeric operation of the forward pass that is more than
+//! reshaping tensors goes through the functions here, and this module holds all of the engine's
+//! `unsafe` (each block with its SAFETY comment).
+//!
+//! - matrix × held weights: [`quant::QuantMatrix`] (our quantized kernels) and [`dense_matmul`]
+//!   (dense matrices), chosen per matrix by `model::weights::Linear`;
+//! - attention of some queries over a layer's KV slots by per-token positions: [`attend`] (and
+//!   [`masked_softmax`], the attention weights alone, for attention mass);
+//! - norms, RoPE and activations: [`rms_norm`], [`rope`], [`silu`], [`gelu_tanh`].
+//!
+//! KV gather and scatter (`kv_cache::KvCache::write`, `layer`, `from_blocks`) stay with the cache,
+//! which owns the storage.
+//!
+//! Today there is one implementation: the CPU's (our AVX2 kernels with scalar fallbacks, and
+//! candle's CPU ops). A CUDA backend plugs in here: each function dispatches on its tensors'
+//! device (`crate::device` picks the device, in one place) to candle's CUDA ops or to CUDA kernels
+//! of its own, and `quant` gains a device-resident form of the quantized blocks. Nothing above
+//! this module needs to change.
+
+mod exp_kernel;
+mod few_query_attention;
+mod masked_softmax;
+pub(crate) mod quant;
+
+use candle_core::{DType, Tensor};
+
+pub(crate) use crate::model::EngineError;
+
+/// Most queries attended in plain loops ([`few_query_attention::attend_few`]) instead of matmuls.
+const FEW_QUERIES: usize = 8;
+
+/// `x · denseᵀ` for a dense weight matrix `(out_features, in_features)`, computed in the
+/// matrix's dtype; the result is f32.
+pub(crate) fn dense_matmul(dense: &Tensor, x: &Tensor) -> Result<Tensor, EngineError> {
+    let x = x.to_dtype(dense.dtype())?;
+    Ok(x.matmul(&dense.t()?)?.to_dtype(DType::F32)?)
+}
+
+/// `softmax(q k^T under the position mask) v` for `queries` `(n, n_heads, head_dim)` (already
+/// scaled) at `query_positions` over a layer's `keys`/`values` `(n_keys, n_kv_heads, head_dim)` at
+/// `key_positions`, with an optional sliding `window`; `(n, n_heads * head_dim)`. A few queries
+/// (a decode step) go through plain loops over the cache; more through matmuls, with the queries
+/// that share a KV head stacked so K and V are never repeated per head.
+pub(crate) fn attend(
+    queries: &Tensor,
+    query_positions: &[u32],
+    keys: &Tensor,
+    values: &Tensor,
+    key_positions: &[u32],
+    window: Option<usize>,
+    n_kv_heads: usize,
+) -> Result<Tensor, EngineError> {
+    let (n_queries, n_heads, head_dim) = queries.dims3()?;
+    if n_queries <= FEW_QUERIES {
+        let few = few_query_attention::attend_few(
+            queries,
+            query_positions,
+            keys,
+            values,
+            key_positions,
+            window,
+        )?;
+        if let Some(attended) = few {
+            return Ok(attended);
+        }
+    }
+    let group = n_heads / n_kv_heads;
+    // (n_kv_heads, group * n_queries, head_dim)
+    let queries = queries
+        .reshape((n_queries, n_kv_heads, group, head_dim))?
+        .permute((1, 2, 0, 3))?
+        .contiguous()?
+        .reshape((n_kv_heads, group * n_queries, head_dim))?;
+    let keys = keys.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
+    let values = values.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
+    let scores = queries.matmul(&keys.t()?)?; // (n_kv_heads, group * n_queries, n_keys)
+    let weights = masked_softmax(&scores, query_positions, key_positions, window)?;
+    let attended = weights.matmul(&values)?; // (n_kv_heads, group * n_queries, head_dim)
+    Ok(attended
+        .reshape((n_kv_heads, group, n_queries, head_dim))?
+        .permute((2, 0, 1, 3))?
+        .contiguous()?
+        .reshape((n_queries, n_heads * head_dim))?)
+}
+
+/// Attention weights under the position mask (see [`masked_softmax::masked_softmax`]).
+pub(crate) fn masked_softmax(
+    scores: &Tensor,
+    query_positions: &[u32],
+    key_positions: &[u32],
+    window: Option<usize>,
+) -> Result<Tensor, EngineError> {
+    masked_softmax::masked_softmax(scores, query_positions, key_positions, window)
+}
+
+/// RMSNorm of `x` over its last dimension: `x / rms(x) * weight`.
+pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f32) -> Result<Tensor, EngineError> {
+    Ok(candle_nn::ops::rms_norm(&x.contiguous()?, weight, eps)?)
+}
+
+/// Rotary embedding in the NEOX layout of `x` `(1, n_tokens, heads, head_dim)` (contiguous) by
+/// per-row `cos`/`sin` tables `(n_tokens, head_dim / 2)`.
+pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor, EngineError> {
+    Ok(candle_nn::rotary_emb::rope_thd(x, cos, sin)?)
+}
+
+/// SiLU, elementwise.
+pub(crate) fn silu(x: &Tensor) -> Result<Tensor, EngineError> {
+    Ok(candle_nn::ops::silu(x)?)
+}
+
+/// GELU (tanh approximation), elementwise.
+pub(crate) fn gelu_tanh(x: &Tensor) -> Result<Tensor, EngineError> {
+    Ok(x.gelu()?)
+}

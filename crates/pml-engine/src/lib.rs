@@ -1,0 +1,13 @@
+//! Engine: GGUF files, tokenizers, our transformer forward passes with the layer-wise API, the KV
+//! cache, generation and the CPU kernels under them. Knows nothing of PML, schemas or stores.
+pub mod chat;
+pub mod device;
+pub mod generation;
+pub mod gguf;
+mod kernels;
+pub mod kv_cache;
+pub mod model;
+pub mod testing;
+pub mod tokenizer;
+
+pub use tokenizer::{TokenizeError, Tokenizer};
