@@ -107,3 +107,71 @@ fn tile_panels_avx2<const RN: usize>(
         out
     })
 }
+
+/// Writes the eight rows × 32 weights of `panel` in f32 into `out`: row `r` at
+/// `out[r * stride..][..32]`. `false` without AVX2 (nothing written).
+pub fn dequantize_panel(panel: &PanelQ5_0, out: &mut [f32], stride: usize) -> bool {
+    assert!(
+        stride >= 32 && out.len() >= (PANEL - 1) * stride + 32,
+        "eight rows of 32 weights at stride {stride} in {} values",
+        out.len()
+    );
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        // SAFETY: avx2, fma and f16c were detected at run time by `available`.
+        unsafe { dequantize_panel_avx2(panel, out, stride) };
+        return true;
+    }
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dequantize_panel_avx2(panel: &PanelQ5_0, out: &mut [f32], stride: usize) {
+    // SAFETY: `d` is 16 readable bytes; loadu has no alignment requirement.
+    let scales = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(panel.d.as_ptr().cast()) });
+    // Rows 2p and 2p + 1 take lanes 0..4 and 4..8 of one conversion: their scales side by side.
+    let pair_scales: [__m256; 4] = std::array::from_fn(|p| {
+        let (first, second) = (2 * p as i32, 2 * p as i32 + 1);
+        _mm256_permutevar8x32_ps(
+            scales,
+            _mm256_setr_epi32(first, first, first, first, second, second, second, second),
+        )
+    });
+    let (low, sixteen) = (_mm256_set1_epi8(0x0f), _mm256_set1_ps(16.0));
+    for chunk in 0..8 {
+        let packed = load(&panel.packed[chunk % 4]);
+        let nibbles = if chunk < 4 {
+            _mm256_and_si256(packed, low)
+        } else {
+            _mm256_and_si256(_mm256_srli_epi16::<4>(packed), low)
+        };
+        let values = _mm256_or_si256(nibbles, fifth_bits(panel.high[chunk]));
+        let halves = [
+            _mm256_castsi256_si128(values),
+            _mm256_extracti128_si256::<1>(values),
+        ];
+        for (p, pair_scale) in pair_scales.iter().enumerate() {
+            let half = halves[p / 2];
+            let eight = if p % 2 == 0 {
+                half
+            } else {
+                _mm_srli_si128::<8>(half)
+            };
+            let weights = _mm256_mul_ps(
+                _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(eight)), sixteen),
+                *pair_scale,
+            );
+            let (first, second) = (2 * p * stride + 4 * chunk, (2 * p + 1) * stride + 4 * chunk);
+            // SAFETY: first + 4 and second + 4 are at most 7 * stride + 32 <= out.len()
+            // (asserted by `dequantize_panel`); storeu has no alignment requirement.
+            unsafe {
+                _mm_storeu_ps(out.as_mut_ptr().add(first), _mm256_castps256_ps128(weights));
+                _mm_storeu_ps(
+                    out.as_mut_ptr().add(second),
+                    _mm256_extractf128_ps::<1>(weights),
+                );
+            }
+        }
+    }
+}

@@ -26,6 +26,7 @@ use std::sync::Mutex;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
+use self::avx2_interleaved::dequantize_panel;
 use self::blocks::{GROUP, GroupQ5_0, GroupQ8_0, Q5_0_BYTES, Q8_0_BYTES};
 use self::interleaved::{PANEL, PanelQ5_0, interleave};
 use self::interleaved_product::multiply_interleaved;
@@ -200,11 +201,10 @@ impl QuantMatrix {
     /// Writes the rows from `first` on into `out` (a whole number of rows, row-major, all
     /// inside the matrix).
     fn dequantize_into(&self, first: usize, out: &mut [f32]) {
-        let rows = out.chunks_exact_mut(self.in_features);
         with_blocks!(&self.blocks,
         blocks => {
             let per_row = blocks.len() / self.out_features;
-            for (row, values) in rows.enumerate() {
+            for (row, values) in out.chunks_exact_mut(self.in_features).enumerate() {
                 let units = &blocks[(first + row) * per_row..][..per_row];
                 let chunks = values.chunks_exact_mut(self.in_features / per_row);
                 for (unit, chunk) in units.iter().zip(chunks) {
@@ -212,16 +212,40 @@ impl QuantMatrix {
                 }
             }
         },
-        panels => {
-            let columns = panels.len() / (self.out_features / PANEL);
-            for (offset, values) in rows.enumerate() {
-                let row = first + offset;
-                let row_panels = &panels[row / PANEL * columns..][..columns];
-                for (panel, chunk) in row_panels.iter().zip(values.chunks_exact_mut(blocks::BLOCK)) {
-                    panel.dequantize_row(row % PANEL, chunk);
+        panels => self.dequantize_panels(panels, first, out))
+    }
+
+    /// [`Self::dequantize_into`] for interleaved panels: whole panels (the f32 panels of a
+    /// product start at multiples of 64 rows) eight rows at a time in SIMD code, others row by
+    /// row.
+    fn dequantize_panels(&self, panels: &[PanelQ5_0], first: usize, out: &mut [f32]) {
+        let columns = panels.len() / (self.out_features / PANEL);
+        let panel_values = PANEL * self.in_features;
+        if first.is_multiple_of(PANEL) && out.len().is_multiple_of(panel_values) {
+            for (offset, values) in out.chunks_exact_mut(panel_values).enumerate() {
+                let row_panels = &panels[(first / PANEL + offset) * columns..][..columns];
+                for (column, panel) in row_panels.iter().enumerate() {
+                    let at = column * blocks::BLOCK;
+                    if !dequantize_panel(panel, &mut values[at..], self.in_features) {
+                        for r in 0..PANEL {
+                            let row = &mut values[r * self.in_features + at..][..blocks::BLOCK];
+                            panel.dequantize_row(r, row);
+                        }
+                    }
                 }
             }
-        })
+            return;
+        }
+        for (offset, values) in out.chunks_exact_mut(self.in_features).enumerate() {
+            let row = first + offset;
+            let row_panels = &panels[row / PANEL * columns..][..columns];
+            for (panel, chunk) in row_panels
+                .iter()
+                .zip(values.chunks_exact_mut(blocks::BLOCK))
+            {
+                panel.dequantize_row(row % PANEL, chunk);
+            }
+        }
     }
 
     /// `input` `(n_rows, in_features)` row-major → `(n_rows, out_features)` row-major.
