@@ -43,19 +43,13 @@ impl PanelQ5_0 {
             panel.d[r] = u16::from_le_bytes([block[0], block[1]]);
             let fifth = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
             let nibbles = &block[6..Q5_0_BYTES];
-            for j in 0..BLOCK {
-                let nibble = if j < BLOCK / 2 {
-                    nibbles[j] & 0x0f
-                } else {
-                    nibbles[j - BLOCK / 2] >> 4
-                };
-                let (chunk, lane) = (j / CHUNK, CHUNK * r + j % CHUNK);
-                if chunk < 4 {
-                    panel.packed[chunk][lane] |= nibble;
-                } else {
-                    panel.packed[chunk - 4][lane] |= nibble << 4;
-                }
-                panel.high[chunk] |= ((fifth >> j) & 1) << lane;
+            // GGML's byte `i` holds weight `i` (low nibble) and `i + 16` (high nibble), which are
+            // chunk `c`'s and chunk `c + 4`'s weight `i % 4` for `c = i / 4`: the bytes move whole.
+            for (c, packed) in panel.packed.iter_mut().enumerate() {
+                packed[CHUNK * r..][..CHUNK].copy_from_slice(&nibbles[CHUNK * c..][..CHUNK]);
+            }
+            for (c, high) in panel.high.iter_mut().enumerate() {
+                *high |= ((fifth >> (CHUNK * c)) & 0xf) << (CHUNK * r);
             }
         }
         panel
