@@ -411,21 +411,7 @@ fn f16_and_f32_states_live_apart_and_an_f32_file_is_a_mismatch_for_an_f16_store(
     let f16_spec = spec();
     let f32_spec = spec().with_state_dtype(DType::F32);
     let exact = state_with(LAYOUT, 12, 6);
-    let (tokens, positions) = store_support::unit_tokens(12, 6);
-    let key_in = |state_dtype| {
-        StoreKeyParts {
-            model_fingerprint: FINGERPRINT,
-            weight_format: Default::default(),
-            kv_dtype: LAYOUT.dtype,
-            state_dtype,
-            kind: Default::default(),
-            encode_mode: Default::default(),
-            tokens: &tokens,
-            positions: &positions,
-            context: ContextHash::NONE,
-        }
-        .key()
-    };
+    let key_in = |state_dtype| store_support::key_of_dtype(12, 6, state_dtype);
     assert_ne!(
         key_in(DType::F16),
         key_in(DType::F32),

@@ -33,12 +33,17 @@ pub fn unit_tokens(seed: u32, n_tokens: usize) -> (Vec<u32>, Vec<u32>) {
 }
 
 pub fn key_of(seed: u32, n_tokens: usize) -> StoreKey {
+    key_of_dtype(seed, n_tokens, STATE_DTYPE)
+}
+
+/// [`key_of`] for states stored in `state_dtype`.
+pub fn key_of_dtype(seed: u32, n_tokens: usize, state_dtype: DType) -> StoreKey {
     let (tokens, positions) = unit_tokens(seed, n_tokens);
     StoreKeyParts {
         model_fingerprint: FINGERPRINT,
         weight_format: Default::default(),
         kv_dtype: LAYOUT.dtype,
-        state_dtype: STATE_DTYPE,
+        state_dtype,
         kind: Default::default(),
         encode_mode: Default::default(),
         tokens: &tokens,

@@ -138,6 +138,24 @@ fn interleaved_panels_hold_the_rows_and_their_simd_tiles_agree_with_scalar_dots(
     }
 }
 
+/// Our product of a random `(out_features, 512)` matrix of `dtype` with `n_rows` random rows,
+/// and candle's f32 matmul of the same rows with the matrix it dequantizes.
+fn product_and_reference(
+    dtype: GgmlDType,
+    out_features: usize,
+    n_rows: usize,
+    seed: u64,
+) -> (Vec<f32>, Vec<f32>) {
+    let qtensor = quantized(out_features, 512, dtype, seed);
+    let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
+    let x = random_matrix(n_rows, 512, seed + 1);
+    let ours = matrix.forward(&x).expect("multiplies");
+    let dense = qtensor.dequantize(&Device::Cpu).expect("dequantizable");
+    let reference = x.matmul(&dense.t().expect("t")).expect("matmul");
+    assert_eq!(ours.dims(), [n_rows, out_features]);
+    (to_vec(&ours), to_vec(&reference))
+}
+
 #[test]
 fn products_match_dense_matmul_of_dequantized_weights() {
     // 70 output rows: two full work items and a partial one; 72 (Q5_0: interleaved panels of
@@ -149,14 +167,7 @@ fn products_match_dense_matmul_of_dequantized_weights() {
         .chain([(GgmlDType::Q5_0, 72)])
     {
         for n_rows in [1, 3, 6, 9] {
-            let qtensor = quantized(out_features, 512, dtype, 4);
-            let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
-            let x = random_matrix(n_rows, 512, 5);
-            let ours = matrix.forward(&x).expect("multiplies");
-            let dense = qtensor.dequantize(&Device::Cpu).expect("dequantizable");
-            let reference = x.matmul(&dense.t().expect("t")).expect("matmul");
-            assert_eq!(ours.dims(), [n_rows, out_features]);
-            let (ours, reference) = (to_vec(&ours), to_vec(&reference));
+            let (ours, reference) = product_and_reference(dtype, out_features, n_rows, 4);
             // Quantizing the activations to 8 bits moves each product by well under 1% of the
             // sum of magnitudes (512 terms of |w x| <= 1 each here, about 128 on average).
             for (i, (&a, &b)) in ours.iter().zip(&reference).enumerate() {
@@ -182,14 +193,8 @@ fn panel_products_match_dense_matmul_of_the_same_weights() {
         .chain([(GgmlDType::Q5_0, 152, super::INTERLEAVED_PANEL_MIN_ROWS)]);
     for (dtype, out_features, threshold) in cases {
         for n_rows in [threshold, threshold + 33] {
-            let qtensor = quantized(out_features, 512, dtype, 10);
-            let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
-            let x = random_matrix(n_rows, 512, 11);
-            let ours = matrix.forward(&x).expect("multiplies");
-            let dense = qtensor.dequantize(&Device::Cpu).expect("dequantizable");
-            let reference = x.matmul(&dense.t().expect("t")).expect("matmul");
-            assert_eq!(ours.dims(), [n_rows, out_features]);
-            for (i, (&a, &b)) in to_vec(&ours).iter().zip(&to_vec(&reference)).enumerate() {
+            let (ours, reference) = product_and_reference(dtype, out_features, n_rows, 10);
+            for (i, (&a, &b)) in ours.iter().zip(&reference).enumerate() {
                 assert!(
                     (a - b).abs() <= 1e-4 * b.abs().max(1.0),
                     "{dtype:?} {n_rows} rows, output {i}: {a} vs {b}"
