@@ -1,4 +1,4 @@
-//! Products of a few rows (up to [`super::PANEL_MIN_ROWS`]) with an interleaved Q5_0 matrix:
+//! Products of fewer than [`super::INTERLEAVED_PANEL_MIN_ROWS`] rows with an interleaved Q5_0 matrix:
 //! the activations are quantized once; the pool's workers take items of
 //! [`PANELS_PER_ITEM`] panel rows, walk the activation rows in tiles of [`TILE`], and write each
 //! tile's eight outputs per panel straight into the row-major result.
@@ -12,19 +12,22 @@ use super::panels::Output;
 /// Panel rows (of eight output rows) per work item: 32 output rows, as the row-by-row path.
 const PANELS_PER_ITEM: usize = 4;
 
-/// `Σ w·a` of one panel row with up to [`TILE`] activation rows.
-fn tile(panels: &[PanelQ5_0], acts: &[&[ActGroup]]) -> Vec<[f32; PANEL]> {
-    fn one<const RN: usize>(panels: &[PanelQ5_0], acts: [&[ActGroup]; RN]) -> Vec<[f32; PANEL]> {
-        tile_panels(panels, acts)
-            .unwrap_or_else(|| tile_scalar(panels, acts))
-            .to_vec()
+/// `out[i]` = `Σ w·a` of one panel row with activation row `acts[i]`, for up to [`TILE`] rows:
+/// written into the caller's array, as this runs once per tile and panel row.
+fn tile_into(panels: &[PanelQ5_0], acts: &[&[ActGroup]], out: &mut [[f32; PANEL]; TILE]) {
+    fn one<const RN: usize>(panels: &[PanelQ5_0], acts: [&[ActGroup]; RN]) -> [[f32; PANEL]; RN] {
+        tile_panels(panels, acts).unwrap_or_else(|| tile_scalar(panels, acts))
     }
     match *acts {
-        [a] => one(panels, [a]),
-        [a, b] => one(panels, [a, b]),
-        [a, b, c] => one(panels, [a, b, c]),
-        [a, b, c, d] => one(panels, [a, b, c, d]),
-        _ => acts.iter().flat_map(|row| one(panels, [*row])).collect(),
+        [a] => out[..1].copy_from_slice(&one(panels, [a])),
+        [a, b] => out[..2].copy_from_slice(&one(panels, [a, b])),
+        [a, b, c] => out[..3].copy_from_slice(&one(panels, [a, b, c])),
+        [a, b, c, d] => out.copy_from_slice(&one(panels, [a, b, c, d])),
+        _ => {
+            for (out, row) in out.iter_mut().zip(acts) {
+                *out = one(panels, [*row])[0];
+            }
+        }
     }
 }
 
@@ -47,10 +50,15 @@ pub fn multiply_interleaved(
         let first = item * PANELS_PER_ITEM;
         let last = (first + PANELS_PER_ITEM).min(panel_rows);
         let out = &shared;
+        let mut results = [[0f32; PANEL]; TILE];
         for (tile_idx, acts) in act_rows.chunks(TILE).enumerate() {
             for panel_row in first..last {
-                let results = tile(&panels[panel_row * columns..][..columns], acts);
-                for (offset, values) in results.iter().enumerate() {
+                tile_into(
+                    &panels[panel_row * columns..][..columns],
+                    acts,
+                    &mut results,
+                );
+                for (offset, values) in results[..acts.len()].iter().enumerate() {
                     let row = tile_idx * TILE + offset;
                     let at = row * out_features + panel_row * PANEL;
                     // SAFETY: row < n_rows and panel_row * PANEL + PANEL <= out_features, so

@@ -8,8 +8,11 @@
 //!
 //! - `blocks`: Q8_0 / Q5_0 layouts, their activations, scalar reference dots.
 //! - `kquants`: Q4_K / Q6_K layouts, Q8_K activations, scalar reference dots.
-//! - `avx2`, `avx2_kquants`: the SIMD tiles, `unsafe` behind run-time CPU-feature detection.
-//! - `kernel`: one trait over the four block types, dispatching to SIMD or scalar code.
+//! - `interleaved`: Q5_0 interleaved by eight output rows; `interleaved_product` its products.
+//! - `avx2`, `avx2_kquants`, `avx2_interleaved`: the SIMD tiles, `unsafe` behind run-time
+//!   CPU-feature detection.
+//! - `kernel`: one trait over the four row-by-row block types, dispatching to SIMD or scalar.
+//! - `panels`: products of many rows as f32 gemm on dequantized panels of the matrix.
 
 mod avx2;
 mod avx2_interleaved;
