@@ -10,7 +10,7 @@ use candle_core::{DType, Storage, Tensor};
 
 use super::EngineError;
 use super::exp_kernel::exp_shifted_sum;
-use super::masked_softmax::visible;
+use super::masked_softmax::Visibility;
 
 /// Lanes of the dot-product accumulators, so the compiler can keep them in SIMD registers
 /// (a single running sum would be a serial dependency chain).
@@ -103,12 +103,13 @@ fn attend_sliced(
     let queries = queries.contiguous()?;
     let mut out = vec![0f32; n_queries * n_heads * head_dim];
     // Which keys each query sees, once for all its heads.
+    let visibility = Visibility::new(window);
     let seen: Vec<Vec<bool>> = query_positions
         .iter()
         .map(|&query| {
             key_positions
                 .iter()
-                .map(|&key| visible(query, key, window))
+                .map(|&key| visibility.sees(query, key))
                 .collect()
         })
         .collect();
@@ -226,7 +227,9 @@ mod tests {
                 let kv = head / (n_heads / n_kv_heads);
                 let q = &q[(row * n_heads + head) * d..][..d];
                 let seen: Vec<usize> = (0..n_keys)
-                    .filter(|&key| visible(query_positions[row], key_positions[key], window))
+                    .filter(|&key| {
+                        Visibility::new(window).sees(query_positions[row], key_positions[key])
+                    })
                     .collect();
                 let scores: Vec<f64> = seen
                     .iter()

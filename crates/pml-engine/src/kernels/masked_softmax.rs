@@ -16,10 +16,25 @@ const PARALLEL_MIN_SCORES: usize = 1 << 16;
 /// Independent running maxima, so the maximum of a row is not one serial chain.
 const LANES: usize = 8;
 
-/// Whether a query at position `query` may see a key at `key`: `key <= query`, and
-/// `query - key < window` in local layers.
-pub(super) fn visible(query: u32, key: u32, window: Option<usize>) -> bool {
-    key <= query && window.is_none_or(|window| ((query - key) as usize) < window)
+/// Which keys a query may see: a query at position `query` sees a key at `key` when `key <=
+/// query`, and `query - key < window` in local layers. The window is resolved once, so loops
+/// over keys have no branch on it and the softmax's masking loop vectorizes; no window is the
+/// widest one (positions stay far below `u32::MAX`).
+#[derive(Clone, Copy)]
+pub(super) struct Visibility {
+    window: u32,
+}
+
+impl Visibility {
+    pub(super) fn new(window: Option<usize>) -> Self {
+        let window = window.map_or(u32::MAX, |window| u32::try_from(window).unwrap_or(u32::MAX));
+        Self { window }
+    }
+
+    #[inline]
+    pub(super) fn sees(self, query: u32, key: u32) -> bool {
+        key <= query && query - key < self.window
+    }
 }
 
 /// Scores `(heads, rows, n_keys)` where row `r` belongs to the query at
@@ -30,7 +45,7 @@ struct MaskedSoftmax<'a> {
     window: Option<usize>,
 }
 
-/// `softmax(scores)` over the keys each row's query may see (see [`visible`]), 0 for the
+/// `softmax(scores)` over the keys each row's query may see (see [`Visibility`]), 0 for the
 /// others; a row that sees no key is all zeros. `scores`: f32 `(heads, rows, key_positions.len())`
 /// with `rows` a multiple of `query_positions.len()`.
 pub(super) fn masked_softmax(
@@ -78,9 +93,7 @@ impl CustomOp1 for MaskedSoftmax<'_> {
         let mut out = vec![0f32; scores.len()];
         // No branch per key: the masked copy and its maximum vectorize, and the exponentials
         // take the SIMD kernel (a masked `-inf` becomes 0 there).
-        let window = self
-            .window
-            .map_or(u32::MAX, |window| u32::try_from(window).unwrap_or(u32::MAX));
+        let visibility = Visibility::new(self.window);
         let softmax_row = |row: usize, out: &mut [f32], scores: &[f32]| {
             let query = self.query_positions[row % n_queries];
             let mut maxima = [f32::NEG_INFINITY; LANES];
@@ -92,8 +105,11 @@ impl CustomOp1 for MaskedSoftmax<'_> {
                 for (lane, ((out, &score), &key)) in
                     out.iter_mut().zip(scores).zip(keys).enumerate()
                 {
-                    let sees = key <= query && query - key < window;
-                    *out = if sees { score } else { f32::NEG_INFINITY };
+                    *out = if visibility.sees(query, key) {
+                        score
+                    } else {
+                        f32::NEG_INFINITY
+                    };
                     maxima[lane] = maxima[lane].max(*out);
                 }
             }
@@ -139,7 +155,7 @@ mod tests {
             .iter()
             .flat_map(|&q| {
                 keys.iter().map(move |&k| {
-                    if visible(q, k, window) {
+                    if Visibility::new(window).sees(q, k) {
                         0.0
                     } else {
                         f32::NEG_INFINITY
