@@ -1,31 +1,105 @@
-//! Products of fewer than [`super::INTERLEAVED_PANEL_MIN_ROWS`] rows with an interleaved Q5_0 matrix:
+//! Products of fewer than [`super::INTERLEAVED_PANEL_MIN_ROWS`] rows with an interleaved matrix (Q5_0, Q4_K):
 //! the activations are quantized once; the pool's workers take items of
 //! [`PANELS_PER_ITEM`] panel rows, walk the activation rows in tiles of [`TILE`], and write each
 //! tile's eight outputs per panel straight into the row-major result.
 
-use super::avx2_interleaved::tile_panels;
+use super::avx2_interleaved::{dequantize_panel, tile_panels};
+use super::avx2_interleaved_kquants::tile_q4k_panels;
 use super::blocks::{self, ActGroup, GROUP_WEIGHTS};
 use super::interleaved::{PANEL, PanelQ5_0, tile_scalar};
+use super::interleaved_kquants::PanelQ4K;
 use super::kernel::TILE;
+use super::kquants::{self, ActQ8K, SUPER};
 use super::panels::Output;
 
 /// Panel rows (of eight output rows) per work item: 32 output rows, as the row-by-row path.
 const PANELS_PER_ITEM: usize = 4;
 
-/// `out[i]` = `Σ w·a` of one panel row with activation row `acts[i]`, for up to [`TILE`] rows:
-/// written into the caller's array, as this runs once per tile and panel row.
-fn tile_into(panels: &[PanelQ5_0], acts: &[&[ActGroup]], out: &mut [[f32; PANEL]; TILE]) {
-    fn one<const RN: usize>(panels: &[PanelQ5_0], acts: [&[ActGroup]; RN]) -> [[f32; PANEL]; RN] {
+/// A block type interleaved by [`PANEL`] rows: its activations and its tile of eight rows.
+pub trait PanelKernel: Sized + Sync {
+    /// Weights of one row in one panel (a panel column).
+    const COLUMN_WEIGHTS: usize;
+    /// Activations per quantized unit (a row of activations is a whole number of them).
+    const ACT_WEIGHTS: usize;
+    type Act: Sync;
+
+    fn quantize(x: &[f32], out: &mut Vec<Self::Act>);
+
+    /// `Σ w·a` of a row of panels with each of `RN` activation rows: SIMD where the CPU has it,
+    /// the scalar reference elsewhere.
+    fn tile<const RN: usize>(panels: &[Self], acts: [&[Self::Act]; RN]) -> [[f32; PANEL]; RN];
+
+    /// Row `r`'s [`Self::COLUMN_WEIGHTS`] weights in f32.
+    fn dequantize_row(&self, r: usize, out: &mut [f32]);
+
+    /// All eight rows, row `r` at `out[r * stride..]`, in SIMD code; `false` (nothing written)
+    /// where the type or the CPU has none.
+    fn dequantize_panel(&self, out: &mut [f32], stride: usize) -> bool {
+        let _ = (out, stride);
+        false
+    }
+}
+
+impl PanelKernel for PanelQ5_0 {
+    const COLUMN_WEIGHTS: usize = blocks::BLOCK;
+    const ACT_WEIGHTS: usize = GROUP_WEIGHTS;
+    type Act = ActGroup;
+
+    fn quantize(x: &[f32], out: &mut Vec<ActGroup>) {
+        blocks::quantize_activations(x, out);
+    }
+
+    fn tile<const RN: usize>(panels: &[Self], acts: [&[ActGroup]; RN]) -> [[f32; PANEL]; RN] {
         tile_panels(panels, acts).unwrap_or_else(|| tile_scalar(panels, acts))
     }
+
+    fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        PanelQ5_0::dequantize_row(self, r, out);
+    }
+
+    fn dequantize_panel(&self, out: &mut [f32], stride: usize) -> bool {
+        dequantize_panel(self, out, stride)
+    }
+}
+
+impl PanelKernel for PanelQ4K {
+    const COLUMN_WEIGHTS: usize = SUPER;
+    const ACT_WEIGHTS: usize = SUPER;
+    type Act = ActQ8K;
+
+    fn quantize(x: &[f32], out: &mut Vec<ActQ8K>) {
+        kquants::quantize_activations(x, out);
+    }
+
+    fn tile<const RN: usize>(panels: &[Self], acts: [&[ActQ8K]; RN]) -> [[f32; PANEL]; RN] {
+        tile_q4k_panels(panels, acts).unwrap_or_else(|| {
+            acts.map(|row| {
+                let mut out = [0f32; PANEL];
+                for (panel, act) in panels.iter().zip(row) {
+                    for (out, partial) in out.iter_mut().zip(panel.dot(act)) {
+                        *out += partial;
+                    }
+                }
+                out
+            })
+        })
+    }
+
+    fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        PanelQ4K::dequantize_row(self, r, out);
+    }
+}
+
+/// `out[i]` = the eight outputs of activation row `acts[i]`, for up to [`TILE`] rows.
+fn tile_into<P: PanelKernel>(panels: &[P], acts: &[&[P::Act]], out: &mut [[f32; PANEL]; TILE]) {
     match *acts {
-        [a] => out[..1].copy_from_slice(&one(panels, [a])),
-        [a, b] => out[..2].copy_from_slice(&one(panels, [a, b])),
-        [a, b, c] => out[..3].copy_from_slice(&one(panels, [a, b, c])),
-        [a, b, c, d] => out.copy_from_slice(&one(panels, [a, b, c, d])),
+        [a] => out[..1].copy_from_slice(&P::tile(panels, [a])),
+        [a, b] => out[..2].copy_from_slice(&P::tile(panels, [a, b])),
+        [a, b, c] => out[..3].copy_from_slice(&P::tile(panels, [a, b, c])),
+        [a, b, c, d] => out.copy_from_slice(&P::tile(panels, [a, b, c, d])),
         _ => {
             for (out, row) in out.iter_mut().zip(acts) {
-                *out = one(panels, [*row])[0];
+                *out = P::tile(panels, [*row])[0];
             }
         }
     }
@@ -33,16 +107,16 @@ fn tile_into(panels: &[PanelQ5_0], acts: &[&[ActGroup]], out: &mut [[f32; PANEL]
 
 /// `input` `(n_rows, in_features)` row-major times the transpose of the `(out_features,
 /// in_features)` matrix `panels` → `(n_rows, out_features)` row-major.
-pub fn multiply_interleaved(
-    panels: &[PanelQ5_0],
+pub fn multiply_interleaved<P: PanelKernel>(
+    panels: &[P],
     (out_features, in_features): (usize, usize),
     input: &[f32],
     n_rows: usize,
 ) -> Vec<f32> {
     let mut acts = Vec::new();
-    blocks::quantize_activations(input, &mut acts);
-    let act_rows: Vec<&[ActGroup]> = acts.chunks_exact(in_features / GROUP_WEIGHTS).collect();
-    let columns = in_features / blocks::BLOCK;
+    P::quantize(input, &mut acts);
+    let act_rows: Vec<&[P::Act]> = acts.chunks_exact(in_features / P::ACT_WEIGHTS).collect();
+    let columns = in_features / P::COLUMN_WEIGHTS;
     let panel_rows = out_features / PANEL;
     let mut output = vec![0f32; n_rows * out_features];
     let shared = Output(output.as_mut_ptr());

@@ -16,9 +16,11 @@
 
 mod avx2;
 mod avx2_interleaved;
+mod avx2_interleaved_kquants;
 mod avx2_kquants;
 mod blocks;
 mod interleaved;
+mod interleaved_kquants;
 mod interleaved_product;
 mod kernel;
 mod kquants;
@@ -29,10 +31,10 @@ use std::sync::Mutex;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
-use self::avx2_interleaved::dequantize_panel;
 use self::blocks::{GROUP, GroupQ5_0, GroupQ8_0, Q5_0_BYTES, Q8_0_BYTES};
 use self::interleaved::{PANEL, PanelQ5_0, interleave};
-use self::interleaved_product::multiply_interleaved;
+use self::interleaved_kquants::{PanelQ4K, interleave_q4k};
+use self::interleaved_product::{PanelKernel, multiply_interleaved};
 use self::kernel::{BlockKernel, TILE};
 use self::kquants::{BlockQ4K, BlockQ6K, Q4K_BYTES, Q6K_BYTES};
 use self::panels::multiply_by_panels;
@@ -67,6 +69,8 @@ enum Blocks {
     Q6K(Vec<BlockQ6K>),
     /// Q5_0 matrices of a multiple of eight rows, interleaved by eight rows.
     Q5_0x8(Vec<PanelQ5_0>),
+    /// Q4_K matrices of a multiple of eight rows, interleaved by eight rows.
+    Q4Kx8(Vec<PanelQ4K>),
 }
 
 /// Applies `$body` to the typed blocks of a row-by-row [`Blocks`], bound as `$blocks`, and
@@ -79,6 +83,7 @@ macro_rules! with_blocks {
             Blocks::Q4K($blocks) => $body,
             Blocks::Q6K($blocks) => $body,
             Blocks::Q5_0x8($panels) => $interleaved,
+            Blocks::Q4Kx8($panels) => $interleaved,
         }
     };
 }
@@ -133,6 +138,9 @@ impl QuantMatrix {
             GgmlDType::Q5_0 if out_features.is_multiple_of(PANEL) => {
                 Blocks::Q5_0x8(interleave(&bytes, out_features, in_features))
             }
+            GgmlDType::Q4K if out_features.is_multiple_of(PANEL) => {
+                Blocks::Q4Kx8(interleave_q4k(&bytes, out_features, in_features))
+            }
             GgmlDType::Q8_0 => Blocks::Q8_0(units.map(GroupQ8_0::parse).collect()),
             GgmlDType::Q5_0 => Blocks::Q5_0(units.map(GroupQ5_0::parse).collect()),
             GgmlDType::Q4K => Blocks::Q4K(units.map(BlockQ4K::parse).collect()),
@@ -163,7 +171,7 @@ impl QuantMatrix {
         let input = x.flatten_all()?.to_vec1::<f32>()?;
         let shape = (self.out_features, self.in_features);
         let panel_min_rows = match self.blocks {
-            Blocks::Q5_0x8(_) => INTERLEAVED_PANEL_MIN_ROWS,
+            Blocks::Q5_0x8(_) | Blocks::Q4Kx8(_) => INTERLEAVED_PANEL_MIN_ROWS,
             _ => PANEL_MIN_ROWS,
         };
         let output = if n_rows >= panel_min_rows {
@@ -219,19 +227,19 @@ impl QuantMatrix {
     }
 
     /// [`Self::dequantize_into`] for interleaved panels: whole panels (the f32 panels of a
-    /// product start at multiples of 64 rows) eight rows at a time in SIMD code, others row by
-    /// row.
-    fn dequantize_panels(&self, panels: &[PanelQ5_0], first: usize, out: &mut [f32]) {
+    /// product start at multiples of 64 rows) eight rows at a time (SIMD code where the type
+    /// has it), others row by row.
+    fn dequantize_panels<P: PanelKernel>(&self, panels: &[P], first: usize, out: &mut [f32]) {
         let columns = panels.len() / (self.out_features / PANEL);
         let panel_values = PANEL * self.in_features;
         if first.is_multiple_of(PANEL) && out.len().is_multiple_of(panel_values) {
             for (offset, values) in out.chunks_exact_mut(panel_values).enumerate() {
                 let row_panels = &panels[(first / PANEL + offset) * columns..][..columns];
                 for (column, panel) in row_panels.iter().enumerate() {
-                    let at = column * blocks::BLOCK;
-                    if !dequantize_panel(panel, &mut values[at..], self.in_features) {
+                    let at = column * P::COLUMN_WEIGHTS;
+                    if !panel.dequantize_panel(&mut values[at..], self.in_features) {
                         for r in 0..PANEL {
-                            let row = &mut values[r * self.in_features + at..][..blocks::BLOCK];
+                            let row = &mut values[r * self.in_features + at..][..P::COLUMN_WEIGHTS];
                             panel.dequantize_row(r, row);
                         }
                     }
@@ -244,7 +252,7 @@ impl QuantMatrix {
             let row_panels = &panels[row / PANEL * columns..][..columns];
             for (panel, chunk) in row_panels
                 .iter()
-                .zip(values.chunks_exact_mut(blocks::BLOCK))
+                .zip(values.chunks_exact_mut(P::COLUMN_WEIGHTS))
             {
                 panel.dequantize_row(row % PANEL, chunk);
             }

@@ -92,7 +92,9 @@ fn simd_tiles_agree_with_scalar_dots() {
             Blocks::Q5_0(b) => check_tiles(b, &x, b.len(), &label),
             Blocks::Q4K(b) => check_tiles(b, &x, b.len(), &label),
             Blocks::Q6K(b) => check_tiles(b, &x, b.len(), &label),
-            Blocks::Q5_0x8(_) => unreachable!("one row is not a panel of eight"),
+            Blocks::Q5_0x8(_) | Blocks::Q4Kx8(_) => {
+                unreachable!("one row is not a panel of eight")
+            }
         }
     }
 }
@@ -164,7 +166,7 @@ fn products_match_dense_matmul_of_dequantized_weights() {
     for (dtype, out_features) in TYPES
         .map(|t| (t, 70))
         .into_iter()
-        .chain([(GgmlDType::Q5_0, 72)])
+        .chain([(GgmlDType::Q5_0, 72), (GgmlDType::Q4K, 72)])
     {
         for n_rows in [1, 3, 6, 9] {
             let (ours, reference) = product_and_reference(dtype, out_features, n_rows, 4);
@@ -190,7 +192,10 @@ fn panel_products_match_dense_matmul_of_the_same_weights() {
     let cases = TYPES
         .map(|t| (t, 150, super::PANEL_MIN_ROWS))
         .into_iter()
-        .chain([(GgmlDType::Q5_0, 152, super::INTERLEAVED_PANEL_MIN_ROWS)]);
+        .chain([
+            (GgmlDType::Q5_0, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
+            (GgmlDType::Q4K, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
+        ]);
     for (dtype, out_features, threshold) in cases {
         for n_rows in [threshold, threshold + 33] {
             let (ours, reference) = product_and_reference(dtype, out_features, n_rows, 10);
@@ -200,6 +205,46 @@ fn panel_products_match_dense_matmul_of_the_same_weights() {
                     "{dtype:?} {n_rows} rows, output {i}: {a} vs {b}"
                 );
             }
+        }
+    }
+}
+
+#[test]
+fn interleaved_q4k_panels_hold_the_rows_and_their_simd_tiles_agree_with_the_reference() {
+    let cols = 4864 / 256 * 256;
+    let qtensor = quantized(PANEL, cols, GgmlDType::Q4K, 14);
+    let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
+    let Blocks::Q4Kx8(panels) = &matrix.blocks else {
+        panic!("eight Q4_K rows are interleaved");
+    };
+    let rows: Vec<u32> = (0..PANEL as u32).collect();
+    let ours = matrix.dequantize_rows(&rows, &Device::Cpu).expect("rows");
+    let theirs = qtensor.dequantize(&Device::Cpu).expect("dequantizable");
+    assert_eq!(to_vec(&ours), to_vec(&theirs));
+    if !avx2::available() {
+        return;
+    }
+    let x = to_vec(&random_matrix(3, cols, 15));
+    let mut acts = Vec::new();
+    super::kquants::quantize_activations(&x, &mut acts);
+    let act_rows: Vec<&[super::kquants::ActQ8K]> = acts.chunks_exact(cols / 256).collect();
+    let simd = super::avx2_interleaved_kquants::tile_q4k_panels(
+        panels,
+        [act_rows[0], act_rows[1], act_rows[2]],
+    )
+    .expect("avx2");
+    for (row, values) in act_rows.iter().zip(simd) {
+        let mut reference = [0f32; PANEL];
+        for (panel, act) in panels.iter().zip(*row) {
+            for (total, partial) in reference.iter_mut().zip(panel.dot(act)) {
+                *total += partial;
+            }
+        }
+        for (lane, (&s, &r)) in values.iter().zip(&reference).enumerate() {
+            assert!(
+                (s - r).abs() <= 1e-4 * r.abs().max(1.0),
+                "row {lane}: simd {s} reference {r}"
+            );
         }
     }
 }
