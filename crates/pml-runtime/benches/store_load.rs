@@ -76,7 +76,7 @@ fn store_load(criterion: &mut Criterion) {
         let memory = MemoryTier::new(4 * bytes);
         disk.put(&key, &state).expect("disk put");
         memory.put(&key, &state).expect("ram put");
-        let encoded = state.to_safetensors(&key, &spec).expect("encode");
+        let encoded = Arc::new(state.to_safetensors(&key, &spec).expect("encode"));
 
         let name = format!("store_4k_tokens_qwen2.5_0.5b_{}", state_dtype.as_str());
         let mut group = criterion.benchmark_group(name);
@@ -91,7 +91,9 @@ fn store_load(criterion: &mut Criterion) {
         });
         group.bench_function("decode_bytes", |bench| {
             bench.iter(|| {
-                black_box(ModuleState::from_safetensors(&encoded, &key, &spec).expect("decode"))
+                black_box(
+                    ModuleState::from_safetensors(encoded.clone(), &key, &spec).expect("decode"),
+                )
             })
         });
         group.bench_function("splice_into_f32_cache", |bench| {
@@ -108,7 +110,7 @@ fn store_load(criterion: &mut Criterion) {
         });
         group.finish();
         if state_dtype == DType::F16 {
-            f16_file = encoded;
+            f16_file = encoded.to_vec();
         }
     }
 

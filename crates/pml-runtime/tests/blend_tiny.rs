@@ -322,8 +322,12 @@ fn re_rotating_k_by_a_delta_equals_computing_it_at_the_new_positions() {
                 .reposition(&encoded, &at(new_first))
                 .expect("reposition");
             let computed = run(&at(new_first));
-            for (layer, ((moved_k, moved_v), (k, v))) in
-                moved.layers().iter().zip(computed.layers()).enumerate()
+            for (layer, ((moved_k, moved_v), (k, v))) in moved
+                .layers()
+                .unwrap()
+                .iter()
+                .zip(computed.layers().unwrap())
+                .enumerate()
             {
                 let what = format!("{arch:?} layer {layer} moved to {new_first}");
                 assert_close(moved_k, k, RELATIVE_TOLERANCE, &format!("{what}: K"));

@@ -152,7 +152,13 @@ fn tokens(first: u32, n: usize) -> Vec<u32> {
 
 fn assert_blocks_close(a: &KvBlock, b: &KvBlock, tolerance: f32, what: &str) {
     assert_eq!(a.positions(), b.positions(), "{what}: positions");
-    for (layer_idx, ((ak, av), (bk, bv))) in a.layers().iter().zip(b.layers()).enumerate() {
+    for (layer_idx, ((ak, av), (bk, bv))) in a
+        .layers()
+        .unwrap()
+        .iter()
+        .zip(b.layers().unwrap())
+        .enumerate()
+    {
         let (ak, av) = (as_f32(ak), as_f32(av));
         assert_close(
             &ak,

@@ -114,7 +114,12 @@ fn restored_deviation(restored: &KvCache, computed: &Computed) -> f32 {
         .expect("restored rows");
     assert_eq!(rows.positions(), computed.rows.positions());
     let mut worst: f32 = 0.0;
-    for (layer, ((k, v), (k0, v0))) in rows.layers().iter().zip(computed.rows.layers()).enumerate()
+    for (layer, ((k, v), (k0, v0))) in rows
+        .layers()
+        .unwrap()
+        .iter()
+        .zip(computed.rows.layers().unwrap())
+        .enumerate()
     {
         for (restored, expected) in [(k, k0), (v, v0)] {
             let scale = max_abs_diff(expected, &expected.zeros_like().expect("zeros")).max(1.0);

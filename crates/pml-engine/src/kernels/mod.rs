@@ -19,6 +19,7 @@
 
 mod exp_kernel;
 mod few_query_attention;
+pub(crate) mod huge_pages;
 mod masked_softmax;
 pub(crate) mod quant;
 

@@ -863,7 +863,7 @@ impl Model {
             )));
         }
         let layers = block
-            .layers()
+            .layers()?
             .iter()
             .enumerate()
             .map(|(layer_idx, (keys, values))| {

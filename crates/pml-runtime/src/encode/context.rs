@@ -96,13 +96,13 @@ pub fn select_rows(block: &KvBlock, rows: &[usize]) -> Result<KvBlock, KvCacheEr
     if rows.iter().copied().eq(0..block.len()) {
         return Ok(block.clone());
     }
-    let Some((first_keys, _)) = block.layers().first() else {
+    let Some((first_keys, _)) = block.layers()?.first() else {
         return KvBlock::new(Vec::new(), select(block.positions(), rows));
     };
     let row_ids: Vec<u32> = rows.iter().map(|&row| row as u32).collect();
     let index = Tensor::new(row_ids.as_slice(), first_keys.device())?;
     let layers = block
-        .layers()
+        .layers()?
         .iter()
         .map(|(keys, values)| {
             Ok((

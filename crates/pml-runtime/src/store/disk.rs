@@ -184,12 +184,15 @@ impl DiskTier {
         // SAFETY: a map is only sound while no one changes the file under it. Entry files are
         // never written in place: a put writes a temporary file and renames it over the entry
         // (`write_atomically`), and eviction and corruption handling unlink it; either leaves
-        // this mapping on the old, unchanged inode. Whatever the bytes hold, the checksum over
-        // the whole map is verified before any tensor is built from it, and the map is dropped
-        // before this returns (the state owns copies).
+        // this mapping on the old, unchanged inode, which lives as long as the map. The state
+        // keeps the map (its K and V are read from it by the splice, never copied out first),
+        // so this holds for the state's life: the store's own files are only replaced or
+        // unlinked, and docs/architecture.md ("Stored states") tells users not to edit them in
+        // place. Whatever the bytes hold, the checksum over the whole map is verified before
+        // any state is built on it.
         let map = unsafe { memmap2::MmapOptions::new().populate().map(file) }
             .map_err(|error| StoreError::io("map", path, error))?;
-        let state = ModuleState::from_safetensors(&map, key, &self.spec)?;
+        let state = ModuleState::from_safetensors(Arc::new(map), key, &self.spec)?;
         self.counters.bytes_read.fetch_add(len, Ordering::Relaxed);
         Ok(state)
     }

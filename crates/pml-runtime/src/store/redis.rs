@@ -462,12 +462,12 @@ impl Tier for RedisTier {
             self.counters.misses.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         };
-        match ModuleState::from_safetensors(&value, key, &self.spec) {
+        let len = value.len() as u64;
+        // The state keeps the value's bytes: its K and V are read from them, not copied out.
+        match ModuleState::from_safetensors(Arc::new(value), key, &self.spec) {
             Ok(state) => {
                 self.counters.hits.fetch_add(1, Ordering::Relaxed);
-                self.counters
-                    .bytes_read
-                    .fetch_add(value.len() as u64, Ordering::Relaxed);
+                self.counters.bytes_read.fetch_add(len, Ordering::Relaxed);
                 Ok(Some(Arc::new(state)))
             }
             Err(StoreError::Malformed(reason) | StoreError::Mismatch { found: reason, .. }) => {

@@ -21,6 +21,7 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 
 use candle_core::safetensors::Load;
 use candle_core::{DType, Device, Tensor};
@@ -29,7 +30,7 @@ use safetensors::tensor::{Dtype as SafeDtype, SafeTensors, View};
 use super::StoreError;
 use super::checksum::{self, CHECKSUM_FIELD};
 use super::key::{STORE_FORMAT_VERSION, StateKind, StoreKey};
-use pml_engine::kv_cache::{KvBlock, KvLayout};
+use pml_engine::kv_cache::{KvBlock, KvLayout, SharedBytes};
 
 /// The dtype states are stored in unless the store is opened for another
 /// ([`super::StoreConfig::state_dtype`]).
@@ -177,9 +178,16 @@ impl ModuleState {
     /// The same state with K, V and hidden states in `dtype` (itself, cheaply, when it already is):
     /// what a store of that dtype keeps.
     pub fn to_dtype(&self, dtype: DType) -> Result<Self, StoreError> {
+        let hidden_dtype = self.hidden.as_ref().map(Tensor::dtype);
+        if (self.kv.n_layers() == 0 || self.kv.dtype() == Some(dtype))
+            && hidden_dtype.is_none_or(|hidden_dtype| hidden_dtype == dtype)
+        {
+            // A state read from a file stays on the file's bytes.
+            return Ok(self.clone());
+        }
         let layers = self
             .kv
-            .layers()
+            .layers()?
             .iter()
             .map(|(keys, values)| Ok((keys.to_dtype(dtype)?, values.to_dtype(dtype)?)))
             .collect::<Result<Vec<_>, StoreError>>()?;
@@ -234,23 +242,22 @@ impl ModuleState {
                 self.kv.n_layers(),
             ));
         }
-        let row_shape = [self.len(), layout.n_kv_heads, layout.head_dim];
-        for (layer_idx, (keys, values)) in self.kv.layers().iter().enumerate() {
-            for tensor in [keys, values] {
-                if tensor.dims() != row_shape {
-                    return Err(StoreError::mismatch(
-                        "KV layout",
-                        format!("layer {layer_idx} of shape {row_shape:?}"),
-                        format!("{:?}", tensor.dims()),
-                    ));
-                }
-                if tensor.dtype() != spec.state_dtype {
-                    return Err(StoreError::mismatch(
-                        "state dtype",
-                        spec.state_dtype.as_str(),
-                        tensor.dtype().as_str(),
-                    ));
-                }
+        // Every layer of a block has the same row shape and dtype, one row per position.
+        if let Some(row_shape) = self.kv.row_shape() {
+            let expected = (layout.n_kv_heads, layout.head_dim);
+            if row_shape != expected {
+                return Err(StoreError::mismatch(
+                    "KV rows (kv heads, head dim)",
+                    format!("{expected:?}"),
+                    format!("{row_shape:?}"),
+                ));
+            }
+            if self.kv.dtype() != Some(spec.state_dtype) {
+                return Err(StoreError::mismatch(
+                    "state dtype",
+                    spec.state_dtype.as_str(),
+                    self.kv.dtype().map_or("several", |dtype| dtype.as_str()),
+                ));
             }
         }
         Ok(())
@@ -262,7 +269,7 @@ impl ModuleState {
         let layout = &spec.layout;
         let mut tensors = Vec::with_capacity(2 * layout.n_layers + 2);
         let layer_ids = Self::kv_layers(self.kind, layout);
-        for (&layer_idx, (keys, values)) in layer_ids.iter().zip(self.kv.layers()) {
+        for (&layer_idx, (keys, values)) in layer_ids.iter().zip(self.kv.layers()?) {
             tensors.push((
                 format!("layers.{layer_idx}.k"),
                 RawTensor::from_tensor(keys)?,
@@ -314,14 +321,16 @@ impl ModuleState {
         Ok(bytes)
     }
 
-    /// Decodes and checks a file written by [`Self::to_safetensors`] for `key` and `spec`; each
-    /// tensor is copied once, from `bytes` (a memory map of the file, on disk) into its own
-    /// storage, after the whole file's checksum is verified.
+    /// Decodes and checks a file written by [`Self::to_safetensors`] for `key` and `spec`, after
+    /// verifying the whole file's checksum. K and V stay in `bytes` (a memory map of the file,
+    /// on disk): the state keeps them alive and a splice converts them straight into the KV
+    /// cache; tokens, positions and hidden states are copied out.
     pub fn from_safetensors(
-        bytes: &[u8],
+        shared: SharedBytes,
         key: &StoreKey,
         spec: &StateSpec,
     ) -> Result<Self, StoreError> {
+        let bytes: &[u8] = (*shared).as_ref();
         let malformed = |what: String| StoreError::Malformed(what);
         let (_, header) = SafeTensors::read_metadata(bytes)
             .map_err(|error| malformed(format!("bad safetensors header: {error}")))?;
@@ -427,22 +436,14 @@ impl ModuleState {
         let tokens = read_u32s(&tensors, "tokens", n_tokens)?;
         let positions = read_u32s(&tensors, "positions", n_tokens)?;
         let row_shape = [n_tokens, layout.n_kv_heads, layout.head_dim];
-        let layers = layer_ids
+        let ranges = layer_ids
             .iter()
             .map(|layer_idx| {
+                let range =
+                    |name: String| kv_range(&tensors, bytes, &name, row_shape, spec.state_dtype);
                 Ok((
-                    read_kv(
-                        &tensors,
-                        &format!("layers.{layer_idx}.k"),
-                        row_shape,
-                        spec.state_dtype,
-                    )?,
-                    read_kv(
-                        &tensors,
-                        &format!("layers.{layer_idx}.v"),
-                        row_shape,
-                        spec.state_dtype,
-                    )?,
+                    range(format!("layers.{layer_idx}.k"))?,
+                    range(format!("layers.{layer_idx}.v"))?,
                 ))
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
@@ -458,8 +459,14 @@ impl ModuleState {
             }
             None => None,
         };
-        let kv = KvBlock::new(layers, positions)
-            .map_err(|error| malformed(format!("inconsistent KV: {error}")))?;
+        let kv = KvBlock::from_bytes(
+            shared.clone(),
+            spec.state_dtype,
+            (layout.n_kv_heads, layout.head_dim),
+            ranges,
+            positions,
+        )
+        .map_err(|error| malformed(format!("inconsistent KV: {error}")))?;
         Self::build(kind, kv, hidden, tokens)
     }
 }
@@ -499,13 +506,22 @@ fn read_u32s(tensors: &SafeTensors<'_>, name: &str, len: usize) -> Result<Vec<u3
         .collect())
 }
 
-fn read_kv(
+/// Where tensor `name`, checked to be of `dtype` and `shape`, lies in `bytes` (the file).
+fn kv_range(
     tensors: &SafeTensors<'_>,
+    bytes: &[u8],
     name: &str,
     shape: [usize; 3],
     dtype: DType,
-) -> Result<Tensor, StoreError> {
-    read_tensor(tensors, name, &shape, dtype)
+) -> Result<Range<usize>, StoreError> {
+    let view = checked_view(tensors, name, &shape, dtype)?;
+    let data = view.data();
+    // The view borrows `bytes`: its offset is where its slice starts within them.
+    let start = (data.as_ptr() as usize)
+        .checked_sub(bytes.as_ptr() as usize)
+        .filter(|start| start + data.len() <= bytes.len())
+        .ok_or_else(|| StoreError::Malformed(format!("`{name}` lies outside the file")))?;
+    Ok(start..start + data.len())
 }
 
 /// Tensor `name`, checked to be of `dtype` and `shape`, copied onto the CPU.
@@ -515,6 +531,15 @@ fn read_tensor(
     shape: &[usize],
     dtype: DType,
 ) -> Result<Tensor, StoreError> {
+    Ok(checked_view(tensors, name, shape, dtype)?.load(&Device::Cpu)?)
+}
+
+fn checked_view<'data>(
+    tensors: &SafeTensors<'data>,
+    name: &str,
+    shape: &[usize],
+    dtype: DType,
+) -> Result<safetensors::tensor::TensorView<'data>, StoreError> {
     let view = tensor_view(tensors, name)?;
     if view.dtype() != SafeDtype::from(dtype) || view.shape() != shape {
         return Err(StoreError::Malformed(format!(
@@ -523,7 +548,7 @@ fn read_tensor(
             view.shape()
         )));
     }
-    Ok(view.load(&Device::Cpu)?)
+    Ok(view)
 }
 
 fn tensor_view<'data>(

@@ -5,7 +5,9 @@
 
 use candle_core::{DType, Device, Tensor};
 use pml_engine::kv_cache::{KvBlock, KvLayout};
-use pml_runtime::store::{ContextHash, ModuleState, StateSpec, StoreKey, StoreKeyParts};
+use pml_runtime::store::{
+    ContextHash, ModuleState, StateSpec, StoreError, StoreKey, StoreKeyParts,
+};
 
 pub const FINGERPRINT: &str = "5eed0000aaaa1111bbbb2222cccc3333";
 
@@ -98,8 +100,9 @@ pub fn assert_same_state(actual: &ModuleState, expected: &ModuleState) {
     for (layer_idx, ((k1, v1), (k2, v2))) in actual
         .kv()
         .layers()
+        .expect("actual tensors")
         .iter()
-        .zip(expected.kv().layers())
+        .zip(expected.kv().layers().expect("expected tensors"))
         .enumerate()
     {
         for (a, b, what) in [(k1, k2, "K"), (v1, v2, "V")] {
@@ -127,4 +130,9 @@ pub fn files_under(dir: &std::path::Path) -> Vec<String> {
     }
     found.sort();
     found
+}
+
+/// [`ModuleState::from_safetensors`] on a copy of `bytes` (a file's contents or a part of them).
+pub fn decode(bytes: &[u8], key: &StoreKey, spec: &StateSpec) -> Result<ModuleState, StoreError> {
+    ModuleState::from_safetensors(std::sync::Arc::new(bytes.to_vec()), key, spec)
 }

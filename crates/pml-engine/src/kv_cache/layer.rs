@@ -1,0 +1,206 @@
+//! [`LayerKv`]: one layer's K and V buffers with spare rows, appended in place and copied on
+//! write.
+
+use std::sync::Arc;
+
+use candle_core::{Device, Tensor};
+
+use super::{KvCacheError, KvLayout};
+
+/// One layer of the cache.
+#[derive(Clone, Debug)]
+pub struct LayerKv {
+    /// `(capacity, kv_heads, head_dim)`; rows `0..positions.len()` are live.
+    pub(super) key_buffer: Tensor,
+    pub(super) value_buffer: Tensor,
+    pub(super) positions: Vec<u32>,
+    /// Rows below this may be visible through views taken before a truncation, so they are
+    /// never written in place. Views of live rows need no such guard: appends write past them.
+    exposed_rows: usize,
+    /// Shared by clones of this layer; a clone must not append into a buffer another owns.
+    owner: Arc<()>,
+}
+
+impl LayerKv {
+    pub(super) fn empty(layout: &KvLayout, device: &Device) -> Result<Self, KvCacheError> {
+        let buffer = Tensor::zeros(
+            (0, layout.n_kv_heads, layout.head_dim),
+            layout.dtype,
+            device,
+        )?;
+        Ok(Self {
+            key_buffer: buffer.clone(),
+            value_buffer: buffer,
+            positions: Vec::new(),
+            exposed_rows: 0,
+            owner: Arc::new(()),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.positions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.positions.is_empty()
+    }
+
+    /// Position of every live slot.
+    pub fn positions(&self) -> &[u32] {
+        &self.positions
+    }
+
+    /// K of every live slot, `(n_slots, kv_heads, head_dim)`, after RoPE. The view keeps its
+    /// contents whatever is written later, so K before and after a recompute can be compared.
+    pub fn keys(&self) -> Result<Tensor, KvCacheError> {
+        Ok(self.key_buffer.narrow(0, 0, self.len())?)
+    }
+
+    /// V of every live slot, `(n_slots, kv_heads, head_dim)`.
+    pub fn values(&self) -> Result<Tensor, KvCacheError> {
+        Ok(self.value_buffer.narrow(0, 0, self.len())?)
+    }
+
+    pub(super) fn capacity(&self) -> usize {
+        self.key_buffer.dims()[0]
+    }
+
+    /// Writes `keys`/`values` rows (`(n, kv_heads, head_dim)`) at `slots`: a slot below `len()`
+    /// is overwritten, the others must be `len()`, `len() + 1`, ... in order and are appended.
+    pub fn write(
+        &mut self,
+        slots: &[usize],
+        keys: &Tensor,
+        values: &Tensor,
+        positions: &[u32],
+    ) -> Result<(), KvCacheError> {
+        let (n_rows, kv_heads, head_dim) = keys.dims3()?;
+        let (_, buffer_heads, buffer_dim) = self.key_buffer.dims3()?;
+        if keys.dims() != values.dims()
+            || n_rows != slots.len()
+            || n_rows != positions.len()
+            || (kv_heads, head_dim) != (buffer_heads, buffer_dim)
+        {
+            return Err(KvCacheError::Shape(format!(
+                "write of keys {:?}, values {:?} at {} slots with {} positions into rows of \
+                 {buffer_heads}x{buffer_dim}",
+                keys.dims(),
+                values.dims(),
+                slots.len(),
+                positions.len()
+            )));
+        }
+        let old_len = self.len();
+        let mut overwrite_rows = Vec::new();
+        let mut append_rows = Vec::new();
+        let mut seen = vec![false; old_len + n_rows];
+        for (row, &slot) in slots.iter().enumerate() {
+            if slot < old_len {
+                overwrite_rows.push(row);
+            } else if slot == old_len + append_rows.len() {
+                append_rows.push(row);
+            } else {
+                return Err(KvCacheError::SlotNotContiguous {
+                    slot,
+                    next_free: old_len + append_rows.len(),
+                });
+            }
+            if std::mem::replace(&mut seen[slot], true) {
+                return Err(KvCacheError::DuplicateSlot { slot });
+            }
+        }
+        let keys = keys.to_dtype(self.key_buffer.dtype())?;
+        let values = values.to_dtype(self.value_buffer.dtype())?;
+        if !append_rows.is_empty() {
+            let (new_keys, new_values) = if overwrite_rows.is_empty() {
+                (keys.clone(), values.clone())
+            } else {
+                let rows = row_index(&append_rows, keys.device())?;
+                (keys.index_select(&rows, 0)?, values.index_select(&rows, 0)?)
+            };
+            let new_positions: Vec<u32> = append_rows.iter().map(|&row| positions[row]).collect();
+            self.append(&new_keys, &new_values, &new_positions)?;
+        }
+        if !overwrite_rows.is_empty() {
+            let target_slots: Vec<usize> = overwrite_rows.iter().map(|&row| slots[row]).collect();
+            let rows = row_index(&overwrite_rows, keys.device())?;
+            let new_keys = keys.index_select(&rows, 0)?;
+            let new_values = values.index_select(&rows, 0)?;
+            self.overwrite(&target_slots, &new_keys, &new_values)?;
+            for (&row, &slot) in overwrite_rows.iter().zip(&target_slots) {
+                self.positions[slot] = positions[row];
+            }
+        }
+        Ok(())
+    }
+
+    fn append(
+        &mut self,
+        keys: &Tensor,
+        values: &Tensor,
+        positions: &[u32],
+    ) -> Result<(), KvCacheError> {
+        let old_len = self.len();
+        let needed = old_len + positions.len();
+        let shared = Arc::strong_count(&self.owner) > 1;
+        if needed > self.capacity() || shared || self.exposed_rows > old_len {
+            // Grow geometrically so decoding costs amortised O(1) copies per token.
+            let capacity = needed.max(2 * self.capacity()).max(64);
+            self.key_buffer = reallocate(&self.key_buffer, old_len, capacity)?;
+            self.value_buffer = reallocate(&self.value_buffer, old_len, capacity)?;
+            self.owner = Arc::new(());
+            self.exposed_rows = 0;
+        }
+        self.key_buffer.slice_set(&keys.contiguous()?, 0, old_len)?;
+        self.value_buffer
+            .slice_set(&values.contiguous()?, 0, old_len)?;
+        self.positions.extend_from_slice(positions);
+        Ok(())
+    }
+
+    /// Copy-on-write: earlier views of these slots keep their old contents.
+    fn overwrite(
+        &mut self,
+        slots: &[usize],
+        keys: &Tensor,
+        values: &Tensor,
+    ) -> Result<(), KvCacheError> {
+        let (n_rows, kv_heads, head_dim) = keys.dims3()?;
+        let slot_ids: Vec<u32> = slots.iter().map(|&slot| slot as u32).collect();
+        let index = Tensor::from_vec(slot_ids, (n_rows, 1, 1), keys.device())?
+            .broadcast_as((n_rows, kv_heads, head_dim))?
+            .contiguous()?;
+        self.key_buffer = self.key_buffer.scatter(&index, keys, 0)?;
+        self.value_buffer = self.value_buffer.scatter(&index, values, 0)?;
+        self.owner = Arc::new(());
+        self.exposed_rows = 0;
+        Ok(())
+    }
+
+    pub(super) fn truncate(&mut self, len: usize) {
+        if len < self.len() {
+            // Views of the dropped rows may still be alive; never append over them in place.
+            self.exposed_rows = self.exposed_rows.max(self.len());
+            self.positions.truncate(len);
+        }
+    }
+}
+
+pub(super) fn row_index(rows: &[usize], device: &Device) -> Result<Tensor, KvCacheError> {
+    let rows: Vec<u32> = rows.iter().map(|&row| row as u32).collect();
+    let n_rows = rows.len();
+    Ok(Tensor::from_vec(rows, n_rows, device)?)
+}
+/// A new buffer of `capacity` rows holding the first `live_rows` rows of `buffer`.
+fn reallocate(buffer: &Tensor, live_rows: usize, capacity: usize) -> Result<Tensor, KvCacheError> {
+    let (_, kv_heads, head_dim) = buffer.dims3()?;
+    let fresh = Tensor::zeros(
+        (capacity, kv_heads, head_dim),
+        buffer.dtype(),
+        buffer.device(),
+    )?;
+    if live_rows > 0 {
+        fresh.slice_set(&buffer.narrow(0, 0, live_rows)?.contiguous()?, 0, 0)?;
+    }
+    Ok(fresh)
+}
