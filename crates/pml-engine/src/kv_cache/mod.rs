@@ -127,13 +127,13 @@ impl KvCache {
                 self.layout.n_layers
             )));
         }
-        if let Some((kv_heads, head_dim)) = block.row_shape() {
-            if (kv_heads, head_dim) != (self.layout.n_kv_heads, self.layout.head_dim) {
-                return Err(KvCacheError::Shape(format!(
-                    "block rows are {kv_heads}x{head_dim}, the cache's {}x{}",
-                    self.layout.n_kv_heads, self.layout.head_dim
-                )));
-            }
+        if let Some((kv_heads, head_dim)) = block.row_shape()
+            && (kv_heads, head_dim) != (self.layout.n_kv_heads, self.layout.head_dim)
+        {
+            return Err(KvCacheError::Shape(format!(
+                "block rows are {kv_heads}x{head_dim}, the cache's {}x{}",
+                self.layout.n_kv_heads, self.layout.head_dim
+            )));
         }
         Ok(())
     }
