@@ -1,8 +1,8 @@
 //! Load and splice costs of the module store for a state the size of the default model's
 //! (Qwen2.5-0.5B: 24 layers, 2 KV heads, head dim 64) over 4,096 tokens, the cached document of
 //! design §6: 101 MB stored in f32, 50 MB in f16 (the default). For each stored dtype: a RAM-tier
-//! hit, a disk-tier hit (page cache warm: map, verify the BLAKE3 checksum, decode), decoding the
-//! bytes alone (what a remote tier pays after the transfer), splicing the loaded state into the
+//! hit, a disk-tier hit (page cache warm: map, verify the BLAKE3 checksum, decode; K and V stay in
+//! the map), decoding the bytes alone (what a remote tier pays after the transfer), splicing the loaded state into the
 //! engine's f32 KV cache, the disk hit and the splice together (what `pml run --mode reuse`
 //! spends before computing), and a disk put. Then the checksum alone over the f16 file: BLAKE3 on
 //! one core, on every core, and sha256 (store format 1's) for comparison.
