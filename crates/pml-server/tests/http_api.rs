@@ -120,17 +120,29 @@ fn streamed_answer_matches_the_collected_one_and_ends_in_done() {
         text,
         collected["choices"][0]["text"].as_str().expect("text")
     );
+    // No usage unless `stream_options.include_usage` asks for it (OpenAI's rule).
+    assert!(chunks.iter().all(|chunk| chunk.get("usage").is_none()));
     let last = chunks.last().expect("a final chunk");
     assert_eq!(last["choices"][0]["finish_reason"], "length");
-    assert_eq!(last["usage"]["completion_tokens"], 8);
-    assert_eq!(
-        last["usage"]["cached_tokens"],
-        collected["usage"]["cached_tokens"]
-    );
     assert!(
         chunks[..chunks.len() - 1]
             .iter()
             .all(|chunk| chunk["choices"][0]["finish_reason"].is_null())
+    );
+
+    // With it, one more chunk: no choices, the whole usage.
+    let body = json!({"prompt": PROMPT, "max_tokens": 8, "stream": true,
+        "stream_options": {"include_usage": true}})
+    .to_string();
+    let stream = EventStream::open(&server.url("/v1/completions"), &body);
+    let events = stream.rest();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let usage_chunk = parse(&events[events.len() - 2]);
+    assert_eq!(usage_chunk["choices"], json!([]), "{usage_chunk}");
+    assert_eq!(usage_chunk["usage"]["completion_tokens"], 8);
+    assert_eq!(
+        usage_chunk["usage"]["cached_tokens"],
+        collected["usage"]["cached_tokens"]
     );
 }
 
@@ -386,7 +398,9 @@ fn shutdown_drains_in_flight_streams() {
     let mut server = TestServer::tiny(ServerConfig::default());
     let mut stream = EventStream::open(
         &server.url("/v1/completions"),
-        &completion_body("drain me", 200, true),
+        &json!({"prompt": "drain me", "max_tokens": 200, "stream": true,
+            "stream_options": {"include_usage": true}})
+        .to_string(),
     );
     assert!(stream.next_data().is_some());
     let handle = server.handle.take().expect("running server");

@@ -157,6 +157,12 @@ impl Runtime {
         &self.template
     }
 
+    /// Positions the model was trained for (the GGUF's context length): a prompt and its
+    /// answer must fit in them.
+    pub fn max_positions(&self) -> u32 {
+        self.max_positions
+    }
+
     pub fn store(&self) -> &ModuleStore {
         &self.store
     }

@@ -1,7 +1,9 @@
-//! Error responses: OpenAI's shape `{"error": {"message", "type", "code"}}`, with PML diagnostics
-//! (code, message, span, line and column) under `error.diagnostics` for a bad schema or prompt.
+//! Error responses in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}` (`param`
+//! the request field at fault or null, `code` a string or null), with PML diagnostics (code,
+//! message, span, line and column) under `error.diagnostics` for a bad schema or prompt.
 
 use axum::Json;
+use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use pml_syntax::json::JsonDiagnostic;
@@ -18,6 +20,10 @@ pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
     pub kind: &'static str,
+    /// The request field at fault, as OpenAI names it (`messages[0].content`).
+    pub param: Option<String>,
+    /// A machine-readable reason (`unsupported_parameter`, `context_length_exceeded`, …).
+    pub code: Option<&'static str>,
     pub diagnostics: Vec<JsonDiagnostic>,
 }
 
@@ -31,7 +37,8 @@ struct Inner<'a> {
     message: &'a str,
     #[serde(rename = "type")]
     kind: &'static str,
-    code: u16,
+    param: Option<&'a str>,
+    code: Option<&'static str>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     diagnostics: &'a [JsonDiagnostic],
 }
@@ -42,12 +49,52 @@ impl ApiError {
             status,
             message: message.into(),
             kind,
+            param: None,
+            code: None,
             diagnostics: Vec::new(),
         }
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    /// A 400 about one request field.
+    pub fn bad_field(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::bad_request(message).with_param(param)
+    }
+
+    /// A 400 for a field this server does not implement: refused, never ignored.
+    pub fn unsupported(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::bad_field(param, message).with_code("unsupported_parameter")
+    }
+
+    pub fn with_param(self, param: impl Into<String>) -> Self {
+        Self {
+            param: Some(param.into()),
+            ..self
+        }
+    }
+
+    pub fn with_code(self, code: &'static str) -> Self {
+        Self {
+            code: Some(code),
+            ..self
+        }
+    }
+
+    /// The body as OpenAI shapes it, also for errors sent inside a stream.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::to_value(Body {
+            error: Inner {
+                message: &self.message,
+                kind: self.kind,
+                param: self.param.as_deref(),
+                code: self.code,
+                diagnostics: &self.diagnostics,
+            },
+        })
+        .unwrap_or_else(|_| serde_json::json!({"error": {"message": self.message}}))
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
@@ -67,7 +114,12 @@ impl From<JobError> for ApiError {
                 diagnostics,
                 ..ApiError::bad_request(message)
             },
-            JobError::UnknownSchema(_) => ApiError::not_found(message),
+            JobError::UnknownSchema(_) => {
+                ApiError::not_found(message).with_code("schema_not_found")
+            }
+            JobError::TooLong { .. } => {
+                ApiError::bad_request(message).with_code("context_length_exceeded")
+            }
             JobError::BadRequest(_) => ApiError::bad_request(message),
             JobError::Internal(_) => ApiError::internal(message),
         }
@@ -84,17 +136,22 @@ impl From<SubmitError> for ApiError {
     }
 }
 
+/// A body axum could not read: too large (413, in JSON as well) or cut off.
+impl From<BytesRejection> for ApiError {
+    fn from(rejection: BytesRejection) -> Self {
+        let status = rejection.status();
+        let kind = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "request_too_large"
+        } else {
+            "invalid_request_error"
+        };
+        ApiError::new(status, kind, rejection.body_text())
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Body {
-            error: Inner {
-                message: &self.message,
-                kind: self.kind,
-                code: self.status.as_u16(),
-                diagnostics: &self.diagnostics,
-            },
-        };
-        let mut response = (self.status, Json(body)).into_response();
+        let mut response = (self.status, Json(self.body())).into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(
                 header::RETRY_AFTER,

@@ -3,14 +3,18 @@
 //! tensor or the model.
 //!
 //! - [`error`]: error responses (OpenAI's `{"error": …}` shape, plus PML diagnostics).
-//! - [`openai`]: request and response bodies of the completion endpoints.
+//! - [`request`]: request bodies of the completion endpoints, checked field by field.
+//! - [`openai`]: response bodies and stream chunks of the completion endpoints.
+//! - [`models`]: `/v1/models`, `/tokenize` and `/detokenize`.
 //! - [`completions`]: `/v1/completions` and `/v1/chat/completions`, streaming or not.
 //! - [`schemas`]: schema upload, progress, listing, deletion (bearer-token protected).
 //! - [`status`]: `/health`, `/metrics`, `/openapi.yaml`.
 
 pub mod completions;
 pub mod error;
+pub mod models;
 pub mod openai;
+pub mod request;
 pub mod schemas;
 pub mod status;
 
@@ -41,6 +45,10 @@ pub fn routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
         ("get", "/v1/schemas", get(schemas::list)),
         ("get", "/v1/schemas/{name}", get(schemas::show)),
         ("delete", "/v1/schemas/{name}", delete(schemas::remove)),
+        ("get", "/v1/models", get(models::list)),
+        ("get", "/v1/models/{id}", get(models::show)),
+        ("post", "/tokenize", post(models::tokenize)),
+        ("post", "/detokenize", post(models::detokenize)),
         ("post", "/v1/completions", post(completions::completion)),
         (
             "post",

@@ -1,116 +1,15 @@
-//! Bodies of the OpenAI-compatible endpoints: requests (with PML's `mode` and `recompute`) and
-//! the responses and stream chunks of the text and chat flavours.
+//! Response bodies and stream chunks of the OpenAI-compatible endpoints, text and chat flavours:
+//! choices by index, log-probabilities in each flavour's shape, and usage with PML's counts of
+//! where the prompt tokens came from.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use pml_engine::generation::{FinishReason, SamplingParams};
-use pml_runtime::inference::{InferenceMode, Ratio};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use pml_engine::generation::FinishReason;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
 
-use super::error::ApiError;
-use crate::config::ServerConfig;
-use crate::engine::{JobEnd, PromptUsage};
-
-/// `stop`: one string or several.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
-pub enum StopField {
-    One(String),
-    Many(Vec<String>),
-}
-
-/// Fields both completion endpoints accept besides the prompt. Unknown fields are ignored, as
-/// OpenAI clients send many.
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct GenerationFields {
-    pub model: Option<String>,
-    pub max_tokens: Option<usize>,
-    pub temperature: Option<f32>,
-    pub top_p: Option<f32>,
-    pub stop: Option<StopField>,
-    pub seed: Option<u64>,
-    #[serde(default)]
-    pub stream: bool,
-    /// PML: how a PML prompt's prefill is computed (`reuse`, `blend`, `full`).
-    pub mode: Option<String>,
-    /// PML: fraction of cached tokens to recompute in mode `blend` (0 to 1).
-    pub recompute: Option<f32>,
-}
-
-/// `POST /v1/completions`.
-#[derive(Clone, Debug, Deserialize)]
-pub struct CompletionRequest {
-    /// A PML prompt (`<prompt schema="…">…</prompt>`) or plain text.
-    pub prompt: String,
-    #[serde(flatten)]
-    pub fields: GenerationFields,
-}
-
-/// One message of a chat.
-#[derive(Clone, Debug, Deserialize)]
-pub struct ChatMessage {
-    pub role: String,
-    pub content: String,
-}
-
-/// `POST /v1/chat/completions`.
-#[derive(Clone, Debug, Deserialize)]
-pub struct ChatRequest {
-    pub messages: Vec<ChatMessage>,
-    #[serde(flatten)]
-    pub fields: GenerationFields,
-}
-
-impl GenerationFields {
-    /// Sampling parameters and mode, checked against the server's limits.
-    pub fn to_params(
-        &self,
-        config: &ServerConfig,
-    ) -> Result<(SamplingParams, InferenceMode), ApiError> {
-        let max_tokens = self.max_tokens.unwrap_or(config.default_max_tokens);
-        if max_tokens > config.max_tokens_limit {
-            return Err(ApiError::bad_request(format!(
-                "max_tokens {max_tokens} is above this server's limit of {}",
-                config.max_tokens_limit
-            )));
-        }
-        let defaults = SamplingParams::default();
-        let params = SamplingParams {
-            temperature: self.temperature.unwrap_or(defaults.temperature),
-            top_p: self.top_p.unwrap_or(defaults.top_p),
-            seed: self.seed.unwrap_or(defaults.seed),
-            max_tokens,
-            stop: match &self.stop {
-                None => Vec::new(),
-                Some(StopField::One(stop)) => vec![stop.clone()],
-                Some(StopField::Many(stops)) => stops.clone(),
-            },
-            ..defaults
-        };
-        params
-            .validate()
-            .map_err(|error| ApiError::bad_request(error.to_string()))?;
-        let mut mode = match &self.mode {
-            Some(mode) => mode
-                .parse::<InferenceMode>()
-                .map_err(ApiError::bad_request)?,
-            None => InferenceMode::default(),
-        };
-        if let Some(recompute) = self.recompute {
-            let InferenceMode::Blend(options) = &mut mode else {
-                return Err(ApiError::bad_request(format!(
-                    "recompute = {recompute} applies to mode `blend` only, not `{mode}`"
-                )));
-            };
-            options.recompute = Ratio::new(f64::from(recompute)).ok_or_else(|| {
-                ApiError::bad_request(format!("recompute = {recompute} is not within 0..=1"))
-            })?;
-        }
-        Ok((params, mode))
-    }
-}
+use crate::engine::{JobEnd, PromptUsage, TokenLogprob, TokenText};
 
 /// `usage`: OpenAI's counts plus where the prompt tokens came from.
 #[derive(Clone, Debug, Serialize)]
@@ -132,6 +31,7 @@ pub struct PromptTokensDetails {
 }
 
 impl Usage {
+    /// The prompt's counts (once, however many choices) and every choice's tokens.
     pub fn new(prompt: PromptUsage, completion_tokens: usize) -> Self {
         Self {
             prompt_tokens: prompt.prompt_tokens,
@@ -152,6 +52,15 @@ impl Usage {
 pub enum Flavor {
     Text,
     Chat,
+}
+
+/// One choice of a whole (non-streamed) answer.
+#[derive(Clone, Debug, Default)]
+pub struct ChoiceText {
+    pub text: String,
+    /// One entry per generated token, when log-probabilities were asked for.
+    pub logprobs: Option<Vec<TokenLogprob>>,
+    pub end: Option<JobEnd>,
 }
 
 /// What every response and chunk of one request repeats.
@@ -180,56 +89,128 @@ impl ResponseMeta {
         }
     }
 
-    /// The whole answer of a non-streamed request.
-    pub fn response(&self, text: &str, end: JobEnd, usage: &Usage) -> Value {
-        let choice = match self.flavor {
-            Flavor::Text => json!({
-                "index": 0, "text": text, "logprobs": null, "finish_reason": finish_reason(end)
-            }),
-            Flavor::Chat => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": finish_reason(end)
-            }),
-        };
-        json!({
-            "id": self.id,
-            "object": match self.flavor { Flavor::Text => "text_completion", Flavor::Chat => "chat.completion" },
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-            "usage": usage,
-        })
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.flavor, chunk) {
+            (Flavor::Text, _) => "text_completion",
+            (Flavor::Chat, false) => "chat.completion",
+            (Flavor::Chat, true) => "chat.completion.chunk",
+        }
     }
 
-    /// One streamed piece; the last chunk has the finish reason and the usage.
-    pub fn chunk(&self, text: &str, end: Option<JobEnd>, usage: Option<&Usage>) -> Value {
+    fn envelope(&self, chunk: bool, choices: Vec<Value>) -> Map<String, Value> {
+        let mut body = Map::new();
+        body.insert("id".into(), json!(self.id));
+        body.insert("object".into(), json!(self.object(chunk)));
+        body.insert("created".into(), json!(self.created));
+        body.insert("model".into(), json!(self.model));
+        body.insert("choices".into(), Value::Array(choices));
+        body
+    }
+
+    /// The whole answer of a non-streamed request.
+    pub fn response(&self, choices: &[ChoiceText], usage: &Usage) -> Value {
+        let choices = choices
+            .iter()
+            .enumerate()
+            .map(|(index, choice)| {
+                let logprobs = choice
+                    .logprobs
+                    .as_deref()
+                    .map(|tokens| self.logprobs(tokens, 0));
+                let finish = choice.end.map(finish_reason);
+                match self.flavor {
+                    Flavor::Text => json!({
+                        "index": index, "text": choice.text, "logprobs": logprobs,
+                        "finish_reason": finish
+                    }),
+                    Flavor::Chat => json!({
+                        "index": index,
+                        "message": {"role": "assistant", "content": choice.text, "refusal": null},
+                        "logprobs": logprobs,
+                        "finish_reason": finish
+                    }),
+                }
+            })
+            .collect();
+        let mut body = self.envelope(false, choices);
+        body.insert("usage".into(), json!(usage));
+        Value::Object(body)
+    }
+
+    /// One streamed piece of choice `index`: text (with its token's log-probability), or the
+    /// choice's end. `offset` is the choice's text length before this piece (the text flavour's
+    /// `text_offset`).
+    pub fn chunk(
+        &self,
+        index: usize,
+        text: &str,
+        logprob: Option<&TokenLogprob>,
+        offset: usize,
+        end: Option<JobEnd>,
+    ) -> Value {
         let finish = end.map(finish_reason);
+        let logprobs = logprob.map(|token| self.logprobs(std::slice::from_ref(token), offset));
         let choice = match self.flavor {
             Flavor::Text => json!({
-                "index": 0, "text": text, "logprobs": null, "finish_reason": finish
+                "index": index, "text": text, "logprobs": logprobs, "finish_reason": finish
             }),
             Flavor::Chat => {
-                let delta = if text.is_empty() {
+                let delta = if end.is_some() {
                     json!({})
                 } else {
                     json!({"role": "assistant", "content": text})
                 };
-                json!({"index": 0, "delta": delta, "finish_reason": finish})
+                json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
             }
         };
-        let mut chunk = json!({
-            "id": self.id,
-            "object": match self.flavor { Flavor::Text => "text_completion", Flavor::Chat => "chat.completion.chunk" },
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-        });
-        if let (Some(usage), Some(object)) = (usage, chunk.as_object_mut()) {
-            object.insert("usage".to_string(), json!(usage));
-        }
-        chunk
+        Value::Object(self.envelope(true, vec![choice]))
     }
+
+    /// The chunk `stream_options.include_usage` asks for: no choices, the whole usage.
+    pub fn usage_chunk(&self, usage: &Usage) -> Value {
+        let mut body = self.envelope(true, Vec::new());
+        body.insert("usage".into(), json!(usage));
+        Value::Object(body)
+    }
+
+    /// Log-probabilities of `tokens` in this flavour's shape: chat's `content` list, or the
+    /// completions endpoint's parallel lists (`text_offset` counted from `offset`, in bytes).
+    fn logprobs(&self, tokens: &[TokenLogprob], offset: usize) -> Value {
+        match self.flavor {
+            Flavor::Chat => json!({
+                "content": tokens.iter().map(|token| {
+                    let mut entry = chat_entry(&token.token, token.logprob);
+                    entry["top_logprobs"] = token.top.iter()
+                        .map(|(text, logprob)| chat_entry(text, *logprob))
+                        .collect();
+                    entry
+                }).collect::<Vec<_>>(),
+                "refusal": null,
+            }),
+            Flavor::Text => {
+                let mut offsets = Vec::with_capacity(tokens.len());
+                let mut at = offset;
+                for token in tokens {
+                    offsets.push(at);
+                    at += token.token.text.len();
+                }
+                json!({
+                    "tokens": tokens.iter().map(|token| &token.token.text).collect::<Vec<_>>(),
+                    "token_logprobs": tokens.iter().map(|token| token.logprob).collect::<Vec<_>>(),
+                    "top_logprobs": tokens.iter().map(|token| {
+                        token.top.iter()
+                            .map(|(text, logprob)| (text.text.clone(), json!(logprob)))
+                            .collect::<Map<String, Value>>()
+                    }).collect::<Vec<_>>(),
+                    "text_offset": offsets,
+                })
+            }
+        }
+    }
+}
+
+fn chat_entry(token: &TokenText, logprob: f32) -> Value {
+    json!({"token": token.text, "logprob": logprob, "bytes": token.bytes})
 }
 
 /// OpenAI's finish reasons: `stop` for an end-of-turn token or a stop string, `length` for the

@@ -46,8 +46,47 @@ pub struct CompletionJob {
     /// When the request arrived: time to first token counts from here.
     pub arrived: Instant,
     pub deadline: Instant,
+    /// `Some(k)`: report each generated token's log-probability and its `k` likeliest
+    /// alternatives.
+    pub logprobs: Option<usize>,
     /// Where the engine reports; dropping the receiver cancels the job.
-    pub events: mpsc::UnboundedSender<JobEvent>,
+    pub events: EventSink,
+}
+
+/// Where one choice of a request reports: the request's channel, each event tagged with the
+/// choice's index (a request for `n` choices runs `n` jobs over one channel).
+#[derive(Clone, Debug)]
+pub struct EventSink {
+    pub choice: usize,
+    pub sender: mpsc::UnboundedSender<(usize, JobEvent)>,
+}
+
+impl EventSink {
+    /// Sends `event`; `false` when the client has gone away.
+    pub fn send(&self, event: JobEvent) -> bool {
+        self.sender.send((self.choice, event)).is_ok()
+    }
+
+    /// Whether the client has gone away (its response future or stream was dropped).
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+}
+
+/// A generated token's log-probability under the model's distribution (before temperature and
+/// truncation), with its likeliest alternatives, most likely first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token: TokenText,
+    pub logprob: f32,
+    pub top: Vec<(TokenText, f32)>,
+}
+
+/// A token as text (lossy where it is part of a UTF-8 sequence) and its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenText {
+    pub text: String,
+    pub bytes: Vec<u8>,
 }
 
 /// Token counts of a prompt.
@@ -68,12 +107,17 @@ pub enum JobEnd {
     TimedOut,
 }
 
-/// What the engine reports about one completion, in order: `Started`, then `Text` pieces, then
-/// `Done` — or a single `Failed` when the prompt cannot be run.
+/// What the engine reports about one completion, in order: `Started`, then `Token`s, then `Done`
+/// — or a single `Failed` when the prompt cannot be run.
 #[derive(Debug)]
 pub enum JobEvent {
     Started(PromptUsage),
-    Text(String),
+    /// The text one generated token released (may be empty: the detokenizer waits for whole
+    /// characters and stop strings), with its log-probability when asked for.
+    Token {
+        text: String,
+        logprob: Option<TokenLogprob>,
+    },
     Done {
         end: JobEnd,
         completion_tokens: usize,
@@ -94,6 +138,16 @@ pub enum JobError {
     UnknownSchema(String),
     #[error("{0}")]
     BadRequest(String),
+    #[error(
+        "the prompt ({prompt_tokens} tokens) and max_tokens ({max_tokens}) need {} positions; \
+         the model's context holds {context}",
+        prompt_tokens + max_tokens
+    )]
+    TooLong {
+        prompt_tokens: usize,
+        max_tokens: usize,
+        context: usize,
+    },
     #[error("the engine failed: {0}")]
     Internal(String),
 }
@@ -116,6 +170,17 @@ pub enum EngineRequest {
         reply: oneshot::Sender<bool>,
     },
     Complete(CompletionJob),
+    /// The tokens of a prompt, answered between engine steps.
+    Tokenize {
+        prompt: PromptSource,
+        add_special: bool,
+        reply: oneshot::Sender<Result<Vec<u32>, JobError>>,
+    },
+    /// The text of some token ids.
+    Detokenize {
+        tokens: Vec<u32>,
+        reply: oneshot::Sender<Result<String, JobError>>,
+    },
 }
 
 /// Why a request could not reach the engine.
@@ -134,6 +199,8 @@ pub struct EngineHandle {
     queue_capacity: usize,
     pub schemas: Arc<SchemaRegistry>,
     pub metrics: Arc<Metrics>,
+    /// Positions the model was trained for (its context length).
+    pub max_positions: u32,
 }
 
 impl EngineHandle {
@@ -173,6 +240,7 @@ pub fn spawn(
         queue_capacity: config.queue_capacity,
         schemas: Arc::new(SchemaRegistry::default()),
         metrics: Arc::new(Metrics::default()),
+        max_positions: runtime.max_positions(),
     };
     let schemas = Arc::clone(&handle.schemas);
     let metrics = Arc::clone(&handle.metrics);

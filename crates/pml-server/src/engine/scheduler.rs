@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use candle_core::DType;
 use pml_compiler::{FsSourceLoader, RefuseSources};
+use pml_engine::Tokenizer;
 use pml_engine::model::DecodeSlot;
 use pml_runtime::encode::EncodeEvent;
 use pml_runtime::inference::{LaidOutSchema, Runtime};
@@ -19,7 +20,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::mpsc::error::TryRecvError;
 
 use super::schemas::{SchemaInfo, SchemaRegistry, SchemaStatus};
-use super::sequence::{Sequence, runtime_error};
+use super::sequence::{Sequence, prompt_tokens, runtime_error};
 use super::{CompletionJob, EngineRequest, JobEnd, JobError};
 use crate::metrics::{Metrics, Outcome, TierHits};
 
@@ -103,6 +104,27 @@ impl<'r> Scheduler<'r> {
                 let _ = reply.send(known);
             }
             EngineRequest::Complete(job) => self.waiting.push_back(job),
+            EngineRequest::Tokenize {
+                prompt,
+                add_special,
+                reply,
+            } => {
+                let _ = reply.send(prompt_tokens(self.runtime, &prompt, add_special));
+            }
+            EngineRequest::Detokenize { tokens, reply } => {
+                let vocab = self.runtime.tokenizer().vocab_size();
+                let answer = match tokens.iter().find(|&&token| token as usize >= vocab) {
+                    Some(token) => Err(JobError::BadRequest(format!(
+                        "token id {token} is outside the vocabulary (0..{vocab})"
+                    ))),
+                    None => self
+                        .runtime
+                        .tokenizer()
+                        .decode(&tokens)
+                        .map_err(|error| JobError::BadRequest(error.to_string())),
+                };
+                let _ = reply.send(answer);
+            }
         }
     }
 
@@ -188,11 +210,12 @@ impl<'r> Scheduler<'r> {
                 continue;
             }
             if Instant::now() >= job.deadline {
-                let _ = job.events.send(super::JobEvent::Done {
+                // Counted before the client hears of it, so the metric is there when it looks.
+                self.metrics.count_outcome(Outcome::TimedOut);
+                job.events.send(super::JobEvent::Done {
                     end: JobEnd::TimedOut,
                     completion_tokens: 0,
                 });
-                self.metrics.count_outcome(Outcome::TimedOut);
                 continue;
             }
             let progress = Sequence::admit(self.runtime, &self.schemas, job, &self.metrics);

@@ -16,12 +16,15 @@ use pml_syntax::LineIndex;
 use pml_syntax::ast::SourceFile;
 use pml_syntax::json::JsonDiagnostic;
 
-use super::{CompletionJob, JobEnd, JobError, JobEvent, PromptSource, PromptUsage};
+use super::{
+    CompletionJob, JobEnd, JobError, JobEvent, PromptSource, PromptUsage, TokenLogprob, TokenText,
+};
 use crate::metrics::{Metrics, Outcome};
 
 /// A completion between decode steps.
 pub struct Sequence<'r> {
     job: CompletionJob,
+    tokenizer: &'r dyn Tokenizer,
     state: DecodeState<'r>,
     pub kv: KvCache,
     /// The token to run through the model next and its position.
@@ -54,7 +57,7 @@ impl<'r> Sequence<'r> {
             Ok(prefilled) => prefilled,
             Err(error) => {
                 metrics.count_outcome(Outcome::Failed);
-                let _ = job.events.send(JobEvent::Failed(error));
+                job.events.send(JobEvent::Failed(error));
                 return None;
             }
         };
@@ -83,18 +86,18 @@ impl<'r> Sequence<'r> {
             Ok(state) => state,
             Err(error) => {
                 metrics.count_outcome(Outcome::Failed);
-                let _ = job
-                    .events
+                job.events
                     .send(JobEvent::Failed(JobError::BadRequest(error.to_string())));
                 return None;
             }
         };
-        if job.events.send(JobEvent::Started(usage)).is_err() {
+        if !job.events.send(JobEvent::Started(usage)) {
             metrics.count_outcome(Outcome::Cancelled);
             return None;
         }
         let sequence = Sequence {
             job,
+            tokenizer: runtime.tokenizer(),
             state,
             kv: prefilled.kv,
             next_token: 0,
@@ -110,13 +113,29 @@ impl<'r> Sequence<'r> {
         }
     }
 
-    /// Samples from this sequence's row of a step's logits and streams the text.
+    /// Samples from this sequence's row of a step's logits and streams the text (with the
+    /// token's log-probability when the job asked for it).
     pub fn accept(mut self, logits: &[f32], metrics: &Metrics) -> Progress<'r> {
-        let events = &self.job.events;
-        let mut closed = false;
-        let step = self.state.accept(logits, &mut |piece| {
-            closed |= events.send(JobEvent::Text(piece.to_string())).is_err();
-        });
+        let generated = self.state.token_ids().len();
+        let mut text = String::new();
+        let step = self.state.accept(logits, &mut |piece| text.push_str(piece));
+        let token = self.state.token_ids()[generated..].first().copied();
+        let closed = match token {
+            Some(token) => {
+                let logprob = self
+                    .job
+                    .logprobs
+                    .map(|top| token_logprob(self.tokenizer, logits, token, top));
+                !self.job.events.send(JobEvent::Token { text, logprob })
+            }
+            // The end-of-text token or the token limit: no token to report, but a stop
+            // string's held-back text may still come out.
+            None if !text.is_empty() => !self.job.events.send(JobEvent::Token {
+                text,
+                logprob: None,
+            }),
+            None => self.job.events.is_closed(),
+        };
         match step {
             _ if closed => {
                 metrics.count_outcome(Outcome::Cancelled);
@@ -153,7 +172,7 @@ impl<'r> Sequence<'r> {
             JobEnd::Finished(_) => Outcome::Completed,
             JobEnd::TimedOut => Outcome::TimedOut,
         });
-        let _ = self.job.events.send(JobEvent::Done {
+        self.job.events.send(JobEvent::Done {
             end,
             completion_tokens,
         });
@@ -162,8 +181,59 @@ impl<'r> Sequence<'r> {
 
     pub fn fail(self, error: JobError, metrics: &Metrics) -> Progress<'r> {
         metrics.count_outcome(Outcome::Failed);
-        let _ = self.job.events.send(JobEvent::Failed(error));
+        self.job.events.send(JobEvent::Failed(error));
         None
+    }
+}
+
+/// `token`'s log-probability under `logits` and the `top` likeliest tokens'.
+fn token_logprob(
+    tokenizer: &dyn Tokenizer,
+    logits: &[f32],
+    token: u32,
+    top: usize,
+) -> TokenLogprob {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let log_sum = logits
+        .iter()
+        .map(|&logit| (logit - max).exp())
+        .sum::<f32>()
+        .ln()
+        + max;
+    let logprob = |id: u32| {
+        logits
+            .get(id as usize)
+            .map_or(f32::NEG_INFINITY, |l| l - log_sum)
+    };
+    let mut best: Vec<u32> = Vec::with_capacity(top + 1);
+    if top > 0 {
+        let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+        let by_logit = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]);
+        let top = top.min(ids.len());
+        if top < ids.len() {
+            ids.select_nth_unstable_by(top - 1, by_logit);
+            ids.truncate(top);
+        }
+        ids.sort_by(by_logit);
+        best = ids;
+    }
+    TokenLogprob {
+        token: token_text(tokenizer, token),
+        logprob: logprob(token),
+        top: best
+            .into_iter()
+            .map(|id| (token_text(tokenizer, id), logprob(id)))
+            .collect(),
+    }
+}
+
+/// A token's text on its own and its bytes (the text's, so a token inside a multi-byte
+/// character shows as U+FFFD, as OpenAI's do).
+fn token_text(tokenizer: &dyn Tokenizer, token: u32) -> TokenText {
+    let text = tokenizer.decode(&[token]).unwrap_or_default();
+    TokenText {
+        bytes: text.as_bytes().to_vec(),
+        text,
     }
 }
 
@@ -183,28 +253,12 @@ fn prefill(
 ) -> Result<Prefilled, JobError> {
     let tokens = match &job.prompt {
         PromptSource::Pml(source) => return prefill_pml(runtime, schemas, job, source),
-        PromptSource::Text(text) => {
-            let mut tokens: Vec<u32> = runtime.tokenizer().bos_token().into_iter().collect();
-            tokens.extend(
-                runtime
-                    .tokenizer()
-                    .encode(text, false)
-                    .map_err(|error| JobError::BadRequest(error.to_string()))?,
-            );
-            tokens
-        }
-        PromptSource::Chat(turns) => {
-            let turns: Vec<_> = turns
-                .iter()
-                .map(|(role, text)| (*role, text.as_str()))
-                .collect();
-            chat_prompt_tokens(runtime.template(), runtime.tokenizer(), &turns)
-                .map_err(|error| JobError::BadRequest(error.to_string()))?
-        }
+        other => prompt_tokens(runtime, other, true)?,
     };
     if tokens.is_empty() {
         return Err(JobError::BadRequest("the prompt is empty".to_string()));
     }
+    check_context(runtime, tokens.len(), job)?;
     let positions: Vec<u32> = (0..tokens.len() as u32).collect();
     let model = runtime.model();
     let internal = |error: pml_engine::model::EngineError| JobError::Internal(error.to_string());
@@ -222,6 +276,38 @@ fn prefill(
         },
         all_tokens: tokens,
     })
+}
+
+/// The tokens of a plain or chat prompt (a PML prompt's text as plain text); `add_special` puts
+/// the model's BOS before plain text (chats get what their template writes).
+pub fn prompt_tokens(
+    runtime: &Runtime,
+    prompt: &PromptSource,
+    add_special: bool,
+) -> Result<Vec<u32>, JobError> {
+    let tokenizer = runtime.tokenizer();
+    match prompt {
+        PromptSource::Text(text) | PromptSource::Pml(text) => {
+            let mut tokens: Vec<u32> = match add_special {
+                true => tokenizer.bos_token().into_iter().collect(),
+                false => Vec::new(),
+            };
+            tokens.extend(
+                tokenizer
+                    .encode(text, false)
+                    .map_err(|error| JobError::BadRequest(error.to_string()))?,
+            );
+            Ok(tokens)
+        }
+        PromptSource::Chat(turns) => {
+            let turns: Vec<_> = turns
+                .iter()
+                .map(|(role, text)| (*role, text.as_str()))
+                .collect();
+            chat_prompt_tokens(runtime.template(), tokenizer, &turns)
+                .map_err(|error| JobError::BadRequest(error.to_string()))
+        }
+    }
 }
 
 fn prefill_pml(
@@ -246,6 +332,7 @@ fn prefill_pml(
         .map_err(|error| runtime_error(error, source))?;
     let plan = SplicePlan::new(&schema.layout, &bound)
         .map_err(|error| JobError::Internal(error.to_string()))?;
+    check_context(runtime, plan.all_tokens.len(), job)?;
     let prefill = runtime
         .prefill(&schema.layout, &bound, job.mode)
         .map_err(|error| JobError::Internal(error.to_string()))?;
@@ -261,6 +348,24 @@ fn prefill_pml(
         kv: prefill.kv,
         logits: prefill.logits,
     })
+}
+
+/// Refuses, before any computing, a prompt whose answer could run past the model's positions.
+fn check_context(
+    runtime: &Runtime,
+    prompt_tokens: usize,
+    job: &CompletionJob,
+) -> Result<(), JobError> {
+    let context = runtime.max_positions() as usize;
+    let max_tokens = job.params.max_tokens;
+    if prompt_tokens + max_tokens > context {
+        return Err(JobError::TooLong {
+            prompt_tokens,
+            max_tokens,
+            context,
+        });
+    }
+    Ok(())
 }
 
 /// A runtime error as a job error: diagnostics become JSON against `source`.

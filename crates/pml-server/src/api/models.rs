@@ -1,0 +1,129 @@
+//! `GET /v1/models` (the one model this server runs), `POST /tokenize` and `POST /detokenize`
+//! (vLLM's and llama.cpp's spellings of their fields both accepted).
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use super::AppState;
+use super::completions::parse_json;
+use super::error::ApiError;
+use super::request::ChatRequest;
+use crate::engine::{EngineRequest, PromptSource};
+
+fn model_entry(state: &AppState) -> Value {
+    json!({
+        "id": state.config.model_name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "pml",
+        "max_model_len": state.engine.max_positions,
+    })
+}
+
+pub async fn list(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [model_entry(&state)]}))
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    if id != state.config.model_name {
+        return Err(ApiError::not_found(format!(
+            "no model `{id}`: this server runs `{}`",
+            state.config.model_name
+        ))
+        .with_param("model")
+        .with_code("model_not_found"));
+    }
+    Ok(Json(model_entry(&state)))
+}
+
+/// `POST /tokenize`: `prompt` (vLLM) or `content` (llama.cpp) text, or chat `messages`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenizeRequest {
+    #[serde(default)]
+    model: Option<String>,
+    prompt: Option<String>,
+    content: Option<String>,
+    messages: Option<Vec<Value>>,
+    /// vLLM's name; llama.cpp's is `add_special`. Default: BOS before plain text.
+    add_special_tokens: Option<bool>,
+    add_special: Option<bool>,
+}
+
+pub async fn tokenize(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let request: TokenizeRequest = parse_json(&body?)?;
+    let _ = request.model;
+    let prompt = match (request.prompt.or(request.content), request.messages) {
+        (Some(text), None) => PromptSource::Text(text),
+        (None, Some(messages)) => {
+            let chat = ChatRequest {
+                messages,
+                logprobs: None,
+                top_logprobs: None,
+                fields: Default::default(),
+            };
+            PromptSource::Chat(chat.turns()?)
+        }
+        _ => {
+            return Err(ApiError::bad_field(
+                "prompt",
+                "give one of `prompt` (or `content`) and `messages`",
+            ));
+        }
+    };
+    let add_special = request
+        .add_special_tokens
+        .or(request.add_special)
+        .unwrap_or(true);
+    let (reply, answer) = oneshot::channel();
+    state.engine.send(EngineRequest::Tokenize {
+        prompt,
+        add_special,
+        reply,
+    })?;
+    let tokens = answer
+        .await
+        .map_err(|_| ApiError::internal("the engine stopped"))??;
+    Ok(Json(json!({
+        "tokens": tokens,
+        "count": tokens.len(),
+        "max_model_len": state.engine.max_positions,
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DetokenizeRequest {
+    #[serde(default)]
+    model: Option<String>,
+    tokens: Vec<u32>,
+}
+
+/// `POST /detokenize`: the text as `prompt` (vLLM) and `content` (llama.cpp).
+pub async fn detokenize(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let request: DetokenizeRequest = parse_json(&body?)?;
+    let _ = request.model;
+    let (reply, answer) = oneshot::channel();
+    state.engine.send(EngineRequest::Detokenize {
+        tokens: request.tokens,
+        reply,
+    })?;
+    let text = answer
+        .await
+        .map_err(|_| ApiError::internal("the engine stopped"))??;
+    Ok(Json(json!({"prompt": text, "content": text})))
+}

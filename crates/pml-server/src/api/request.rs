@@ -1,0 +1,471 @@
+//! Request bodies of the completion endpoints as OpenAI's clients send them, checked field by
+//! field: what this server implements is parsed and validated, what it does not is refused with
+//! a 400 naming the field (`param`), never ignored.
+
+use pml_engine::generation::SamplingParams;
+use pml_runtime::inference::{InferenceMode, Ratio};
+use pml_syntax::ast::Role;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+use crate::config::ServerConfig;
+
+/// Most choices one request may ask for (`n`).
+pub const MAX_CHOICES: usize = 8;
+/// Most alternatives per token (`top_logprobs`, OpenAI's limit for chat).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+/// Most alternatives per token of the completions endpoint (`logprobs`, OpenAI's limit).
+pub const MAX_COMPLETION_LOGPROBS: usize = 5;
+
+/// `stop`: one string or several.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum StopField {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `stream_options`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// Fields both completion endpoints accept besides the prompt.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct GenerationFields {
+    pub model: Option<String>,
+    pub max_tokens: Option<usize>,
+    pub max_completion_tokens: Option<usize>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub stop: Option<StopField>,
+    pub seed: Option<u64>,
+    pub n: Option<usize>,
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<StreamOptions>,
+    pub frequency_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub response_format: Option<Value>,
+    /// OpenAI's end-user identifier, for the operator's logs; it changes nothing in the answer.
+    pub user: Option<String>,
+    /// PML: how a PML prompt's prefill is computed (`reuse`, `blend`, `full`).
+    pub mode: Option<String>,
+    /// PML: fraction of cached tokens to recompute in mode `blend` (0 to 1).
+    pub recompute: Option<f32>,
+    /// Everything else the body holds, refused unless null.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+/// `POST /v1/completions`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct CompletionRequest {
+    /// A PML prompt (`<prompt schema="…">…</prompt>`) or plain text.
+    pub prompt: Value,
+    /// How many alternatives to report per token (0 to 5): OpenAI's legacy integer form.
+    pub logprobs: Option<usize>,
+    #[serde(flatten)]
+    pub fields: GenerationFields,
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<Value>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<usize>,
+    #[serde(flatten)]
+    pub fields: GenerationFields,
+}
+
+/// What a request asks of the engine, once checked.
+#[derive(Clone, Debug)]
+pub struct Generation {
+    pub params: SamplingParams,
+    pub mode: InferenceMode,
+    pub n: usize,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// `Some(k)`: report each token's log-probability and its `k` likeliest alternatives.
+    pub logprobs: Option<usize>,
+}
+
+impl GenerationFields {
+    /// Sampling parameters, mode and output options, checked against the server's limits.
+    pub fn check(
+        &self,
+        config: &ServerConfig,
+        logprobs: Option<usize>,
+    ) -> Result<Generation, ApiError> {
+        refuse_unknown(&self.other, "")?;
+        for (name, value) in [
+            ("frequency_penalty", self.frequency_penalty),
+            ("presence_penalty", self.presence_penalty),
+        ] {
+            if value.is_some_and(|value| value != 0.0) {
+                return Err(ApiError::unsupported(
+                    name,
+                    format!("`{name}` is not supported by this server (only 0)"),
+                ));
+            }
+        }
+        if let Some(format) = &self.response_format {
+            let kind = format.get("type").and_then(Value::as_str);
+            if kind != Some("text") {
+                return Err(ApiError::unsupported(
+                    "response_format",
+                    format!(
+                        "response_format of type {} is not supported by this server yet (only \
+                         `text`)",
+                        kind.map_or_else(|| "(none)".to_string(), |kind| format!("`{kind}`"))
+                    ),
+                ));
+            }
+        }
+        let max_tokens = match (self.max_tokens, self.max_completion_tokens) {
+            (Some(old), Some(new)) if old != new => {
+                return Err(ApiError::bad_field(
+                    "max_completion_tokens",
+                    format!("max_tokens ({old}) and max_completion_tokens ({new}) disagree"),
+                ));
+            }
+            (old, new) => new.or(old).unwrap_or(config.default_max_tokens),
+        };
+        if max_tokens > config.max_tokens_limit {
+            return Err(ApiError::bad_field(
+                "max_completion_tokens",
+                format!(
+                    "max_tokens {max_tokens} is above this server's limit of {}",
+                    config.max_tokens_limit
+                ),
+            ));
+        }
+        let n = self.n.unwrap_or(1);
+        if !(1..=MAX_CHOICES).contains(&n) {
+            return Err(ApiError::bad_field(
+                "n",
+                format!("n = {n}: this server answers 1 to {MAX_CHOICES} choices"),
+            ));
+        }
+        if self.stream_options.is_some() && !self.stream {
+            return Err(ApiError::bad_field(
+                "stream_options",
+                "stream_options applies to streamed requests only (`stream: true`)",
+            ));
+        }
+        let defaults = SamplingParams::default();
+        let params = SamplingParams {
+            temperature: self.temperature.unwrap_or(defaults.temperature),
+            top_p: self.top_p.unwrap_or(defaults.top_p),
+            seed: self.seed.unwrap_or(defaults.seed),
+            max_tokens,
+            stop: match &self.stop {
+                None => Vec::new(),
+                Some(StopField::One(stop)) => vec![stop.clone()],
+                Some(StopField::Many(stops)) => stops.clone(),
+            },
+            ..defaults
+        };
+        params
+            .validate()
+            .map_err(|error| ApiError::bad_request(error.to_string()))?;
+        Ok(Generation {
+            params,
+            mode: self.mode()?,
+            n,
+            stream: self.stream,
+            include_usage: self
+                .stream_options
+                .as_ref()
+                .is_some_and(|options| options.include_usage),
+            logprobs,
+        })
+    }
+
+    fn mode(&self) -> Result<InferenceMode, ApiError> {
+        let mut mode = match &self.mode {
+            Some(mode) => mode
+                .parse::<InferenceMode>()
+                .map_err(|message| ApiError::bad_field("mode", message))?,
+            None => InferenceMode::default(),
+        };
+        if let Some(recompute) = self.recompute {
+            let InferenceMode::Blend(options) = &mut mode else {
+                return Err(ApiError::bad_field(
+                    "recompute",
+                    format!("recompute = {recompute} applies to mode `blend` only, not `{mode}`"),
+                ));
+            };
+            options.recompute = Ratio::new(f64::from(recompute)).ok_or_else(|| {
+                ApiError::bad_field(
+                    "recompute",
+                    format!("recompute = {recompute} is not within 0..=1"),
+                )
+            })?;
+        }
+        Ok(mode)
+    }
+}
+
+impl CompletionRequest {
+    /// The prompt text: a string, or a list of one string (OpenAI's batch form with one entry).
+    pub fn prompt_text(&self) -> Result<String, ApiError> {
+        match &self.prompt {
+            Value::String(text) => Ok(text.clone()),
+            Value::Array(items) => match items.as_slice() {
+                [Value::String(text)] => Ok(text.clone()),
+                _ => Err(ApiError::unsupported(
+                    "prompt",
+                    "`prompt` must be one string (lists of several prompts and token ids are not \
+                     supported by this server)",
+                )),
+            },
+            _ => Err(ApiError::bad_field("prompt", "`prompt` must be a string")),
+        }
+    }
+
+    pub fn check(&self, config: &ServerConfig) -> Result<Generation, ApiError> {
+        if let Some(logprobs) = self.logprobs
+            && logprobs > MAX_COMPLETION_LOGPROBS
+        {
+            return Err(ApiError::bad_field(
+                "logprobs",
+                format!("logprobs = {logprobs}: at most {MAX_COMPLETION_LOGPROBS}"),
+            ));
+        }
+        self.fields.check(config, self.logprobs)
+    }
+}
+
+impl ChatRequest {
+    pub fn check(&self, config: &ServerConfig) -> Result<Generation, ApiError> {
+        let logprobs = match (self.logprobs.unwrap_or(false), self.top_logprobs) {
+            (_, Some(top)) if top > MAX_TOP_LOGPROBS => {
+                return Err(ApiError::bad_field(
+                    "top_logprobs",
+                    format!("top_logprobs = {top}: at most {MAX_TOP_LOGPROBS}"),
+                ));
+            }
+            (false, Some(_)) => {
+                return Err(ApiError::bad_field(
+                    "top_logprobs",
+                    "top_logprobs needs `logprobs: true`",
+                ));
+            }
+            (true, top) => Some(top.unwrap_or(0)),
+            (false, None) => None,
+        };
+        self.fields.check(config, logprobs)
+    }
+
+    /// The chat's turns: roles mapped, text parts of a content list joined.
+    pub fn turns(&self) -> Result<Vec<(Role, String)>, ApiError> {
+        if self.messages.is_empty() {
+            return Err(ApiError::bad_field("messages", "`messages` is empty"));
+        }
+        self.messages
+            .iter()
+            .enumerate()
+            .map(|(index, message)| message_turn(index, message))
+            .collect()
+    }
+}
+
+/// One message as a turn; anything it holds besides `role` and text `content` is refused.
+fn message_turn(index: usize, message: &Value) -> Result<(Role, String), ApiError> {
+    let param = format!("messages[{index}]");
+    let Some(fields) = message.as_object() else {
+        return Err(ApiError::bad_field(param, "a message must be an object"));
+    };
+    let role = match fields.get("role").and_then(Value::as_str) {
+        Some("system" | "developer") => Role::System,
+        Some("user") => Role::User,
+        Some("assistant") => Role::Assistant,
+        Some("tool" | "function") => {
+            return Err(ApiError::unsupported(
+                format!("{param}.role"),
+                "tool results are not supported by this server (no tool calling)",
+            ));
+        }
+        Some(other) => {
+            return Err(ApiError::bad_field(
+                format!("{param}.role"),
+                format!("unknown role `{other}` (expected system, developer, user or assistant)"),
+            ));
+        }
+        None => {
+            return Err(ApiError::bad_field(
+                format!("{param}.role"),
+                "a message needs a `role`",
+            ));
+        }
+    };
+    let mut rest = fields.clone();
+    rest.remove("role");
+    let content = rest.remove("content");
+    refuse_unknown(&rest, &format!("{param}."))?;
+    let text = match content {
+        Some(Value::String(text)) => text,
+        Some(Value::Array(parts)) => content_parts(&param, &parts)?,
+        Some(Value::Null) | None => {
+            return Err(ApiError::bad_field(
+                format!("{param}.content"),
+                "a message needs text `content`",
+            ));
+        }
+        Some(_) => {
+            return Err(ApiError::bad_field(
+                format!("{param}.content"),
+                "`content` must be a string or a list of content parts",
+            ));
+        }
+    };
+    Ok((role, text))
+}
+
+/// The text parts of a content list, joined; other part types are refused.
+fn content_parts(param: &str, parts: &[Value]) -> Result<String, ApiError> {
+    let mut text = String::new();
+    for (index, part) in parts.iter().enumerate() {
+        let at = format!("{param}.content[{index}]");
+        match part.get("type").and_then(Value::as_str) {
+            Some("text") => match part.get("text").and_then(Value::as_str) {
+                Some(piece) => text.push_str(piece),
+                None => {
+                    return Err(ApiError::bad_field(
+                        format!("{at}.text"),
+                        "a text part needs a `text` string",
+                    ));
+                }
+            },
+            Some(other) => {
+                return Err(ApiError::unsupported(
+                    format!("{at}.type"),
+                    format!("content parts of type `{other}` are not supported (text only)"),
+                ));
+            }
+            None => {
+                return Err(ApiError::bad_field(
+                    format!("{at}.type"),
+                    "a content part needs a `type`",
+                ));
+            }
+        }
+    }
+    Ok(text)
+}
+
+/// Refuses the first non-null field of `fields` (prefixed by `prefix` in the error's `param`).
+fn refuse_unknown(fields: &Map<String, Value>, prefix: &str) -> Result<(), ApiError> {
+    let mut names: Vec<&String> = fields
+        .iter()
+        .filter(|(_, value)| !value.is_null())
+        .map(|(name, _)| name)
+        .collect();
+    names.sort();
+    let Some(name) = names.first() else {
+        return Ok(());
+    };
+    let why = match name.as_str() {
+        "tools"
+        | "tool_choice"
+        | "functions"
+        | "function_call"
+        | "parallel_tool_calls"
+        | "tool_calls"
+        | "tool_call_id" => "tool calling is not supported by this server",
+        "logit_bias" => "logit_bias is not supported by this server",
+        "echo" | "best_of" | "suffix" => "this completions option is not supported by this server",
+        "audio" | "modalities" => "audio is not supported by this server (text only)",
+        _ => "this field is not supported by this server",
+    };
+    Err(ApiError::unsupported(
+        format!("{prefix}{name}"),
+        format!("`{prefix}{name}`: {why}"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn chat(body: Value) -> Result<(Generation, Vec<(Role, String)>), ApiError> {
+        let request: ChatRequest = serde_json::from_value(body).expect("parses");
+        Ok((request.check(&ServerConfig::default())?, request.turns()?))
+    }
+
+    #[test]
+    fn content_parts_are_joined_and_other_parts_refused_by_name() {
+        let (_, turns) = chat(json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "Hello, "}, {"type": "text", "text": "world"}]}]}))
+        .expect("text parts");
+        assert_eq!(turns, vec![(Role::User, "Hello, world".to_string())]);
+        let error = chat(json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "x"}}]}]}))
+        .expect_err("image part");
+        assert_eq!(error.param.as_deref(), Some("messages[0].content[1].type"));
+        assert_eq!(error.code, Some("unsupported_parameter"));
+    }
+
+    #[test]
+    fn unsupported_fields_are_refused_never_ignored() {
+        for (body, param) in [
+            (json!({"tools": [{"type": "function"}]}), "tools"),
+            (json!({"logit_bias": {"1": 5}}), "logit_bias"),
+            (json!({"frequency_penalty": 0.5}), "frequency_penalty"),
+            (
+                json!({"response_format": {"type": "json_object"}}),
+                "response_format",
+            ),
+            (json!({"something_new": 1}), "something_new"),
+        ] {
+            let mut body = body;
+            body["messages"] = json!([{"role": "user", "content": "hi"}]);
+            let error = chat(body).expect_err(param);
+            assert_eq!(error.param.as_deref(), Some(param), "{}", error.message);
+            assert_eq!(error.status, 400);
+        }
+        let error = chat(json!({"messages": [{"role": "user", "content": "hi", "name": "x"}]}))
+            .expect_err("name");
+        assert_eq!(error.param.as_deref(), Some("messages[0].name"));
+        // Null means unset, as clients send it.
+        chat(json!({"messages": [{"role": "user", "content": "hi"}], "tools": null, "user": "u"}))
+            .expect("nulls and user are fine");
+    }
+
+    #[test]
+    fn token_limits_choices_logprobs_and_usage_options() {
+        let messages = json!([{"role": "user", "content": "hi"}]);
+        let (generation, _) = chat(json!({"messages": messages, "max_completion_tokens": 7,
+            "n": 2, "logprobs": true, "top_logprobs": 3, "stream": true,
+            "stream_options": {"include_usage": true}}))
+        .expect("valid");
+        assert_eq!(generation.params.max_tokens, 7);
+        assert_eq!((generation.n, generation.logprobs), (2, Some(3)));
+        assert!(generation.stream && generation.include_usage);
+        for (body, param) in [
+            (
+                json!({"max_tokens": 5, "max_completion_tokens": 6}),
+                "max_completion_tokens",
+            ),
+            (json!({"n": 0}), "n"),
+            (json!({"top_logprobs": 2}), "top_logprobs"),
+            (
+                json!({"stream_options": {"include_usage": true}}),
+                "stream_options",
+            ),
+        ] {
+            let mut body = body;
+            body["messages"] = messages.clone();
+            let error = chat(body).expect_err(param);
+            assert_eq!(error.param.as_deref(), Some(param), "{}", error.message);
+        }
+    }
+}
