@@ -1,0 +1,125 @@
+"""The server as OpenAI's official Python client (`openai`) uses it, against a running `pml serve`.
+
+Run by tests/openai_client.rs (which starts the server on the real default model, uploads the
+`notes` schema of tests/support and passes the base URL): `python openai_client.py BASE_URL`.
+Each check prints one line; the first failure raises and the process exits non-zero.
+"""
+
+import json
+import sys
+
+import openai
+
+BASE = sys.argv[1].rstrip("/")
+PML_PROMPT = sys.argv[2] if len(sys.argv) > 2 else None
+client = openai.OpenAI(base_url=BASE + "/v1", api_key="unused", max_retries=0, timeout=120)
+MODEL = "pml"
+CHAT = [{"role": "user", "content": "Name one colour."}]
+
+
+def check(name, condition, detail=""):
+    if not condition:
+        raise AssertionError(f"{name}: {detail}")
+    print(f"ok  {name}")
+
+
+def expect_error(name, status, param, call):
+    try:
+        call()
+    except openai.APIStatusError as error:
+        body = error.body if isinstance(error.body, dict) else {}
+        check(f"{name}: status {status}", error.status_code == status, error.status_code)
+        check(f"{name}: param {param}", body.get("param") == param, body)
+        for field in ("message", "type", "param", "code"):
+            check(f"{name}: error has `{field}`", field in body, body)
+        code = body.get("code")
+        check(f"{name}: code is a string or null", code is None or isinstance(code, str), code)
+        return body
+    raise AssertionError(f"{name}: no error")
+
+
+models = client.models.list()
+check("models.list names the served model", [m.id for m in models.data] == [MODEL], models)
+check("models.retrieve", client.models.retrieve(MODEL).id == MODEL)
+
+chat = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=5)
+check("chat: one choice with text", len(chat.choices) == 1 and chat.choices[0].message.content)
+check("chat: usage counts", chat.usage.completion_tokens <= 5 and chat.usage.prompt_tokens > 0)
+check("chat: finish reason", chat.choices[0].finish_reason in ("stop", "length"))
+
+limited = client.chat.completions.create(model=MODEL, messages=CHAT, max_completion_tokens=2)
+check("max_completion_tokens bounds the answer", limited.usage.completion_tokens <= 2, limited.usage)
+
+parts = client.chat.completions.create(
+    model=MODEL,
+    max_tokens=3,
+    temperature=0,
+    messages=[{"role": "user", "content": [
+        {"type": "text", "text": "Name one "}, {"type": "text", "text": "colour."}]}],
+)
+plain = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=3, temperature=0)
+check("content parts are the joined text", parts.choices[0].message.content
+      == plain.choices[0].message.content, (parts.choices[0].message, plain.choices[0].message))
+
+two = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=3, n=2, temperature=0)
+check("n=2 gives two choices", [c.index for c in two.choices] == [0, 1], two.choices)
+check("n=2, greedy: the same answer twice",
+      two.choices[0].message.content == two.choices[1].message.content == plain.choices[0].message.content,
+      two.choices)
+check("n=2 counts both answers' tokens",
+      two.usage.completion_tokens == 2 * plain.usage.completion_tokens, (two.usage, plain.usage))
+check("n=2 counts the prompt once", two.usage.prompt_tokens == plain.usage.prompt_tokens)
+
+with_logprobs = client.chat.completions.create(
+    model=MODEL, messages=CHAT, max_tokens=3, logprobs=True, top_logprobs=2, temperature=0)
+content = with_logprobs.choices[0].logprobs.content
+check("chat logprobs: one entry per token", len(content) == with_logprobs.usage.completion_tokens
+      or with_logprobs.choices[0].finish_reason == "stop", content)
+first = content[0]
+check("chat logprobs: the greedy token is the likeliest", first.top_logprobs[0].token == first.token
+      and abs(first.top_logprobs[0].logprob - first.logprob) < 1e-4, first)
+check("chat logprobs: values are log-probabilities", all(e.logprob <= 0 for e in content))
+
+text = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=3, logprobs=2)
+lp = text.choices[0].logprobs
+check("completions: text", isinstance(text.choices[0].text, str))
+check("completions logprobs: parallel lists", len(lp.tokens) == len(lp.token_logprobs)
+      == len(lp.top_logprobs) == len(lp.text_offset), lp)
+
+stream = client.chat.completions.create(
+    model=MODEL, messages=CHAT, max_tokens=4, stream=True, stream_options={"include_usage": True})
+pieces, usage, finish = [], None, None
+for chunk in stream:
+    if chunk.usage is not None:
+        usage = chunk.usage
+        check("stream: the usage chunk has no choices", chunk.choices == [], chunk)
+    for choice in chunk.choices:
+        pieces.append(choice.delta.content or "")
+        finish = choice.finish_reason or finish
+check("chat stream: text and a finish reason", "".join(pieces) and finish in ("stop", "length"))
+check("chat stream: usage with include_usage", usage is not None and usage.completion_tokens <= 4)
+
+stream = client.completions.create(model=MODEL, prompt="One, two,", max_tokens=3, stream=True)
+chunks = list(stream)
+check("completions stream: no usage without include_usage", all(c.usage is None for c in chunks))
+check("completions stream: text", "".join(c.choices[0].text for c in chunks if c.choices))
+
+if PML_PROMPT:
+    pml = client.completions.create(model=MODEL, prompt=PML_PROMPT, max_tokens=3)
+    details = pml.usage.prompt_tokens_details
+    check("PML prompt: answered from the cached module", details.cached_tokens > 0, pml.usage)
+
+body = expect_error("tools refused", 400, "tools", lambda: client.chat.completions.create(
+    model=MODEL, messages=CHAT, max_tokens=2,
+    tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]))
+check("tools refused: code", body.get("code") == "unsupported_parameter", body)
+expect_error("image part refused", 400, "messages[0].content[0].type",
+             lambda: client.chat.completions.create(model=MODEL, max_tokens=2, messages=[
+                 {"role": "user", "content": [{"type": "image_url",
+                                               "image_url": {"url": "https://x/y.png"}}]}]))
+expect_error("unknown model", 404, "model", lambda: client.models.retrieve("gpt-4o"))
+body = expect_error("a prompt past the context", 400, None, lambda: client.completions.create(
+    model=MODEL, prompt="word " * 40000, max_tokens=1))
+check("a prompt past the context: code", body.get("code") == "context_length_exceeded", body)
+
+print(json.dumps({"passed": True}))
