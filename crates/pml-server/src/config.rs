@@ -19,6 +19,8 @@ pub struct ServerConfig {
     pub max_batch: usize,
     /// A completion still running this long after it arrived is ended.
     pub request_timeout: Duration,
+    /// RAM for the KV of plain prompts' blocks (automatic prefix caching); 0 turns it off.
+    pub prefix_cache_bytes: u64,
     /// Bearer token required to upload or delete schemas; `None` leaves them open.
     pub admin_token: Option<String>,
     /// Shut down on Ctrl-C / SIGTERM (the CLI); tests stop the server through its handle.
@@ -35,6 +37,7 @@ impl Default for ServerConfig {
             queue_capacity: 64,
             max_batch: 16,
             request_timeout: Duration::from_secs(600),
+            prefix_cache_bytes: 1 << 30,
             admin_token: None,
             handle_signals: false,
         }

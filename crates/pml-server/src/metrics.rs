@@ -99,7 +99,13 @@ pub struct TierHits {
 #[derive(Debug, Default)]
 pub struct Metrics {
     pub time_to_first_token: Histogram,
-    pub time_per_output_token: Histogram,
+    pub inter_token_latency: Histogram,
+    /// From arrival to admission (the start of the prefill).
+    pub queue_time: Histogram,
+    /// Plain-prompt tokens looked up in the prefix cache, and those found (vLLM's
+    /// `prefix_cache_queries` / `prefix_cache_hits`, in tokens).
+    pub prefix_cache_queries: AtomicU64,
+    pub prefix_cache_hits: AtomicU64,
     /// Completions accepted and not yet admitted by the engine.
     pub queue_depth: AtomicUsize,
     pub active_sequences: AtomicUsize,
@@ -135,11 +141,35 @@ impl Metrics {
             "pml_time_to_first_token_seconds",
             "From a completion's arrival to its first token (queueing and prefill included).",
         );
-        self.time_per_output_token.render(
+        // Named as vLLM's metrics of the same meaning, with PML's prefix.
+        self.inter_token_latency.render(
             &mut out,
-            "pml_time_per_output_token_seconds",
+            "pml_inter_token_latency_seconds",
             "Time of each decode step, per generated token after the first.",
         );
+        self.queue_time.render(
+            &mut out,
+            "pml_request_queue_time_seconds",
+            "From a completion's arrival to the start of its prefill.",
+        );
+        for (name, help, value) in [
+            (
+                "pml_prefix_cache_queries_total",
+                "Plain-prompt tokens looked up in the prefix cache.",
+                &self.prefix_cache_queries,
+            ),
+            (
+                "pml_prefix_cache_hits_total",
+                "Plain-prompt tokens spliced from the prefix cache.",
+                &self.prefix_cache_hits,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
         let gauge = |out: &mut String, name: &str, help: &str, value: usize| {
             let _ = writeln!(
                 out,

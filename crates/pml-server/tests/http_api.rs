@@ -458,3 +458,70 @@ fn concurrent_requests_are_batched_and_match_sequential_answers() {
         );
     }
 }
+
+#[test]
+fn a_repeated_prefix_is_spliced_and_answers_as_it_would_uncached() {
+    let system = "Answer in one short line, using only the notes you were given. ".repeat(8);
+    let chat = |question: &str| {
+        json!({"max_tokens": 8, "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": question}]})
+        .to_string()
+    };
+    let ask = |server: &TestServer, question: &str| {
+        let (status, body) = call(
+            "POST",
+            &server.url("/v1/chat/completions"),
+            Some(&chat(question)),
+            None,
+        );
+        assert_eq!(status, 200, "{body}");
+        parse(&body)
+    };
+    let server = TestServer::tiny(ServerConfig::default());
+    let first = ask(&server, "What is first?");
+    assert_eq!(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    let second = ask(&server, "And what comes second?");
+    let prompt = second["usage"]["prompt_tokens"].as_u64().expect("prompt");
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .expect("cached");
+    // The system turn is shared; the questions differ: most of the prompt is spliced, in
+    // whole blocks, and the rest computed.
+    assert!(cached > 0 && cached % 16 == 0, "{second}");
+    assert!(cached * 10 >= prompt * 6, "{cached} of {prompt}");
+    assert_eq!(
+        second["usage"]["new_tokens"].as_u64(),
+        Some(prompt - cached),
+        "{second}"
+    );
+
+    // The same question on a server without the cache: the same greedy answer.
+    let uncached = TestServer::tiny(ServerConfig {
+        prefix_cache_bytes: 0,
+        ..ServerConfig::default()
+    });
+    let alone = ask(&uncached, "And what comes second?");
+    assert_eq!(alone["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    assert_eq!(
+        second["choices"][0]["message"]["content"],
+        alone["choices"][0]["message"]["content"]
+    );
+    // And the whole prompt once more: everything but the last block's remainder is cached.
+    let again = ask(&server, "And what comes second?");
+    assert!(
+        again["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64() > Some(cached),
+        "{again}"
+    );
+    assert_eq!(
+        again["choices"][0]["message"]["content"],
+        alone["choices"][0]["message"]["content"]
+    );
+    let hits = server.metric("pml_prefix_cache_hits_total");
+    let again_cached = again["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .expect("cached");
+    assert_eq!(hits, (cached + again_cached) as f64);
+    assert!(server.metric("pml_prefix_cache_queries_total") >= hits + prompt as f64);
+    assert!(server.metric("pml_request_queue_time_seconds_count") >= 3.0);
+}

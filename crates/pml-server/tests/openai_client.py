@@ -104,6 +104,16 @@ chunks = list(stream)
 check("completions stream: no usage without include_usage", all(c.usage is None for c in chunks))
 check("completions stream: text", "".join(c.choices[0].text for c in chunks if c.choices))
 
+system = "You are a careful assistant. Answer in one short sentence, plainly. " * 12
+prefixed = [{"role": "system", "content": system}, {"role": "user", "content": "Name one colour."}]
+once = client.chat.completions.create(model=MODEL, messages=prefixed, max_tokens=6, temperature=0)
+twice = client.chat.completions.create(model=MODEL, messages=prefixed, max_tokens=6, temperature=0)
+cached = twice.usage.prompt_tokens_details.cached_tokens
+check("prefix cache: a repeated chat is mostly spliced",
+      cached >= 0.8 * twice.usage.prompt_tokens, twice.usage)
+check("prefix cache: the same greedy answer as uncached",
+      once.choices[0].message.content == twice.choices[0].message.content, (once, twice))
+
 if PML_PROMPT:
     pml = client.completions.create(model=MODEL, prompt=PML_PROMPT, max_tokens=3)
     details = pml.usage.prompt_tokens_details

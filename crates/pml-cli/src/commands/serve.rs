@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// Seconds after which a request is ended.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
+    /// RAM (MiB) for the KV of plain prompts' blocks, reused by later prompts that start the
+    /// same way (automatic prefix caching); 0 turns it off.
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    prefix_cache_mib: u64,
 }
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
@@ -54,6 +58,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         queue_capacity: args.queue,
         max_batch: args.max_batch,
         request_timeout: Duration::from_secs(args.timeout),
+        prefix_cache_bytes: args.prefix_cache_mib << 20,
         admin_token: args.admin_token,
         handle_signals: true,
         ..ServerConfig::default()

@@ -153,6 +153,18 @@ impl ContextHash {
         Self(hasher.finalize().into())
     }
 
+    /// The context of everything before a block and the block itself, chained on `self` (the
+    /// context before the block): vLLM's block-hash chain, so a block's hash names its whole
+    /// prefix without rehashing it.
+    pub fn chain(&self, tokens: &[u32], positions: &[u32]) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(b"pml-prefix-chain");
+        hasher.update(self.0);
+        hash_u32s(&mut hasher, tokens);
+        hash_u32s(&mut hasher, positions);
+        Self(hasher.finalize().into())
+    }
+
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }

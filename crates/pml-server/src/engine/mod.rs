@@ -245,10 +245,12 @@ pub fn spawn(
     let schemas = Arc::clone(&handle.schemas);
     let metrics = Arc::clone(&handle.metrics);
     let max_batch = config.max_batch.max(1);
+    let prefix_cache_bytes = config.prefix_cache_bytes;
     let thread = std::thread::Builder::new()
         .name("pml-engine".to_string())
         .spawn(move || {
-            scheduler::Scheduler::new(&runtime, schemas, metrics, max_batch).run(receiver);
+            scheduler::Scheduler::new(&runtime, schemas, metrics, max_batch, prefix_cache_bytes)
+                .run(receiver);
         })?;
     Ok((handle, thread))
 }

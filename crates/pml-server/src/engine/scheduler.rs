@@ -15,7 +15,7 @@ use pml_compiler::{FsSourceLoader, RefuseSources};
 use pml_engine::Tokenizer;
 use pml_engine::model::DecodeSlot;
 use pml_runtime::encode::EncodeEvent;
-use pml_runtime::inference::{LaidOutSchema, Runtime};
+use pml_runtime::inference::{LaidOutSchema, PrefixCache, Runtime};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::mpsc::error::TryRecvError;
 
@@ -34,6 +34,8 @@ pub struct Scheduler<'r> {
     to_encode: VecDeque<String>,
     waiting: VecDeque<CompletionJob>,
     active: Vec<Sequence<'r>>,
+    /// KV of plain prompts' full blocks, for the prompts that follow.
+    prefix_cache: PrefixCache,
 }
 
 impl<'r> Scheduler<'r> {
@@ -42,8 +44,11 @@ impl<'r> Scheduler<'r> {
         registry: Arc<SchemaRegistry>,
         metrics: Arc<Metrics>,
         max_batch: usize,
+        prefix_cache_bytes: u64,
     ) -> Self {
+        let fingerprint = runtime.store().spec().model_fingerprint.clone();
         Self {
+            prefix_cache: PrefixCache::new(prefix_cache_bytes, fingerprint),
             runtime,
             registry,
             metrics,
@@ -218,7 +223,14 @@ impl<'r> Scheduler<'r> {
                 });
                 continue;
             }
-            let progress = Sequence::admit(self.runtime, &self.schemas, job, &self.metrics);
+            self.metrics.queue_time.observe(job.arrived.elapsed());
+            let progress = Sequence::admit(
+                self.runtime,
+                &self.schemas,
+                &self.prefix_cache,
+                job,
+                &self.metrics,
+            );
             if let Some(sequence) = progress {
                 self.active.push(sequence);
             }
@@ -268,7 +280,7 @@ impl<'r> Scheduler<'r> {
         match rows {
             Ok(rows) => {
                 for (sequence, row) in active.into_iter().zip(rows) {
-                    metrics.time_per_output_token.observe(elapsed);
+                    metrics.inter_token_latency.observe(elapsed);
                     if let Some(sequence) = sequence.accept(&row, metrics) {
                         self.active.push(sequence);
                     }

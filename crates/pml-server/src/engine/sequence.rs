@@ -11,7 +11,7 @@ use pml_engine::Tokenizer;
 use pml_engine::generation::{DecodeState, DecodeStep};
 use pml_engine::kv_cache::KvCache;
 use pml_runtime::chat::chat_prompt_tokens;
-use pml_runtime::inference::{LaidOutSchema, Runtime, RuntimeError, SplicePlan};
+use pml_runtime::inference::{LaidOutSchema, PrefixCache, Runtime, RuntimeError, SplicePlan};
 use pml_syntax::LineIndex;
 use pml_syntax::ast::SourceFile;
 use pml_syntax::json::JsonDiagnostic;
@@ -49,11 +49,12 @@ impl<'r> Sequence<'r> {
     pub fn admit(
         runtime: &'r Runtime,
         schemas: &HashMap<String, LaidOutSchema>,
+        prefix_cache: &PrefixCache,
         job: CompletionJob,
         metrics: &Metrics,
     ) -> Progress<'r> {
         let arrived = job.arrived;
-        let prefilled = match prefill(runtime, schemas, &job) {
+        let prefilled = match prefill(runtime, schemas, prefix_cache, &job) {
             Ok(prefilled) => prefilled,
             Err(error) => {
                 metrics.count_outcome(Outcome::Failed);
@@ -62,6 +63,14 @@ impl<'r> Sequence<'r> {
             }
         };
         let usage = prefilled.usage;
+        if !matches!(job.prompt, PromptSource::Pml(_)) {
+            metrics
+                .prefix_cache_queries
+                .fetch_add(usage.prompt_tokens as u64, Ordering::Relaxed);
+            metrics
+                .prefix_cache_hits
+                .fetch_add(usage.cached_tokens as u64, Ordering::Relaxed);
+        }
         metrics
             .tokens_reused
             .fetch_add(usage.cached_tokens as u64, Ordering::Relaxed);
@@ -249,6 +258,7 @@ pub fn logits_row(logits: &Tensor) -> Result<Vec<f32>, JobError> {
 fn prefill(
     runtime: &Runtime,
     schemas: &HashMap<String, LaidOutSchema>,
+    prefix_cache: &PrefixCache,
     job: &CompletionJob,
 ) -> Result<Prefilled, JobError> {
     let tokens = match &job.prompt {
@@ -259,19 +269,17 @@ fn prefill(
         return Err(JobError::BadRequest("the prompt is empty".to_string()));
     }
     check_context(runtime, tokens.len(), job)?;
-    let positions: Vec<u32> = (0..tokens.len() as u32).collect();
-    let model = runtime.model();
-    let internal = |error: pml_engine::model::EngineError| JobError::Internal(error.to_string());
-    let mut kv = model.new_kv_cache().map_err(internal)?;
-    let logits = model
-        .forward(&tokens, &positions, &mut kv)
-        .map_err(internal)?;
+    // Room for the whole answer, so decoding appends in place.
+    let prefilled = prefix_cache
+        .prefill(runtime.model(), &tokens, job.params.max_tokens + 1)
+        .map_err(|error| JobError::Internal(error.to_string()))?;
     Ok(Prefilled {
-        kv,
-        logits,
+        kv: prefilled.kv,
+        logits: prefilled.logits,
         usage: PromptUsage {
             prompt_tokens: tokens.len(),
-            new_tokens: tokens.len(),
+            cached_tokens: prefilled.cached_tokens,
+            new_tokens: tokens.len() - prefilled.cached_tokens,
             ..PromptUsage::default()
         },
         all_tokens: tokens,
