@@ -39,7 +39,7 @@ use pml_engine::model::{EngineError, Model};
 pub use blend_options::{BlendOptions, Deviation, Pipelining, Ratio, Selection};
 pub use controller::{LayerCosts, RatioChoice, choose_ratio};
 pub use plan::{PlannedSpan, SplicePlan};
-pub use prefix_cache::{BLOCK_TOKENS, PrefixCache, PrefixCacheError, PrefixPrefill};
+pub use prefix_cache::{BLOCK_TOKENS, PrefixCache, PrefixCacheError, SplicedPrefix};
 pub use session::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
 pub use stats::{PipelineStats, PrefillStats, RunStats};
 

@@ -37,11 +37,10 @@ pub struct PrefixCache {
     model_fingerprint: String,
 }
 
-/// A plain prompt's prefill: the cache (with room for what follows), the last token's logits,
-/// and how many prompt tokens were spliced from cached blocks.
-pub struct PrefixPrefill {
+/// The start of a plain prompt's prefill: a cache holding the longest run of its cached blocks
+/// (with room for the rest of the prompt and what follows), and how many tokens that is.
+pub struct SplicedPrefix {
     pub kv: KvCache,
-    pub logits: candle_core::Tensor,
     pub cached_tokens: usize,
 }
 
@@ -86,17 +85,16 @@ impl PrefixCache {
             .collect()
     }
 
-    /// Prefills `tokens` (positions 0, 1, …): the longest run of cached blocks spliced (one
-    /// token at least left to compute, for the logits), the rest computed, then every new full
-    /// block kept. `reserve`: slots to leave for the answer.
-    pub fn prefill(
+    /// A cache holding the longest run of `tokens`' cached blocks (at positions 0, 1, …),
+    /// leaving at least the last token to compute (its logits pick the first answer token),
+    /// with room for the rest of the prompt and `reserve` more slots.
+    pub fn splice(
         &self,
         model: &Model,
         tokens: &[u32],
         reserve: usize,
-    ) -> Result<PrefixPrefill, PrefixCacheError> {
+    ) -> Result<SplicedPrefix, PrefixCacheError> {
         let keys = self.block_keys(model, tokens);
-        // At least the last prompt token is computed: its logits pick the first answer token.
         let usable = tokens.len().saturating_sub(1) / BLOCK_TOKENS;
         let mut cached: Vec<Arc<ModuleState>> = Vec::new();
         for key in &keys[..usable.min(keys.len())] {
@@ -107,26 +105,29 @@ impl PrefixCache {
         }
         let cached_tokens = cached.len() * BLOCK_TOKENS;
         let blocks: Vec<&KvBlock> = cached.iter().map(|state| state.kv()).collect();
-        let rest = &tokens[cached_tokens..];
-        let mut kv = KvCache::from_blocks(
+        let kv = KvCache::from_blocks(
             model.kv_layout(),
             model.device(),
             &blocks,
-            rest.len() + reserve,
+            tokens.len() - cached_tokens + reserve,
         )
         .map_err(EngineError::from)?;
-        let positions: Vec<u32> = (cached_tokens as u32..tokens.len() as u32).collect();
-        let logits = model.forward(rest, &positions, &mut kv)?;
-        for (index, key) in keys.iter().enumerate().skip(cached.len()) {
+        Ok(SplicedPrefix { kv, cached_tokens })
+    }
+
+    /// Keeps every full block of `tokens` that `kv` (their prefilled cache, positions 0, 1, …)
+    /// holds and the cache lacks.
+    pub fn keep(&self, model: &Model, tokens: &[u32], kv: &KvCache) -> Result<(), PrefixCacheError> {
+        let computed = kv.len().min(tokens.len());
+        for (index, key) in self.block_keys(model, &tokens[..computed]).iter().enumerate() {
+            if self.blocks.contains(key)? {
+                continue;
+            }
             let slots = index * BLOCK_TOKENS..(index + 1) * BLOCK_TOKENS;
             let block = kv.slice(slots.clone()).map_err(EngineError::from)?;
             let state = ModuleState::new(block, tokens[slots].to_vec())?;
             self.blocks.put(key, &Arc::new(state))?;
         }
-        Ok(PrefixPrefill {
-            kv,
-            logits,
-            cached_tokens,
-        })
+        Ok(())
     }
 }

@@ -2,11 +2,12 @@
 //! touches tensors; the HTTP layer talks to it only through [`EngineHandle`], over channels.
 //!
 //! - [`schemas`]: uploaded schemas and their compile progress, readable without the engine.
-//! - [`scheduler`]: the engine loop — schema uploads, admission (one prefill per step, so new
-//!   requests interleave fairly with running ones), batched decode steps, timeouts and
-//!   cancellation.
-//! - [`sequence`]: one admitted completion between decode steps.
+//! - [`scheduler`]: the engine loop — schema uploads, admission, batched decode steps, prompt
+//!   chunks under a token budget, timeouts and cancellation.
+//! - [`prefill`]: a plain prompt's prefill, in chunks.
+//! - [`sequence`]: one completion between decode steps; a PML prompt's prefill.
 
+pub mod prefill;
 pub mod scheduler;
 pub mod schemas;
 pub mod sequence;

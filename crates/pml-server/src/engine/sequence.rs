@@ -1,6 +1,6 @@
-//! One admitted completion: its prefill (a PML prompt's cached modules spliced in the requested
-//! mode, or a plain prompt computed in full), then its decoding state and KV cache between the
-//! scheduler's batched steps, and the reports it sends back.
+//! One completion being decoded: its decoding state and KV cache between the scheduler's batched
+//! steps, and the reports it sends back; and a PML prompt's prefill (its cached modules spliced
+//! in the requested mode), done in one piece. Plain prompts prefill in chunks (`prefill.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -11,7 +11,7 @@ use pml_engine::Tokenizer;
 use pml_engine::generation::{DecodeState, DecodeStep};
 use pml_engine::kv_cache::KvCache;
 use pml_runtime::chat::chat_prompt_tokens;
-use pml_runtime::inference::{LaidOutSchema, PrefixCache, Runtime, RuntimeError, SplicePlan};
+use pml_runtime::inference::{LaidOutSchema, Runtime, RuntimeError, SplicePlan};
 use pml_syntax::LineIndex;
 use pml_syntax::ast::SourceFile;
 use pml_syntax::json::JsonDiagnostic;
@@ -33,44 +33,28 @@ pub struct Sequence<'r> {
 }
 
 /// A prefilled prompt: its cache, the last token's logits, every prompt token and the counts.
-struct Prefilled {
-    kv: KvCache,
-    logits: Tensor,
-    all_tokens: Vec<u32>,
-    usage: PromptUsage,
+pub struct Prefilled {
+    pub kv: KvCache,
+    pub logits: Tensor,
+    pub all_tokens: Vec<u32>,
+    pub usage: PromptUsage,
 }
 
 /// A sequence that goes on after a step, or `None` when it ended (and reported why).
 pub type Progress<'r> = Option<Sequence<'r>>;
 
 impl<'r> Sequence<'r> {
-    /// Prefills `job`'s prompt, samples its first token and reports `Started`. Ends the job at
-    /// once (reporting why) when the prompt is bad or the answer is already complete.
-    pub fn admit(
+    /// Takes a prefilled prompt: reports `Started`, samples the first token from the prompt's
+    /// last logits and goes on decoding. Ends the job at once (reporting why) when it cannot go
+    /// on or the answer is already complete.
+    pub fn start(
         runtime: &'r Runtime,
-        schemas: &HashMap<String, LaidOutSchema>,
-        prefix_cache: &PrefixCache,
         job: CompletionJob,
+        prefilled: Prefilled,
         metrics: &Metrics,
     ) -> Progress<'r> {
         let arrived = job.arrived;
-        let prefilled = match prefill(runtime, schemas, prefix_cache, &job) {
-            Ok(prefilled) => prefilled,
-            Err(error) => {
-                metrics.count_outcome(Outcome::Failed);
-                job.events.send(JobEvent::Failed(error));
-                return None;
-            }
-        };
         let usage = prefilled.usage;
-        if !matches!(job.prompt, PromptSource::Pml(_)) {
-            metrics
-                .prefix_cache_queries
-                .fetch_add(usage.prompt_tokens as u64, Ordering::Relaxed);
-            metrics
-                .prefix_cache_hits
-                .fetch_add(usage.cached_tokens as u64, Ordering::Relaxed);
-        }
         metrics
             .tokens_reused
             .fetch_add(usage.cached_tokens as u64, Ordering::Relaxed);
@@ -255,37 +239,6 @@ pub fn logits_row(logits: &Tensor) -> Result<Vec<f32>, JobError> {
         .map_err(|error| JobError::Internal(error.to_string()))
 }
 
-fn prefill(
-    runtime: &Runtime,
-    schemas: &HashMap<String, LaidOutSchema>,
-    prefix_cache: &PrefixCache,
-    job: &CompletionJob,
-) -> Result<Prefilled, JobError> {
-    let tokens = match &job.prompt {
-        PromptSource::Pml(source) => return prefill_pml(runtime, schemas, job, source),
-        other => prompt_tokens(runtime, other, true)?,
-    };
-    if tokens.is_empty() {
-        return Err(JobError::BadRequest("the prompt is empty".to_string()));
-    }
-    check_context(runtime, tokens.len(), job)?;
-    // Room for the whole answer, so decoding appends in place.
-    let prefilled = prefix_cache
-        .prefill(runtime.model(), &tokens, job.params.max_tokens + 1)
-        .map_err(|error| JobError::Internal(error.to_string()))?;
-    Ok(Prefilled {
-        kv: prefilled.kv,
-        logits: prefilled.logits,
-        usage: PromptUsage {
-            prompt_tokens: tokens.len(),
-            cached_tokens: prefilled.cached_tokens,
-            new_tokens: tokens.len() - prefilled.cached_tokens,
-            ..PromptUsage::default()
-        },
-        all_tokens: tokens,
-    })
-}
-
 /// The tokens of a plain or chat prompt (a PML prompt's text as plain text); `add_special` puts
 /// the model's BOS before plain text (chats get what their template writes).
 pub fn prompt_tokens(
@@ -318,7 +271,9 @@ pub fn prompt_tokens(
     }
 }
 
-fn prefill_pml(
+/// A PML prompt's prefill, in one piece: its cached modules spliced in the job's mode and its
+/// new tokens computed (usually a question: few tokens).
+pub fn prefill_pml(
     runtime: &Runtime,
     schemas: &HashMap<String, LaidOutSchema>,
     job: &CompletionJob,
@@ -359,7 +314,7 @@ fn prefill_pml(
 }
 
 /// Refuses, before any computing, a prompt whose answer could run past the model's positions.
-fn check_context(
+pub fn check_context(
     runtime: &Runtime,
     prompt_tokens: usize,
     job: &CompletionJob,
