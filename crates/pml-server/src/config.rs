@@ -23,6 +23,9 @@ pub struct ServerConfig {
     pub prefix_cache_bytes: u64,
     /// Bearer token required to upload or delete schemas; `None` leaves them open.
     pub admin_token: Option<String>,
+    /// After a shutdown begins, how long running completions may go on before they are cut
+    /// off (waiting ones are refused at once).
+    pub shutdown_grace: Duration,
     /// Shut down on Ctrl-C / SIGTERM (the CLI); tests stop the server through its handle.
     pub handle_signals: bool,
 }
@@ -38,6 +41,7 @@ impl Default for ServerConfig {
             max_batch: 16,
             request_timeout: Duration::from_secs(600),
             prefix_cache_bytes: 1 << 30,
+            shutdown_grace: Duration::from_secs(3),
             admin_token: None,
             handle_signals: false,
         }

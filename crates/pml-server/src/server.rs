@@ -1,7 +1,8 @@
 //! Starting and stopping a server: the engine thread, then a tokio runtime on a thread of its
 //! own serving the router on a bound listener. Shutdown (the handle, or Ctrl-C / SIGTERM when
-//! the config asks) stops accepting connections, lets in-flight requests finish — streams
-//! included — and then lets the engine drain and stop.
+//! the config asks) stops accepting connections and new completions, refuses the waiting ones,
+//! gives running ones `ServerConfig::shutdown_grace` to finish — streams included — and cuts off
+//! the rest (503, or an error event in a stream); then the engine stops.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -59,6 +60,8 @@ pub fn start(
         .map_err(|source| ServerError::Bind { addr, source })?;
     let (engine, engine_thread) = engine::spawn(runtime, &config).map_err(ServerError::Threads)?;
     let handle_signals = config.handle_signals;
+    let grace = config.shutdown_grace;
+    let engine_for_stop = engine.clone();
     let state = AppState {
         engine: engine.clone(),
         config: Arc::new(config),
@@ -84,6 +87,8 @@ pub fn start(
                     } else {
                         let _ = shutdown_requested.await;
                     }
+                    // New work is refused from here; running work gets `grace` to finish.
+                    engine_for_stop.begin_shutdown(grace);
                 };
                 axum::serve(listener, router(state))
                     .with_graceful_shutdown(stop)

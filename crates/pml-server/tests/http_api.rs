@@ -525,3 +525,34 @@ fn a_repeated_prefix_is_spliced_and_answers_as_it_would_uncached() {
     assert!(server.metric("pml_prefix_cache_queries_total") >= hits + prompt as f64);
     assert!(server.metric("pml_request_queue_time_seconds_count") >= 3.0);
 }
+
+#[test]
+fn shutdown_cuts_off_what_outlasts_the_grace_period() {
+    let mut server = TestServer::tiny(ServerConfig {
+        shutdown_grace: Duration::ZERO,
+        ..ServerConfig::default()
+    });
+    let mut stream = EventStream::open(
+        &server.url("/v1/completions"),
+        &json!({"prompt": "go on", "max_tokens": 4000, "stream": true}).to_string(),
+    );
+    assert!(stream.next_data().is_some());
+    let handle = server.handle.take().expect("running server");
+    let began = std::time::Instant::now();
+    let stopper = std::thread::spawn(move || handle.shutdown());
+    let rest = stream.rest();
+    stopper.join().expect("stopper").expect("clean shutdown");
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        began.elapsed()
+    );
+    // The stream was cut off with an error event, not left hanging or ended as complete.
+    let error = rest
+        .iter()
+        .rev()
+        .find(|event| event.contains("\"error\""))
+        .map(|event| parse(event))
+        .expect("an error event");
+    assert_eq!(error["error"]["code"], "shutting_down", "{error}");
+}

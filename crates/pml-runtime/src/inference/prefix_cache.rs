@@ -117,9 +117,18 @@ impl PrefixCache {
 
     /// Keeps every full block of `tokens` that `kv` (their prefilled cache, positions 0, 1, …)
     /// holds and the cache lacks.
-    pub fn keep(&self, model: &Model, tokens: &[u32], kv: &KvCache) -> Result<(), PrefixCacheError> {
+    pub fn keep(
+        &self,
+        model: &Model,
+        tokens: &[u32],
+        kv: &KvCache,
+    ) -> Result<(), PrefixCacheError> {
         let computed = kv.len().min(tokens.len());
-        for (index, key) in self.block_keys(model, &tokens[..computed]).iter().enumerate() {
+        for (index, key) in self
+            .block_keys(model, &tokens[..computed])
+            .iter()
+            .enumerate()
+        {
             if self.blocks.contains(key)? {
                 continue;
             }

@@ -122,6 +122,10 @@ impl From<JobError> for ApiError {
             }
             JobError::BadRequest(_) => ApiError::bad_request(message),
             JobError::Internal(_) => ApiError::internal(message),
+            JobError::ShuttingDown => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded_error", message)
+                    .with_code("shutting_down")
+            }
         }
     }
 }

@@ -151,6 +151,8 @@ pub enum JobError {
     },
     #[error("the engine failed: {0}")]
     Internal(String),
+    #[error("the server is shutting down")]
+    ShuttingDown,
 }
 
 /// Requests the engine thread serves.
@@ -182,6 +184,8 @@ pub enum EngineRequest {
         tokens: Vec<u32>,
         reply: oneshot::Sender<Result<String, JobError>>,
     },
+    /// Wakes the engine when a shutdown begins (the state is in [`Shutdown`]).
+    Shutdown,
 }
 
 /// Why a request could not reach the engine.
@@ -191,6 +195,28 @@ pub enum SubmitError {
     QueueFull(usize),
     #[error("the engine has stopped")]
     Stopped,
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+/// A shutdown in progress, seen by the HTTP layer (refuse new work) and the engine (refuse what
+/// waits, cut off what still runs at the deadline).
+#[derive(Debug, Default)]
+pub struct Shutdown {
+    deadline: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Shutdown {
+    pub fn begin(&self, grace: std::time::Duration) {
+        if let Ok(mut deadline) = self.deadline.lock() {
+            deadline.get_or_insert(Instant::now() + grace);
+        }
+    }
+
+    /// When running work is cut off; `None` while no shutdown has begun.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline.lock().ok().and_then(|deadline| *deadline)
+    }
 }
 
 /// The HTTP layer's side of the engine: cheap to clone, never blocks.
@@ -202,11 +228,15 @@ pub struct EngineHandle {
     pub metrics: Arc<Metrics>,
     /// Positions the model was trained for (its context length).
     pub max_positions: u32,
+    pub shutdown: Arc<Shutdown>,
 }
 
 impl EngineHandle {
     /// Queues a completion, or refuses it when `queue_capacity` completions already wait.
     pub fn submit(&self, job: CompletionJob) -> Result<(), SubmitError> {
+        if self.shutdown.deadline().is_some() {
+            return Err(SubmitError::ShuttingDown);
+        }
         let queued = self.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
         if queued >= self.queue_capacity {
             self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
@@ -219,6 +249,13 @@ impl EngineHandle {
                 self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
                 SubmitError::Stopped
             })
+    }
+
+    /// Begins a shutdown: new completions are refused, waiting ones too, and running ones are
+    /// cut off after `grace`.
+    pub fn begin_shutdown(&self, grace: std::time::Duration) {
+        self.shutdown.begin(grace);
+        let _ = self.requests.send(EngineRequest::Shutdown);
     }
 
     /// Sends a schema upload or deletion.
@@ -242,7 +279,9 @@ pub fn spawn(
         schemas: Arc::new(SchemaRegistry::default()),
         metrics: Arc::new(Metrics::default()),
         max_positions: runtime.max_positions(),
+        shutdown: Arc::new(Shutdown::default()),
     };
+    let shutdown = Arc::clone(&handle.shutdown);
     let schemas = Arc::clone(&handle.schemas);
     let metrics = Arc::clone(&handle.metrics);
     let max_batch = config.max_batch.max(1);
@@ -251,7 +290,7 @@ pub fn spawn(
         .name("pml-engine".to_string())
         .spawn(move || {
             scheduler::Scheduler::new(&runtime, schemas, metrics, max_batch, prefix_cache_bytes)
-                .run(receiver);
+                .run(receiver, &shutdown);
         })?;
     Ok((handle, thread))
 }

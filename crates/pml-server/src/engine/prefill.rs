@@ -69,17 +69,25 @@ impl PendingPrefill {
 
     /// Computes the next `budget` tokens (at least one); when that ends the prompt, keeps its
     /// new full blocks in the prefix cache and hands back the prefilled prompt.
-    pub fn advance(mut self, runtime: &Runtime, prefix_cache: &PrefixCache, budget: usize) -> Advance {
+    pub fn advance(
+        mut self,
+        runtime: &Runtime,
+        prefix_cache: &PrefixCache,
+        budget: usize,
+    ) -> Advance {
         let start = self.kv.len();
         let end = (start + budget.max(1)).min(self.tokens.len());
         let positions: Vec<u32> = (start as u32..end as u32).collect();
-        let logits = match runtime
-            .model()
-            .forward(&self.tokens[start..end], &positions, &mut self.kv)
-        {
-            Ok(logits) => logits,
-            Err(error) => return Advance::Failed(self.job, JobError::Internal(error.to_string())),
-        };
+        let logits =
+            match runtime
+                .model()
+                .forward(&self.tokens[start..end], &positions, &mut self.kv)
+            {
+                Ok(logits) => logits,
+                Err(error) => {
+                    return Advance::Failed(self.job, JobError::Internal(error.to_string()));
+                }
+            };
         if end < self.tokens.len() {
             return Advance::Pending(self);
         }

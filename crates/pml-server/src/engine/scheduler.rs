@@ -25,10 +25,10 @@ use pml_runtime::inference::{LaidOutSchema, PrefixCache, Runtime};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::mpsc::error::TryRecvError;
 
-use super::schemas::{SchemaInfo, SchemaRegistry, SchemaStatus};
 use super::prefill::{Advance, PendingPrefill};
+use super::schemas::{SchemaInfo, SchemaRegistry, SchemaStatus};
 use super::sequence::{Prefilled, Sequence, prefill_pml, prompt_tokens, runtime_error};
-use super::{CompletionJob, EngineRequest, JobEnd, JobError, JobEvent, PromptSource};
+use super::{CompletionJob, EngineRequest, JobEnd, JobError, JobEvent, PromptSource, Shutdown};
 use crate::metrics::{Metrics, Outcome, TierHits};
 
 /// Prompt tokens computed per step, across all prefilling prompts: about 0.8 s of the default
@@ -84,8 +84,9 @@ impl<'r> Scheduler<'r> {
         }
     }
 
-    /// Serves requests until every sender is gone and all accepted work is done.
-    pub fn run(mut self, mut requests: UnboundedReceiver<EngineRequest>) {
+    /// Serves requests until every sender is gone and all accepted work is done; once a
+    /// shutdown begins, refuses what waits and, at its deadline, cuts off what still runs.
+    pub fn run(mut self, mut requests: UnboundedReceiver<EngineRequest>, shutdown: &Shutdown) {
         let mut open = true;
         loop {
             if open && self.is_idle() {
@@ -103,6 +104,9 @@ impl<'r> Scheduler<'r> {
             }
             if !open && self.is_idle() {
                 return;
+            }
+            if let Some(deadline) = shutdown.deadline() {
+                self.wind_down(deadline);
             }
             self.retire_cancelled_and_late();
             self.encode_one_schema();
@@ -137,6 +141,7 @@ impl<'r> Scheduler<'r> {
                 let _ = reply.send(known);
             }
             EngineRequest::Complete(job) => self.waiting.push_back(job),
+            EngineRequest::Shutdown => {}
             EngineRequest::Tokenize {
                 prompt,
                 add_special,
@@ -266,6 +271,26 @@ impl<'r> Scheduler<'r> {
             }
             self.publish_store_stats();
             return;
+        }
+    }
+
+    /// During a shutdown: refuses every waiting completion and schema encoding, and past the
+    /// deadline fails whatever still prefills or decodes (the client gets a 503 or, in a stream,
+    /// an error event), so the server stops within the grace period plus one step.
+    fn wind_down(&mut self, deadline: Instant) {
+        for job in std::mem::take(&mut self.waiting) {
+            self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+            fail(job, JobError::ShuttingDown, &self.metrics);
+        }
+        self.to_encode.clear();
+        if Instant::now() < deadline {
+            return;
+        }
+        for prefill in std::mem::take(&mut self.prefilling) {
+            fail(prefill.job, JobError::ShuttingDown, &self.metrics);
+        }
+        for sequence in std::mem::take(&mut self.active) {
+            sequence.fail(JobError::ShuttingDown, &self.metrics);
         }
     }
 
