@@ -33,7 +33,7 @@ impl PendingPrefill {
         runtime: &Runtime,
         prefix_cache: &PrefixCache,
         job: CompletionJob,
-    ) -> Result<Self, (CompletionJob, JobError)> {
+    ) -> Result<Self, Box<(CompletionJob, JobError)>> {
         let started = (|| {
             if matches!(job.prompt, PromptSource::Pml(_)) {
                 return Err(JobError::Internal(
@@ -58,7 +58,7 @@ impl PendingPrefill {
                 kv: spliced.kv,
                 cached_tokens: spliced.cached_tokens,
             }),
-            Err(error) => Err((job, error)),
+            Err(error) => Err(Box::new((job, error))),
         }
     }
 

@@ -261,7 +261,10 @@ impl<'r> Scheduler<'r> {
             let PromptSource::Pml(source) = &job.prompt else {
                 match PendingPrefill::start(self.runtime, &self.prefix_cache, job) {
                     Ok(pending) => self.prefilling.push(pending),
-                    Err((job, error)) => fail(job, error, &self.metrics),
+                    Err(refused) => {
+                        let (job, error) = *refused;
+                        fail(job, error, &self.metrics);
+                    }
                 }
                 continue;
             };
