@@ -63,6 +63,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         handle_signals: true,
         ..ServerConfig::default()
     };
+    let grace = config.shutdown_grace;
     let addr = SocketAddr::new(args.host, args.port);
     let server = pml_server::start(opened.runtime, config, addr)
         .with_context(|| format!("starting the server on {addr}"))?;
@@ -70,9 +71,11 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         load_schemas(&server, folder)?;
     }
     eprintln!(
-        "serving {} on http://{} (Ctrl-C stops after in-flight requests)",
+        "serving {} on http://{} (Ctrl-C or SIGTERM: new requests refused, running ones cut \
+         off after {} s)",
         opened.spec.id,
-        server.addr()
+        server.addr(),
+        grace.as_secs_f64()
     );
     server.join().context("serving")?;
     Ok(())

@@ -2,10 +2,11 @@
 //! prefill). Each turn: take every request that arrived (blocking only when idle); drop
 //! sequences — waiting, prefilling or decoding — whose client left or whose deadline passed;
 //! encode one uploaded schema; admit waiting completions while the batch has room (a plain
-//! prompt is tokenized, checked and its cached prefix spliced; a PML prompt, one per step, is
-//! prefilled whole); run one batched decode step over every decoding sequence; then compute
-//! prompt chunks up to [`PREFILL_CHUNK_TOKENS`], shortest remaining prompt first with the oldest
-//! always given a share, so a long prompt neither stalls running streams nor starves.
+//! prompt is tokenized, checked and its cached prefix spliced; a PML prompt is prefilled whole,
+//! its computed tokens counted against the step's [`PREFILL_CHUNK_TOKENS`]); run one batched
+//! decode step over every decoding sequence; then compute prompt chunks with what is left of
+//! the budget, shortest remaining prompt first with the oldest always given a share, so a long
+//! prompt neither stalls running streams nor starves.
 //!
 //! A sequence is in exactly one state: waiting (`waiting`), prefilling (`prefilling`), decoding
 //! (`active`) or finished (reported and dropped).
@@ -110,9 +111,9 @@ impl<'r> Scheduler<'r> {
             }
             self.retire_cancelled_and_late();
             self.encode_one_schema();
-            self.admit();
+            let spent = self.admit();
             self.decode_step();
-            self.prefill_chunks();
+            self.prefill_chunks(PREFILL_CHUNK_TOKENS.saturating_sub(spent).max(OLDEST_SHARE));
             self.metrics
                 .active_sequences
                 .store(self.active.len(), Ordering::Relaxed);
@@ -237,11 +238,16 @@ impl<'r> Scheduler<'r> {
     }
 
     /// Admits waiting completions, oldest first, while the batch has room: plain prompts start
-    /// their chunked prefill; a PML prompt is prefilled whole, at most one per step.
-    fn admit(&mut self) {
+    /// their chunked prefill; PML prompts are prefilled whole while the tokens they compute stay
+    /// within the step's budget (at least one per step). Returns the tokens computed.
+    fn admit(&mut self) -> usize {
+        let mut spent = 0;
         while self.active.len() + self.prefilling.len() < self.max_batch {
+            if spent >= PREFILL_CHUNK_TOKENS {
+                break;
+            }
             let Some(job) = self.waiting.pop_front() else {
-                return;
+                break;
             };
             self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
             if job.events.is_closed() {
@@ -269,12 +275,20 @@ impl<'r> Scheduler<'r> {
                 continue;
             };
             match prefill_pml(self.runtime, &self.schemas, &job, source) {
-                Ok(prefilled) => self.start_decoding(job, prefilled),
-                Err(error) => fail(job, error, &self.metrics),
+                Ok(prefilled) => {
+                    // What was computed, not spliced: a module's encoding is not a step's work.
+                    spent +=
+                        (prefilled.usage.new_tokens + prefilled.usage.recomputed_tokens).max(1);
+                    self.start_decoding(job, prefilled);
+                }
+                Err(error) => {
+                    spent += 1;
+                    fail(job, error, &self.metrics);
+                }
             }
             self.publish_store_stats();
-            return;
         }
+        spent
     }
 
     /// During a shutdown: refuses every waiting completion and schema encoding, and past the
@@ -313,18 +327,17 @@ impl<'r> Scheduler<'r> {
         }
     }
 
-    /// Computes prompt chunks up to [`PREFILL_CHUNK_TOKENS`] tokens in all: the oldest prompt
-    /// gets at least [`OLDEST_SHARE`] of them, the rest go to the prompts with the fewest tokens
-    /// left (a short question is not kept waiting behind a long document).
-    fn prefill_chunks(&mut self) {
+    /// Computes prompt chunks up to `budget` tokens in all: the oldest prompt gets at least
+    /// [`OLDEST_SHARE`] of them, the rest go to the prompts with the fewest tokens left (a short
+    /// question is not kept waiting behind a long document).
+    fn prefill_chunks(&mut self, mut budget: usize) {
         if self.prefilling.is_empty() {
             return;
         }
-        let mut budget = PREFILL_CHUNK_TOKENS;
         let mut order: Vec<usize> = (0..self.prefilling.len()).collect();
         order[1..].sort_by_key(|&index| self.prefilling[index].remaining());
         let mut grants = vec![0; self.prefilling.len()];
-        grants[0] = self.prefilling[0].remaining().min(OLDEST_SHARE);
+        grants[0] = self.prefilling[0].remaining().min(OLDEST_SHARE).min(budget);
         budget -= grants[0];
         for &index in &order[1..] {
             let grant = self.prefilling[index].remaining().min(budget);
