@@ -21,8 +21,14 @@ pub struct ServerConfig {
     pub request_timeout: Duration,
     /// RAM for the KV of plain prompts' blocks (automatic prefix caching); 0 turns it off.
     pub prefix_cache_bytes: u64,
-    /// Bearer token required to upload or delete schemas; `None` leaves them open.
+    /// Bearer token required to upload or delete schemas.
     pub admin_token: Option<String>,
+    /// Without an admin token: whether uploads and deletions are open to anyone who reaches the
+    /// server (the CLI allows it only on a loopback address) or refused (403).
+    pub open_admin: bool,
+    /// Folder uploaded schemas are saved in and loaded from at start; `None` keeps them in
+    /// memory only.
+    pub saved_schemas: Option<std::path::PathBuf>,
     /// After a shutdown begins, how long running completions may go on before they are cut
     /// off (waiting ones are refused at once).
     pub shutdown_grace: Duration,
@@ -43,6 +49,8 @@ impl Default for ServerConfig {
             prefix_cache_bytes: 1 << 30,
             shutdown_grace: Duration::from_secs(3),
             admin_token: None,
+            open_admin: true,
+            saved_schemas: None,
             handle_signals: false,
         }
     }

@@ -6,12 +6,14 @@
 //! - [`api`]: the axum routes (OpenAI-compatible completions, schema upload, health, metrics);
 //!   it parses and answers HTTP and never touches a tensor.
 //! - [`metrics`]: counters and histograms, rendered for Prometheus.
+//! - [`saved_schemas`]: uploaded schemas kept as files, loaded again at start.
 //! - [`server`]: binding, start, graceful shutdown.
 
 pub mod api;
 pub mod config;
 pub mod engine;
 pub mod metrics;
+pub mod saved_schemas;
 pub mod server;
 
 pub use config::ServerConfig;

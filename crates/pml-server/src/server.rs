@@ -16,6 +16,7 @@ use crate::api::{AppState, router};
 use crate::config::ServerConfig;
 use crate::engine::schemas::SchemaInfo;
 use crate::engine::{self, EngineHandle, EngineRequest, JobError};
+use crate::saved_schemas::SavedSchemas;
 
 /// Why a server could not start or stopped badly.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +38,7 @@ pub enum ServerError {
 #[derive(Debug)]
 pub struct ServerHandle {
     addr: SocketAddr,
+    restored: Vec<(PathBuf, Result<SchemaInfo, JobError>)>,
     shutdown: Option<oneshot::Sender<()>>,
     /// For [`ServerHandle::load_schema`]; dropped on shutdown so the engine can stop.
     engine_handle: Option<EngineHandle>,
@@ -59,6 +61,10 @@ pub fn start(
         .set_nonblocking(true)
         .map_err(|source| ServerError::Bind { addr, source })?;
     let (engine, engine_thread) = engine::spawn(runtime, &config).map_err(ServerError::Threads)?;
+    let restored = match &config.saved_schemas {
+        Some(folder) => restore_schemas(&engine, &SavedSchemas::new(folder)),
+        None => Vec::new(),
+    };
     let handle_signals = config.handle_signals;
     let grace = config.shutdown_grace;
     let engine_for_stop = engine.clone();
@@ -99,6 +105,7 @@ pub fn start(
         .map_err(ServerError::Threads)?;
     Ok(ServerHandle {
         addr,
+        restored,
         shutdown: Some(shutdown),
         engine_handle: Some(engine),
         http: Some(http),
@@ -109,6 +116,11 @@ pub fn start(
 impl ServerHandle {
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The saved schemas loaded at start, each with its layout or why it was refused.
+    pub fn restored_schemas(&self) -> &[(PathBuf, Result<SchemaInfo, JobError>)] {
+        &self.restored
     }
 
     /// Stops accepting connections, waits for in-flight requests and the engine to finish.
@@ -153,6 +165,39 @@ impl ServerHandle {
         }
         served
     }
+}
+
+/// Loads every saved schema as an upload would (no `src=`); the engine encodes them in the
+/// background. A folder that cannot be read is reported as one failure.
+fn restore_schemas(
+    engine: &EngineHandle,
+    saved: &SavedSchemas,
+) -> Vec<(PathBuf, Result<SchemaInfo, JobError>)> {
+    let sources = match saved.load_all() {
+        Ok(sources) => sources,
+        Err(error) => {
+            let folder = saved.folder().to_path_buf();
+            return vec![(folder, Err(JobError::Internal(error.to_string())))];
+        }
+    };
+    sources
+        .into_iter()
+        .map(|(path, source)| {
+            let (reply, answer) = oneshot::channel();
+            let sent = engine.send(EngineRequest::Upload {
+                source,
+                sources_root: None,
+                reply,
+            });
+            let result = match sent {
+                Ok(()) => answer
+                    .blocking_recv()
+                    .unwrap_or_else(|_| Err(JobError::Internal("the engine stopped".into()))),
+                Err(error) => Err(JobError::Internal(error.to_string())),
+            };
+            (path, result)
+        })
+        .collect()
 }
 
 /// Ctrl-C, or SIGTERM on Unix.

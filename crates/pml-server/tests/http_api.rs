@@ -556,3 +556,51 @@ fn shutdown_cuts_off_what_outlasts_the_grace_period() {
         .expect("an error event");
     assert_eq!(error["error"]["code"], "shutting_down", "{error}");
 }
+
+#[test]
+fn uploaded_schemas_survive_a_restart_and_deletions_too() {
+    let folder = tempfile::TempDir::new().expect("temp dir");
+    let config = || ServerConfig {
+        saved_schemas: Some(folder.path().join("schemas")),
+        ..ServerConfig::default()
+    };
+    let mut first = TestServer::tiny(config());
+    first.upload_ready(SCHEMA);
+    first
+        .handle
+        .take()
+        .expect("running")
+        .shutdown()
+        .expect("stops");
+
+    let second = TestServer::tiny(config());
+    let (status, body) = call("GET", &second.url("/v1/schemas/notes"), None, None);
+    assert_eq!(status, 200, "a restarted server lists the upload: {body}");
+    let (status, body) = call(
+        "POST",
+        &second.url("/v1/completions"),
+        Some(&completion_body(PROMPT, 2, false)),
+        None,
+    );
+    assert_eq!(status, 200, "and answers on it: {body}");
+    let (status, _) = call("DELETE", &second.url("/v1/schemas/notes"), None, None);
+    assert_eq!(status, 204);
+    drop(second);
+
+    let third = TestServer::tiny(config());
+    let (status, _) = call("GET", &third.url("/v1/schemas/notes"), None, None);
+    assert_eq!(status, 404, "a deleted schema stays deleted");
+}
+
+#[test]
+fn without_a_token_a_closed_server_refuses_uploads() {
+    let server = TestServer::tiny(ServerConfig {
+        open_admin: false,
+        ..ServerConfig::default()
+    });
+    let (status, body) = call("POST", &server.url("/v1/schemas"), Some(SCHEMA), None);
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(parse(&body)["error"]["type"], "permission_error");
+    let (status, _) = call("DELETE", &server.url("/v1/schemas/notes"), None, None);
+    assert_eq!(status, 403);
+}

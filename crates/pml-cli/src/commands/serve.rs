@@ -1,6 +1,7 @@
-//! `pml serve`: load the model once, optionally load every schema of a folder, and answer
-//! prompts over HTTP until Ctrl-C / SIGTERM (which drains in-flight requests). The server itself
-//! lives in the `pml-server` crate; this module only turns flags into its configuration.
+//! `pml serve`: load the model once, load the schemas uploaded before (kept under the store's
+//! folder, `schemas/`) and optionally every schema of a folder, and answer prompts over HTTP
+//! until Ctrl-C / SIGTERM (new requests refused, running ones given a grace period). The server
+//! itself lives in the `pml-server` crate; this module only turns flags into its configuration.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -9,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use pml_cli::failure::Failure;
-use pml_cli::pipeline::{RuntimeArgs, open_runtime};
+use pml_cli::pipeline::{RuntimeArgs, open_runtime, store_config};
 use pml_server::{ServerConfig, ServerHandle};
 
 #[derive(Args)]
@@ -51,6 +52,10 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
     let opened = open_runtime(&args.runtime)?;
+    let saved_schemas = store_config(args.runtime.store.as_deref())?
+        .root
+        .join("schemas");
+    let open_admin = args.admin_token.is_none() && args.host.is_loopback();
     let config = ServerConfig {
         model_name: opened.spec.id.to_string(),
         max_body_bytes: args.max_body_bytes,
@@ -59,7 +64,9 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         max_batch: args.max_batch,
         request_timeout: Duration::from_secs(args.timeout),
         prefix_cache_bytes: args.prefix_cache_mib << 20,
-        admin_token: args.admin_token,
+        open_admin,
+        saved_schemas: Some(saved_schemas.clone()),
+        admin_token: args.admin_token.clone(),
         handle_signals: true,
         ..ServerConfig::default()
     };
@@ -67,8 +74,35 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     let addr = SocketAddr::new(args.host, args.port);
     let server = pml_server::start(opened.runtime, config, addr)
         .with_context(|| format!("starting the server on {addr}"))?;
+    for (path, restored) in server.restored_schemas() {
+        match restored {
+            Ok(info) => eprintln!(
+                "schema {} (uploaded before, {}): {} units, compiling",
+                info.name,
+                path.display(),
+                info.units_total
+            ),
+            Err(error) => eprintln!(
+                "warning: saved schema {} not loaded: {error}",
+                path.display()
+            ),
+        }
+    }
     if let Some(folder) = &args.schemas {
         load_schemas(&server, folder)?;
+    }
+    if open_admin {
+        eprintln!(
+            "warning: no --admin-token: anyone on this machine can upload and delete schemas \
+             (uploads are saved in {})",
+            saved_schemas.display()
+        );
+    } else if args.admin_token.is_none() {
+        eprintln!(
+            "schema upload and deletion are off: {} is not a loopback address and no \
+             --admin-token was given",
+            args.host
+        );
     }
     eprintln!(
         "serving {} on http://{} (Ctrl-C or SIGTERM: new requests refused, running ones cut \

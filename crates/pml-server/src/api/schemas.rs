@@ -15,6 +15,7 @@ use super::AppState;
 use super::error::ApiError;
 use crate::engine::EngineRequest;
 use crate::engine::schemas::SchemaInfo;
+use crate::saved_schemas::SavedSchemas;
 
 pub async fn upload(
     State(state): State<AppState>,
@@ -26,13 +27,26 @@ pub async fn upload(
         .map_err(|_| ApiError::bad_request("the schema is not UTF-8 text"))?;
     let (reply, answer) = oneshot::channel();
     state.engine.send(EngineRequest::Upload {
-        source,
+        source: source.clone(),
         sources_root: None,
         reply,
     })?;
     let info = answer
         .await
         .map_err(|_| ApiError::internal("the engine stopped"))??;
+    if let Some(folder) = &state.config.saved_schemas {
+        let saved = SavedSchemas::new(folder);
+        let name = info.name.clone();
+        tokio::task::spawn_blocking(move || saved.save(&name, &source))
+            .await
+            .map_err(|_| ApiError::internal("saving the schema failed"))?
+            .map_err(|error| {
+                ApiError::internal(format!(
+                    "schema `{}` is loaded but could not be saved for the next start: {error}",
+                    info.name
+                ))
+            })?;
+    }
     Ok((StatusCode::ACCEPTED, Json(info)).into_response())
 }
 
@@ -64,16 +78,40 @@ pub async fn remove(
         reply,
     })?;
     match answer.await {
-        Ok(true) => Ok(StatusCode::NO_CONTENT),
+        Ok(true) => {
+            if let Some(folder) = &state.config.saved_schemas {
+                let saved = SavedSchemas::new(folder);
+                let forgotten = name.clone();
+                tokio::task::spawn_blocking(move || saved.remove(&forgotten))
+                    .await
+                    .map_err(|_| ApiError::internal("removing the saved schema failed"))?
+                    .map_err(|error| {
+                        ApiError::internal(format!(
+                            "schema `{name}` is unloaded but its saved copy could not be \
+                             removed (it comes back at the next start): {error}"
+                        ))
+                    })?;
+            }
+            Ok(StatusCode::NO_CONTENT)
+        }
         Ok(false) => Err(ApiError::not_found(format!("no schema named `{name}`"))),
         Err(_) => Err(ApiError::internal("the engine stopped")),
     }
 }
 
-/// 401 unless the request carries `Authorization: Bearer <admin token>` (when one is set).
+/// 401 unless the request carries `Authorization: Bearer <admin token>` (when one is set);
+/// without a token, 403 unless the server was started open (on loopback).
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = &state.config.admin_token else {
-        return Ok(());
+        if state.config.open_admin {
+            return Ok(());
+        }
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "schema upload and deletion are off: this server listens beyond loopback and was \
+             started without --admin-token",
+        ));
     };
     let presented = headers
         .get(header::AUTHORIZATION)
