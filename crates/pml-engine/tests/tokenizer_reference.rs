@@ -169,3 +169,47 @@ fn gemma_hand_checked_cases() -> Result<(), pml_engine::TokenizeError> {
     );
     Ok(())
 }
+
+/// Every token's bytes (what constrained decoding matches grammars over) concatenated give the
+/// text the tokenizer decodes, on the fixture's cases; markup tokens are never text.
+fn check_token_bytes(model_id: &'static str) {
+    let Some(tokenizer) = tokenizer(model_id) else {
+        return;
+    };
+    let fixture: Fixture = serde_json::from_str(
+        &std::fs::read_to_string(fixture_path(model_id)).expect("fixture readable"),
+    )
+    .expect("fixture parses");
+    for case in &fixture.cases {
+        let mut bytes = Vec::new();
+        for &id in &case.ids {
+            match tokenizer.token_bytes(id) {
+                Some(pml_engine::tokenizer::TokenBytes::Text(piece)) => bytes.extend(piece),
+                other => panic!("{model_id}: token {id} of {:?} is {other:?}", case.text),
+            }
+        }
+        let decoded = tokenizer.decode(&case.ids).expect("decodes");
+        // SentencePiece decoding drops the space its first piece starts with.
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            text == decoded || text.strip_prefix(' ') == Some(decoded.as_str()),
+            "{model_id}: bytes {text:?} against decoded {decoded:?}"
+        );
+    }
+    let eos = tokenizer.eos_tokens()[0];
+    assert!(matches!(
+        tokenizer.token_bytes(eos),
+        Some(pml_engine::tokenizer::TokenBytes::Special(_))
+    ));
+    assert_eq!(tokenizer.token_bytes(tokenizer.vocab_size() as u32), None);
+}
+
+#[test]
+fn qwen_token_bytes_spell_the_decoded_text() {
+    check_token_bytes("qwen2.5-0.5b");
+}
+
+#[test]
+fn gemma_token_bytes_spell_the_decoded_text() {
+    check_token_bytes("gemma3-270m");
+}

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use candle_core::Device;
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
 use pml_compiler::plan::EncodeMode;
-use pml_engine::tokenizer::{TokenizeError, Tokenizer};
+use pml_engine::tokenizer::{TokenBytes, TokenizeError, Tokenizer};
 
 use crate::inference::Runtime;
 use crate::models::{ModelError, model_path};
@@ -120,6 +120,11 @@ impl Tokenizer for LetterTokenizer {
     fn vocab_size(&self) -> usize {
         256
     }
+
+    /// The letter [`Self::decode`] writes for `id`.
+    fn token_bytes(&self, id: u32) -> Option<TokenBytes> {
+        (id < 256).then(|| TokenBytes::Text(vec![b'a' + (id % 26) as u8]))
+    }
 }
 
 /// One token per byte of the text, BOS = 1, no end-of-sequence token: round-trips ASCII, so
@@ -150,5 +155,9 @@ impl Tokenizer for ByteTokenizer {
 
     fn vocab_size(&self) -> usize {
         256
+    }
+
+    fn token_bytes(&self, id: u32) -> Option<TokenBytes> {
+        (id < 256).then(|| TokenBytes::Text(vec![(id % 128) as u8]))
     }
 }

@@ -80,6 +80,10 @@ impl pml_engine::Tokenizer for PmlTokenizer {
     fn vocab_size(&self) -> usize {
         self.engine.vocab_size()
     }
+
+    fn token_bytes(&self, id: u32) -> Option<pml_engine::tokenizer::TokenBytes> {
+        self.engine.token_bytes(id)
+    }
 }
 
 impl pml_compiler::Tokenizer for PmlTokenizer {

@@ -114,10 +114,43 @@ check("prefix cache: a repeated chat is mostly spliced",
 check("prefix cache: the same greedy answer as uncached",
       once.choices[0].message.content == twice.choices[0].message.content, (once, twice))
 
+import jsonschema  # noqa: E402  (installed beside openai by scripts/setup-openai-client.sh)
+
+PERSON = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 20},
+    "age": {"type": "integer", "minimum": 0, "maximum": 150}},
+    "required": ["name", "age"], "additionalProperties": False}
+structured = client.chat.completions.create(
+    model=MODEL, max_tokens=40, temperature=0,
+    messages=[{"role": "user", "content": "Invent a person: a name and an age."}],
+    response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}})
+answer = json.loads(structured.choices[0].message.content)
+jsonschema.validate(answer, PERSON)
+check("json_schema: the answer parses and validates", True, answer)
+check("json_schema: it ended by itself", structured.choices[0].finish_reason == "stop",
+      structured.choices[0])
+loose = client.chat.completions.create(
+    model=MODEL, max_tokens=40, temperature=0.8, seed=3,
+    messages=[{"role": "user", "content": "Describe the sky."}],
+    response_format={"type": "json_object"})
+text = loose.choices[0].message.content
+if loose.choices[0].finish_reason == "stop":
+    check("json_object: an object", isinstance(json.loads(text), dict), text)
+else:  # cut off by max_tokens: still the start of an object
+    check("json_object: the start of an object", text.lstrip().startswith("{"), text)
+
 if PML_PROMPT:
     pml = client.completions.create(model=MODEL, prompt=PML_PROMPT, max_tokens=3)
     details = pml.usage.prompt_tokens_details
     check("PML prompt: answered from the cached module", details.cached_tokens > 0, pml.usage)
+    STATUS = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 30}},
+              "required": ["answer"], "additionalProperties": False}
+    pml_json = client.completions.create(
+        model=MODEL, prompt=PML_PROMPT, max_tokens=30, temperature=0,
+        extra_body={"response_format": {"type": "json_schema",
+                                        "json_schema": {"name": "status", "schema": STATUS}}})
+    jsonschema.validate(json.loads(pml_json.choices[0].text), STATUS)
+    check("PML prompt + json_schema: parses and validates", True, pml_json.choices[0].text)
 
 body = expect_error("tools refused", 400, "tools", lambda: client.chat.completions.create(
     model=MODEL, messages=CHAT, max_tokens=2,

@@ -79,11 +79,14 @@ pub enum SamplingError {
     InvalidParams(String),
     #[error("the logits vector is empty")]
     EmptyLogits,
-    /// A NaN or infinite logit means the forward pass went wrong; sampling from it would hide that.
+    /// A NaN or +inf logit means the forward pass went wrong; sampling from it would hide that.
     #[error("logit of token {token_id} is {value}, not a finite number")]
     NonFiniteLogit { token_id: usize, value: f32 },
     #[error("token {token_id} in the repetition window is outside the vocabulary of {vocab_size}")]
     TokenOutOfRange { token_id: u32, vocab_size: usize },
+    /// Every token was masked out (-inf): a constraint allows nothing next.
+    #[error("every token is masked out: nothing may come next")]
+    EverythingMasked,
 }
 
 /// A token still in the running, with its temperature-scaled logit and later its unnormalised
@@ -142,8 +145,16 @@ impl Sampler {
         if logits.is_empty() {
             return Err(SamplingError::EmptyLogits);
         }
-        if let Some((token_id, &value)) = logits.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        // -inf is a token masked out (constrained decoding); NaN or +inf is a broken forward pass.
+        if let Some((token_id, &value)) = logits
+            .iter()
+            .enumerate()
+            .find(|(_, v)| v.is_nan() || **v == f32::INFINITY)
+        {
             return Err(SamplingError::NonFiniteLogit { token_id, value });
+        }
+        if logits.iter().all(|&value| value == f32::NEG_INFINITY) {
+            return Err(SamplingError::EverythingMasked);
         }
         self.scores.clear();
         self.scores.extend_from_slice(logits);
@@ -483,9 +494,9 @@ mod tests {
     }
 
     #[test]
-    fn non_finite_logits_are_errors() {
+    fn non_finite_logits_are_errors_and_masked_ones_are_never_drawn() {
         let mut sampler = Sampler::new(params(1.0, 0, 0.9)).unwrap();
-        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        for bad in [f32::NAN, f32::INFINITY] {
             let logits = [0.0, bad, 1.0];
             assert!(matches!(
                 sampler.sample(&logits, &[]),
@@ -493,6 +504,22 @@ mod tests {
             ));
         }
         assert_eq!(sampler.sample(&[], &[]), Err(SamplingError::EmptyLogits));
+        // -inf masks a token out, whatever the temperature, penalty or draw.
+        let masked = [f32::NEG_INFINITY, 0.5, f32::NEG_INFINITY, 0.0];
+        for seed in 0..50 {
+            let mut sampler = Sampler::new(SamplingParams {
+                seed,
+                repetition_penalty: 1.3,
+                ..params(1.5, 0, 1.0)
+            })
+            .unwrap();
+            let token = sampler.sample(&masked, &[0, 2]).unwrap();
+            assert!(token == 1 || token == 3, "drew masked token {token}");
+        }
+        assert_eq!(
+            sampler.sample(&[f32::NEG_INFINITY; 3], &[]),
+            Err(SamplingError::EverythingMasked)
+        );
     }
 
     #[test]

@@ -76,4 +76,10 @@ impl Tokenizer for ByteTokenizer {
     fn vocab_size(&self) -> usize {
         self.token_bytes.len()
     }
+
+    fn token_bytes(&self, id: u32) -> Option<crate::tokenizer::TokenBytes> {
+        self.token_bytes
+            .get(id as usize)
+            .map(|bytes| crate::tokenizer::TokenBytes::Text(bytes.clone()))
+    }
 }

@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use super::TokenBytes;
+
 /// Why a text could not be tokenized, or ids could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenizeError(pub String);
@@ -39,4 +41,8 @@ pub trait Tokenizer: Send + Sync {
     fn eos_tokens(&self) -> Vec<u32>;
 
     fn vocab_size(&self) -> usize;
+
+    /// What token `id` decodes to, byte for byte (a constrained decoder matches grammars over
+    /// bytes); `None` for an id outside the vocabulary.
+    fn token_bytes(&self, id: u32) -> Option<TokenBytes>;
 }

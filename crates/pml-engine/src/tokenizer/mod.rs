@@ -7,6 +7,7 @@ pub mod control;
 pub mod gemma3;
 mod interface;
 pub mod qwen2;
+pub mod token_bytes;
 pub mod vocab;
 
 use std::collections::HashSet;
@@ -16,6 +17,7 @@ use tokenizers::{AddedToken, Tokenizer as HfTokenizer};
 use crate::gguf::{GgufError, GgufFile};
 use control::{ControlTokens, Fragment};
 pub use interface::{TokenizeError, Tokenizer};
+pub use token_bytes::TokenBytes;
 pub use vocab::{GgufVocab, TokenType};
 
 /// Why a tokenizer could not be built from a GGUF file.
@@ -52,6 +54,8 @@ pub struct GgufTokenizer {
     pad: u32,
     vocab_size: usize,
     add_space_prefix: bool,
+    /// What each token decodes to, byte for byte (for constrained decoding).
+    token_bytes: Vec<TokenBytes>,
 }
 
 impl std::fmt::Debug for GgufTokenizer {
@@ -119,6 +123,7 @@ impl GgufTokenizer {
             pad,
             vocab_size,
             add_space_prefix: vocab.add_space_prefix.unwrap_or(false),
+            token_bytes: token_bytes::vocab_token_bytes(vocab),
         })
     }
 
@@ -200,6 +205,10 @@ impl Tokenizer for GgufTokenizer {
 
     fn vocab_size(&self) -> usize {
         self.vocab_size
+    }
+
+    fn token_bytes(&self, id: u32) -> Option<TokenBytes> {
+        self.token_bytes.get(id as usize).cloned()
     }
 }
 

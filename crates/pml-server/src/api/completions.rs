@@ -83,6 +83,7 @@ async fn answer(
             arrived,
             deadline: arrived + state.config.request_timeout,
             logprobs: generation.logprobs,
+            format: generation.format.clone(),
             events: EventSink {
                 choice,
                 sender: sender.clone(),

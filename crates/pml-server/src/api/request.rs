@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use crate::config::ServerConfig;
+use crate::engine::structured::ResponseFormat;
 
 /// Most choices one request may ask for (`n`).
 pub const MAX_CHOICES: usize = 8;
@@ -93,6 +94,39 @@ pub struct Generation {
     pub include_usage: bool,
     /// `Some(k)`: report each token's log-probability and its `k` likeliest alternatives.
     pub logprobs: Option<usize>,
+    /// The answer's required form (`response_format` other than `text`).
+    pub format: Option<ResponseFormat>,
+}
+
+/// `response_format`: `text` (no constraint), `json_object`, or `json_schema` with its
+/// `json_schema.schema`.
+fn response_format(format: &Value) -> Result<Option<ResponseFormat>, ApiError> {
+    match format.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(ResponseFormat::JsonObject)),
+        Some("json_schema") => match format
+            .get("json_schema")
+            .and_then(|spec| spec.get("schema"))
+        {
+            Some(schema) if schema.is_object() => {
+                Ok(Some(ResponseFormat::JsonSchema(schema.clone())))
+            }
+            _ => Err(ApiError::bad_field(
+                "response_format.json_schema.schema",
+                "a json_schema response_format needs `json_schema.schema`, a JSON Schema object",
+            )),
+        },
+        Some(other) => Err(ApiError::unsupported(
+            "response_format.type",
+            format!(
+                "response_format of type `{other}` is not supported (text, json_object, json_schema)"
+            ),
+        )),
+        None => Err(ApiError::bad_field(
+            "response_format.type",
+            "response_format needs a `type`",
+        )),
+    }
 }
 
 impl GenerationFields {
@@ -114,19 +148,10 @@ impl GenerationFields {
                 ));
             }
         }
-        if let Some(format) = &self.response_format {
-            let kind = format.get("type").and_then(Value::as_str);
-            if kind != Some("text") {
-                return Err(ApiError::unsupported(
-                    "response_format",
-                    format!(
-                        "response_format of type {} is not supported by this server yet (only \
-                         `text`)",
-                        kind.map_or_else(|| "(none)".to_string(), |kind| format!("`{kind}`"))
-                    ),
-                ));
-            }
-        }
+        let format = match &self.response_format {
+            Some(format) => response_format(format)?,
+            None => None,
+        };
         let max_tokens = match (self.max_tokens, self.max_completion_tokens) {
             (Some(old), Some(new)) if old != new => {
                 return Err(ApiError::bad_field(
@@ -184,6 +209,7 @@ impl GenerationFields {
                 .as_ref()
                 .is_some_and(|options| options.include_usage),
             logprobs,
+            format,
         })
     }
 

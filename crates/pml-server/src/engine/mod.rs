@@ -6,11 +6,13 @@
 //!   chunks under a token budget, timeouts and cancellation.
 //! - [`prefill`]: a plain prompt's prefill, in chunks.
 //! - [`sequence`]: one completion between decode steps; a PML prompt's prefill.
+//! - [`structured`]: `response_format` by constrained decoding (llguidance).
 
 pub mod prefill;
 pub mod scheduler;
 pub mod schemas;
 pub mod sequence;
+pub mod structured;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -50,6 +52,8 @@ pub struct CompletionJob {
     /// `Some(k)`: report each generated token's log-probability and its `k` likeliest
     /// alternatives.
     pub logprobs: Option<usize>,
+    /// What the answer must be (JSON, or JSON under a schema), by constrained decoding.
+    pub format: Option<structured::ResponseFormat>,
     /// Where the engine reports; dropping the receiver cancels the job.
     pub events: EventSink,
 }
@@ -172,7 +176,7 @@ pub enum EngineRequest {
         name: String,
         reply: oneshot::Sender<bool>,
     },
-    Complete(CompletionJob),
+    Complete(Box<CompletionJob>),
     /// The tokens of a prompt, answered between engine steps.
     Tokenize {
         prompt: PromptSource,
@@ -244,7 +248,7 @@ impl EngineHandle {
             return Err(SubmitError::QueueFull(queued));
         }
         self.requests
-            .send(EngineRequest::Complete(job))
+            .send(EngineRequest::Complete(Box::new(job)))
             .map_err(|_| {
                 self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
                 SubmitError::Stopped

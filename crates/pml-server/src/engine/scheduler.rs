@@ -29,6 +29,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 use super::prefill::{Advance, PendingPrefill};
 use super::schemas::{SchemaInfo, SchemaRegistry, SchemaStatus};
 use super::sequence::{Prefilled, Sequence, prefill_pml, prompt_tokens, runtime_error};
+use super::structured::{Constraint, Grammars, ResponseFormat};
 use super::{CompletionJob, EngineRequest, JobEnd, JobError, JobEvent, PromptSource, Shutdown};
 use crate::metrics::{Metrics, Outcome, TierHits};
 
@@ -60,6 +61,8 @@ pub struct Scheduler<'r> {
     active: Vec<Sequence<'r>>,
     /// KV of plain prompts' full blocks, for the prompts that follow.
     prefix_cache: PrefixCache,
+    /// Grammar parsers over the vocabulary, built at the first `response_format` request.
+    grammars: Option<Grammars>,
 }
 
 impl<'r> Scheduler<'r> {
@@ -73,6 +76,7 @@ impl<'r> Scheduler<'r> {
         let fingerprint = runtime.store().spec().model_fingerprint.clone();
         Self {
             prefix_cache: PrefixCache::new(prefix_cache_bytes, fingerprint),
+            grammars: None,
             runtime,
             registry,
             metrics,
@@ -141,7 +145,7 @@ impl<'r> Scheduler<'r> {
                 self.registry.remove(&name);
                 let _ = reply.send(known);
             }
-            EngineRequest::Complete(job) => self.waiting.push_back(job),
+            EngineRequest::Complete(job) => self.waiting.push_back(*job),
             EngineRequest::Shutdown => {}
             EngineRequest::Tokenize {
                 prompt,
@@ -322,8 +326,28 @@ impl<'r> Scheduler<'r> {
                 .prefix_cache_hits
                 .fetch_add(usage.cached_tokens as u64, Ordering::Relaxed);
         }
-        if let Some(sequence) = Sequence::start(self.runtime, job, prefilled, &self.metrics) {
+        let constraint = match &job.format {
+            Some(format) => match self.constraint(format) {
+                Ok(constraint) => Some(constraint),
+                Err(error) => return fail(job, error, &self.metrics),
+            },
+            None => None,
+        };
+        if let Some(sequence) =
+            Sequence::start(self.runtime, job, prefilled, constraint, &self.metrics)
+        {
             self.active.push(sequence);
+        }
+    }
+
+    /// A constraint for `format`, building the vocabulary's grammar parsers the first time.
+    fn constraint(&mut self, format: &ResponseFormat) -> Result<Constraint, JobError> {
+        if self.grammars.is_none() {
+            self.grammars = Some(Grammars::new(self.runtime.tokenizer())?);
+        }
+        match &self.grammars {
+            Some(grammars) => grammars.constraint(format),
+            None => Err(JobError::Internal("no grammar parsers".to_string())),
         }
     }
 
@@ -415,9 +439,9 @@ impl<'r> Scheduler<'r> {
         let metrics = &self.metrics;
         match rows {
             Ok(rows) => {
-                for (sequence, row) in active.into_iter().zip(rows) {
+                for (sequence, mut row) in active.into_iter().zip(rows) {
                     metrics.inter_token_latency.observe(elapsed);
-                    if let Some(sequence) = sequence.accept(&row, metrics) {
+                    if let Some(sequence) = sequence.accept(&mut row, metrics) {
                         self.active.push(sequence);
                     }
                 }

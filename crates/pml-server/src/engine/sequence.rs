@@ -16,6 +16,7 @@ use pml_syntax::LineIndex;
 use pml_syntax::ast::SourceFile;
 use pml_syntax::json::JsonDiagnostic;
 
+use super::structured::Constraint;
 use super::{
     CompletionJob, JobEnd, JobError, JobEvent, PromptSource, PromptUsage, TokenLogprob, TokenText,
 };
@@ -25,6 +26,8 @@ use crate::metrics::{Metrics, Outcome};
 pub struct Sequence<'r> {
     job: CompletionJob,
     tokenizer: &'r dyn Tokenizer,
+    /// The grammar the answer must follow (`response_format`).
+    constraint: Option<Constraint>,
     state: DecodeState<'r>,
     pub kv: KvCache,
     /// The token to run through the model next and its position.
@@ -51,6 +54,7 @@ impl<'r> Sequence<'r> {
         runtime: &'r Runtime,
         job: CompletionJob,
         prefilled: Prefilled,
+        constraint: Option<Constraint>,
         metrics: &Metrics,
     ) -> Progress<'r> {
         let arrived = job.arrived;
@@ -91,14 +95,15 @@ impl<'r> Sequence<'r> {
         let sequence = Sequence {
             job,
             tokenizer: runtime.tokenizer(),
+            constraint,
             state,
             kv: prefilled.kv,
             next_token: 0,
             next_position,
         };
         match logits_row(&prefilled.logits) {
-            Ok(logits) => {
-                let progress = sequence.accept(&logits, metrics);
+            Ok(mut logits) => {
+                let progress = sequence.accept(&mut logits, metrics);
                 metrics.time_to_first_token.observe(arrived.elapsed());
                 progress
             }
@@ -108,17 +113,33 @@ impl<'r> Sequence<'r> {
 
     /// Samples from this sequence's row of a step's logits and streams the text (with the
     /// token's log-probability when the job asked for it).
-    pub fn accept(mut self, logits: &[f32], metrics: &Metrics) -> Progress<'r> {
+    pub fn accept(mut self, logits: &mut [f32], metrics: &Metrics) -> Progress<'r> {
         let generated = self.state.token_ids().len();
+        // Log-probabilities are the model's own, before the grammar's mask.
+        let raw = match (&self.job.logprobs, &self.constraint) {
+            (Some(_), Some(_)) => Some(logits.to_vec()),
+            _ => None,
+        };
+        if let Some(constraint) = &mut self.constraint
+            && let Err(error) = constraint.mask(logits)
+        {
+            return self.fail(error, metrics);
+        }
         let mut text = String::new();
         let step = self.state.accept(logits, &mut |piece| text.push_str(piece));
         let token = self.state.token_ids()[generated..].first().copied();
+        if let (Some(constraint), Some(token)) = (&mut self.constraint, token)
+            && let Err(error) = constraint.accept(token)
+        {
+            return self.fail(error, metrics);
+        }
         let closed = match token {
             Some(token) => {
+                let source: &[f32] = raw.as_deref().unwrap_or(logits);
                 let logprob = self
                     .job
                     .logprobs
-                    .map(|top| token_logprob(self.tokenizer, logits, token, top));
+                    .map(|top| token_logprob(self.tokenizer, source, token, top));
                 !self.job.events.send(JobEvent::Token { text, logprob })
             }
             // The end-of-text token or the token limit: no token to report, but a stop

@@ -410,6 +410,10 @@ impl Tokenizer for NeverEnding<'_> {
     fn vocab_size(&self) -> usize {
         self.0.vocab_size()
     }
+
+    fn token_bytes(&self, id: u32) -> Option<pml_engine::tokenizer::TokenBytes> {
+        self.0.token_bytes(id)
+    }
 }
 
 fn greedy(logits: &candle_core::Tensor) -> Result<u32, Failure> {
