@@ -447,8 +447,12 @@ mod tests {
             (json!({"logit_bias": {"1": 5}}), "logit_bias"),
             (json!({"frequency_penalty": 0.5}), "frequency_penalty"),
             (
-                json!({"response_format": {"type": "json_object"}}),
-                "response_format",
+                json!({"response_format": {"type": "grammar"}}),
+                "response_format.type",
+            ),
+            (
+                json!({"response_format": {"type": "json_schema"}}),
+                "response_format.json_schema.schema",
             ),
             (json!({"something_new": 1}), "something_new"),
         ] {
@@ -461,6 +465,11 @@ mod tests {
         let error = chat(json!({"messages": [{"role": "user", "content": "hi", "name": "x"}]}))
             .expect_err("name");
         assert_eq!(error.param.as_deref(), Some("messages[0].name"));
+        let schema = json!({"type": "object"});
+        let (generation, _) = chat(json!({"messages": [{"role": "user", "content": "hi"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}))
+        .expect("json_schema");
+        assert_eq!(generation.format, Some(ResponseFormat::JsonSchema(schema)));
         // Null means unset, as clients send it.
         chat(json!({"messages": [{"role": "user", "content": "hi"}], "tools": null, "user": "u"}))
             .expect("nulls and user are fine");
