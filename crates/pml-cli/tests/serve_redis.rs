@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use pml_runtime::testing::fetched_model;
 use pml_runtime::testing::redis_server::start_redis;
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::{call, completion_body, json};
 
 const MODEL: &str = "gemma3-270m";
@@ -167,6 +167,17 @@ fn a_second_server_answers_from_modules_the_first_compiled_into_redis() {
     };
 
     let first = ServeProcess::start(&store("disk-a"), dir.path());
+    let chat = json!({"max_tokens": 3, "temperature": 0, "messages": [
+        {"role": "system", "content": "You answer briefly and plainly, in one short line. ".repeat(6)},
+        {"role": "user", "content": "Name a colour."}]})
+    .to_string();
+    let (status, first_chat) = call(
+        "POST",
+        &first.url("/v1/chat/completions"),
+        Some(&chat),
+        None,
+    );
+    assert_eq!(status, 200, "{first_chat}");
     let compiled = first.upload_ready(SCHEMA);
     let total = compiled["units_total"].as_u64().expect("units_total");
     assert!(total >= 2, "{compiled}");
@@ -200,6 +211,22 @@ fn a_second_server_answers_from_modules_the_first_compiled_into_redis() {
     assert!(
         second.store_lookups("redis", "hit") > 0.0,
         "no module read from Redis"
+    );
+    // A plain chat the first server answered: its prompt's blocks come from Redis too, and
+    // the answer is the same.
+    let (status, second_chat) = call(
+        "POST",
+        &second.url("/v1/chat/completions"),
+        Some(&chat),
+        None,
+    );
+    assert_eq!(status, 200, "{second_chat}");
+    let (first_chat, second_chat) = (json(&first_chat), json(&second_chat));
+    let cached = &second_chat["usage"]["prompt_tokens_details"]["cached_tokens"];
+    assert!(cached.as_u64() >= Some(16), "{second_chat}");
+    assert_eq!(
+        first_chat["choices"][0]["message"]["content"],
+        second_chat["choices"][0]["message"]["content"]
     );
     let (status, stderr) = second.stop();
     assert!(status.success(), "second server: {status}\n{stderr}");

@@ -21,6 +21,9 @@ pub struct ServerConfig {
     pub request_timeout: Duration,
     /// RAM for the KV of plain prompts' blocks (automatic prefix caching); 0 turns it off.
     pub prefix_cache_bytes: u64,
+    /// Redis the prefix cache's blocks are shared through (a namespace of their own, in the
+    /// engine's KV dtype), so servers pointed at it reuse each other's prompts.
+    pub prefix_cache_redis: Option<pml_runtime::store::RedisConfig>,
     /// Bearer token required to upload or delete schemas.
     pub admin_token: Option<String>,
     /// Without an admin token: whether uploads and deletions are open to anyone who reaches the
@@ -47,6 +50,7 @@ impl Default for ServerConfig {
             max_batch: 16,
             request_timeout: Duration::from_secs(600),
             prefix_cache_bytes: 1 << 30,
+            prefix_cache_redis: None,
             shutdown_grace: Duration::from_secs(3),
             admin_token: None,
             open_admin: true,

@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{RuntimeArgs, open_runtime, store_config};
+use pml_runtime::store::TierConfig;
 use pml_server::{ServerConfig, ServerHandle};
 
 #[derive(Args)]
@@ -52,9 +53,13 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
     let opened = open_runtime(&args.runtime)?;
-    let saved_schemas = store_config(args.runtime.store.as_deref())?
-        .root
-        .join("schemas");
+    let store = store_config(args.runtime.store.as_deref())?;
+    let saved_schemas = store.root.join("schemas");
+    // Plain prompts' blocks are shared through the store's Redis, when it has one.
+    let prefix_cache_redis = store.tiers.iter().find_map(|tier| match tier {
+        TierConfig::Redis(redis) => Some(redis.clone()),
+        _ => None,
+    });
     let open_admin = args.admin_token.is_none() && args.host.is_loopback();
     let config = ServerConfig {
         model_name: opened.spec.id.to_string(),
@@ -64,6 +69,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         max_batch: args.max_batch,
         request_timeout: Duration::from_secs(args.timeout),
         prefix_cache_bytes: args.prefix_cache_mib << 20,
+        prefix_cache_redis,
         open_admin,
         saved_schemas: Some(saved_schemas.clone()),
         admin_token: args.admin_token.clone(),

@@ -7,6 +7,8 @@
 //! Blocks are kept exact, in the engine's KV dtype, in a RAM tier of their own under a byte
 //! budget (least recently used evicted first): the module store's tiers hold states in its
 //! stored dtype (f16 by default), which would make a cached answer differ from an uncached one.
+//! With a shared tier (a Redis namespace of the engine's KV dtype), blocks one server computed
+//! are found by the others: a block missing from RAM is looked up there and copied into RAM.
 
 use std::sync::Arc;
 
@@ -31,9 +33,10 @@ pub enum PrefixCacheError {
 }
 
 /// The blocks of one model's plain prompts.
-#[derive(Debug)]
 pub struct PrefixCache {
     blocks: MemoryTier,
+    /// Blocks shared with other servers (Redis), behind `blocks`.
+    shared: Option<Arc<dyn Tier>>,
     model_fingerprint: String,
 }
 
@@ -44,12 +47,47 @@ pub struct SplicedPrefix {
     pub cached_tokens: usize,
 }
 
+impl std::fmt::Debug for PrefixCache {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("PrefixCache")
+            .field("resident_bytes", &self.blocks.resident_bytes())
+            .field("shared", &self.shared.as_ref().map(|tier| tier.name()))
+            .finish_non_exhaustive()
+    }
+}
+
 impl PrefixCache {
     pub fn new(budget_bytes: u64, model_fingerprint: impl Into<String>) -> Self {
         Self {
             blocks: MemoryTier::new(budget_bytes),
+            shared: None,
             model_fingerprint: model_fingerprint.into(),
         }
+    }
+
+    /// The same cache, also reading and writing blocks in `shared` (a tier whose states are in
+    /// the engine's KV dtype, so blocks stay exact).
+    pub fn with_shared(self, shared: Arc<dyn Tier>) -> Self {
+        Self {
+            shared: Some(shared),
+            ..self
+        }
+    }
+
+    /// Block `key` from RAM, else from the shared tier (then kept in RAM too).
+    fn block(&self, key: &StoreKey) -> Result<Option<Arc<ModuleState>>, StoreError> {
+        if let Some(state) = self.blocks.get(key)? {
+            return Ok(Some(state));
+        }
+        let Some(shared) = &self.shared else {
+            return Ok(None);
+        };
+        let Some(state) = shared.get(key)? else {
+            return Ok(None);
+        };
+        self.blocks.put(key, &state)?;
+        Ok(Some(state))
     }
 
     /// Bytes of KV held now.
@@ -98,7 +136,7 @@ impl PrefixCache {
         let usable = tokens.len().saturating_sub(1) / BLOCK_TOKENS;
         let mut cached: Vec<Arc<ModuleState>> = Vec::new();
         for key in &keys[..usable.min(keys.len())] {
-            match self.blocks.get(key)? {
+            match self.block(key)? {
                 Some(state) => cached.push(state),
                 None => break,
             }
@@ -134,9 +172,58 @@ impl PrefixCache {
             }
             let slots = index * BLOCK_TOKENS..(index + 1) * BLOCK_TOKENS;
             let block = kv.slice(slots.clone()).map_err(EngineError::from)?;
-            let state = ModuleState::new(block, tokens[slots].to_vec())?;
-            self.blocks.put(key, &Arc::new(state))?;
+            let state = Arc::new(ModuleState::new(block, tokens[slots].to_vec())?);
+            self.blocks.put(key, &state)?;
+            if let Some(shared) = &self.shared {
+                shared.put(key, &state)?;
+            }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pml_engine::model::tiny::random_model;
+    use pml_engine::model::{Arch, WeightFormat};
+
+    use super::*;
+
+    /// Two caches (two servers) over one shared tier: the second splices what the first kept,
+    /// and the logits match a prefill without any cache.
+    #[test]
+    fn a_shared_tier_carries_blocks_between_caches() {
+        let model = random_model(Arch::Qwen2, 5, WeightFormat::F32, &candle_core::Device::Cpu)
+            .expect("tiny model");
+        let shared: Arc<dyn Tier> = Arc::new(MemoryTier::new(1 << 30));
+        let first = PrefixCache::new(1 << 30, "tiny").with_shared(Arc::clone(&shared));
+        let second = PrefixCache::new(1 << 30, "tiny").with_shared(shared);
+        let tokens: Vec<u32> = (0..3 * BLOCK_TOKENS as u32 + 5)
+            .map(|t| 3 + t % 50)
+            .collect();
+
+        let prefill = |cache: &PrefixCache| {
+            let mut spliced = cache.splice(&model, &tokens, 1).expect("splice");
+            let rest = &tokens[spliced.cached_tokens..];
+            let positions: Vec<u32> = (spliced.cached_tokens as u32..tokens.len() as u32).collect();
+            let logits = model
+                .forward(rest, &positions, &mut spliced.kv)
+                .expect("forward");
+            cache.keep(&model, &tokens, &spliced.kv).expect("keep");
+            (
+                spliced.cached_tokens,
+                logits.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            )
+        };
+        let (cached, uncached_logits) = prefill(&first);
+        assert_eq!(cached, 0);
+        let (cached, logits) = prefill(&second);
+        assert_eq!(cached, 3 * BLOCK_TOKENS);
+        let gap = logits
+            .iter()
+            .zip(&uncached_logits)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(gap < 1e-4, "logits differ by {gap}");
     }
 }

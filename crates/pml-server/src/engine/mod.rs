@@ -20,7 +20,8 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use pml_engine::generation::{FinishReason, SamplingParams};
-use pml_runtime::inference::{InferenceMode, Runtime};
+use pml_runtime::inference::{InferenceMode, PrefixCache, Runtime};
+use pml_runtime::store::RedisTier;
 use pml_syntax::ast::Role;
 use pml_syntax::json::JsonDiagnostic;
 use tokio::sync::{mpsc, oneshot};
@@ -270,6 +271,19 @@ impl EngineHandle {
     }
 }
 
+/// The prefix cache `config` asks for: RAM, and Redis when it names one.
+fn prefix_cache(runtime: &Runtime, config: &ServerConfig) -> std::io::Result<PrefixCache> {
+    let spec = runtime.store().spec();
+    let cache = PrefixCache::new(config.prefix_cache_bytes, spec.model_fingerprint.clone());
+    let Some(redis) = &config.prefix_cache_redis else {
+        return Ok(cache);
+    };
+    // Blocks are shared exact: stored in the engine's KV dtype, a namespace of their own.
+    let spec = spec.clone().with_state_dtype(spec.layout.dtype);
+    let tier = RedisTier::open(redis.clone(), spec).map_err(std::io::Error::other)?;
+    Ok(cache.with_shared(Arc::new(tier)))
+}
+
 /// Starts the engine thread on `runtime`. The thread ends when every handle is dropped and the
 /// last admitted completion has finished (graceful shutdown drains).
 pub fn spawn(
@@ -289,11 +303,11 @@ pub fn spawn(
     let schemas = Arc::clone(&handle.schemas);
     let metrics = Arc::clone(&handle.metrics);
     let max_batch = config.max_batch.max(1);
-    let prefix_cache_bytes = config.prefix_cache_bytes;
+    let prefix_cache = prefix_cache(&runtime, config)?;
     let thread = std::thread::Builder::new()
         .name("pml-engine".to_string())
         .spawn(move || {
-            scheduler::Scheduler::new(&runtime, schemas, metrics, max_batch, prefix_cache_bytes)
+            scheduler::Scheduler::new(&runtime, schemas, metrics, max_batch, prefix_cache)
                 .run(receiver, &shutdown);
         })?;
     Ok((handle, thread))

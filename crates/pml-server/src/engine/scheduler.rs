@@ -71,11 +71,10 @@ impl<'r> Scheduler<'r> {
         registry: Arc<SchemaRegistry>,
         metrics: Arc<Metrics>,
         max_batch: usize,
-        prefix_cache_bytes: u64,
+        prefix_cache: PrefixCache,
     ) -> Self {
-        let fingerprint = runtime.store().spec().model_fingerprint.clone();
         Self {
-            prefix_cache: PrefixCache::new(prefix_cache_bytes, fingerprint),
+            prefix_cache,
             grammars: None,
             runtime,
             registry,
