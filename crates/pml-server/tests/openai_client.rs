@@ -11,10 +11,6 @@ mod support;
 use std::path::PathBuf;
 use std::process::Command;
 
-use pml_runtime::inference::{Runtime, RuntimeOptions};
-use pml_runtime::models::DEFAULT_MODEL_ID;
-use pml_runtime::store::{DEFAULT_RAM_BUDGET_BYTES, StoreConfig};
-use pml_runtime::testing::fetched_model;
 use pml_server::ServerConfig;
 use support::{PROMPT, SCHEMA, TestServer};
 
@@ -41,14 +37,9 @@ fn the_official_openai_client_gets_what_it_expects() {
         eprintln!("skipped: no `openai` client venv (scripts/setup-openai-client.sh installs it)");
         return;
     };
-    let Some(path) = fetched_model(DEFAULT_MODEL_ID) else {
+    let Some(server) = TestServer::default_model(ServerConfig::default()) else {
         return;
     };
-    let store = tempfile::TempDir::new().expect("temporary store");
-    let mut options = RuntimeOptions::from_env().expect("runtime options");
-    options.store = StoreConfig::local(store.path(), DEFAULT_RAM_BUDGET_BYTES);
-    let runtime = Runtime::load(&path, &options).expect("the default model loads");
-    let server = TestServer::with_runtime(runtime, ServerConfig::default());
     server.upload_ready(SCHEMA);
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py");
     let output = Command::new(&python)

@@ -3,25 +3,15 @@
 
 mod support;
 
-use pml_runtime::inference::{Runtime, RuntimeOptions};
-use pml_runtime::models::DEFAULT_MODEL_ID;
-use pml_runtime::store::{DEFAULT_RAM_BUDGET_BYTES, StoreConfig};
-use pml_runtime::testing::fetched_model;
 use pml_server::ServerConfig;
 use serde_json::json;
 use support::{PROMPT, SCHEMA, TestServer, call, completion_body, json as parse};
 
 #[test]
 fn the_default_model_answers_a_pml_prompt_and_a_chat() {
-    let Some(path) = fetched_model(DEFAULT_MODEL_ID) else {
+    let Some(server) = TestServer::default_model(ServerConfig::default()) else {
         return;
     };
-    let store = tempfile::TempDir::new().expect("temporary store");
-    let mut options = RuntimeOptions::from_env().expect("runtime options");
-    // A private store: RAM over a temporary disk tier (the default disk is `$PML_HOME/store`).
-    options.store = StoreConfig::local(store.path(), DEFAULT_RAM_BUDGET_BYTES);
-    let runtime = Runtime::load(&path, &options).expect("the default model loads");
-    let server = TestServer::with_runtime(runtime, ServerConfig::default());
     let info = server.upload_ready(SCHEMA);
     assert_eq!(info["units_encoded"], info["units_total"], "{info}");
 

@@ -8,8 +8,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use pml_engine::model::Arch;
-use pml_runtime::inference::Runtime;
-use pml_runtime::testing::tiny_runtime;
+use pml_runtime::inference::{Runtime, RuntimeOptions};
+use pml_runtime::models::DEFAULT_MODEL_ID;
+use pml_runtime::store::{DEFAULT_RAM_BUDGET_BYTES, StoreConfig};
+use pml_runtime::testing::{fetched_model, tiny_runtime};
 use pml_server::{ServerConfig, ServerHandle};
 use serde_json::Value;
 
@@ -34,6 +36,19 @@ impl TestServer {
         let mut server = Self::with_runtime(runtime, config);
         server._manifests = Some(manifests);
         server
+    }
+
+    /// The real default model, with a private store (RAM over a temporary disk tier, not
+    /// `$PML_HOME/store`); `None` (the test skips) when the model is not fetched.
+    pub fn default_model(config: ServerConfig) -> Option<Self> {
+        let path = fetched_model(DEFAULT_MODEL_ID)?;
+        let store = tempfile::TempDir::new().expect("temporary store");
+        let mut options = RuntimeOptions::from_env().expect("runtime options");
+        options.store = StoreConfig::local(store.path(), DEFAULT_RAM_BUDGET_BYTES);
+        let runtime = Runtime::load(&path, &options).expect("the default model loads");
+        let mut server = Self::with_runtime(runtime, config);
+        server._manifests = Some(store);
+        Some(server)
     }
 
     pub fn with_runtime(runtime: Runtime, config: ServerConfig) -> Self {

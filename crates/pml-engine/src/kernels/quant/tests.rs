@@ -99,6 +99,14 @@ fn simd_tiles_agree_with_scalar_dots() {
     }
 }
 
+/// The panel's rows, dequantized by us, are candle's dequantization bit for bit.
+fn assert_dequantizes_as_candle(matrix: &QuantMatrix, qtensor: &QTensor) {
+    let rows: Vec<u32> = (0..PANEL as u32).collect();
+    let ours = matrix.dequantize_rows(&rows, &Device::Cpu).expect("rows");
+    let theirs = qtensor.dequantize(&Device::Cpu).expect("dequantizable");
+    assert_eq!(to_vec(&ours), to_vec(&theirs));
+}
+
 #[test]
 fn interleaved_panels_hold_the_rows_and_their_simd_tiles_agree_with_scalar_dots() {
     let (cols, n_act_rows) = (4864, 5);
@@ -107,10 +115,7 @@ fn interleaved_panels_hold_the_rows_and_their_simd_tiles_agree_with_scalar_dots(
     let Blocks::Q5_0x8(panels) = &matrix.blocks else {
         panic!("eight Q5_0 rows are interleaved");
     };
-    let rows: Vec<u32> = (0..PANEL as u32).collect();
-    let ours = matrix.dequantize_rows(&rows, &Device::Cpu).expect("rows");
-    let theirs = qtensor.dequantize(&Device::Cpu).expect("dequantizable");
-    assert_eq!(to_vec(&ours), to_vec(&theirs));
+    assert_dequantizes_as_candle(&matrix, &qtensor);
     if !avx2::available() {
         return;
     }
@@ -217,10 +222,7 @@ fn interleaved_q4k_panels_hold_the_rows_and_their_simd_tiles_agree_with_the_refe
     let Blocks::Q4Kx8(panels) = &matrix.blocks else {
         panic!("eight Q4_K rows are interleaved");
     };
-    let rows: Vec<u32> = (0..PANEL as u32).collect();
-    let ours = matrix.dequantize_rows(&rows, &Device::Cpu).expect("rows");
-    let theirs = qtensor.dequantize(&Device::Cpu).expect("dequantizable");
-    assert_eq!(to_vec(&ours), to_vec(&theirs));
+    assert_dequantizes_as_candle(&matrix, &qtensor);
     if !avx2::available() {
         return;
     }
