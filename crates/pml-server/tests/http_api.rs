@@ -604,3 +604,23 @@ fn without_a_token_a_closed_server_refuses_uploads() {
     let (status, _) = call("DELETE", &server.url("/v1/schemas/notes"), None, None);
     assert_eq!(status, 403);
 }
+
+#[test]
+fn a_long_pml_prompt_prefills_in_chunks_and_answers_as_in_one_piece() {
+    let server = TestServer::tiny(ServerConfig::default());
+    server.upload_ready(SCHEMA);
+    // New text several prefill chunks long (128 tokens a step), after the cached module.
+    let question = "what was moved and what should be brought along ".repeat(8);
+    let prompt = format!(r#"<prompt schema="notes"><notes/>{question}</prompt>"#);
+    let answer = |mode: &str| {
+        let body = json!({"prompt": prompt, "max_tokens": 6, "mode": mode}).to_string();
+        let (status, body) = call("POST", &server.url("/v1/completions"), Some(&body), None);
+        assert_eq!(status, 200, "{body}");
+        parse(&body)
+    };
+    let reuse = answer("reuse");
+    let full = answer("full");
+    assert!(reuse["usage"]["new_tokens"].as_u64() > Some(300), "{reuse}");
+    assert!(full["usage"]["new_tokens"].as_u64() > Some(300), "{full}");
+    assert_eq!(reuse["choices"][0]["text"], full["choices"][0]["text"]);
+}

@@ -23,6 +23,7 @@ pub mod plan;
 pub mod prefix_cache;
 pub mod reuse;
 pub mod session;
+pub mod staged;
 pub mod stats;
 
 use std::fmt;
@@ -41,6 +42,7 @@ pub use controller::{LayerCosts, RatioChoice, choose_ratio};
 pub use plan::{PlannedSpan, SplicePlan};
 pub use prefix_cache::{BLOCK_TOKENS, PrefixCache, PrefixCacheError, SplicedPrefix};
 pub use session::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
+pub use staged::{Staged, StagedPrefill};
 pub use stats::{PipelineStats, PrefillStats, RunStats};
 
 /// Decoding slots allocated with the spliced cache; longer answers grow it geometrically, so a

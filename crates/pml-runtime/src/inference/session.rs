@@ -315,6 +315,21 @@ impl Runtime {
         super::prefill(&self.model, &mut encoder, &plan, mode, 0)
     }
 
+    /// [`Self::prefill`] in stages: the cached spans spliced now, the tokens to compute left
+    /// for [`super::StagedPrefill::advance`] (mode `blend` runs whole), with room for `reserve`
+    /// decoded tokens.
+    pub fn stage_prefill(
+        &self,
+        layout: &SchemaLayout,
+        bound: &BoundPrompt,
+        mode: InferenceMode,
+        reserve: usize,
+    ) -> Result<super::Staged, InferenceError> {
+        let plan = SplicePlan::new(layout, bound)?;
+        let mut encoder = self.encoder(layout)?;
+        super::staged::stage(&self.model, &mut encoder, &plan, mode, reserve)
+    }
+
     fn encoder<'a>(&'a self, layout: &'a SchemaLayout) -> Result<UnitEncoder<'a>, EncodeError> {
         let options = self.encode_options();
         UnitEncoder::new(&self.model, layout, options.mode, options.bos, &self.store)

@@ -1,25 +1,41 @@
-//! A plain prompt's prefill (a completion's text or a chat without a schema), in chunks: started
-//! at admission (tokenized, checked against the context, its longest cached prefix spliced from
-//! the prefix cache), then advanced by at most the step's token budget at a time, so a long
-//! prompt never holds the engine longer than one chunk: running streams decode in between, and a
-//! client that leaves or a shutdown is noticed between chunks.
+//! A prompt's prefill, in chunks: started at admission — a plain prompt tokenized, checked
+//! against the context and its longest cached prefix spliced from the prefix cache; a PML prompt
+//! bound to its schema, checked, and its cached modules spliced in its mode (mode `blend` runs
+//! whole there: its layer-wise recompute is one pass) — then advanced by at most the step's
+//! token budget at a time, so a long prompt never holds the engine longer than one chunk: running
+//! streams decode in between, and a client that leaves or a shutdown is noticed between chunks.
+
+use std::collections::HashMap;
 
 use pml_engine::kv_cache::KvCache;
-use pml_runtime::inference::{PrefixCache, Runtime};
+use pml_runtime::inference::{
+    LaidOutSchema, Prefill, PrefixCache, Runtime, SplicePlan, Staged, StagedPrefill,
+};
+use pml_syntax::ast::SourceFile;
 
-use super::sequence::{Prefilled, check_context, prompt_tokens};
+use super::sequence::{Prefilled, check_context, prompt_tokens, runtime_error};
 use super::{CompletionJob, JobError, PromptSource, PromptUsage};
 
-/// A plain prompt part way through its prefill.
+/// A prompt part way through its prefill.
 pub struct PendingPrefill {
     pub job: CompletionJob,
-    tokens: Vec<u32>,
-    /// Holds the prompt's first `kv.len()` tokens; room for the rest and the answer.
-    kv: KvCache,
-    cached_tokens: usize,
+    work: Work,
 }
 
-/// Where a prefill stands after a chunk.
+enum Work {
+    Plain {
+        tokens: Vec<u32>,
+        /// Holds the prompt's first `kv.len()` tokens; room for the rest and the answer.
+        kv: KvCache,
+        cached_tokens: usize,
+    },
+    Pml {
+        staged: Box<StagedPrefill>,
+        all_tokens: Vec<u32>,
+    },
+}
+
+/// Where a prefill stands after admission or a chunk.
 pub enum Advance {
     Pending(PendingPrefill),
     Done(CompletionJob, Prefilled),
@@ -27,86 +43,172 @@ pub enum Advance {
 }
 
 impl PendingPrefill {
-    /// Tokenizes `job`'s prompt, refuses it when it cannot fit the context, and splices its
-    /// longest cached prefix: everything but the computing.
+    /// Everything but the computing of `job`'s prompt (a `blend` PML prompt: everything).
     pub fn start(
         runtime: &Runtime,
+        schemas: &HashMap<String, LaidOutSchema>,
         prefix_cache: &PrefixCache,
         job: CompletionJob,
-    ) -> Result<Self, Box<(CompletionJob, JobError)>> {
-        let started = (|| {
-            if matches!(job.prompt, PromptSource::Pml(_)) {
-                return Err(JobError::Internal(
-                    "a PML prompt is not prefilled in chunks".to_string(),
-                ));
-            }
-            let tokens = prompt_tokens(runtime, &job.prompt, true)?;
-            if tokens.is_empty() {
-                return Err(JobError::BadRequest("the prompt is empty".to_string()));
-            }
-            check_context(runtime, tokens.len(), &job)?;
-            // Room for the whole answer, so decoding appends in place.
-            let spliced = prefix_cache
-                .splice(runtime.model(), &tokens, job.params.max_tokens + 1)
-                .map_err(|error| JobError::Internal(error.to_string()))?;
-            Ok((tokens, spliced))
-        })();
+    ) -> Advance {
+        // Room for the whole answer, so decoding appends in place.
+        let reserve = job.params.max_tokens + 1;
+        let started = match &job.prompt {
+            PromptSource::Pml(source) => stage_pml(runtime, schemas, &job, source, reserve),
+            _ => start_plain(runtime, prefix_cache, &job, reserve),
+        };
         match started {
-            Ok((tokens, spliced)) => Ok(Self {
-                job,
-                tokens,
-                kv: spliced.kv,
-                cached_tokens: spliced.cached_tokens,
-            }),
-            Err(error) => Err(Box::new((job, error))),
+            Ok(Started::Pending(work)) => Advance::Pending(Self { job, work }),
+            Ok(Started::Done(prefilled)) => Advance::Done(job, prefilled),
+            Err(error) => Advance::Failed(job, error),
         }
     }
 
     /// Prompt tokens still to compute.
     pub fn remaining(&self) -> usize {
-        self.tokens.len() - self.kv.len()
+        match &self.work {
+            Work::Plain { tokens, kv, .. } => tokens.len() - kv.len(),
+            Work::Pml { staged, .. } => staged.remaining(),
+        }
     }
 
-    /// Computes the next `budget` tokens (at least one); when that ends the prompt, keeps its
-    /// new full blocks in the prefix cache and hands back the prefilled prompt.
-    pub fn advance(
-        mut self,
-        runtime: &Runtime,
-        prefix_cache: &PrefixCache,
-        budget: usize,
-    ) -> Advance {
-        let start = self.kv.len();
-        let end = (start + budget.max(1)).min(self.tokens.len());
-        let positions: Vec<u32> = (start as u32..end as u32).collect();
-        let logits =
-            match runtime
-                .model()
-                .forward(&self.tokens[start..end], &positions, &mut self.kv)
-            {
-                Ok(logits) => logits,
-                Err(error) => {
-                    return Advance::Failed(self.job, JobError::Internal(error.to_string()));
-                }
-            };
-        if end < self.tokens.len() {
-            return Advance::Pending(self);
-        }
-        // A block that cannot be kept costs the next prompt time, never this answer.
-        let _ = prefix_cache.keep(runtime.model(), &self.tokens, &self.kv);
-        let usage = PromptUsage {
-            prompt_tokens: self.tokens.len(),
-            cached_tokens: self.cached_tokens,
-            new_tokens: self.tokens.len() - self.cached_tokens,
-            ..PromptUsage::default()
-        };
-        Advance::Done(
-            self.job,
-            Prefilled {
-                kv: self.kv,
-                logits,
-                all_tokens: self.tokens,
-                usage,
+    /// Computes the next `budget` tokens (at least one); when that ends the prompt, hands back
+    /// the prefilled prompt (a plain prompt's new full blocks kept in the prefix cache).
+    pub fn advance(self, runtime: &Runtime, prefix_cache: &PrefixCache, budget: usize) -> Advance {
+        let Self { job, work } = self;
+        let advanced = match work {
+            Work::Plain {
+                tokens,
+                kv,
+                cached_tokens,
+            } => advance_plain(runtime, prefix_cache, tokens, kv, cached_tokens, budget),
+            Work::Pml { staged, all_tokens } => match (*staged).advance(runtime.model(), budget) {
+                Ok(Staged::Pending(staged)) => Ok(Started::Pending(Work::Pml {
+                    staged: Box::new(staged),
+                    all_tokens,
+                })),
+                Ok(Staged::Ready(prefill)) => Ok(Started::Done(pml_prefilled(prefill, all_tokens))),
+                Err(error) => Err(JobError::Internal(error.to_string())),
             },
-        )
+        };
+        match advanced {
+            Ok(Started::Pending(work)) => Advance::Pending(Self { job, work }),
+            Ok(Started::Done(prefilled)) => Advance::Done(job, prefilled),
+            Err(error) => Advance::Failed(job, error),
+        }
+    }
+}
+
+enum Started {
+    Pending(Work),
+    Done(Prefilled),
+}
+
+fn start_plain(
+    runtime: &Runtime,
+    prefix_cache: &PrefixCache,
+    job: &CompletionJob,
+    reserve: usize,
+) -> Result<Started, JobError> {
+    let tokens = prompt_tokens(runtime, &job.prompt, true)?;
+    if tokens.is_empty() {
+        return Err(JobError::BadRequest("the prompt is empty".to_string()));
+    }
+    check_context(runtime, tokens.len(), job)?;
+    let spliced = prefix_cache
+        .splice(runtime.model(), &tokens, reserve)
+        .map_err(|error| JobError::Internal(error.to_string()))?;
+    Ok(Started::Pending(Work::Plain {
+        tokens,
+        kv: spliced.kv,
+        cached_tokens: spliced.cached_tokens,
+    }))
+}
+
+fn advance_plain(
+    runtime: &Runtime,
+    prefix_cache: &PrefixCache,
+    tokens: Vec<u32>,
+    mut kv: KvCache,
+    cached_tokens: usize,
+    budget: usize,
+) -> Result<Started, JobError> {
+    let start = kv.len();
+    let end = (start + budget.max(1)).min(tokens.len());
+    let positions: Vec<u32> = (start as u32..end as u32).collect();
+    let logits = runtime
+        .model()
+        .forward(&tokens[start..end], &positions, &mut kv)
+        .map_err(|error| JobError::Internal(error.to_string()))?;
+    if end < tokens.len() {
+        return Ok(Started::Pending(Work::Plain {
+            tokens,
+            kv,
+            cached_tokens,
+        }));
+    }
+    // A block that cannot be kept costs the next prompt time, never this answer.
+    let _ = prefix_cache.keep(runtime.model(), &tokens, &kv);
+    let usage = PromptUsage {
+        prompt_tokens: tokens.len(),
+        cached_tokens,
+        new_tokens: tokens.len() - cached_tokens,
+        ..PromptUsage::default()
+    };
+    Ok(Started::Done(Prefilled {
+        kv,
+        logits,
+        all_tokens: tokens,
+        usage,
+    }))
+}
+
+/// Binds a PML prompt to its schema and stages its prefill in the job's mode.
+fn stage_pml(
+    runtime: &Runtime,
+    schemas: &HashMap<String, LaidOutSchema>,
+    job: &CompletionJob,
+    source: &str,
+    reserve: usize,
+) -> Result<Started, JobError> {
+    let schema_name = match pml_syntax::parse(source).file {
+        SourceFile::Prompt(prompt) => prompt.schema.map(|name| name.text),
+        _ => None,
+    };
+    let schema = match schema_name {
+        Some(name) => schemas.get(&name).ok_or(JobError::UnknownSchema(name))?,
+        // Let binding report what is wrong with the prompt.
+        None => schemas.values().next().ok_or_else(|| {
+            JobError::BadRequest("the prompt names no schema `<prompt schema=\"…\">`".to_string())
+        })?,
+    };
+    let bound = runtime
+        .bind(schema, source)
+        .map_err(|error| runtime_error(error, source))?;
+    let all_tokens = SplicePlan::new(&schema.layout, &bound)
+        .map_err(|error| JobError::Internal(error.to_string()))?
+        .all_tokens;
+    check_context(runtime, all_tokens.len(), job)?;
+    match runtime.stage_prefill(&schema.layout, &bound, job.mode, reserve) {
+        Ok(Staged::Pending(staged)) => Ok(Started::Pending(Work::Pml {
+            staged: Box::new(staged),
+            all_tokens,
+        })),
+        Ok(Staged::Ready(prefill)) => Ok(Started::Done(pml_prefilled(prefill, all_tokens))),
+        Err(error) => Err(JobError::Internal(error.to_string())),
+    }
+}
+
+fn pml_prefilled(prefill: Prefill, all_tokens: Vec<u32>) -> Prefilled {
+    let stats = &prefill.stats;
+    Prefilled {
+        usage: PromptUsage {
+            prompt_tokens: all_tokens.len(),
+            cached_tokens: stats.tokens_reused,
+            recomputed_tokens: stats.tokens_recomputed,
+            new_tokens: stats.tokens_new,
+        },
+        all_tokens,
+        kv: prefill.kv,
+        logits: prefill.logits,
     }
 }

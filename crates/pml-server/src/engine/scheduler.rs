@@ -1,12 +1,12 @@
 //! The engine loop, a bounded step (llama.cpp's `update_slots`, vLLM's scheduler with chunked
 //! prefill). Each turn: take every request that arrived (blocking only when idle); drop
 //! sequences — waiting, prefilling or decoding — whose client left or whose deadline passed;
-//! encode one uploaded schema; admit waiting completions while the batch has room (a plain
-//! prompt is tokenized, checked and its cached prefix spliced; a PML prompt is prefilled whole,
-//! its computed tokens counted against the step's [`PREFILL_CHUNK_TOKENS`]); run one batched
-//! decode step over every decoding sequence; then compute prompt chunks with what is left of
-//! the budget, shortest remaining prompt first with the oldest always given a share, so a long
-//! prompt neither stalls running streams nor starves.
+//! encode one uploaded schema; admit waiting completions while the batch has room (what is
+//! cached is spliced: a plain prompt's prefix, a PML prompt's modules; a `blend` PML prompt is
+//! prefilled whole, its computed tokens counted against the step's [`PREFILL_CHUNK_TOKENS`]);
+//! run one batched decode step over every decoding sequence; then compute prompt chunks with
+//! what is left of the budget, shortest remaining prompt first with the oldest always given a
+//! share, so a long prompt neither stalls running streams nor starves.
 //!
 //! A sequence is in exactly one state: waiting (`waiting`), prefilling (`prefilling`), decoding
 //! (`active`) or finished (reported and dropped).
@@ -28,7 +28,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 
 use super::prefill::{Advance, PendingPrefill};
 use super::schemas::{SchemaInfo, SchemaRegistry, SchemaStatus};
-use super::sequence::{Prefilled, Sequence, prefill_pml, prompt_tokens, runtime_error};
+use super::sequence::{Prefilled, Sequence, prompt_tokens, runtime_error};
 use super::structured::{Constraint, Grammars, ResponseFormat};
 use super::{CompletionJob, EngineRequest, JobEnd, JobError, JobEvent, PromptSource, Shutdown};
 use crate::metrics::{Metrics, Outcome, TierHits};
@@ -240,9 +240,9 @@ impl<'r> Scheduler<'r> {
         self.publish_store_stats();
     }
 
-    /// Admits waiting completions, oldest first, while the batch has room: plain prompts start
-    /// their chunked prefill; PML prompts are prefilled whole while the tokens they compute stay
-    /// within the step's budget (at least one per step). Returns the tokens computed.
+    /// Admits waiting completions, oldest first, while the batch has room and the step's budget
+    /// lasts: each starts its chunked prefill (what is cached spliced now). Returns the tokens
+    /// computed.
     fn admit(&mut self) -> usize {
         let mut spent = 0;
         while self.active.len() + self.prefilling.len() < self.max_batch {
@@ -267,27 +267,15 @@ impl<'r> Scheduler<'r> {
                 continue;
             }
             self.metrics.queue_time.observe(job.arrived.elapsed());
-            let PromptSource::Pml(source) = &job.prompt else {
-                match PendingPrefill::start(self.runtime, &self.prefix_cache, job) {
-                    Ok(pending) => self.prefilling.push(pending),
-                    Err(refused) => {
-                        let (job, error) = *refused;
-                        fail(job, error, &self.metrics);
-                    }
-                }
-                continue;
-            };
-            match prefill_pml(self.runtime, &self.schemas, &job, source) {
-                Ok(prefilled) => {
-                    // What was computed, not spliced: a module's encoding is not a step's work.
-                    spent +=
-                        (prefilled.usage.new_tokens + prefilled.usage.recomputed_tokens).max(1);
+            // Admission splices what is cached; a `blend` PML prompt is prefilled whole here,
+            // its computed tokens counted against the step's budget.
+            match PendingPrefill::start(self.runtime, &self.schemas, &self.prefix_cache, job) {
+                Advance::Pending(prefill) => self.prefilling.push(prefill),
+                Advance::Done(job, prefilled) => {
+                    spent += prefilled.usage.new_tokens + prefilled.usage.recomputed_tokens;
                     self.start_decoding(job, prefilled);
                 }
-                Err(error) => {
-                    spent += 1;
-                    fail(job, error, &self.metrics);
-                }
+                Advance::Failed(job, error) => fail(job, error, &self.metrics),
             }
             self.publish_store_stats();
         }

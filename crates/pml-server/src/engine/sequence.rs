@@ -1,8 +1,6 @@
 //! One completion being decoded: its decoding state and KV cache between the scheduler's batched
-//! steps, and the reports it sends back; and a PML prompt's prefill (its cached modules spliced
-//! in the requested mode), done in one piece. Plain prompts prefill in chunks (`prefill.rs`).
+//! steps, and the reports it sends back. Prompts are prefilled before (`prefill.rs`).
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -11,9 +9,8 @@ use pml_engine::Tokenizer;
 use pml_engine::generation::{DecodeState, DecodeStep};
 use pml_engine::kv_cache::KvCache;
 use pml_runtime::chat::chat_prompt_tokens;
-use pml_runtime::inference::{LaidOutSchema, Runtime, RuntimeError, SplicePlan};
+use pml_runtime::inference::{Runtime, RuntimeError};
 use pml_syntax::LineIndex;
-use pml_syntax::ast::SourceFile;
 use pml_syntax::json::JsonDiagnostic;
 
 use super::structured::Constraint;
@@ -290,48 +287,6 @@ pub fn prompt_tokens(
                 .map_err(|error| JobError::BadRequest(error.to_string()))
         }
     }
-}
-
-/// A PML prompt's prefill, in one piece: its cached modules spliced in the job's mode and its
-/// new tokens computed (usually a question: few tokens).
-pub fn prefill_pml(
-    runtime: &Runtime,
-    schemas: &HashMap<String, LaidOutSchema>,
-    job: &CompletionJob,
-    source: &str,
-) -> Result<Prefilled, JobError> {
-    let schema_name = match pml_syntax::parse(source).file {
-        SourceFile::Prompt(prompt) => prompt.schema.map(|name| name.text),
-        _ => None,
-    };
-    let schema = match schema_name {
-        Some(name) => schemas.get(&name).ok_or(JobError::UnknownSchema(name))?,
-        // Let binding report what is wrong with the prompt.
-        None => schemas.values().next().ok_or_else(|| {
-            JobError::BadRequest("the prompt names no schema `<prompt schema=\"…\">`".to_string())
-        })?,
-    };
-    let bound = runtime
-        .bind(schema, source)
-        .map_err(|error| runtime_error(error, source))?;
-    let plan = SplicePlan::new(&schema.layout, &bound)
-        .map_err(|error| JobError::Internal(error.to_string()))?;
-    check_context(runtime, plan.all_tokens.len(), job)?;
-    let prefill = runtime
-        .prefill(&schema.layout, &bound, job.mode)
-        .map_err(|error| JobError::Internal(error.to_string()))?;
-    let stats = &prefill.stats;
-    Ok(Prefilled {
-        usage: PromptUsage {
-            prompt_tokens: plan.all_tokens.len(),
-            cached_tokens: stats.tokens_reused,
-            recomputed_tokens: stats.tokens_recomputed,
-            new_tokens: stats.tokens_new,
-        },
-        all_tokens: plan.all_tokens,
-        kv: prefill.kv,
-        logits: prefill.logits,
-    })
 }
 
 /// Refuses, before any computing, a prompt whose answer could run past the model's positions.
