@@ -79,7 +79,7 @@ pub fn run_check(options: &CheckOptions) -> u8 {
     let mut json_entries = Vec::new();
     let stderr = std::io::stderr();
     for path in &options.files {
-        let source = match std::fs::read_to_string(path) {
+        let source = match crate::source_file::read_source(path) {
             Ok(source) => source,
             Err(error) => {
                 eprintln!("error: cannot read `{}`: {error}", path.display());

@@ -10,3 +10,4 @@ pub mod failure;
 pub mod model_fetch;
 pub mod pipeline;
 pub mod schema_lookup;
+pub mod source_file;

@@ -35,7 +35,7 @@ pub struct SourceText {
 impl SourceText {
     /// Reads `path`; an unreadable file is a usage error (exit 2).
     pub fn read(path: &Path) -> Result<Self, Failure> {
-        let text = std::fs::read_to_string(path).map_err(|error| {
+        let text = crate::source_file::read_source(path).map_err(|error| {
             Failure::usage(format!("cannot read `{}`: {error}", path.display()))
         })?;
         Ok(Self {

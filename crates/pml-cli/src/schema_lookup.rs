@@ -51,7 +51,7 @@ fn cache_key(path: &Path) -> PathBuf {
 }
 
 fn read_schema(path: &Path) -> SchemaFile {
-    let source = match std::fs::read_to_string(path) {
+    let source = match crate::source_file::read_source(path) {
         Ok(source) => source,
         Err(error) => return SchemaFile::Unreadable(error.to_string()),
     };

@@ -164,6 +164,31 @@ fn unreadable_files_exit_2_but_the_others_are_checked() {
 }
 
 #[test]
+fn a_latin1_file_says_where_it_stops_being_utf8_and_a_bom_is_fine() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("latin1.pml"),
+        b"<schema name=\"s\">\n  caf\xE9\n</schema>\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("bom.pml"),
+        "\u{feff}<schema name=\"b\">text</schema>\n",
+    )
+    .expect("write");
+    let output = pmlc(&["check", "latin1.pml"], dir.path());
+    assert_eq!(output.status.code(), Some(2));
+    let text = stderr(&output);
+    assert!(
+        text.contains("byte 0xE9 at offset 23 (line 2, column 6)"),
+        "{text}"
+    );
+    assert!(text.contains("save it as UTF-8"), "{text}");
+    let output = pmlc(&["check", "bom.pml"], dir.path());
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}
+
+#[test]
 fn usage_errors_exit_2() {
     let root = repo_root();
     assert_eq!(pmlc(&["check"], &root).status.code(), Some(2), "no files");

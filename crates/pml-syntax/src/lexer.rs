@@ -102,6 +102,9 @@ pub(crate) enum Token {
     Tag(RawTag),
 }
 
+/// U+FEFF at the very start of a file: a byte-order mark, not content.
+pub(crate) const BYTE_ORDER_MARK: char = '\u{feff}';
+
 /// Iterator over the tokens of a source text.
 pub(crate) struct Lexer<'s> {
     source: &'s str,
@@ -109,11 +112,15 @@ pub(crate) struct Lexer<'s> {
 }
 
 impl<'s> Lexer<'s> {
+    /// A UTF-8 byte-order mark (as Windows editors write) is skipped, not read as text: spans
+    /// still count from the start of `source`.
     pub fn new(source: &'s str) -> Self {
-        Lexer {
-            source,
-            position: 0,
-        }
+        let position = if source.starts_with(BYTE_ORDER_MARK) {
+            BYTE_ORDER_MARK.len_utf8()
+        } else {
+            0
+        };
+        Lexer { source, position }
     }
 
     /// Reads the construct `opener` … `closer` starting at `start`; `None` if it is unterminated.

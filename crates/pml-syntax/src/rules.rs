@@ -22,6 +22,7 @@ pub(crate) const CONTENT_OUTSIDE_ROOT: &str = "PML014";
 pub(crate) const NESTED_ROLE: &str = "PML015";
 pub(crate) const MISPLACED_ELEMENT: &str = "PML016";
 pub(crate) const NESTING_TOO_DEEP: &str = "PML017";
+pub(crate) const NUL_CHARACTER: &str = "PML018";
 
 /// Every code the parser emits, in code order.
 pub const SYNTAX_RULES: &[Rule] = &[
@@ -181,6 +182,16 @@ pub const SYNTAX_RULES: &[Rule] = &[
               the stack of every tool that walks the tree (checker, layout, editor), so the parser \
               stops building elements at the limit and says so once.",
         example: "<prompt schema=\"s\"><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a><a>",
+    },
+    Rule {
+        code: NUL_CHARACTER,
+        name: "nul-character",
+        severity: Severity::Warning,
+        summary: "The text contains NUL characters (U+0000).",
+        why: "A NUL is almost never meant in a prompt: it comes from a binary file or a broken \
+              conversion pasted into a module. It is kept (and tokenized) as it is, so the model \
+              sees it; the parser says where the first one is and how many there are.",
+        example: "<schema name=\"s\"><module name=\"m\">a\u{0}b</module></schema>",
     },
 ];
 

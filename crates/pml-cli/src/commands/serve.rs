@@ -132,7 +132,7 @@ fn load_schemas(server: &ServerHandle, folder: &Path) -> Result<(), Failure> {
         .collect();
     paths.sort();
     for path in paths {
-        let source = std::fs::read_to_string(&path)
+        let source = pml_cli::source_file::read_source(&path)
             .with_context(|| format!("reading {}", path.display()))
             .map_err(Failure::Usage)?;
         if !source.trim_start().starts_with("<schema") {
