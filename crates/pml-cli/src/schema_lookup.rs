@@ -1,9 +1,9 @@
 //! Finding the schema a prompt names, on the filesystem: the `--schema` file if one was given,
-//! else `NAME.pml` next to the prompt, else any `.pml` file in the prompt's folder whose root is
+//! else `NAME.pml` or `NAME.xml` next to the prompt, else any `.pml` or `.xml` file in the prompt's folder whose root is
 //! `<schema name="NAME">`. Schemas are read, parsed and checked once per run and shared.
 
 use pml_compiler::check::{ResolvedSchema, SchemaLookup, SchemaResolver};
-use pml_compiler::schema_search::pml_files_in;
+use pml_compiler::schema_search::pml_sources_in;
 use pml_compiler::{FsSourceLoader, SchemaSearch, check_schema};
 use pml_syntax::ast::SourceFile;
 use std::collections::HashMap;
@@ -103,7 +103,7 @@ impl SchemaResolver for FsSchemaResolver<'_> {
         let Some(name) = name else {
             return not_found(format!("`{}`", folder.display()));
         };
-        let search = SchemaSearch::new(&folder, name, pml_files_in(&folder));
+        let search = SchemaSearch::new(&folder, name, pml_sources_in(&folder));
         for candidate in search.candidates() {
             if same_file(candidate, self.prompt_path) {
                 continue;

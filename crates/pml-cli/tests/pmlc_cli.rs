@@ -266,6 +266,37 @@ fn schema_found_by_name_in_the_prompts_folder() {
 }
 
 #[test]
+fn prompt_cache_xml_files_find_each_other() {
+    // The original Prompt Cache names schemas and prompts `*.xml`.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("personas.xml"),
+        "<schema name=\"mbti\"><module name=\"intro\">Types.</module></schema>",
+    )
+    .expect("write schema");
+    std::fs::write(
+        dir.path().join("ask.xml"),
+        "<prompt schema=\"mbti\"><intro/> Which type am I?</prompt>",
+    )
+    .expect("write prompt");
+    std::fs::write(
+        dir.path().join("lost.xml"),
+        "<prompt schema=\"nowhere\">Hi.</prompt>",
+    )
+    .expect("write prompt");
+    let found = pmlc(&["check", "ask.xml"], dir.path());
+    assert_eq!(found.status.code(), Some(0), "{}", stderr(&found));
+    let lost = pmlc(&["check", "--format", "json", "lost.xml"], dir.path());
+    assert_eq!(lost.status.code(), Some(1));
+    let entries = json(&lost);
+    let help = entries[0]["help"].as_str().expect("help");
+    assert!(
+        help.contains("nowhere.xml` and the other `.pml` and `.xml` files"),
+        "{help}"
+    );
+}
+
+#[test]
 fn schema_found_by_file_name_from_another_folder() {
     let output = pmlc(
         &[

@@ -1,5 +1,5 @@
-//! Finding a prompt's schema the way `pmlc check` does (`NAME.pml` beside the prompt, else any
-//! `.pml` file in its folder whose root is `<schema name="NAME">`, sorted: [`SchemaSearch`]), except that open
+//! Finding a prompt's schema the way `pmlc check` does (`NAME.pml` or `NAME.xml` beside the prompt, else any
+//! `.pml` or `.xml` file in its folder whose root is `<schema name="NAME">`, sorted: [`SchemaSearch`]), except that open
 //! documents take precedence over the disk and count as files of their folder even when unsaved.
 //! A document that is not on disk (`untitled:`) is matched against the open schemas by name.
 
@@ -7,7 +7,7 @@ use crate::schema_source::SchemaSource;
 use crate::workspace::{OpenDocument, Workspace};
 use pml_compiler::SchemaSearch;
 use pml_compiler::check::{SchemaLookup, SchemaResolver};
-use pml_compiler::schema_search::{is_pml, pml_files_in};
+use pml_compiler::schema_search::{is_pml_source, pml_sources_in};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -31,11 +31,11 @@ impl SchemaResolver for WorkspaceResolver<'_> {
             .workspace
             .documents()
             .filter_map(|open| open.path.clone())
-            .filter(|path| path.parent() == Some(folder) && is_pml(path));
+            .filter(|path| path.parent() == Some(folder) && is_pml_source(path));
         let search = SchemaSearch::new(
             folder,
             name,
-            pml_files_in(folder).into_iter().chain(open_in_folder),
+            pml_sources_in(folder).into_iter().chain(open_in_folder),
         );
         for candidate in search.candidates() {
             if candidate == prompt_path {

@@ -103,6 +103,27 @@ fn diagnostics_come_from_the_schema_on_disk_then_from_the_open_document() {
 }
 
 #[test]
+fn a_prompt_finds_its_schema_in_an_xml_file() {
+    // Prompt Cache's own files: `*.xml` schemas beside `*.xml` prompts.
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("trips.xml"), SCHEMA).expect("write schema");
+    let mut service = LanguageService::new(ModelAvailability::Unavailable {
+        reason: "no model in this test".to_string(),
+    });
+    let prompt = uri_of(&dir.path().join("trip.xml"));
+    service.open(
+        prompt.clone(),
+        "<prompt schema=\"travel\">\n  <plan><tokyo/></plan>\n</prompt>\n".to_string(),
+        1,
+    );
+    assert_eq!(
+        codes(&service, &prompt),
+        ["PML206"],
+        "checked against travel"
+    );
+}
+
+#[test]
 fn hover_definition_and_references() {
     let prompt = "<prompt schema=\"travel\">\n  <plan duration=\"2 days\"><overseas><rome/></overseas></plan>\n</prompt>\n";
     let fx = fixture(prompt);

@@ -29,8 +29,8 @@ pub const SCHEMA_NOT_FOUND: Rule = Rule {
     severity: Severity::Error,
     summary: "The schema a prompt names could not be found.",
     why: "A prompt cannot be checked or run without its schema. `pmlc check` looks for \
-          `--schema FILE`, then `NAME.pml` next to the prompt, then any `.pml` file in that \
-          folder whose root is `<schema name=\"NAME\">`.",
+          `--schema FILE`, then `NAME.pml` and `NAME.xml` next to the prompt, then any `.pml` \
+          or `.xml` file in that folder whose root is `<schema name=\"NAME\">`.",
     example: "<prompt schema=\"travle\">\n  <travel-plan/>\n</prompt>",
 };
 
