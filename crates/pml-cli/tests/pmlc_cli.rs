@@ -189,6 +189,30 @@ fn a_latin1_file_says_where_it_stops_being_utf8_and_a_bom_is_fine() {
 }
 
 #[test]
+fn code_in_a_prompt_gets_a_cdata_hint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("s.pml"),
+        "<schema name=\"s\"><module name=\"m\">M.</module></schema>",
+    )
+    .expect("write schema");
+    std::fs::write(
+        dir.path().join("ask.pml"),
+        "<prompt schema=\"s\"><m/> Why is Vec<u8> not a String?</prompt>",
+    )
+    .expect("write prompt");
+    let output = pmlc(&["check", "--format", "json", "ask.pml"], dir.path());
+    assert_eq!(output.status.code(), Some(1));
+    let entries = json(&output);
+    assert_eq!(codes(&entries), ["PML008", "PML205"]);
+    for entry in &entries {
+        let help = entry["help"].as_str().expect("help");
+        assert!(help.contains("looks like code"), "{help}");
+        assert!(help.contains("<![CDATA["), "{help}");
+    }
+}
+
+#[test]
 fn usage_errors_exit_2() {
     let root = repo_root();
     assert_eq!(pmlc(&["check"], &root).status.code(), Some(2), "no files");

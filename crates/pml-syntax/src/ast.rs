@@ -179,4 +179,7 @@ pub struct Import {
     pub span: Span,
     pub open_tag: Span,
     pub self_closing: bool,
+    /// The tag reads as code rather than an import (`Vec<u8>`, `<T>`): when it names no module,
+    /// diagnostics suggest writing it as text.
+    pub looks_like_code: bool,
 }

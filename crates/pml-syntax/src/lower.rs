@@ -179,6 +179,7 @@ impl Lowerer<'_> {
             items: self.prompt_items(element.children),
             arguments: element.attributes,
             self_closing: element.self_closing,
+            looks_like_code: element.looks_like_code,
             name: element.name,
             span: element.span,
             open_tag: element.open_tag,

@@ -34,6 +34,8 @@ pub(crate) struct Element {
     pub self_closing: bool,
     /// The open tag lost its `>` (see [`Builder::close_implicitly`]).
     cut_off: bool,
+    /// See [`crate::ast::Import::looks_like_code`].
+    pub looks_like_code: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -229,6 +231,7 @@ impl Builder<'_, '_> {
             self.check_role_nesting(&tag);
         }
         let attributes = self.attributes(&tag);
+        let looks_like_code = looks_like_code(self.source, &tag);
         let element = Element {
             name: tag.name,
             attributes,
@@ -238,6 +241,7 @@ impl Builder<'_, '_> {
             close_tag: tag.self_closing.then_some(tag.span),
             self_closing: tag.self_closing,
             cut_off: tag.error.as_ref().is_some_and(|error| error.cut_off),
+            looks_like_code,
         };
         if tag.self_closing {
             self.finish_element(element);
@@ -460,9 +464,18 @@ impl Builder<'_, '_> {
             )
             .with_label(element.open_tag, "opened here"),
         };
-        self.diagnostics.push(diagnostic.with_help(format!(
-            "add `</{name}>` where the element ends, or write `<{name} ... />` if it has no content"
-        )));
+        let help = if element.looks_like_code {
+            format!(
+                "`<{name}>` looks like code (a generic type, as in `Vec<u8>` or `<T>`), not an element: \
+                 if it is text, write `&lt;` for `<` or wrap the text in `<![CDATA[ ... ]]>`; if it \
+                 is an element, add `</{name}>` where it ends"
+            )
+        } else {
+            format!(
+                "add `</{name}>` where the element ends, or write `<{name} ... />` if it has no content"
+            )
+        };
+        self.diagnostics.push(diagnostic.with_help(help));
     }
 
     fn finish_element(&mut self, element: Element) {
@@ -637,4 +650,16 @@ fn trim_span(source: &str, span: Span) -> Span {
     }
     let start = span.start + (raw.len() - trimmed_start.len());
     Span::new(start, start + trimmed_start.trim_end().len())
+}
+
+/// Whether an open tag reads as code rather than markup: its `<` follows a word character with no
+/// space between (`Vec<u8>`, `List<String>`, `std::vector<int>`), or its name is capitalised as
+/// types are (`<T>`, `<String>`) where module names are lower-case by convention.
+fn looks_like_code(source: &str, tag: &RawTag) -> bool {
+    let glued_to_word = source[..tag.span.start]
+        .chars()
+        .next_back()
+        .is_some_and(|c| c.is_alphanumeric() || c == '_');
+    let capitalised = tag.name.text.starts_with(|c: char| c.is_uppercase());
+    glued_to_word || capitalised
 }

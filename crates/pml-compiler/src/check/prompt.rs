@@ -270,6 +270,11 @@ impl<'a> PromptChecker<'a> {
             }
         } else if let Some(suggestion) = did_you_mean(name, in_scope.clone()) {
             suggestion
+        } else if import.looks_like_code {
+            format!(
+                "`<{name}>` looks like code (a generic type, as in `Vec<u8>` or `<T>`), not an import: if \
+                 it is text, write `&lt;` for `<` or wrap the text in `<![CDATA[ ... ]]>`"
+            )
         } else if let Some(elsewhere) =
             did_you_mean(name, index.modules().map(|(_, module)| module.name_text()))
         {
