@@ -7,7 +7,7 @@ use crate::diagnostic_output::{JsonDiagnostic, Totals};
 use crate::schema_lookup::{FsSchemaResolver, SchemaCache, SchemaFile};
 use pml_compiler::FsSourceLoader;
 use pml_compiler::check::{CheckEnvironment, PromptCheckOptions, ResolvedSchema, check_source};
-use pml_syntax::LineIndex;
+use pml_syntax::{LineIndex, first_shown};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
@@ -47,6 +47,8 @@ pub struct CheckOptions {
     pub schema: Option<PathBuf>,
     pub format: OutputFormat,
     pub color: ColorChoice,
+    /// Diagnostics shown per file (0: all); the rest are counted.
+    pub max_diagnostics: usize,
 }
 
 pub const EXIT_CLEAN: u8 = 0;
@@ -117,25 +119,27 @@ pub fn run_check(options: &CheckOptions) -> u8 {
             );
         }
         let file_name = path.display().to_string();
+        let (shown, omitted) = first_shown(&checked.diagnostics, options.max_diagnostics);
         match options.format {
             OutputFormat::Human => {
-                if !checked.diagnostics.is_empty() {
-                    let rendered = pml_syntax::render::render(
-                        &checked.diagnostics,
-                        &file_name,
-                        &source,
-                        color,
-                    );
+                if !shown.is_empty() {
+                    let rendered = pml_syntax::render::render(shown, &file_name, &source, color);
                     // A closed stderr leaves nothing to report to; the exit status still tells.
                     let _ = write!(stderr.lock(), "{rendered}");
                 }
             }
             OutputFormat::Json => {
                 let line_index = LineIndex::new(&source);
-                json_entries.extend(checked.diagnostics.iter().map(|diagnostic| {
+                json_entries.extend(shown.iter().map(|diagnostic| {
                     JsonDiagnostic::new(&file_name, &source, &line_index, diagnostic)
                 }));
             }
+        }
+        if let Some(note) = omitted.describe() {
+            let _ = writeln!(
+                stderr.lock(),
+                "note: {file_name}: {note}; `--max-diagnostics 0` shows them all\n"
+            );
         }
     }
     if options.format == OutputFormat::Json {

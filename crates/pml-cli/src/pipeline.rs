@@ -236,12 +236,20 @@ impl SchemaResolver for RecordingResolver<'_> {
     }
 }
 
-/// Renders `diagnostics` of `file` to stderr as `pmlc check` does.
+/// Renders `diagnostics` of `file` to stderr as `pmlc check` does (the first
+/// [`pml_syntax::DEFAULT_MAX_SHOWN`], and a count of the rest).
 pub fn print_diagnostics(diagnostics: &[Diagnostic], file: &SourceText, color: bool) {
     if diagnostics.is_empty() {
         return;
     }
-    let rendered = pml_syntax::render::render(diagnostics, &file.name(), &file.text, color);
+    let (shown, omitted) = pml_syntax::first_shown(diagnostics, pml_syntax::DEFAULT_MAX_SHOWN);
+    let mut rendered = pml_syntax::render::render(shown, &file.name(), &file.text, color);
+    if let Some(note) = omitted.describe() {
+        rendered.push_str(&format!(
+            "note: {}: {note}; `pmlc check --max-diagnostics 0` shows them all\n",
+            file.name()
+        ));
+    }
     // A closed stderr leaves nothing to report to; the exit status still tells.
     let _ = write!(std::io::stderr().lock(), "{rendered}");
 }

@@ -213,6 +213,69 @@ fn code_in_a_prompt_gets_a_cdata_hint() {
 }
 
 #[test]
+fn output_stays_bounded_on_huge_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // One 5 MB line with an unclosed module: the line is clipped around the labels.
+    let long_line = format!(
+        "<schema name=\"s\"><module name=\"m\">{}</schema>",
+        "x".repeat(5_000_000)
+    );
+    std::fs::write(dir.path().join("long.pml"), long_line).expect("write");
+    // 50,000 duplicate imports: the first 50 are shown, the rest counted.
+    std::fs::write(
+        dir.path().join("s.pml"),
+        "<schema name=\"s\"><module name=\"m\">M.</module></schema>",
+    )
+    .expect("write schema");
+    let imports = "<m/>".repeat(50_000);
+    std::fs::write(
+        dir.path().join("many.pml"),
+        format!("<prompt schema=\"s\">{imports}</prompt>"),
+    )
+    .expect("write prompt");
+    for format in ["human", "json"] {
+        let long = pmlc(&["check", "--format", format, "long.pml"], dir.path());
+        assert_eq!(long.status.code(), Some(1));
+        let size = long.stdout.len() + long.stderr.len();
+        assert!(size < 200_000, "{format}: {size} bytes");
+        let many = pmlc(&["check", "--format", format, "many.pml"], dir.path());
+        assert_eq!(many.status.code(), Some(1));
+        let size = many.stdout.len() + many.stderr.len();
+        assert!(size < 200_000, "{format}: {size} bytes");
+        let text = stderr(&many);
+        assert!(
+            text.contains("many.pml: 49949 more diagnostics (49949 errors, 0 warnings) not shown"),
+            "{text}"
+        );
+        assert!(text.contains("checked 1 file: 49999 errors"), "{text}");
+    }
+    let long = pmlc(&["check", "long.pml"], dir.path());
+    let text = stderr(&long);
+    assert!(
+        text.contains("long.pml:1:18"),
+        "the file's own column: {text}"
+    );
+    assert!(text.contains("xxx…xxx"), "clipped: {text}");
+    let capped = json(&pmlc(
+        &["check", "--format", "json", "many.pml"],
+        dir.path(),
+    ));
+    assert_eq!(capped.len(), 50);
+    let all = pmlc(
+        &[
+            "check",
+            "--format",
+            "json",
+            "--max-diagnostics",
+            "0",
+            "many.pml",
+        ],
+        dir.path(),
+    );
+    assert_eq!(json(&all).len(), 49_999);
+}
+
+#[test]
 fn usage_errors_exit_2() {
     let root = repo_root();
     assert_eq!(pmlc(&["check"], &root).status.code(), Some(2), "no files");

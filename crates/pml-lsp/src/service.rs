@@ -14,6 +14,10 @@ use lsp_types::{
     MarkupKind, Position, TextDocumentContentChangeEvent, Uri,
 };
 
+/// Diagnostics published per document: a file with 50,000 of them would be tens of megabytes of
+/// JSON on every keystroke, and a problems panel of 50,000 entries helps no one.
+const MAX_PUBLISHED: usize = 4 * pml_syntax::DEFAULT_MAX_SHOWN;
+
 pub struct LanguageService {
     workspace: Workspace,
     model: ModelAvailability,
@@ -67,11 +71,20 @@ impl LanguageService {
         let open = self.workspace.document(uri)?;
         let analysis = self.workspace.analysis(uri)?;
         let text = open.document.text();
-        let diagnostics = analysis
-            .diagnostics
+        let (shown, omitted) = pml_syntax::first_shown(&analysis.diagnostics, MAX_PUBLISHED);
+        let mut diagnostics: Vec<lsp_types::Diagnostic> = shown
             .iter()
             .map(|diagnostic| to_proto::diagnostic(uri, text, open.document.lines(), diagnostic))
             .collect();
+        if let Some(note) = omitted.describe() {
+            let first_left_out = analysis.diagnostics[shown.len()].primary_span();
+            diagnostics.push(to_proto::omitted_note(
+                text,
+                open.document.lines(),
+                first_left_out,
+                note,
+            ));
+        }
         Some((diagnostics, open.document.version()))
     }
 

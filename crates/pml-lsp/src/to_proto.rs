@@ -8,6 +8,24 @@ use lsp_types::{
 };
 use pml_syntax::{Diagnostic, Severity, Span};
 
+/// An information diagnostic at the first diagnostic left out, saying how many were.
+pub fn omitted_note(
+    text: &str,
+    lines: &LineMap,
+    first_left_out: Option<Span>,
+    note: String,
+) -> lsp_types::Diagnostic {
+    lsp_types::Diagnostic {
+        range: lines.range(text, first_left_out.unwrap_or(Span::new(0, 0))),
+        severity: Some(DiagnosticSeverity::INFORMATION),
+        source: Some("pml".to_string()),
+        message: format!(
+            "{note}: fix the ones above first (`pmlc check --max-diagnostics 0` lists them all)"
+        ),
+        ..lsp_types::Diagnostic::default()
+    }
+}
+
 pub fn diagnostic(
     uri: &Uri,
     text: &str,

@@ -124,6 +124,25 @@ fn a_prompt_finds_its_schema_in_an_xml_file() {
 }
 
 #[test]
+fn a_flood_of_diagnostics_is_capped_with_a_note() {
+    let imports = "<plan></plan>".repeat(2_000);
+    let fx = fixture(&format!("<prompt schema=\"travel\">{imports}</prompt>\n"));
+    let (diagnostics, _) = fx.service.diagnostics(&fx.prompt).expect("open document");
+    assert!(diagnostics.len() <= 201, "{}", diagnostics.len());
+    let note = diagnostics.last().expect("a note");
+    assert_eq!(
+        note.severity,
+        Some(lsp_types::DiagnosticSeverity::INFORMATION)
+    );
+    assert!(
+        note.message.contains("more diagnostics"),
+        "{}",
+        note.message
+    );
+    assert!(note.message.contains("not shown"), "{}", note.message);
+}
+
+#[test]
 fn hover_definition_and_references() {
     let prompt = "<prompt schema=\"travel\">\n  <plan duration=\"2 days\"><overseas><rome/></overseas></plan>\n</prompt>\n";
     let fx = fixture(prompt);

@@ -30,13 +30,17 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Check every prompt against this schema instead of looking its schema up by name
-        /// (`NAME.pml` next to the prompt, then any `.pml` in its folder with that schema name).
+        /// (`NAME.pml` or `NAME.xml` next to the prompt, then any `.pml` or `.xml` file in its
+        /// folder with that schema name).
         #[arg(long, value_name = "FILE")]
         schema: Option<PathBuf>,
         #[arg(long, value_enum, default_value_t = OutputFormat::Human)]
         format: OutputFormat,
         #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
         color: ColorChoice,
+        /// Show at most N diagnostics per file (0: all); the rest are counted in a note.
+        #[arg(long, value_name = "N", default_value_t = pml_syntax::DEFAULT_MAX_SHOWN)]
+        max_diagnostics: usize,
     },
     /// Check schemas, lay them out for a model and encode every module into the store.
     ///
@@ -56,11 +60,13 @@ fn main() -> ExitCode {
             schema,
             format,
             color,
+            max_diagnostics,
         } => ExitCode::from(run_check(&CheckOptions {
             files,
             schema,
             format,
             color,
+            max_diagnostics,
         })),
         Command::Compile(args) => ExitCode::from(run_compile(&args)),
         Command::Explain { code: None } => {

@@ -1,10 +1,14 @@
 //! Renders diagnostics as text with miette's graphical handler, the one presentation shared by
 //! the CLI and the snapshot tests. The output depends only on the arguments: fixed width, no
-//! terminal detection, no hyperlinks, colour only when asked for.
+//! terminal detection, no hyperlinks, colour only when asked for. Each diagnostic is drawn
+//! against an [`excerpt::Excerpt`] of the file, so its size does not grow with the file's lines.
+
+mod excerpt;
 
 use crate::diagnostic::{Diagnostic, Severity};
-use crate::span::Span;
-use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource, SourceCode};
+use crate::span::{LineIndex, Span};
+use excerpt::Excerpt;
+use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, SourceCode};
 use std::fmt;
 
 /// Column at which reports wrap.
@@ -12,7 +16,7 @@ const WIDTH: usize = 100;
 
 /// Renders every diagnostic against `source` (shown as `file_name`), each followed by a blank line.
 pub fn render(diagnostics: &[Diagnostic], file_name: &str, source: &str, color: bool) -> String {
-    let named_source = NamedSource::new(file_name, source.to_owned());
+    let lines = LineIndex::new(source);
     let theme = if color {
         GraphicalTheme::unicode()
     } else {
@@ -26,10 +30,15 @@ pub fn render(diagnostics: &[Diagnostic], file_name: &str, source: &str, color: 
         .with_word_splitter(textwrap::WordSplitter::NoHyphenation);
     let mut rendered = String::new();
     for diagnostic in diagnostics {
+        let clamped = diagnostic
+            .labels
+            .iter()
+            .map(|label| clamp(label.span, source.len()))
+            .collect();
+        let excerpt = Excerpt::new(file_name, source, &lines, diagnostic, clamped);
         let report = Report {
             diagnostic,
-            source: &named_source,
-            source_len: source.len(),
+            source: &excerpt,
         };
         if handler.render_report(&mut rendered, &report).is_err() {
             // miette refuses spans it cannot place; say what we can rather than nothing.
@@ -52,19 +61,16 @@ fn severity_word(severity: Severity) -> &'static str {
     }
 }
 
-/// A [`Diagnostic`] with its source attached, as miette wants it.
-struct Report<'a> {
-    diagnostic: &'a Diagnostic,
-    source: &'a NamedSource<String>,
-    source_len: usize,
+/// Spans from other stages might point past the end; miette would fail on them.
+fn clamp(span: Span, source_len: usize) -> Span {
+    let end = span.end.min(source_len);
+    Span::new(span.start.min(end), end)
 }
 
-impl Report<'_> {
-    /// Spans from other stages might point past the end; miette would fail on them.
-    fn clamp(&self, span: Span) -> Span {
-        let end = span.end.min(self.source_len);
-        Span::new(span.start.min(end), end)
-    }
+/// A [`Diagnostic`] with its excerpt attached, as miette wants it.
+struct Report<'a> {
+    diagnostic: &'a Diagnostic,
+    source: &'a Excerpt,
 }
 
 impl fmt::Debug for Report<'_> {
@@ -110,7 +116,7 @@ impl miette::Diagnostic for Report<'_> {
         }
         Some(Box::new(self.diagnostic.labels.iter().enumerate().map(
             |(index, label)| {
-                let span = self.clamp(label.span);
+                let span = self.source.labels[index];
                 let message = Some(label.message.clone());
                 if index == 0 {
                     LabeledSpan::new_primary_with_span(message, span)
