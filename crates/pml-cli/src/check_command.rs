@@ -4,9 +4,10 @@
 //! command is misused.
 
 use crate::diagnostic_output::{JsonDiagnostic, Totals};
+use crate::model_tokenizer::load_tokenizer;
 use crate::schema_lookup::{FsSchemaResolver, SchemaCache, SchemaFile};
-use pml_compiler::FsSourceLoader;
 use pml_compiler::check::{CheckEnvironment, PromptCheckOptions, ResolvedSchema, check_source};
+use pml_compiler::{FsSourceLoader, Tokenizer};
 use pml_syntax::{LineIndex, first_shown};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -49,6 +50,8 @@ pub struct CheckOptions {
     pub color: ColorChoice,
     /// Diagnostics shown per file (0: all); the rest are counted.
     pub max_diagnostics: usize,
+    /// A model whose tokenizer counts argument tokens (PML210); without one they are not checked.
+    pub model: Option<String>,
 }
 
 pub const EXIT_CLEAN: u8 = 0;
@@ -75,6 +78,10 @@ pub fn run_check(options: &CheckOptions) -> u8 {
             }
         }
     }
+    let tokenizer = match options.model.as_deref().map(load_tokenizer).transpose() {
+        Ok(tokenizer) => tokenizer,
+        Err(error) => return usage_error(&format!("cannot load the model's tokenizer: {error:#}")),
+    };
     let color = options.color.enabled();
     let mut totals = Totals::default();
     let mut unreadable = false;
@@ -102,7 +109,11 @@ pub fn run_check(options: &CheckOptions) -> u8 {
         let mut environment = CheckEnvironment {
             loader: &loader,
             resolver: &mut resolver,
-            options: PromptCheckOptions::default(),
+            options: PromptCheckOptions {
+                tokenizer: tokenizer
+                    .as_ref()
+                    .map(|tokenizer| tokenizer as &dyn Tokenizer),
+            },
         };
         let mut checked = check_source(&source, &mut environment);
         totals.add(&checked.diagnostics);

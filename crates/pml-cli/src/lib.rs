@@ -8,6 +8,7 @@ pub mod encode_progress;
 pub mod explain_command;
 pub mod failure;
 pub mod model_fetch;
+pub mod model_tokenizer;
 pub mod pipeline;
 pub mod schema_lookup;
 pub mod source_file;

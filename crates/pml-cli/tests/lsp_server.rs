@@ -233,6 +233,21 @@ fn hover_shows_token_counts_with_the_fetched_model() {
         text.contains(&format!("With `{id}`:")) && text.contains("tokens of its own, positions"),
         "{text}"
     );
+    // With the model's tokenizer, argument lengths are checked as `pml run` checks them.
+    let prompt_path = folder.join("long.pml");
+    let long = "<prompt schema=\"travel\">\n  <plan duration=\"many many many many many many many many days\"/>\n</prompt>\n";
+    std::fs::write(&prompt_path, long).expect("write prompt");
+    let prompt = uri(&prompt_path);
+    client.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": prompt, "languageId": "pml", "version": 1, "text": long}}),
+    );
+    let published = client.diagnostics(&prompt);
+    let codes: Vec<String> = codes_and_messages(&published)
+        .into_iter()
+        .map(|(code, _)| code)
+        .collect();
+    assert_eq!(codes, ["PML210"], "{published}");
     assert!(client.shutdown().success());
     let _ = std::fs::remove_dir_all(&folder);
 }

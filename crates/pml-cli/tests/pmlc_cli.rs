@@ -276,6 +276,46 @@ fn output_stays_bounded_on_huge_files() {
 }
 
 #[test]
+fn argument_lengths_are_checked_with_a_model() {
+    if pml_runtime::testing::fetched_model(pml_runtime::models::DEFAULT_MODEL_ID).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("t.pml"),
+        "<schema name=\"t\"><module name=\"plan\">A trip of <param name=\"days\" len=\"3\"/>.</module></schema>",
+    )
+    .expect("write schema");
+    std::fs::write(
+        dir.path().join("long.pml"),
+        "<prompt schema=\"t\"><plan days=\"a very long time indeed, more than three tokens\"/></prompt>",
+    )
+    .expect("write prompt");
+    let without = pmlc(&["check", "long.pml"], dir.path());
+    assert_eq!(
+        without.status.code(),
+        Some(0),
+        "no tokenizer, no length check"
+    );
+    let with = pmlc(
+        &[
+            "check",
+            "--format",
+            "json",
+            "--model",
+            "qwen2.5-0.5b",
+            "long.pml",
+        ],
+        dir.path(),
+    );
+    assert_eq!(with.status.code(), Some(1), "{}", stderr(&with));
+    assert_eq!(codes(&json(&with)), ["PML210"]);
+    let unknown = pmlc(&["check", "--model", "nope", "long.pml"], dir.path());
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(stderr(&unknown).contains("unknown model `nope`"));
+}
+
+#[test]
 fn usage_errors_exit_2() {
     let root = repo_root();
     assert_eq!(pmlc(&["check"], &root).status.code(), Some(2), "no files");

@@ -51,7 +51,9 @@ pub fn analyse(workspace: &Workspace, open: &OpenDocument) -> Analysis {
     let mut environment = CheckEnvironment {
         loader: loader.as_ref(),
         resolver: &mut resolver,
-        options: PromptCheckOptions::default(),
+        options: PromptCheckOptions {
+            tokenizer: workspace.tokenizer(),
+        },
     };
     let checked = check_source(open.document.text(), &mut environment);
     let kind = match checked.file {

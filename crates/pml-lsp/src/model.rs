@@ -7,6 +7,7 @@
 use pml_compiler::Tokenizer;
 use pml_compiler::chat_template::ChatTemplate;
 use pml_compiler::plan::LayoutUnit;
+use std::sync::Arc;
 
 /// What the module store holds for one unit of a schema compiled for the model. `Send`, so a host
 /// may run the server on a thread of its own.
@@ -20,7 +21,8 @@ pub trait CompiledStates: Send {
 pub struct LayoutModel {
     /// For hover text (`qwen2.5-coder-0.5b`).
     pub name: String,
-    pub tokenizer: Box<dyn Tokenizer>,
+    /// Shared with the workspace, which checks argument lengths (PML210) with it.
+    pub tokenizer: Arc<dyn Tokenizer>,
     pub template: ChatTemplate,
     /// The model's context length: a schema must leave at least one position free.
     pub max_positions: u32,

@@ -13,6 +13,7 @@ use lsp_types::{
     CompletionItem, DocumentSymbol, FoldingRange, Hover, HoverContents, Location, MarkupContent,
     MarkupKind, Position, TextDocumentContentChangeEvent, Uri,
 };
+use std::sync::Arc;
 
 /// Diagnostics published per document: a file with 50,000 of them would be tens of megabytes of
 /// JSON on every keystroke, and a problems panel of 50,000 entries helps no one.
@@ -25,8 +26,9 @@ pub struct LanguageService {
 
 impl LanguageService {
     pub fn new(model: ModelAvailability) -> Self {
+        let tokenizer = model.model().ok().map(|model| Arc::clone(&model.tokenizer));
         LanguageService {
-            workspace: Workspace::default(),
+            workspace: Workspace::new(tokenizer),
             model,
         }
     }

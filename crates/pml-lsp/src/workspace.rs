@@ -9,6 +9,7 @@ use crate::document::Document;
 use crate::schema_source::SchemaSource;
 use crate::uri;
 use lsp_types::{TextDocumentContentChangeEvent, Uri};
+use pml_compiler::Tokenizer;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -39,6 +40,8 @@ pub struct Workspace {
     generation: u64,
     analyses: RefCell<HashMap<String, (u64, Arc<Analysis>)>>,
     schemas: RefCell<HashMap<PathOrUri, CachedSchema>>,
+    /// The model's tokenizer when the host loaded one: prompts' argument lengths are checked.
+    tokenizer: Option<Arc<dyn Tokenizer>>,
 }
 
 /// A schema check and what it was computed from (`None`: the file is not a schema).
@@ -58,6 +61,17 @@ enum PathOrUri {
 }
 
 impl Workspace {
+    pub fn new(tokenizer: Option<Arc<dyn Tokenizer>>) -> Self {
+        Workspace {
+            tokenizer,
+            ..Workspace::default()
+        }
+    }
+
+    pub fn tokenizer(&self) -> Option<&dyn Tokenizer> {
+        self.tokenizer.as_deref()
+    }
+
     pub fn open(&mut self, uri: Uri, text: String, version: i32) {
         self.revision += 1;
         self.generation += 1;

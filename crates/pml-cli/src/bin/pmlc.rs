@@ -41,6 +41,10 @@ enum Command {
         /// Show at most N diagnostics per file (0: all); the rest are counted in a note.
         #[arg(long, value_name = "N", default_value_t = pml_syntax::DEFAULT_MAX_SHOWN)]
         max_diagnostics: usize,
+        /// Also check argument lengths (PML210), counted with this model's tokenizer (id or
+        /// alias, e.g. qwen2.5-0.5b); the model is fetched first when it is not.
+        #[arg(long, value_name = "ID")]
+        model: Option<String>,
     },
     /// Check schemas, lay them out for a model and encode every module into the store.
     ///
@@ -61,12 +65,14 @@ fn main() -> ExitCode {
             format,
             color,
             max_diagnostics,
+            model,
         } => ExitCode::from(run_check(&CheckOptions {
             files,
             schema,
             format,
             color,
             max_diagnostics,
+            model,
         })),
         Command::Compile(args) => ExitCode::from(run_compile(&args)),
         Command::Explain { code: None } => {

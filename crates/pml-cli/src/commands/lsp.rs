@@ -102,7 +102,7 @@ fn layout_model(id: &str, path: &std::path::Path) -> anyhow::Result<LayoutModel>
     });
     Ok(LayoutModel {
         name: id.to_string(),
-        tokenizer: Box::new(PmlTokenizer::from(tokenizer)),
+        tokenizer: std::sync::Arc::new(PmlTokenizer::from(tokenizer)),
         template,
         max_positions,
         compiled,

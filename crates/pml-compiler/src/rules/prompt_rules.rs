@@ -103,7 +103,8 @@ pub const ARGUMENT_TOO_LONG: Rule = Rule {
     severity: Severity::Error,
     summary: "An argument takes more tokens than its parameter's `len`.",
     why: "A parameter reserves exactly `len` positions; a longer argument would overwrite the \
-          positions of the text after it. Checked only when a tokenizer is known.",
+          positions of the text after it. Checked only when a tokenizer is known: by `pml run`, \
+          by `pmlc check --model ID`, and by the language server when it has its model.",
     example: "<prompt schema=\"travel\">\n  \
               <travel-plan duration=\"three weeks and a long weekend in late spring\"/>\n</prompt>",
 };
