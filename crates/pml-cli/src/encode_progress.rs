@@ -39,6 +39,15 @@ impl EncodeProgress {
                 ));
                 self.bar = Some(bar);
             }
+            EncodeEvent::Waiting { unit } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_message(format!(
+                        "encoding `{}`: waiting for another process encoding {}",
+                        self.schema_name,
+                        pml_runtime::encode::describe(unit)
+                    ));
+                }
+            }
             EncodeEvent::Unit { index, unit, .. } => {
                 if let Some(bar) = &self.bar {
                     bar.inc(unit.tokens.len() as u64);

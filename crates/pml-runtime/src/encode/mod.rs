@@ -26,7 +26,7 @@ use crate::store::{Manifest, ManifestUnit, ModuleStore, PutOutcome, StoreError, 
 use pml_engine::kv_cache::KvCacheError;
 use pml_engine::model::{EngineError, Model};
 
-pub use unit_encoder::{StateOrigin, UnitEncoder};
+pub use unit_encoder::{StateOrigin, UnitEncoder, describe};
 
 /// Why a schema could not be encoded.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +77,9 @@ pub enum UnitOutcome {
 pub enum EncodeEvent<'a> {
     /// Before the first unit.
     Start { n_units: usize, n_tokens: usize },
+    /// Another process sharing the store is encoding `unit`: this run waits for it, then reuses
+    /// its state.
+    Waiting { unit: &'a LayoutUnit },
     /// After unit number `index` (0-based, in encoding order).
     Unit {
         index: usize,
@@ -156,7 +159,9 @@ pub fn encode_schema(
     let mut units = Vec::with_capacity(layout.units.len());
     let mut manifest_units = Vec::with_capacity(layout.units.len());
     for (index, unit) in layout.units.iter().enumerate() {
-        let outcome = match encoder.ensure(unit.id)? {
+        let outcome = match encoder.ensure_noting_waits(unit.id, &mut |waiting| {
+            progress(EncodeEvent::Waiting { unit: waiting })
+        })? {
             StateOrigin::Encoded => UnitOutcome::Encoded,
             StateOrigin::Store | StateOrigin::Memory => UnitOutcome::Reused,
             StateOrigin::Empty => UnitOutcome::Empty,

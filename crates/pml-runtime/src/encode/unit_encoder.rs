@@ -143,6 +143,16 @@ impl<'a> UnitEncoder<'a> {
     /// Makes sure the store holds unit `unit_id`'s state, encoding it when it does not; a stored
     /// state is not read.
     pub fn ensure(&mut self, unit_id: UnitId) -> Result<StateOrigin, EncodeError> {
+        self.ensure_noting_waits(unit_id, &mut |_| {})
+    }
+
+    /// [`Self::ensure`], calling `on_wait` with the unit when another process sharing the store
+    /// is encoding it (this one then waits, and reuses what the other stored).
+    pub fn ensure_noting_waits(
+        &mut self,
+        unit_id: UnitId,
+        on_wait: &mut dyn FnMut(&LayoutUnit),
+    ) -> Result<StateOrigin, EncodeError> {
         if unit(self.layout, unit_id)?.tokens.is_empty() {
             return Ok(StateOrigin::Empty);
         }
@@ -150,8 +160,8 @@ impl<'a> UnitEncoder<'a> {
         if self.store.contains(&key)? {
             return Ok(StateOrigin::Store);
         }
-        self.encode(unit_id, &key)?;
-        Ok(StateOrigin::Encoded)
+        let (_, origin) = self.encode(unit_id, &key, on_wait)?;
+        Ok(origin)
     }
 
     /// Unit `unit_id`'s KV: one row per token of the unit, at the unit's positions.
@@ -182,12 +192,43 @@ impl<'a> UnitEncoder<'a> {
                 .push(format!("{error} (re-encoded {})", describe(layout_unit))),
             Err(error) => return Err(error.into()),
         }
-        let block = self.encode(unit_id, &key)?;
-        Ok((block, StateOrigin::Encoded))
+        self.encode(unit_id, &key, &mut |_| {})
     }
 
-    /// Encodes unit `unit_id` after its context, puts it under `key` and keeps it in memory.
-    fn encode(&mut self, unit_id: UnitId, key: &StoreKey) -> Result<Arc<KvBlock>, EncodeError> {
+    /// Encodes unit `unit_id` after its context, puts it under `key` and keeps it in memory —
+    /// holding `key`'s lock among the processes sharing the store, so that a unit is encoded
+    /// once: when another process stored it meanwhile, its state is read instead.
+    fn encode(
+        &mut self,
+        unit_id: UnitId,
+        key: &StoreKey,
+        on_wait: &mut dyn FnMut(&LayoutUnit),
+    ) -> Result<(Arc<KvBlock>, StateOrigin), EncodeError> {
+        let layout_unit = unit(self.layout, unit_id)?;
+        let lock = self.store.lock(key, &mut || on_wait(layout_unit))?;
+        let stored_meanwhile = match &lock {
+            Some(_) => match self.store.get(key) {
+                Ok(Some(hit)) if matches_unit(&hit.state, layout_unit) => Some(hit),
+                _ => None,
+            },
+            None => None,
+        };
+        let (block, origin) = match stored_meanwhile {
+            Some(hit) => {
+                let block = Arc::new(hit.state.kv().clone());
+                self.known.insert(unit_id, Arc::clone(&block));
+                (block, StateOrigin::Store)
+            }
+            None => (self.compute(unit_id, key)?, StateOrigin::Encoded),
+        };
+        if let Some(lock) = lock {
+            lock.release_stored();
+        }
+        Ok((block, origin))
+    }
+
+    /// Computes unit `unit_id` after its context, puts it under `key` and keeps it in memory.
+    fn compute(&mut self, unit_id: UnitId, key: &StoreKey) -> Result<Arc<KvBlock>, EncodeError> {
         let layout_unit = unit(self.layout, unit_id)?;
         let context = context_rows(self.layout, unit_id, self.mode, self.bos)?;
         let blocks = match self.last_context.take() {

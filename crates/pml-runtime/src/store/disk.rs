@@ -288,4 +288,8 @@ impl Tier for DiskTier {
             .map(|_| self.resident_bytes.load(Ordering::Relaxed));
         self.counters.snapshot(self.name(), resident, None)
     }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
 }

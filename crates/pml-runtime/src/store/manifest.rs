@@ -102,6 +102,11 @@ impl ManifestStore {
         }
     }
 
+    /// The folder of the store these manifests belong to.
+    pub fn store_root(&self) -> &Path {
+        self.dir.parent().unwrap_or(&self.dir)
+    }
+
     /// Where the manifest of `schema_name` compiled for `model_fingerprint` lives.
     pub fn path_of(&self, model_fingerprint: &str, schema_name: &str) -> PathBuf {
         let prefix: String = model_fingerprint

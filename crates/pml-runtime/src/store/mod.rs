@@ -28,6 +28,7 @@ pub mod module_store;
 pub mod redis;
 pub mod state;
 pub mod tier;
+pub mod unit_lock;
 
 pub use config::{DEFAULT_RAM_BUDGET_BYTES, STORE_ENV, StoreConfig, TierConfig, parse_size};
 pub use disk::DiskTier;
@@ -39,3 +40,4 @@ pub use module_store::{ModuleStore, StoreHit, StoreStats, TierPut};
 pub use redis::{RedisConfig, RedisTier};
 pub use state::{DEFAULT_STATE_DTYPE, ModuleState, StateSpec};
 pub use tier::{PutOutcome, Tier, TierStats};
+pub use unit_lock::{UnitLock, UnitLocks};

@@ -16,6 +16,7 @@ use super::memory::MemoryTier;
 use super::redis::RedisTier;
 use super::state::{ModuleState, StateSpec};
 use super::tier::{PutOutcome, Tier, TierStats};
+use super::unit_lock::{UnitLock, UnitLocks};
 
 /// A successful lookup: the state and the tier that had it.
 #[derive(Clone, Debug)]
@@ -44,6 +45,8 @@ pub struct ModuleStore {
     spec: StateSpec,
     tiers: Vec<Box<dyn Tier>>,
     manifests: ManifestStore,
+    /// Per-key locks in the store's folder, when a tier is shared with other processes.
+    locks: Option<UnitLocks>,
     promotion_failures: AtomicU64,
 }
 
@@ -78,11 +81,30 @@ impl ModuleStore {
         tiers: Vec<Box<dyn Tier>>,
         manifests: ManifestStore,
     ) -> Self {
+        let locks = tiers
+            .iter()
+            .any(|tier| tier.is_shared())
+            .then(|| UnitLocks::new(manifests.store_root()));
         Self {
             spec,
             tiers,
             manifests,
+            locks,
             promotion_failures: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes `key`'s lock among the processes sharing this store before encoding it (see
+    /// [`UnitLocks`]); `on_wait` is called when another process holds it. `None` when no tier is
+    /// shared (nobody else could use the state) or the file system cannot lock.
+    pub fn lock(
+        &self,
+        key: &StoreKey,
+        on_wait: &mut dyn FnMut(),
+    ) -> Result<Option<UnitLock>, StoreError> {
+        match &self.locks {
+            Some(locks) => locks.lock(key, on_wait),
+            None => Ok(None),
         }
     }
 

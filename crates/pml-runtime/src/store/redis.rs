@@ -512,6 +512,12 @@ impl Tier for RedisTier {
     fn stats(&self) -> TierStats {
         self.counters.snapshot(self.name(), None, None)
     }
+
+    /// Locks are files in this machine's store folder: they coordinate this machine's
+    /// processes, not other machines sharing the server.
+    fn is_shared(&self) -> bool {
+        true
+    }
 }
 
 /// BLAKE3 in hex: the whole value is hashed on every read, so the fast hash (see

@@ -28,6 +28,12 @@ pub trait Tier: Send + Sync {
     fn remove(&self, key: &StoreKey) -> Result<bool, StoreError>;
 
     fn stats(&self) -> TierStats;
+
+    /// Whether other processes see what this tier holds (a folder, a server), so that encoding
+    /// a key is worth coordinating with them ([`super::UnitLocks`]).
+    fn is_shared(&self) -> bool {
+        false
+    }
 }
 
 /// What a tier did with a put.

@@ -225,6 +225,7 @@ impl<'r> Scheduler<'r> {
                 EncodeEvent::Unit { index, .. } => {
                     registry.update(&name, |info| info.units_done = index + 1);
                 }
+                EncodeEvent::Waiting { .. } => {}
             });
         registry.update(&name, |info| match &result {
             Ok(report) => {
