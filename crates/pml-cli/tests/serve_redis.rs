@@ -3,7 +3,8 @@
 //! `redis-server`. The first compiles an uploaded schema; the second, given the same schema,
 //! encodes no unit and answers a prompt on it from cached modules read from Redis. On
 //! Gemma-3-270M (skipped with a notice when it is not fetched or `redis-server` is missing,
-//! unless `PML_REQUIRE_MODELS=1`), a few tokens.
+//! unless `PML_REQUIRE_MODELS=1`), a few tokens. Also: a port already in use is said once, with
+//! what to do.
 
 // The server crate's test client (blocking HTTP calls, JSON parsing), shared rather than copied.
 #[path = "../../pml-server/tests/support/mod.rs"]
@@ -230,4 +231,27 @@ fn a_second_server_answers_from_modules_the_first_compiled_into_redis() {
     );
     let (status, stderr) = second.stop();
     assert!(status.success(), "second server: {status}\n{stderr}");
+}
+
+#[test]
+fn a_port_in_use_is_said_once_with_what_to_do() {
+    if fetched_model(MODEL).is_none() {
+        return;
+    }
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = taken.local_addr().expect("address").port().to_string();
+    let home = tempfile::tempdir().expect("tempdir");
+    let output = Command::new(env!("CARGO_BIN_EXE_pml"))
+        .args(["serve", "--model", MODEL, "--port", &port])
+        .env("PML_STORE", format!("disk:{}", home.path().display()))
+        .output()
+        .expect("pml serve runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr.matches("Address already in use").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("pick another with --port"), "{stderr}");
 }

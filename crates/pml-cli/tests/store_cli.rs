@@ -153,7 +153,7 @@ fn processes_share_a_compiled_schema_through_redis_and_survive_its_death() {
     assert_ok(&answer, "run from Redis");
     let stderr = text(&answer.stderr);
     assert!(!stderr.contains("compiling it first"), "{stderr}");
-    assert!(!stderr.contains("encoded on the fly"), "{stderr}");
+    assert!(!stderr.contains("not in the store"), "{stderr}");
     assert!(!stderr.contains("warning"), "{stderr}");
 
     // Redis gone: a fresh process warns once, recomputes what it lacks and still answers.
@@ -229,4 +229,88 @@ fn a_resumed_chat_session_answers_like_one_kept_in_memory() {
         text(&in_memory.stdout),
         "{stderr}"
     );
+    let first_stderr = text(&first.stderr);
+    assert!(
+        !first_stderr.contains("restored in"),
+        "nothing to restore in a new session: {first_stderr}"
+    );
+    assert!(
+        stderr.contains("restored in") && !stderr.contains("-0.0"),
+        "{stderr}"
+    );
+
+    // Another system text for a resumed session is refused, not silently dropped.
+    let pml = |args: &[&str]| run(env!("CARGO_BIN_EXE_pml"), args, Some(""), dir.path());
+    let other_system = pml(&[
+        "chat",
+        "--model",
+        MODEL,
+        "--store",
+        &store,
+        "--session",
+        "colours",
+        "--system",
+        "Be rude.",
+    ]);
+    assert_eq!(other_system.status.code(), Some(2));
+    assert!(
+        text(&other_system.stderr).contains("was started with no system text"),
+        "{}",
+        text(&other_system.stderr)
+    );
+
+    // Sessions are listed and deleted without loading the model.
+    let listed = pml(&["chat", "--store", &store, "--list-sessions"]);
+    assert_ok(&listed, "pml chat --list-sessions");
+    let listing = text(&listed.stdout);
+    let line = listing
+        .lines()
+        .find(|line| line.starts_with("colours "))
+        .unwrap_or_else(|| panic!("{listing}"));
+    assert_eq!(
+        line.split_whitespace().nth(1),
+        Some("2"),
+        "two turns: {line}"
+    );
+    assert_ok(
+        &pml(&["chat", "--store", &store, "--delete-session", "colours"]),
+        "pml chat --delete-session",
+    );
+    let again = pml(&["chat", "--store", &store, "--delete-session", "colours"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(text(&again.stderr).contains("no session `colours`"));
+    let empty = pml(&["chat", "--store", &store, "--list-sessions"]);
+    assert!(text(&empty.stderr).contains("no saved sessions"));
+}
+
+#[test]
+fn chat_colours_its_status_lines_when_asked() {
+    if fetched_model(MODEL).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("disk:{}", dir.path().join("store").display());
+    let chat = |color: &str| {
+        let args = [
+            "chat",
+            "--model",
+            MODEL,
+            "--store",
+            &store,
+            "--max-tokens",
+            "2",
+            "--color",
+            color,
+        ];
+        let output = run(env!("CARGO_BIN_EXE_pml"), &args, Some("Hi.\n"), dir.path());
+        assert_ok(&output, "pml chat --color");
+        output
+    };
+    let coloured = chat("always");
+    assert!(text(&coloured.stderr).contains("\u{1b}[2mturn 1 |"));
+    assert!(
+        !text(&coloured.stdout).contains('\u{1b}'),
+        "the answer stays plain"
+    );
+    assert!(!text(&chat("never").stderr).contains('\u{1b}'));
 }

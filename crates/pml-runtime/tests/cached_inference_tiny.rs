@@ -944,7 +944,18 @@ fn a_new_process_reads_states_from_disk_and_re_encodes_a_corrupt_one() {
         "{:?}",
         stats.prefill.warnings
     );
-    assert!(stats.to_string().contains("warning"), "{stats}");
+    let warning = &stats.prefill.warnings[0];
+    assert!(
+        warning.contains("was corrupt") && warning.ends_with("re-encoded module `notes`"),
+        "{warning}"
+    );
+    assert!(!warning.contains("re-encode the module"), "{warning}");
+    assert!(
+        stats
+            .to_string()
+            .contains("not in the store, encoded now and stored for next time: module `notes`"),
+        "{stats}"
+    );
 }
 
 const LIBRARY: &str = r#"<schema name="library">

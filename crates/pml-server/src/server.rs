@@ -21,7 +21,8 @@ use crate::saved_schemas::SavedSchemas;
 /// Why a server could not start or stopped badly.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("cannot listen on {addr}: {source}")]
+    /// The OS's reason is the error's source, so a report of the chain says it once.
+    #[error("cannot listen on {addr}")]
     Bind {
         addr: SocketAddr,
         source: std::io::Error,

@@ -11,6 +11,7 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::Context;
 use clap::Args;
+use pml_cli::check_command::ColorChoice;
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{RuntimeArgs, open_runtime, store_config};
 use pml_runtime::conversation::{ChatParts, Conversation, SessionStore};
@@ -24,9 +25,18 @@ pub struct ChatArgs {
     /// Save every turn under this name and resume it if it exists.
     #[arg(long, value_name = "NAME")]
     session: Option<String>,
-    /// System text for a new conversation (a resumed one keeps its own).
+    /// System text for a new conversation (a resumed one keeps its own: another text is refused).
     #[arg(long, value_name = "TEXT")]
     system: Option<String>,
+    /// List the saved sessions of the store (name, turns, model, last turn) and exit.
+    #[arg(long, conflicts_with_all = ["session", "delete_session"])]
+    list_sessions: bool,
+    /// Delete a saved session and exit (its turns' states stay in the store until evicted).
+    #[arg(long, value_name = "NAME", conflicts_with = "session")]
+    delete_session: Option<String>,
+    /// Colour the prompt and the status lines on stderr (the answer on stdout stays plain).
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    color: ColorChoice,
     /// How saved turns are stored per layer: `auto` asks the restore planner (measured costs of
     /// the slowest store tier), the others store every layer one way.
     #[arg(long, value_enum, default_value_t = PlanArg::Auto)]
@@ -47,6 +57,16 @@ pub enum PlanArg {
 
 pub fn run(args: ChatArgs) -> Result<(), Failure> {
     let store_root = store_config(args.runtime.store.as_deref())?.root;
+    let sessions = SessionStore::new(&store_root);
+    if args.list_sessions {
+        return list_sessions(&sessions);
+    }
+    if let Some(name) = &args.delete_session {
+        return delete_session(&sessions, name);
+    }
+    let paint = Paint {
+        enabled: args.color.enabled(),
+    };
     let opened = open_runtime(&args.runtime)?;
     let runtime = &opened.runtime;
     let parts = ChatParts {
@@ -56,16 +76,31 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
         store: runtime.store(),
     };
     let fingerprint = runtime.store().spec().model_fingerprint.clone();
-    let sessions = SessionStore::new(&store_root);
     let mut conversation = match &args.session {
         Some(name) => match sessions
             .read(name, &fingerprint)
             .context("reading the session")?
         {
             Some(session) => {
+                if let Some(system) = &args.system
+                    && session.system.as_deref() != Some(system.as_str())
+                {
+                    return Err(Failure::usage(format!(
+                        "session `{name}` was started with {}; a resumed session keeps its own: \
+                         drop `--system`, or start a new session (`--delete-session {name}` \
+                         removes this one)",
+                        match &session.system {
+                            Some(_) => "another system text",
+                            None => "no system text",
+                        }
+                    )));
+                }
                 eprintln!(
-                    "resuming session `{name}`: {} turn(s) to restore from the store",
-                    session.units.len()
+                    "{}",
+                    paint.dim(&format!(
+                        "resuming session `{name}`: {} turn(s) to restore from the store",
+                        session.units.len()
+                    ))
                 );
                 Conversation::resume(&session)
             }
@@ -84,7 +119,7 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
     let mut lines = stdin.lock().lines();
     loop {
         if interactive {
-            eprint!("> ");
+            eprint!("{}", paint.prompt("> "));
         }
         let Some(line) = lines.next() else { break };
         let line = line.map_err(|error| Failure::usage(format!("cannot read stdin: {error}")))?;
@@ -115,14 +150,22 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
             .restored
             .iter()
             .map(|unit| unit.elapsed.as_secs_f64() * 1e3)
-            .sum();
+            .fold(0.0, |total, ms| total + ms);
         for fallback in report
             .restored
             .iter()
             .filter_map(|unit| unit.fallback.as_ref())
         {
-            eprintln!("warning: a saved turn was recomputed: {fallback}");
+            eprintln!(
+                "{}",
+                paint.warning(&format!("warning: a saved turn was recomputed: {fallback}"))
+            );
         }
+        let restored = if restored > 0 {
+            format!(" ({restored} restored in {restore_ms:.1} ms)")
+        } else {
+            String::new()
+        };
         let saved = report
             .saved
             .map(|saved| {
@@ -132,8 +175,8 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
                 )
             })
             .unwrap_or_default();
-        eprintln!(
-            "turn {} | history {} tokens ({restored} restored in {restore_ms:.1} ms) | prefill {} tokens | TTFT {:.1} ms | {} tokens, finish {}{saved}",
+        let status = format!(
+            "turn {} | history {} tokens{restored} | prefill {} tokens | TTFT {:.1} ms | {} tokens, finish {}{saved}",
             conversation.turns(),
             report.history_tokens,
             report.prefill_tokens,
@@ -141,8 +184,90 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
             report.generation.token_ids.len(),
             report.generation.finish_reason,
         );
+        eprintln!("{}", paint.dim(&status));
     }
     Ok(())
+}
+
+/// `--list-sessions`: one line per saved session, on stdout.
+fn list_sessions(sessions: &SessionStore) -> Result<(), Failure> {
+    let listed = sessions.list().context("listing the sessions")?;
+    if listed.is_empty() {
+        eprintln!("no saved sessions (`pml chat --session NAME` saves one)");
+        return Ok(());
+    }
+    println!(
+        "{:<24} {:>5}  {:<14} last turn",
+        "session", "turns", "model"
+    );
+    for entry in listed {
+        let turns = entry
+            .turns
+            .map_or_else(|| "?".to_string(), |turns| turns.to_string());
+        let model = entry
+            .model_fingerprint
+            .as_deref()
+            .map_or("unreadable", |fingerprint| {
+                fingerprint.get(..12).unwrap_or(fingerprint)
+            });
+        let age = entry
+            .modified
+            .and_then(|modified| modified.elapsed().ok())
+            .map_or_else(|| "?".to_string(), |age| format!("{} ago", short_age(age)));
+        println!("{:<24} {turns:>5}  {model:<14} {age}", entry.name);
+    }
+    Ok(())
+}
+
+/// `--delete-session NAME`.
+fn delete_session(sessions: &SessionStore, name: &str) -> Result<(), Failure> {
+    if sessions.delete(name).context("deleting the session")? {
+        eprintln!("deleted session `{name}`");
+        Ok(())
+    } else {
+        Err(Failure::usage(format!(
+            "no session `{name}` (`pml chat --list-sessions` lists them)"
+        )))
+    }
+}
+
+/// `42 s`, `5 min`, `3 h`, `2 days`.
+fn short_age(age: std::time::Duration) -> String {
+    let seconds = age.as_secs();
+    match seconds {
+        0..60 => format!("{seconds} s"),
+        60..3600 => format!("{} min", seconds / 60),
+        3600..86400 => format!("{} h", seconds / 3600),
+        _ => format!("{} days", seconds / 86400),
+    }
+}
+
+/// ANSI styles for stderr when colour is on (`--color`), as llama.cpp's `--color` sets the
+/// conversation apart from its logs.
+struct Paint {
+    enabled: bool,
+}
+
+impl Paint {
+    fn style(&self, code: &str, text: &str) -> String {
+        if self.enabled {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    }
+
+    fn prompt(&self, text: &str) -> String {
+        self.style("1;32", text)
+    }
+
+    fn dim(&self, text: &str) -> String {
+        self.style("2", text)
+    }
+
+    fn warning(&self, text: &str) -> String {
+        self.style("33", text)
+    }
 }
 
 /// The plan turns are saved in: a pure form, or the planner's choice from the measured costs of

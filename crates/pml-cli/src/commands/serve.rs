@@ -12,7 +12,7 @@ use clap::Args;
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{RuntimeArgs, open_runtime, store_config};
 use pml_runtime::store::TierConfig;
-use pml_server::{ServerConfig, ServerHandle};
+use pml_server::{ServerConfig, ServerError, ServerHandle};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -78,8 +78,18 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     };
     let grace = config.shutdown_grace;
     let addr = SocketAddr::new(args.host, args.port);
-    let server = pml_server::start(opened.runtime, config, addr)
-        .with_context(|| format!("starting the server on {addr}"))?;
+    let server = pml_server::start(opened.runtime, config, addr).map_err(|error| {
+        let in_use = matches!(&error, ServerError::Bind { source, .. }
+            if source.kind() == std::io::ErrorKind::AddrInUse);
+        let error = anyhow::Error::from(error);
+        if in_use {
+            Failure::Failed(anyhow::anyhow!(
+                "{error:#}; another process has that port: stop it, or pick another with --port"
+            ))
+        } else {
+            Failure::Failed(error)
+        }
+    })?;
     for (path, restored) in server.restored_schemas() {
         match restored {
             Ok(info) => eprintln!(

@@ -5,7 +5,7 @@ use crate::rules::{self, diagnostic};
 use crate::schema_index::{
     LenError, MAX_PARAM_LEN, ModuleId, SchemaIndex, Scope, is_blank, parse_len,
 };
-use crate::source_loader::SourceLoader;
+use crate::source_loader::{SourceError, SourceLoader};
 use crate::suggest::did_you_mean;
 use pml_syntax::ast::{
     Attribute, Collection, Module, Name, Param, Role, Schema, SchemaItem, Union,
@@ -522,6 +522,12 @@ fn load_sources(
                     (
                         &rules::SRC_OUTSIDE_SCHEMA_FOLDER,
                         "name a file inside the schema's folder, by a relative path",
+                    )
+                } else if matches!(error, SourceError::Refused(_)) {
+                    (
+                        &rules::SRC_UNREADABLE,
+                        "write the file's text inside the module instead of `src` (a schema sent \
+                         to a server, or not saved in a folder, cannot name files)",
                     )
                 } else {
                     (

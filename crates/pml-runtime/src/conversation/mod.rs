@@ -30,7 +30,7 @@ use pml_engine::generation::{FinishReason, GenerateError, Generation, Generator,
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::{EngineError, ForwardContext, ForwardOptions, LogitRows, Model};
 
-pub use session::{Session, SessionError, SessionStore};
+pub use session::{Session, SessionEntry, SessionError, SessionStore};
 
 /// Why a turn failed.
 #[derive(Debug, thiserror::Error)]

@@ -57,6 +57,16 @@ pub enum SessionError {
     Store(#[from] StoreError),
 }
 
+/// One saved session, as [`SessionStore::list`] finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionEntry {
+    pub name: String,
+    /// `None` when the file does not parse.
+    pub turns: Option<usize>,
+    pub model_fingerprint: Option<String>,
+    pub modified: Option<std::time::SystemTime>,
+}
+
 /// The session folder of a store.
 #[derive(Clone, Debug)]
 pub struct SessionStore {
@@ -109,6 +119,50 @@ impl SessionStore {
         Ok(Some(session))
     }
 
+    /// The saved sessions: name (the file's stem), turns, and when it was last written; sorted by
+    /// name. Files that do not parse are listed with `turns: None`.
+    pub fn list(&self) -> Result<Vec<SessionEntry>, SessionError> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => return Err(StoreError::io("read", &self.dir, error).into()),
+        };
+        let mut sessions = Vec::new();
+        for entry in entries.filter_map(Result::ok) {
+            let path = entry.path();
+            let Some(name) = path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .and_then(|name| name.strip_suffix(".json"))
+            else {
+                continue;
+            };
+            let modified = entry.metadata().and_then(|meta| meta.modified()).ok();
+            let session = std::fs::read(&path)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<Session>(&bytes).ok());
+            sessions.push(SessionEntry {
+                name: name.to_string(),
+                turns: session.as_ref().map(|session| session.units.len()),
+                model_fingerprint: session.map(|session| session.model_fingerprint),
+                modified,
+            });
+        }
+        sessions.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(sessions)
+    }
+
+    /// Removes the session `name`; `false` when there was none. Its turns' states stay in the
+    /// module store until its tiers evict them.
+    pub fn delete(&self, name: &str) -> Result<bool, SessionError> {
+        let path = self.path_of(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(error) => Err(StoreError::io("remove", path, error).into()),
+        }
+    }
+
     /// Writes `session` as `name`, replacing the previous state; returns its path.
     pub fn write(&self, name: &str, session: &Session) -> Result<PathBuf, SessionError> {
         let path = self.path_of(name);
@@ -118,5 +172,31 @@ impl SessionStore {
         json.push(b'\n');
         write_atomically(&path, &json)?;
         Ok(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_are_listed_and_deleted() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let sessions = SessionStore::new(root.path());
+        assert_eq!(sessions.list().expect("list"), Vec::new(), "no folder yet");
+        let session = Session::new("model-a", Some("Be brief.".into()), Vec::new(), Vec::new());
+        sessions.write("work", &session).expect("write");
+        sessions.write("home", &session).expect("write");
+        std::fs::write(sessions.path_of("broken"), b"{").expect("write");
+        let listed = sessions.list().expect("list");
+        let names: Vec<&str> = listed.iter().map(|entry| entry.name.as_str()).collect();
+        assert_eq!(names, ["broken", "home", "work"]);
+        assert_eq!(listed[0].turns, None);
+        assert_eq!(listed[1].turns, Some(0));
+        assert_eq!(listed[1].model_fingerprint.as_deref(), Some("model-a"));
+        assert!(sessions.delete("home").expect("delete"));
+        assert!(!sessions.delete("home").expect("delete again"));
+        assert_eq!(sessions.list().expect("list").len(), 2);
+        assert!(sessions.read("home", "model-a").expect("read").is_none());
     }
 }

@@ -187,9 +187,11 @@ impl<'a> UnitEncoder<'a> {
                 describe(layout_unit)
             )),
             Ok(None) => {}
-            Err(error @ StoreError::Corrupt { .. }) => self
-                .warnings
-                .push(format!("{error} (re-encoded {})", describe(layout_unit))),
+            Err(error @ StoreError::Corrupt { .. }) => self.warnings.push(format!(
+                "{}; re-encoded {}",
+                error.what_happened(),
+                describe(layout_unit)
+            )),
             Err(error) => return Err(error.into()),
         }
         self.encode(unit_id, &key, &mut |_| {})

@@ -136,7 +136,7 @@ impl fmt::Display for RunStats {
         if !prefill.units_encoded_on_the_fly.is_empty() {
             write!(
                 f,
-                " | warning: encoded on the fly (not in the store): {}",
+                " | not in the store, encoded now and stored for next time: {}",
                 prefill.units_encoded_on_the_fly.join(", ")
             )?;
         }

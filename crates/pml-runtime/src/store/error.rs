@@ -53,6 +53,20 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// What happened, without advice, for a caller that has already acted on it: a corrupt
+    /// state's warning once the module was re-encoded ("…; it was removed: re-encode the module"
+    /// would ask for what was done).
+    pub fn what_happened(&self) -> String {
+        match self {
+            StoreError::Corrupt {
+                key,
+                location,
+                reason,
+            } => format!("stored state {key} at {location} was corrupt ({reason}) and was removed"),
+            other => other.to_string(),
+        }
+    }
+
     /// An I/O error on `path` while doing `action` ("read", "create directory", ...).
     pub(crate) fn io(
         action: &'static str,

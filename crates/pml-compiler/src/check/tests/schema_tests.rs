@@ -295,6 +295,12 @@ fn pml110_src_refused_by_host() {
     );
     assert_eq!(codes(&diagnostics), ["PML110"]);
     assert!(diagnostics[0].labels[0].message.contains("does not allow"));
+    let help = diagnostics[0].help.as_deref().unwrap_or_default();
+    assert!(
+        help.contains("inside the module instead of `src`"),
+        "{help}"
+    );
+    assert!(!help.contains("relative to the schema's folder"), "{help}");
 }
 
 #[test]
