@@ -31,9 +31,12 @@ impl EncodeProgress {
                     "{msg} {wide_bar} {pos}/{len} tokens {rate} eta {eta}",
                 )
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .with_key("rate", |state: &ProgressState, out: &mut dyn std::fmt::Write| {
-                    let _ = out.write_str(&token_rate(state.per_sec()));
-                });
+                .with_key(
+                    "rate",
+                    |state: &ProgressState, out: &mut dyn std::fmt::Write| {
+                        let _ = out.write_str(&token_rate(state.per_sec()));
+                    },
+                );
                 bar.set_style(style);
                 self.n_units = n_units;
                 bar.set_message(format!(

@@ -7,18 +7,20 @@
 mod cached_support;
 
 use candle_core::{Device, Tensor};
-use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout};
+use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
 use pml_engine::model::tiny::random_model;
 use pml_engine::model::{Arch, Model, WeightFormat};
 use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
 use pml_runtime::inference::{
-    BlendOptions, Deviation, InferenceError, InferenceMode, Prefill, Ratio, Selection, SplicePlan,
-    prefill,
+    BlendOptions, Deviation, InferenceError, InferenceMode, Prefill, Ratio, Selection, Shortcut,
+    SplicePlan, prefill,
 };
 use pml_runtime::store::ModuleStore;
 use tempfile::TempDir;
 
-use cached_support::{assert_close, max_abs_diff, ram_store, spread_tokens};
+use cached_support::{
+    Binding, LayoutBuilder, assert_close, max_abs_diff, ram_store, spread_tokens,
+};
 
 const SEED: u64 = 23;
 const ARCHES: [Arch; 2] = [Arch::Qwen2, Arch::Gemma3];
@@ -65,9 +67,11 @@ impl Fixture {
     }
 }
 
+/// Exactly the fraction `recompute`: these tests are about what a ratio selects.
 fn blend(recompute: f64) -> BlendOptions {
     BlendOptions {
         recompute: Ratio::new(recompute).expect("a fraction"),
+        shortcuts: false,
         ..BlendOptions::default()
     }
 }
@@ -334,5 +338,66 @@ fn re_rotating_k_by_a_delta_equals_computing_it_at_the_new_positions() {
                 assert_close(moved_v, v, RELATIVE_TOLERANCE, &format!("{what}: V"));
             }
         }
+    }
+}
+
+/// By default blend does the cheaper thing where its selective recompute cannot pay, and says
+/// so: with many new tokens beside few cached ones it recomputes everything (= full); with no
+/// cached row deviating it recomputes none (= reuse); otherwise it recomputes its fraction.
+#[test]
+fn blend_takes_the_cheaper_way_when_its_recompute_cannot_pay() {
+    for arch in ARCHES {
+        let fixture = Fixture::new(arch);
+        let default = InferenceMode::Blend(BlendOptions::default());
+
+        // Selective: 27 cached tokens, 5 new, two moved members.
+        let (layout, bound) = reordered_members();
+        let blended = fixture.prefill(&layout, &bound, default);
+        assert_eq!(blended.stats.shortcut, None, "{arch:?}");
+        assert_eq!(blended.stats.tokens_recomputed, 4, "{arch:?}: 15% of 27");
+
+        // Many new tokens: the probe's continuation for all of them is no dearer.
+        let mut long = bound.clone();
+        let last = *long.new_positions.last().expect("new tokens");
+        long.new_tokens.extend(spread_tokens(200, 40));
+        long.new_positions.extend(last + 1..last + 41);
+        long.new_kinds
+            .extend(vec![*long.new_kinds.last().expect("kinds"); 40]);
+        let full = fixture.prefill(&layout, &long, InferenceMode::Full);
+        let blended = fixture.prefill(&layout, &long, default);
+        assert!(
+            matches!(blended.stats.shortcut, Some(Shortcut::Full { .. })),
+            "{arch:?}: {:?}",
+            blended.stats.shortcut
+        );
+        assert_eq!(blended.stats.tokens_recomputed, 27);
+        assert_close(
+            &blended.logits,
+            &full.logits,
+            RELATIVE_TOLERANCE,
+            &format!("{arch:?} blend → full"),
+        );
+
+        // A module right after the prefix it was encoded after: every cached row is exact.
+        let mut builder = LayoutBuilder::new();
+        let mut prefix = vec![BOS];
+        prefix.extend(spread_tokens(3, 8));
+        builder.text(UnitId::ROOT, &prefix);
+        let doc = builder.open("doc", UnitId::ROOT);
+        builder.text(doc, &spread_tokens(60, 30));
+        builder.close(doc);
+        let layout = builder.build("exact");
+        let bound = Binding::new(&layout, &[doc], &spread_tokens(120, 4)).bind();
+        let full = fixture.prefill(&layout, &bound, InferenceMode::Full);
+        let blended = fixture.prefill(&layout, &bound, default);
+        assert_eq!(blended.stats.shortcut, Some(Shortcut::Reuse), "{arch:?}");
+        assert_eq!(blended.stats.tokens_recomputed, 0);
+        // The stored states are f16: exact up to their rounding.
+        assert_close(
+            &blended.logits,
+            &full.logits,
+            1e-3,
+            &format!("{arch:?} blend → reuse"),
+        );
     }
 }

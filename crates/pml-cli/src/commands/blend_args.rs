@@ -105,6 +105,11 @@ pub struct BlendArgs {
     /// cached module is not in RAM (disk, Redis).
     #[arg(long, value_enum, default_value_t = PipelineArg::Auto)]
     pub pipeline: PipelineArg,
+    /// Recompute exactly the fraction asked, even where the probe shows that recomputing
+    /// everything costs no more, or that no cached token deviates (by default blend then does
+    /// the cheaper thing and says so in the summary line).
+    #[arg(long)]
+    pub exact_ratio: bool,
 }
 
 impl BlendArgs {
@@ -128,6 +133,7 @@ impl BlendArgs {
             },
             selection: self.select.into(),
             gradual: self.gradual,
+            shortcuts: !self.exact_ratio,
         }
     }
 

@@ -162,6 +162,11 @@ pub struct BlendOptions {
     /// those through the next layer, and keep the `recompute` fraction that deviates most there.
     pub gradual: bool,
     pub pipelining: Pipelining,
+    /// After the probe, do the cheaper thing where the selective recompute cannot pay:
+    /// recompute everything when that is no dearer, nothing when no cached row deviates
+    /// ([`super::Shortcut`], said in the summary line). Off where the ratio itself is measured
+    /// (`pml eval`, `pml bench pipeline`).
+    pub shortcuts: bool,
 }
 
 impl BlendOptions {
@@ -185,6 +190,7 @@ impl Default for BlendOptions {
             gradual: false,
             auto_ratio: false,
             pipelining: Pipelining::Auto,
+            shortcuts: true,
         }
     }
 }

@@ -57,6 +57,84 @@ pub fn choose_ratio(costs: &LayerCosts, n_cached: usize, floor: Ratio) -> RatioC
     }
 }
 
+/// What `blend` does instead of its selective recompute when the probe shows it cannot pay
+/// (`BlendOptions::shortcuts`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shortcut {
+    /// Every cached token is recomputed — mode `full` from the probe on, since the probe is
+    /// `full`'s first layers: the selective recompute had no fewer token-layers left to run.
+    Full {
+        blend_token_layers: usize,
+        full_token_layers: usize,
+    },
+    /// No cached token is recomputed — mode `reuse` after the probe: every cached row matched its
+    /// fresh K (or V) at the check layer, so there was nothing to repair.
+    Reuse,
+}
+
+/// The work left after the probe, in token-layers (one token through one layer), of the
+/// selective recompute and of recomputing everything; the probe's own time per token-layer
+/// prices both, so comparing counts is comparing the controller's time estimates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemainingWork {
+    pub n_cached: usize,
+    pub n_new: usize,
+    /// Cached tokens recomputed in the layers after the check layer.
+    pub keep: usize,
+    /// Cached tokens recomputed through the first of them (twice `keep` with gradual filtering).
+    pub first_keep: usize,
+    /// The new tokens' attention pass that ranks the cached ones runs.
+    pub attention_pass: bool,
+    pub layers_after_probe: usize,
+}
+
+impl RemainingWork {
+    pub fn blend_token_layers(&self) -> usize {
+        let Some(rest) = self.layers_after_probe.checked_sub(1) else {
+            return 0;
+        };
+        let ranking = if self.attention_pass {
+            self.n_new * self.layers_after_probe
+        } else {
+            0
+        };
+        ranking + (self.first_keep + self.n_new) + (self.keep + self.n_new) * rest
+    }
+
+    pub fn full_token_layers(&self) -> usize {
+        (self.n_cached + self.n_new) * self.layers_after_probe
+    }
+
+    /// [`Shortcut::Full`] when the selective recompute would run no fewer token-layers than
+    /// recomputing everything (and does not already recompute everything).
+    pub fn shortcut(&self) -> Option<Shortcut> {
+        let (blend, full) = (self.blend_token_layers(), self.full_token_layers());
+        (self.keep < self.n_cached && blend >= full).then_some(Shortcut::Full {
+            blend_token_layers: blend,
+            full_token_layers: full,
+        })
+    }
+}
+
+impl fmt::Display for Shortcut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Shortcut::Full {
+                blend_token_layers,
+                full_token_layers,
+            } => write!(
+                f,
+                "recomputed every cached token (= full): after the probe, blend had \
+                 {blend_token_layers} token-layers left, full {full_token_layers}"
+            ),
+            Shortcut::Reuse => f.write_str(
+                "recomputed no cached token (= reuse): every one matched its fresh state at the \
+                 check layer",
+            ),
+        }
+    }
+}
+
 impl fmt::Display for RatioChoice {
     /// `r=0.23 (auto: load 1.2 ms/layer, recompute 0.9 ms/layer at r=0.15)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -130,6 +208,46 @@ mod tests {
             choose_ratio(&costs(0.0, 10.0), 1000, Ratio::ONE).ratio,
             Ratio::ONE
         );
+    }
+
+    fn work(n_cached: usize, n_new: usize, keep: usize) -> RemainingWork {
+        RemainingWork {
+            n_cached,
+            n_new,
+            keep,
+            first_keep: keep,
+            attention_pass: true,
+            layers_after_probe: 22,
+        }
+    }
+
+    #[test]
+    fn blend_gives_way_to_full_when_its_remaining_work_is_no_less() {
+        // 1000 cached, 50 new, 150 recomputed: 50 + 200 rows a layer against 1050.
+        assert_eq!(work(1000, 50, 150).shortcut(), None);
+        // 60 cached, 64 new, 9 recomputed: 64 + 73 rows a layer against 124.
+        let shortcut = work(60, 64, 9).shortcut();
+        assert_eq!(
+            shortcut,
+            Some(Shortcut::Full {
+                blend_token_layers: 64 * 22 + 73 * 22,
+                full_token_layers: 124 * 22,
+            })
+        );
+        assert!(
+            shortcut
+                .expect("full")
+                .to_string()
+                .starts_with("recomputed every cached token")
+        );
+        // Already everything: nothing to switch to.
+        assert_eq!(work(60, 64, 60).shortcut(), None);
+        // Without the attention pass blend never costs more than full.
+        let by_deviation = RemainingWork {
+            attention_pass: false,
+            ..work(60, 64, 9)
+        };
+        assert_eq!(by_deviation.shortcut(), None);
     }
 
     #[test]

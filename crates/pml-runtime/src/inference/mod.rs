@@ -38,7 +38,7 @@ use pml_engine::kv_cache::{KvCache, KvCacheError};
 use pml_engine::model::{EngineError, Model};
 
 pub use blend_options::{BlendOptions, Deviation, Pipelining, Ratio, Selection};
-pub use controller::{LayerCosts, RatioChoice, choose_ratio};
+pub use controller::{LayerCosts, RatioChoice, RemainingWork, Shortcut, choose_ratio};
 pub use plan::{PlannedSpan, SplicePlan};
 pub use prefix_cache::{BLOCK_TOKENS, PrefixCache, PrefixCacheError, SplicedPrefix};
 pub use session::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};

@@ -7,7 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::InferenceMode;
-use super::controller::RatioChoice;
+use super::controller::{RatioChoice, Shortcut};
 
 /// How a pipelined `blend` prefill streamed the cached layers ([`super::layer_feed`]).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -58,6 +58,8 @@ pub struct PrefillStats {
     pub pipeline: Option<PipelineStats>,
     /// Mode `blend` with `--recompute auto`: the loading controller's choice.
     pub ratio_choice: Option<RatioChoice>,
+    /// Mode `blend` did the cheaper thing instead of its selective recompute.
+    pub shortcut: Option<Shortcut>,
 }
 
 impl PrefillStats {
@@ -77,6 +79,7 @@ impl PrefillStats {
             warnings: Vec::new(),
             pipeline: None,
             ratio_choice: None,
+            shortcut: None,
         }
     }
 
@@ -117,6 +120,9 @@ impl fmt::Display for RunStats {
         )?;
         if let Some(choice) = &prefill.ratio_choice {
             write!(f, " | {choice}")?;
+        }
+        if let Some(shortcut) = &prefill.shortcut {
+            write!(f, " | {shortcut}")?;
         }
         if let Some(pipeline) = &prefill.pipeline {
             write!(

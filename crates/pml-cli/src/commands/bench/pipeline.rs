@@ -155,8 +155,10 @@ pub fn run(args: PipelineArgs) -> Result<(), Failure> {
 }
 
 fn variant(name: &str, recompute: Ratio) -> InferenceMode {
+    // The pipeline at this ratio is what is measured: no shortcut to `full` or `reuse`.
     let fixed = BlendOptions {
         recompute,
+        shortcuts: false,
         ..BlendOptions::default()
     };
     InferenceMode::Blend(match name {

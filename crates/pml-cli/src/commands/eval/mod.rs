@@ -114,8 +114,10 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
     };
     for &ratio in &args.ratios {
         for &select in &selections {
+            // Each ratio is what is measured: no shortcut to `full` or `reuse`.
             let blend = BlendArgs {
                 select,
+                exact_ratio: true,
                 ..args.blend.clone()
             };
             let name = match selections.len() {
