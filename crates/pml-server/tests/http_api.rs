@@ -220,6 +220,14 @@ fn bad_input_gets_400_with_diagnostics() {
     let include = r#"<schema name="inc"><module name="a" src="/etc/passwd"/></schema>"#;
     let (status, body) = call("POST", &server.url("/v1/schemas"), Some(include), None);
     assert_eq!(status, 400, "{body}");
+    // An absolute path is refused as leaving the schema's folder; a relative one as a file the
+    // server does not read, with help that does not send the client looking for a folder.
+    let relative = r#"<schema name="inc"><module name="a" src="notes.txt"/></schema>"#;
+    let (status, body) = call("POST", &server.url("/v1/schemas"), Some(relative), None);
+    assert_eq!(status, 400, "{body}");
+    let help = parse(&body)["error"]["diagnostics"][0]["help"].to_string();
+    assert!(help.contains("instead of `src`"), "{body}");
+    assert!(!help.contains("relative to the schema's folder"), "{body}");
     assert!(server.metric("pml_queue_depth") == 0.0);
 
     server.upload_ready(SCHEMA);

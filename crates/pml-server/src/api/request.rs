@@ -233,6 +233,9 @@ impl GenerationFields {
                     format!("recompute = {recompute} is not within 0..=1"),
                 )
             })?;
+            // A fraction asked for is recomputed as asked; without one, blend may take the
+            // cheaper way (recompute all or none) where its probe shows the fraction cannot pay.
+            options.shortcuts = false;
         }
         Ok(mode)
     }
