@@ -5,7 +5,7 @@
 //! [`redis_server`] starts a throwaway `redis-server` the same way. Tensor comparisons are in
 //! [`pml_engine::testing`].
 
-pub mod redis_server;
+pub use pml_store::redis_server;
 
 use std::path::PathBuf;
 

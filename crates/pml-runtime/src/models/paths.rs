@@ -7,7 +7,7 @@ use super::error::ModelError;
 use super::registry::ModelSpec;
 
 /// Environment variable that overrides the PML home directory.
-pub const PML_HOME_ENV: &str = "PML_HOME";
+pub use pml_store::PML_HOME_ENV;
 
 /// The PML home directory and the layout beneath it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,13 +23,9 @@ impl PmlHome {
 
     /// `$PML_HOME`, else `$HOME/.cache/pml`.
     pub fn from_env() -> Result<Self, ModelError> {
-        if let Some(root) = std::env::var_os(PML_HOME_ENV).filter(|value| !value.is_empty()) {
-            return Ok(Self::new(root));
-        }
-        match std::env::var_os("HOME").filter(|value| !value.is_empty()) {
-            Some(home) => Ok(Self::new(PathBuf::from(home).join(".cache").join("pml"))),
-            None => Err(ModelError::NoHome),
-        }
+        pml_store::pml_home()
+            .map(Self::new)
+            .ok_or(ModelError::NoHome)
     }
 
     pub fn root(&self) -> &Path {

@@ -170,7 +170,7 @@ impl ManifestStore {
 
 /// A file name that cannot escape its directory: ASCII letters, digits, `-` and `_` are kept,
 /// anything else becomes `_`, and a changed name gets a hash suffix so two names never collide.
-pub(crate) fn safe_file_name(name: &str) -> String {
+pub fn safe_file_name(name: &str) -> String {
     let kept: String = name
         .chars()
         .map(|c| {
@@ -193,7 +193,7 @@ mod encode_mode_text {
     use pml_compiler::plan::EncodeMode;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    use crate::store::key::{encode_mode_name, parse_encode_mode};
+    use crate::key::{encode_mode_name, parse_encode_mode};
 
     pub fn serialize<S: Serializer>(mode: &EncodeMode, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(encode_mode_name(*mode))
@@ -209,7 +209,7 @@ mod encode_mode_text {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::key::{ContextHash, StoreKeyParts};
+    use crate::key::{ContextHash, StoreKeyParts};
 
     fn manifest(schema_name: &str) -> Manifest {
         let key = StoreKeyParts {

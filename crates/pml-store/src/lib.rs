@@ -1,6 +1,10 @@
 //! The module store: cached states of prompt modules, keyed by everything they depend on, kept in
 //! tiers (Prompt Cache's module cache; design §3 "Store").
 //!
+//! Architecture invariant: this crate stores and finds bytes of KV states; it knows nothing of
+//! PML source, of how a state is computed (no model forward pass), nor of prompts. It sees the
+//! compiler's plan types only for the encoding mode a key covers.
+//!
 //! - [`key`]: [`StoreKey`] and the parts it hashes.
 //! - [`state`]: [`ModuleState`] and its checked safetensors form; [`StateSpec`] of a model
 //!   (f16 states by default).
@@ -12,20 +16,25 @@
 //! - [`config`]: which tiers a store stacks, parsed from `--store` / `PML_STORE` specifications.
 //! - [`manifest`]: per-schema manifests of what compiling stored.
 //! - [`module_store`]: [`ModuleStore`], the tiers stacked (RAM over disk over Redis).
+//! - [`unit_lock`]: per-key locks so processes sharing a store encode a unit once.
+//! - [`atomic_file`]: temp file + rename, for every file the store and its users write.
+//! - [`redis_server`]: a throwaway `redis-server` for tests and benchmarks.
 //!
 //! Device memory slots in as a further [`Tier`]; the byte form in [`state`] is what the disk and
 //! Redis tiers hold.
 
-pub(crate) mod atomic_file;
+pub mod atomic_file;
 mod checksum;
 pub mod config;
 pub mod disk;
 mod error;
+mod home;
 pub mod key;
 pub mod manifest;
 pub mod memory;
 pub mod module_store;
 pub mod redis;
+pub mod redis_server;
 pub mod state;
 pub mod tier;
 pub mod unit_lock;
@@ -33,6 +42,7 @@ pub mod unit_lock;
 pub use config::{DEFAULT_RAM_BUDGET_BYTES, STORE_ENV, StoreConfig, TierConfig, parse_size};
 pub use disk::DiskTier;
 pub use error::StoreError;
+pub use home::{PML_HOME_ENV, pml_home};
 pub use key::{ContextHash, STORE_FORMAT_VERSION, StateKind, StoreKey, StoreKeyParts};
 pub use manifest::{Manifest, ManifestLookup, ManifestStore, ManifestUnit};
 pub use memory::MemoryTier;

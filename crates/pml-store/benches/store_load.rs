@@ -14,7 +14,7 @@ use std::time::Duration;
 use candle_core::{DType, Device, Tensor};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use pml_engine::kv_cache::{KvBlock, KvCache, KvLayout};
-use pml_runtime::store::{
+use pml_store::{
     ContextHash, DiskTier, MemoryTier, ModuleState, StateSpec, StoreKey, StoreKeyParts, Tier,
 };
 use sha2::{Digest, Sha256};

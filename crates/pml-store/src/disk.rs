@@ -24,7 +24,6 @@ use super::atomic_file::{self, write_atomically};
 use super::key::StoreKey;
 use super::state::{ModuleState, StateSpec};
 use super::tier::{PutOutcome, Tier, TierCounters, TierStats};
-use crate::models::PmlHome;
 
 /// Disk tier of one model's states under a root directory.
 #[derive(Debug)]
@@ -143,8 +142,7 @@ impl DiskTier {
 
     /// `$PML_HOME/store` (default `~/.cache/pml/store`).
     pub fn default_root() -> Result<PathBuf, StoreError> {
-        let home = PmlHome::from_env().map_err(|_| StoreError::NoHome)?;
-        Ok(home.root().join("store"))
+        Ok(crate::pml_home().ok_or(StoreError::NoHome)?.join("store"))
     }
 
     pub fn root(&self) -> &Path {

@@ -176,7 +176,7 @@ mod tests {
     use candle_core::{Device, Tensor};
 
     use super::*;
-    use crate::store::key::{ContextHash, StoreKeyParts};
+    use crate::key::{ContextHash, StoreKeyParts};
     use pml_engine::kv_cache::KvBlock;
 
     /// A one-layer state of `n_tokens` rows of 1×4 f32: 40 bytes a token.

@@ -11,9 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pml_compiler::plan::EncodeMode;
-use pml_runtime::store::{
-    DiskTier, Manifest, ManifestUnit, ModuleStore, PutOutcome, StoreConfig, Tier,
-};
+use pml_store::{DiskTier, Manifest, ManifestUnit, ModuleStore, PutOutcome, StoreConfig, Tier};
 use store_support::{FINGERPRINT, assert_same_state, files_under, key_of, spec, state};
 
 /// Set in a child process to the store root it must compile into.

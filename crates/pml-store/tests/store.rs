@@ -14,7 +14,7 @@ use pml_compiler::plan::EncodeMode;
 use pml_engine::kv_cache::KvLayout;
 use pml_engine::model::tiny::random_model;
 use pml_engine::model::{Arch, WeightFormat};
-use pml_runtime::store::{
+use pml_store::{
     ContextHash, DiskTier, Manifest, ManifestLookup, ManifestUnit, MemoryTier, ModuleState,
     ModuleStore, PutOutcome, StateSpec, StoreConfig, StoreError, StoreKeyParts, Tier,
 };
@@ -27,7 +27,7 @@ use store_support::{
 fn tiny_model_state(
     arch: Arch,
     state_dtype: DType,
-) -> (StateSpec, pml_runtime::store::StoreKey, ModuleState) {
+) -> (StateSpec, pml_store::StoreKey, ModuleState) {
     let model = random_model(arch, 3, WeightFormat::F32, &Device::Cpu).expect("tiny model");
     let tokens: Vec<u32> = (0..11).map(|i| (i * 37 + 5) % 256).collect();
     let positions: Vec<u32> = (4..15).collect();
@@ -357,7 +357,7 @@ fn states_over_the_ram_budget_still_reach_disk() {
     let store = ModuleStore::with_tiers(
         spec(),
         vec![Box::new(memory), Box::new(disk)],
-        pml_runtime::store::ManifestStore::new(root.path()),
+        pml_store::ManifestStore::new(root.path()),
     );
     let key = key_of(8, 4);
     let outcomes = store.put(&key, state(8, 4)).expect("put");

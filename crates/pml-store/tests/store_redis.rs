@@ -8,11 +8,11 @@ mod store_support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pml_runtime::store::{
+use pml_store::redis_server::start_redis;
+use pml_store::{
     ManifestStore, MemoryTier, ModuleStore, PutOutcome, RedisConfig, RedisTier, StateSpec,
     StoreError, Tier,
 };
-use pml_runtime::testing::redis_server::start_redis;
 use store_support::{FINGERPRINT, LAYOUT, assert_same_state, key_of, spec, state};
 
 /// A tier on `url` with small chunks, so every state spans several values.

@@ -14,7 +14,7 @@ use super::StoreError;
 pub(super) const TEMP_PREFIX: &str = ".tmp-";
 
 /// Replaces `path` with `bytes`, creating its directory if needed.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let dir = path
         .parent()
         .filter(|dir| !dir.as_os_str().is_empty())

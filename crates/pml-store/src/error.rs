@@ -68,11 +68,7 @@ impl StoreError {
     }
 
     /// An I/O error on `path` while doing `action` ("read", "create directory", ...).
-    pub(crate) fn io(
-        action: &'static str,
-        path: impl Into<PathBuf>,
-        source: std::io::Error,
-    ) -> Self {
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         StoreError::Io {
             action,
             path: path.into(),
@@ -80,11 +76,7 @@ impl StoreError {
         }
     }
 
-    pub(crate) fn mismatch(
-        what: &'static str,
-        expected: impl ToString,
-        found: impl ToString,
-    ) -> Self {
+    pub fn mismatch(what: &'static str, expected: impl ToString, found: impl ToString) -> Self {
         StoreError::Mismatch {
             what,
             expected: expected.to_string(),

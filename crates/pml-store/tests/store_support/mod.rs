@@ -5,9 +5,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use pml_engine::kv_cache::{KvBlock, KvLayout};
-use pml_runtime::store::{
-    ContextHash, ModuleState, StateSpec, StoreError, StoreKey, StoreKeyParts,
-};
+use pml_store::{ContextHash, ModuleState, StateSpec, StoreError, StoreKey, StoreKeyParts};
 
 pub const FINGERPRINT: &str = "5eed0000aaaa1111bbbb2222cccc3333";
 
