@@ -2,7 +2,7 @@
 //! `pml_syntax::json`, shared with the server's error responses) and the summary line.
 
 pub use pml_syntax::json::{JsonDiagnostic, JsonLabel};
-use pml_syntax::{Diagnostic, Severity};
+use pml_syntax::{Diagnostic, Severity, plural};
 
 /// Error and warning totals over a run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,14 +31,6 @@ impl Totals {
             plural(self.errors, "error"),
             plural(self.warnings, "warning")
         )
-    }
-}
-
-fn plural(count: usize, noun: &str) -> String {
-    if count == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{count} {noun}s")
     }
 }
 

@@ -18,6 +18,9 @@ pub mod schema_index;
 pub mod schema_search;
 pub mod source_loader;
 pub mod suggest;
+/// Test scaffolding (stand-ins, fixtures): compiled for this crate's tests and for crates that
+/// enable `test-support` in their dev-dependencies, never into a shipped binary.
+#[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod tokenizer;
 

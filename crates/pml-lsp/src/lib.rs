@@ -22,6 +22,9 @@ mod resolve;
 mod schema_source;
 pub mod server;
 pub mod service;
+/// Test scaffolding (stand-ins, fixtures): compiled for this crate's tests and for crates that
+/// enable `test-support` in their dev-dependencies, never into a shipped binary.
+#[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 mod to_proto;
 pub mod uri;

@@ -8,5 +8,8 @@ pub mod models;
 pub mod restore;
 /// The module store, its own crate (`pml-store`); re-exported so `store::` paths read as before.
 pub use pml_store as store;
+/// Test scaffolding (stand-ins, fixtures): compiled for this crate's tests and for crates that
+/// enable `test-support` in their dev-dependencies, never into a shipped binary.
+#[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod tokenizer;

@@ -6,22 +6,21 @@
 mod cached_support;
 
 use std::path::Path;
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::process::Child;
+use std::time::Duration;
 
 use candle_core::Device;
 use pml_compiler::plan::{EncodeMode, SchemaLayout, UnitId};
 use pml_engine::model::tiny::random_model;
 use pml_engine::model::{Arch, WeightFormat};
 use pml_runtime::encode::{EncodeEvent, EncodeOptions, encode_schema};
+use pml_runtime::store::testing::{say_go, spawn_child_test, wait_for_go};
 use pml_runtime::store::{ModuleStore, StateSpec, StoreConfig};
 
 use cached_support::{LayoutBuilder, spread_tokens};
 
 /// Set in a child process to the store root it must encode into.
 const CHILD_ENV: &str = "PML_ENCODE_ONCE_CHILD_ROOT";
-/// Created by the parent once both children run, so that they start together.
-const GO_FILE: &str = "go";
 const CHILD_TEST: &str = "two_processes_encode_each_unit_once";
 const N_MODULES: u32 = 24;
 const BOS: u32 = 1;
@@ -44,11 +43,7 @@ fn run_as_child(root: &Path) {
     let store =
         ModuleStore::open(&config, StateSpec::new("tiny-once", model.kv_layout())).expect("store");
     let layout = layout();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !root.join(GO_FILE).exists() {
-        assert!(Instant::now() < deadline, "parent never said go");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_for_go(root);
     let mut waits = 0;
     let options = EncodeOptions {
         mode: EncodeMode::Scaffolded,
@@ -69,12 +64,7 @@ fn run_as_child(root: &Path) {
 }
 
 fn spawn_child(root: &Path) -> Child {
-    let exe = std::env::current_exe().expect("test binary path");
-    Command::new(exe)
-        .args([CHILD_TEST, "--exact", "--test-threads=1", "--nocapture"])
-        .env(CHILD_ENV, root)
-        .spawn()
-        .expect("child process starts")
+    spawn_child_test(CHILD_TEST, CHILD_ENV, root)
 }
 
 #[test]
@@ -87,7 +77,7 @@ fn two_processes_encode_each_unit_once() {
     let children = [spawn_child(root.path()), spawn_child(root.path())];
     // Both load their model before the go, so their encoding overlaps.
     std::thread::sleep(Duration::from_millis(500));
-    std::fs::write(root.path().join(GO_FILE), b"").expect("go file");
+    say_go(root.path());
     let mut reports = Vec::new();
     for mut child in children {
         let status = child.wait().expect("child exits");

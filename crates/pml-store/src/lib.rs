@@ -36,6 +36,10 @@ pub mod module_store;
 pub mod redis;
 pub mod redis_server;
 pub mod state;
+/// Test scaffolding for processes sharing a store; compiled for tests and the `test-support`
+/// feature only.
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 pub mod tier;
 pub mod unit_lock;
 

@@ -6,18 +6,16 @@
 mod store_support;
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use pml_compiler::plan::EncodeMode;
+use pml_store::testing::{say_go, spawn_child_test, wait_for_go};
 use pml_store::{DiskTier, Manifest, ManifestUnit, ModuleStore, PutOutcome, StoreConfig, Tier};
 use store_support::{FINGERPRINT, assert_same_state, files_under, key_of, spec, state};
 
 /// Set in a child process to the store root it must compile into.
 const CHILD_ENV: &str = "PML_STORE_TEST_CHILD_ROOT";
-/// Created by the parent once both children run, so their writes overlap.
-const GO_FILE: &str = "go";
 const N_UNITS: u32 = 40;
 const ROUNDS: u32 = 3;
 const SCHEMA: &str = "travel";
@@ -88,20 +86,11 @@ fn assert_store_complete(root: &Path) {
 }
 
 fn spawn_child(root: &Path) -> Child {
-    let exe = std::env::current_exe().expect("test binary path");
-    Command::new(exe)
-        .args([CHILD_TEST, "--exact", "--test-threads=1", "--nocapture"])
-        .env(CHILD_ENV, root)
-        .spawn()
-        .expect("child process starts")
+    spawn_child_test(CHILD_TEST, CHILD_ENV, root)
 }
 
 fn run_as_child(root: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !root.join(GO_FILE).exists() {
-        assert!(Instant::now() < deadline, "parent never said go");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_for_go(root);
     let store = ModuleStore::open(&config(root), spec()).expect("store");
     for round in 0..ROUNDS {
         compile_schema(&store, round * 13 + std::process::id() % N_UNITS);
@@ -116,7 +105,7 @@ fn two_processes_compile_the_same_schema_at_once() {
     }
     let root = tempfile::tempdir().expect("tempdir");
     let mut children = [spawn_child(root.path()), spawn_child(root.path())];
-    std::fs::write(root.path().join(GO_FILE), b"").expect("go file");
+    say_go(root.path());
 
     // Read while they write: an entry is either absent or whole.
     let reader = DiskTier::open(root.path(), spec()).expect("disk tier");

@@ -26,5 +26,5 @@ pub use diagnostic::{Diagnostic, Label, Rule, Severity};
 pub use parse::{Parse, parse};
 pub use render::render;
 pub use rules::{SYNTAX_RULES, syntax_rule};
-pub use shown::{DEFAULT_MAX_SHOWN, Omitted, first_shown};
+pub use shown::{DEFAULT_MAX_SHOWN, Omitted, first_shown, plural};
 pub use span::{LineIndex, Span};

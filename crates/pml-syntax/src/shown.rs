@@ -31,14 +31,15 @@ impl Omitted {
                 } else {
                     "diagnostics"
                 },
-                count(self.errors, "error"),
-                count(self.warnings, "warning")
+                plural(self.errors, "error"),
+                plural(self.warnings, "warning")
             )
         })
     }
 }
 
-fn count(n: usize, noun: &str) -> String {
+/// `1 error`, `2 errors`: counts in the messages every host prints.
+pub fn plural(n: usize, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
     } else {
