@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use pml_runtime::models::{self, Fetcher, ModelSpec, ModelState, PmlHome};
+use pml_models::{self as models, Fetcher, ModelSpec, ModelState, PmlHome};
 
 /// The registry entry named `name` (id or alias), or the default model.
 pub fn resolve_model(name: Option<&str>) -> anyhow::Result<&'static ModelSpec> {

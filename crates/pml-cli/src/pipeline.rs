@@ -15,8 +15,8 @@ use pml_compiler::check::{
 };
 use pml_compiler::plan::{BoundPrompt, EncodeMode};
 use pml_engine::model::WeightFormat;
+use pml_models::ModelSpec;
 use pml_runtime::inference::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
-use pml_runtime::models::ModelSpec;
 use pml_runtime::store::{DiskTier, StoreConfig, StoreError};
 use pml_syntax::Diagnostic;
 use pml_syntax::ast::SourceFile;

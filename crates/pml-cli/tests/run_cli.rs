@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use pml_runtime::models::DEFAULT_MODEL_ID;
-use pml_runtime::testing::fetched_model;
+use pml_models::DEFAULT_MODEL_ID;
+use pml_models::testing::fetched_model;
 use pml_syntax::ast::SourceFile;
 
 fn repo_root() -> PathBuf {

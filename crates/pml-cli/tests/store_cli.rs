@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use pml_runtime::testing::fetched_model;
+use pml_models::testing::fetched_model;
 use pml_runtime::testing::redis_server::start_redis;
 
 const MODEL: &str = "gemma3-270m";

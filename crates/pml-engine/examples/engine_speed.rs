@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use pml_engine::device::default_device;
 use pml_engine::model::{Model, WeightFormat};
-use pml_runtime::models::{DEFAULT_MODEL_ID, model_path};
+use pml_models::{DEFAULT_MODEL_ID, model_path};
 
 const N_DECODE: usize = 32;
 

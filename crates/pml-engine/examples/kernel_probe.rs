@@ -14,7 +14,7 @@ use candle_core::quantized::QMatMul;
 use candle_core::{Device, Module, Tensor};
 use pml_engine::gguf::GgufFile;
 use pml_engine::model::{Linear, MatrixRole, WeightFormat};
-use pml_runtime::models::{DEFAULT_MODEL_ID, model_path};
+use pml_models::{DEFAULT_MODEL_ID, model_path};
 
 const REPEATS: u32 = 5;
 

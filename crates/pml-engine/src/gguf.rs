@@ -413,7 +413,7 @@ mod tests {
     use candle_core::quantized::GgmlDType;
 
     use super::*;
-    use pml_runtime::testing::fetched_model;
+    use pml_models::testing::fetched_model;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use pml_engine::Tokenizer;
 use pml_engine::gguf::GgufFile;
 use pml_engine::tokenizer::GgufTokenizer;
-use pml_runtime::testing::fetched_model;
+use pml_models::testing::fetched_model;
 use serde::Deserialize;
 
 #[derive(Deserialize)]

@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use pml_compiler::MemorySourceLoader;
 use pml_engine::generation::SamplingParams;
+use pml_models::{DEFAULT_MODEL_ID, model_path};
 use pml_runtime::inference::{InferenceMode, Runtime, RuntimeOptions};
-use pml_runtime::models::{DEFAULT_MODEL_ID, model_path};
 use pml_runtime::store::{DEFAULT_RAM_BUDGET_BYTES, StoreConfig};
 
 const PLACES: [&str; 6] = [

@@ -1,13 +1,10 @@
-//! Support for tests that need a fetched model, shared by every crate's tests: such a test asks
-//! [`fetched_model`] for the model's path and returns early (printing why) when the model is absent,
-//! unless `PML_REQUIRE_MODELS=1`, under which a missing model fails the test. Also a runtime on a
-//! tiny random model ([`tiny_runtime`]) for tests of the layers above. Test-only: it panics.
+//! Support for tests of what sits on a runtime: a runtime on a tiny random model ([`tiny_runtime`])
+//! and a stand-in tokenizer. Test-only: it panics. A fetched model's path is
+//! `pml_models::testing::fetched_model`.
 //! [`redis_server`] starts a throwaway `redis-server` the same way. Tensor comparisons are in
 //! [`pml_engine::testing`].
 
 pub use pml_store::redis_server;
-
-use std::path::PathBuf;
 
 use candle_core::Device;
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
@@ -15,35 +12,10 @@ use pml_compiler::plan::EncodeMode;
 use pml_engine::tokenizer::{TokenBytes, TokenizeError, Tokenizer};
 
 use crate::inference::Runtime;
-use crate::models::{ModelError, model_path};
 use crate::store::{ManifestStore, MemoryTier, ModuleStore, StateSpec};
 use crate::tokenizer::PmlTokenizer;
 use pml_engine::model::tiny::random_model;
 use pml_engine::model::{Arch, WeightFormat};
-
-/// Environment variable that turns a missing model into a test failure.
-pub const REQUIRE_MODELS_ENV: &str = "PML_REQUIRE_MODELS";
-
-/// Whether tests must fail instead of skipping when a model is absent.
-pub fn models_required() -> bool {
-    std::env::var(REQUIRE_MODELS_ENV).is_ok_and(|value| value == "1")
-}
-
-/// Path of the fetched, verified GGUF of model `id`, or `None` after printing a skip notice.
-///
-/// # Panics
-/// When the model is absent and [`models_required`], or when it is present but corrupt or `id` is
-/// unknown: a test must not pass silently on those.
-pub fn fetched_model(id: &str) -> Option<PathBuf> {
-    match model_path(id) {
-        Ok(path) => Some(path),
-        Err(ModelError::NotFetched { .. }) if !models_required() => {
-            eprintln!("skipped: {id} not fetched (run `pml models fetch {id}`)");
-            None
-        }
-        Err(error) => panic!("model {id} is required by this test: {error}"),
-    }
-}
 
 /// A [`Runtime`] on a seeded random model of `arch` (256-token vocabulary), with a tokenizer of
 /// one token per byte that decodes each id as a letter and has no end-of-turn token (so generation

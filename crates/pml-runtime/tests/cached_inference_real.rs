@@ -14,9 +14,9 @@ use pml_compiler::plan::{EncodeMode, SchemaLayout, UnitId};
 use pml_engine::Tokenizer;
 use pml_engine::generation::SamplingParams;
 use pml_engine::model::WeightFormat;
+use pml_models::testing::fetched_model;
 use pml_runtime::inference::{InferenceMode, Runtime, RuntimeOptions};
 use pml_runtime::store::StoreConfig;
-use pml_runtime::testing::fetched_model;
 use pml_syntax::ast::Role;
 use tempfile::TempDir;
 

@@ -19,8 +19,8 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use pml_models::{DEFAULT_MODEL_ID, model_path};
 use pml_runtime::inference::{Runtime, RuntimeOptions};
-use pml_runtime::models::{DEFAULT_MODEL_ID, model_path};
 use pml_runtime::store::{DEFAULT_RAM_BUDGET_BYTES, StoreConfig};
 use pml_server::ServerConfig;
 use serde_json::{Value, json};

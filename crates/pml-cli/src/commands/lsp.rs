@@ -13,8 +13,8 @@ use pml_engine::kv_cache::KvLayout;
 use pml_engine::model::{ACTIVATION_DTYPE, ModelConfig};
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_lsp::{DEFAULT_DEBOUNCE, LayoutModel, ModelAvailability, ServerOptions, serve};
+use pml_models::{Fetcher, ModelState, PmlHome};
 use pml_runtime::chat::model_chat_template;
-use pml_runtime::models::{Fetcher, ModelState, PmlHome};
 use pml_runtime::store::{StateSpec, StoreConfig};
 use pml_runtime::tokenizer::PmlTokenizer;
 

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use pml_runtime::models::{self, Fetcher, ModelSpec, PmlHome};
+use pml_models::{self as models, Fetcher, ModelSpec, PmlHome};
 
 #[derive(Args)]
 pub struct ModelsArgs {

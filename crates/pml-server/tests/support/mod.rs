@@ -8,10 +8,11 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use pml_engine::model::Arch;
+use pml_models::DEFAULT_MODEL_ID;
+use pml_models::testing::fetched_model;
 use pml_runtime::inference::{Runtime, RuntimeOptions};
-use pml_runtime::models::DEFAULT_MODEL_ID;
 use pml_runtime::store::{DEFAULT_RAM_BUDGET_BYTES, StoreConfig};
-use pml_runtime::testing::{fetched_model, tiny_runtime};
+use pml_runtime::testing::tiny_runtime;
 use pml_server::{ServerConfig, ServerHandle};
 use serde_json::Value;
 

