@@ -17,6 +17,7 @@ pub mod rules;
 pub mod schema_index;
 pub mod schema_search;
 pub mod source_loader;
+pub mod source_plan;
 pub mod suggest;
 /// Test scaffolding (stand-ins, fixtures): compiled for this crate's tests and for crates that
 /// enable `test-support` in their dev-dependencies, never into a shipped binary.
@@ -30,10 +31,13 @@ pub use check::{
     SchemaResolver, check_prompt, check_schema, check_source,
 };
 pub use layout::{layout_schema, unit_of};
+/// The diagnostics a [`PlanError`] carries, for hosts that render them.
+pub use pml_syntax::Diagnostic;
 pub use rules::all_rules;
 pub use schema_index::{ModuleId, SchemaIndex, Scope};
 pub use schema_search::SchemaSearch;
 pub use source_loader::{
     FsSourceLoader, MemorySourceLoader, RefuseSources, SourceError, SourceLoader,
 };
+pub use source_plan::{LaidOutSchema, PlanError, PlanModel, bind_source, lay_out_source};
 pub use tokenizer::{TokenizeError, Tokenizer};

@@ -8,6 +8,10 @@
 
 use serde::Serialize;
 
+/// The chat role of a block of text: the syntax's own type, travelling with the plan so the
+/// runtime needs nothing from the parser.
+pub use pml_syntax::ast::Role;
+
 /// Index into [`SchemaLayout::units`]; `UnitId(0)` is always the root.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct UnitId(pub u32);

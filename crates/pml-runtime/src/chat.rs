@@ -2,10 +2,10 @@
 //! Jinja source comes from the engine: [`pml_engine::chat::chat_template_source`]); and the prompt tokens of a chat.
 
 use pml_compiler::chat_template::{ChatTemplate, ChatTemplateError, TemplateTokens};
+use pml_compiler::plan::Role;
 use pml_engine::chat::{ChatSourceError, chat_template_source};
 use pml_engine::gguf::{GgufError, GgufFile};
 use pml_engine::tokenizer::{GgufTokenizer, TokenizeError, Tokenizer};
-use pml_syntax::ast::Role;
 
 /// Why a model's chat template could not be obtained.
 #[derive(Debug, thiserror::Error)]

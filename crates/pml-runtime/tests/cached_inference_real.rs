@@ -10,6 +10,7 @@ mod cached_support;
 
 use candle_core::DType;
 use pml_compiler::MemorySourceLoader;
+use pml_compiler::plan::Role;
 use pml_compiler::plan::{EncodeMode, SchemaLayout, UnitId};
 use pml_engine::Tokenizer;
 use pml_engine::generation::SamplingParams;
@@ -17,7 +18,6 @@ use pml_engine::model::WeightFormat;
 use pml_models::testing::fetched_model;
 use pml_runtime::inference::{InferenceMode, Runtime, RuntimeOptions};
 use pml_runtime::store::StoreConfig;
-use pml_syntax::ast::Role;
 use tempfile::TempDir;
 
 use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff};

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use candle_core::Tensor;
 use pml_compiler::chat_template::ChatTemplate;
-use pml_syntax::ast::Role;
+use pml_compiler::plan::Role;
 
 use crate::restore::{
     LayerForm, RestoreError, RestorePlan, RestoreReport, SaveReport, SavedUnit, restore_unit,

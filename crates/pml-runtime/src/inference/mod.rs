@@ -40,8 +40,9 @@ use pml_engine::model::{EngineError, Model};
 pub use blend_options::{BlendOptions, Deviation, Pipelining, Ratio, Selection};
 pub use controller::{LayerCosts, RatioChoice, RemainingWork, Shortcut, choose_ratio};
 pub use plan::{PlannedSpan, SplicePlan};
+pub use pml_compiler::LaidOutSchema;
 pub use prefix_cache::{BLOCK_TOKENS, PrefixCache, PrefixCacheError, SplicedPrefix};
-pub use session::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
+pub use session::{Runtime, RuntimeError, RuntimeOptions};
 pub use staged::{Staged, StagedPrefill};
 pub use stats::{PipelineStats, PrefillStats, RunStats};
 

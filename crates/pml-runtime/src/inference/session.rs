@@ -14,9 +14,10 @@ use std::path::Path;
 
 use pml_compiler::chat_template::ChatTemplate;
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout};
-use pml_compiler::{SchemaIndex, SourceLoader, Tokenizer, bind_prompt, layout_schema};
-use pml_syntax::Diagnostic;
-use pml_syntax::ast::{Prompt, Schema, SourceFile};
+use pml_compiler::{
+    Diagnostic, LaidOutSchema, PlanError, PlanModel, SourceLoader, Tokenizer, bind_source,
+    lay_out_source,
+};
 
 use crate::chat::{ChatSetupError, model_chat_template};
 use crate::encode::{
@@ -81,14 +82,6 @@ impl RuntimeOptions {
             store: StoreConfig::from_env()?,
         })
     }
-}
-
-/// A schema parsed, indexed and laid out for this runtime's model.
-#[derive(Clone, Debug)]
-pub struct LaidOutSchema {
-    pub schema: Schema,
-    pub index: SchemaIndex,
-    pub layout: SchemaLayout,
 }
 
 /// A model ready for cached inference.
@@ -191,29 +184,16 @@ impl Runtime {
         schema_source: &str,
         loader: &dyn SourceLoader,
     ) -> Result<LaidOutSchema, RuntimeError> {
-        let schema = match parse(schema_source, "schema")? {
-            SourceFile::Schema(schema) => schema,
-            other => return Err(wrong_kind("schema", &other)),
-        };
-        let index = SchemaIndex::build(&schema);
-        let layout = layout_schema(
-            &schema,
-            &index,
-            schema_source,
-            &self.tokenizer,
-            &self.template,
-            loader,
-            self.max_positions,
-        )
-        .map_err(|diagnostics| RuntimeError::Diagnostics {
-            what: "schema",
-            diagnostics,
-        })?;
-        Ok(LaidOutSchema {
-            schema,
-            index,
-            layout,
-        })
+        Ok(lay_out_source(schema_source, self.plan_model(), loader)?)
+    }
+
+    /// What the compiler's layout and binding need of this model.
+    pub fn plan_model(&self) -> PlanModel<'_> {
+        PlanModel {
+            tokenizer: &self.tokenizer,
+            template: &self.template,
+            max_positions: self.max_positions,
+        }
     }
 
     /// Lays a schema out and encodes every unit the store lacks (`pmlc compile`).
@@ -234,23 +214,7 @@ impl Runtime {
         schema: &LaidOutSchema,
         prompt_source: &str,
     ) -> Result<BoundPrompt, RuntimeError> {
-        let prompt: Prompt = match parse(prompt_source, "prompt")? {
-            SourceFile::Prompt(prompt) => prompt,
-            other => return Err(wrong_kind("prompt", &other)),
-        };
-        bind_prompt(
-            &prompt,
-            &schema.index,
-            &schema.layout,
-            prompt_source,
-            &self.tokenizer,
-            &self.template,
-            true,
-        )
-        .map_err(|diagnostics| RuntimeError::Diagnostics {
-            what: "prompt",
-            diagnostics,
-        })
+        Ok(bind_source(schema, prompt_source, self.plan_model())?)
     }
 
     /// Answers a prompt (`pml run`): binds it to its schema, runs it in `mode` and streams the
@@ -343,29 +307,13 @@ impl Runtime {
     }
 }
 
-/// The parsed file, or its syntax errors.
-fn parse(source: &str, what: &'static str) -> Result<SourceFile, RuntimeError> {
-    let parse = pml_syntax::parse(source);
-    let errors: Vec<Diagnostic> = parse
-        .diagnostics
-        .into_iter()
-        .filter(Diagnostic::is_error)
-        .collect();
-    if errors.is_empty() {
-        Ok(parse.file)
-    } else {
-        Err(RuntimeError::Diagnostics {
-            what,
-            diagnostics: errors,
-        })
+impl From<PlanError> for RuntimeError {
+    fn from(error: PlanError) -> Self {
+        match error {
+            PlanError::Diagnostics { what, diagnostics } => {
+                RuntimeError::Diagnostics { what, diagnostics }
+            }
+            PlanError::WrongKind { expected, found } => RuntimeError::WrongKind { expected, found },
+        }
     }
-}
-
-fn wrong_kind(expected: &'static str, found: &SourceFile) -> RuntimeError {
-    let found = match found {
-        SourceFile::Schema(_) => "a schema",
-        SourceFile::Prompt(_) => "a prompt",
-        SourceFile::Empty => "neither a schema nor a prompt",
-    };
-    RuntimeError::WrongKind { expected, found }
 }
