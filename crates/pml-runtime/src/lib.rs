@@ -12,3 +12,4 @@ pub use pml_store as store;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod tokenizer;
+pub mod unit_key;

@@ -16,10 +16,12 @@ use candle_core::Tensor;
 use pml_compiler::plan::{EncodeMode, LayoutUnit, SchemaLayout, UnitId};
 
 use crate::store::{
-    ContextHash, ModuleState, ModuleStore, StateKind, StoreError, StoreKey, StoreKeyParts, TierPut,
+    ContextHash, ModuleState, ModuleStore, StateKind, StoreError, StoreKey, TierPut,
 };
 use pml_engine::kv_cache::{KvBlock, KvCache};
 use pml_engine::model::Model;
+
+use crate::unit_key::UnitKey;
 
 use super::EncodeError;
 use super::chunked::prefill_sorted;
@@ -105,39 +107,36 @@ impl<'a> UnitEncoder<'a> {
 
     /// The store key of unit `unit_id`.
     pub fn key(&self, unit_id: UnitId) -> Result<StoreKey, EncodeError> {
-        self.key_of_kind(unit_id, StateKind::Kv)
+        Ok(self.unit_key(unit_id)?.of(StateKind::Kv))
     }
 
     /// The store keys of unit `unit_id`'s layers kept one entry per layer
     /// ([`StateKind::KvLayer`]), layer 0 first: the same unit, tokens, positions and context as
     /// [`Self::key`], so a layer entry holds exactly that layer of the unit's state.
     pub fn layer_keys(&self, unit_id: UnitId) -> Result<Vec<StoreKey>, EncodeError> {
+        let key = self.unit_key(unit_id)?;
         (0..self.model.config().n_layers)
             .map(|layer| {
-                let layer = u16::try_from(layer).map_err(|_| {
+                key.layer(layer, false).ok_or_else(|| {
                     EncodeError::InvalidLayout(format!("layer {layer} has no store key"))
-                })?;
-                self.key_of_kind(unit_id, StateKind::KvLayer(layer))
+                })
             })
             .collect()
     }
 
-    fn key_of_kind(&self, unit_id: UnitId, kind: StateKind) -> Result<StoreKey, EncodeError> {
+    /// What unit `unit_id`'s keys are made of: its tokens, positions and its context's hash.
+    fn unit_key(&self, unit_id: UnitId) -> Result<UnitKey<'a>, EncodeError> {
         let layout_unit = unit(self.layout, unit_id)?;
         let context = context_rows(self.layout, unit_id, self.mode, self.bos)?;
         let (context_tokens, context_positions) = context_tokens(self.layout, &context)?;
-        Ok(StoreKeyParts {
-            model_fingerprint: &self.store.spec().model_fingerprint,
-            weight_format: self.model.weight_format(),
-            kv_dtype: self.model.kv_layout().dtype,
-            state_dtype: self.store.spec().state_dtype,
-            kind,
+        Ok(UnitKey {
+            model: self.model,
+            store: self.store,
             encode_mode: self.mode,
             tokens: &layout_unit.tokens,
             positions: &layout_unit.positions,
             context: ContextHash::of(&context_tokens, &context_positions),
-        }
-        .key())
+        })
     }
 
     /// Makes sure the store holds unit `unit_id`'s state, encoding it when it does not; a stored

@@ -22,7 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use super::RestoreError;
 use super::plan::{LayerForm, RestorePlan};
-use crate::store::{ContextHash, ModuleState, ModuleStore, StateKind, StoreKey, StoreKeyParts};
+use crate::store::{ContextHash, ModuleState, ModuleStore, StateKind, StoreKey};
+use crate::unit_key::UnitKey;
 use pml_engine::kv_cache::{KvBlock, KvCache};
 use pml_engine::model::{ForwardContext, ForwardOptions, LogitRows, Model};
 
@@ -49,26 +50,20 @@ impl SavedUnit {
         layer: usize,
         form: LayerForm,
     ) -> Option<StoreKey> {
-        let layer = u16::try_from(layer).ok()?;
-        let kind = match form {
-            LayerForm::Kv => StateKind::KvLayer(layer),
-            LayerForm::Hidden => StateKind::HiddenLayer(layer),
+        let hidden = match form {
+            LayerForm::Kv => false,
+            LayerForm::Hidden => true,
             LayerForm::Recompute => return None,
         };
-        Some(
-            StoreKeyParts {
-                model_fingerprint: &store.spec().model_fingerprint,
-                weight_format: model.weight_format(),
-                kv_dtype: model.kv_layout().dtype,
-                state_dtype: store.spec().state_dtype,
-                kind,
-                encode_mode: EncodeMode::Scaffolded,
-                tokens: &self.tokens,
-                positions: &self.positions,
-                context: self.context,
-            }
-            .key(),
-        )
+        UnitKey {
+            model,
+            store,
+            encode_mode: EncodeMode::Scaffolded,
+            tokens: &self.tokens,
+            positions: &self.positions,
+            context: self.context,
+        }
+        .layer(layer, hidden)
     }
 }
 
