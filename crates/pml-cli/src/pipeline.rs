@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use pml_compiler::FsSourceLoader;
 use pml_compiler::check::{
     CheckEnvironment, PromptCheckOptions, SchemaLookup, SchemaResolver, check_source,
 };
 use pml_compiler::plan::{BoundPrompt, EncodeMode};
+use pml_compiler::{FsSourceLoader, PlanError};
 use pml_engine::model::WeightFormat;
 use pml_models::ModelSpec;
 use pml_runtime::inference::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
@@ -281,11 +281,11 @@ pub fn bind(
 /// error, anything else a failure.
 fn runtime_failure(error: RuntimeError, file: &SourceText, color: bool) -> Failure {
     match error {
-        RuntimeError::Diagnostics { diagnostics, .. } => {
+        RuntimeError::Plan(PlanError::Diagnostics { diagnostics, .. }) => {
             print_diagnostics(&diagnostics, file, color);
             Failure::Reported
         }
-        error @ RuntimeError::WrongKind { .. } => {
+        error @ RuntimeError::Plan(PlanError::WrongKind { .. }) => {
             Failure::usage(format!("`{}`: {error}", file.name()))
         }
         error => Failure::Failed(anyhow::Error::new(error).context(file.name())),

@@ -876,7 +876,9 @@ fn runtime_compiles_and_runs_sources() {
         );
         assert!(matches!(
             errors,
-            Err(pml_runtime::inference::RuntimeError::Diagnostics { what: "prompt", .. })
+            Err(pml_runtime::inference::RuntimeError::Plan(
+                pml_compiler::PlanError::Diagnostics { what: "prompt", .. }
+            ))
         ));
         assert!(runtime.lay_out(PROMPT, &loader).is_err());
     }

@@ -15,8 +15,7 @@ use std::path::Path;
 use pml_compiler::chat_template::ChatTemplate;
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout};
 use pml_compiler::{
-    Diagnostic, LaidOutSchema, PlanError, PlanModel, SourceLoader, Tokenizer, bind_source,
-    lay_out_source,
+    LaidOutSchema, PlanError, PlanModel, SourceLoader, Tokenizer, bind_source, lay_out_source,
 };
 
 use crate::chat::{ChatSetupError, model_chat_template};
@@ -48,17 +47,9 @@ pub enum RuntimeError {
     ChatTemplate(#[from] ChatSetupError),
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The source has errors (syntax, checks, layout or binding); render them with its text.
-    #[error("the {what} has {} error(s)", diagnostics.len())]
-    Diagnostics {
-        what: &'static str,
-        diagnostics: Vec<Diagnostic>,
-    },
-    #[error("expected a {expected}, but the file holds {found}")]
-    WrongKind {
-        expected: &'static str,
-        found: &'static str,
-    },
+    /// The schema or prompt source has errors, or is the wrong kind of file.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
     #[error(transparent)]
     Encode(#[from] EncodeError),
     #[error(transparent)]
@@ -303,17 +294,6 @@ impl Runtime {
         EncodeOptions {
             mode: self.encode_mode,
             bos: self.tokenizer.bos_token(),
-        }
-    }
-}
-
-impl From<PlanError> for RuntimeError {
-    fn from(error: PlanError) -> Self {
-        match error {
-            PlanError::Diagnostics { what, diagnostics } => {
-                RuntimeError::Diagnostics { what, diagnostics }
-            }
-            PlanError::WrongKind { expected, found } => RuntimeError::WrongKind { expected, found },
         }
     }
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use candle_core::{DType, Tensor};
+use pml_compiler::PlanError;
 use pml_engine::Tokenizer;
 use pml_engine::generation::{DecodeState, DecodeStep};
 use pml_engine::kv_cache::KvCache;
@@ -310,7 +311,7 @@ pub fn check_context(
 /// A runtime error as a job error: diagnostics become JSON against `source`.
 pub fn runtime_error(error: RuntimeError, source: &str) -> JobError {
     match error {
-        RuntimeError::Diagnostics { what, diagnostics } => {
+        RuntimeError::Plan(PlanError::Diagnostics { what, diagnostics }) => {
             let index = LineIndex::new(source);
             JobError::Diagnostics {
                 what,
@@ -320,7 +321,7 @@ pub fn runtime_error(error: RuntimeError, source: &str) -> JobError {
                     .collect(),
             }
         }
-        RuntimeError::WrongKind { .. } => JobError::BadRequest(error.to_string()),
+        RuntimeError::Plan(PlanError::WrongKind { .. }) => JobError::BadRequest(error.to_string()),
         other => JobError::Internal(other.to_string()),
     }
 }
