@@ -6,13 +6,8 @@ use std::path::PathBuf;
 
 use crate::{ModelError, model_path};
 
-/// Environment variable that turns a missing model into a test failure.
-pub const REQUIRE_MODELS_ENV: &str = "PML_REQUIRE_MODELS";
-
-/// Whether tests must fail instead of skipping when a model is absent.
-pub fn models_required() -> bool {
-    std::env::var(REQUIRE_MODELS_ENV).is_ok_and(|value| value == "1")
-}
+/// The switch `redis-server`'s tests obey too: one variable, one reading of it.
+pub use pml_store::redis_server::{REQUIRE_MODELS_ENV, models_required};
 
 /// Path of the fetched, verified GGUF of model `id`, or `None` after printing a skip notice.
 ///

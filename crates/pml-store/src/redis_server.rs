@@ -65,7 +65,7 @@ pub fn start_redis() -> Option<RedisServer> {
         .is_ok_and(|status| status.success());
     if !installed {
         assert!(
-            !required(),
+            !models_required(),
             "redis-server is required by this test (apt-get install -y redis-server)"
         );
         eprintln!("skipped: redis-server is not installed (apt-get install -y redis-server)");
@@ -132,7 +132,11 @@ fn try_start() -> Result<RedisServer, String> {
     ))
 }
 
-/// `PML_REQUIRE_MODELS=1` (CI): a missing `redis-server` fails the test instead of skipping it.
-fn required() -> bool {
-    std::env::var("PML_REQUIRE_MODELS").is_ok_and(|value| value == "1")
+/// Environment variable (CI sets it to `1`) under which a test fails instead of skipping when
+/// something it needs from outside is missing: a fetched model, or `redis-server`.
+pub const REQUIRE_MODELS_ENV: &str = "PML_REQUIRE_MODELS";
+
+/// Whether tests must fail instead of skipping when a model or `redis-server` is missing.
+pub fn models_required() -> bool {
+    std::env::var(REQUIRE_MODELS_ENV).is_ok_and(|value| value == "1")
 }

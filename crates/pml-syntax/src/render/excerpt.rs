@@ -4,7 +4,6 @@
 //! numbers lines itself; lines it will not print are left empty, and a line longer than
 //! [`MAX_LINE_BYTES`] keeps only windows around the label ends on it, joined by `…`.
 
-use crate::diagnostic::Diagnostic;
 use crate::span::{LineIndex, Span};
 use miette::{MietteError, MietteSpanContents, SourceCode, SourceSpan, SpanContents};
 
@@ -42,13 +41,7 @@ struct Segment {
 
 impl Excerpt {
     /// `labels` are already clamped to `source`.
-    pub fn new(
-        name: &str,
-        source: &str,
-        lines: &LineIndex,
-        diagnostic: &Diagnostic,
-        labels: Vec<Span>,
-    ) -> Self {
+    pub fn new(name: &str, source: &str, lines: &LineIndex, labels: Vec<Span>) -> Self {
         let labels: Vec<Span> = labels
             .into_iter()
             .map(|span| cut_to_first_line(source, lines, span))
@@ -102,7 +95,7 @@ impl Excerpt {
             }
         }
         let place = |offset: usize| place(&segments, offset);
-        let primary = diagnostic.labels.first().and(labels.first()).map(|span| {
+        let primary = labels.first().map(|span| {
             let (line, byte_column) = lines.line_col(span.start);
             let column = source[span.start - byte_column..span.start].chars().count();
             (place(span.start), line, column)
@@ -240,17 +233,7 @@ mod tests {
     use super::*;
 
     fn excerpt(source: &str, spans: &[Span]) -> Excerpt {
-        let mut diagnostic = Diagnostic::error("PML000", "x");
-        for span in spans {
-            diagnostic = diagnostic.with_label(*span, "here");
-        }
-        Excerpt::new(
-            "f.pml",
-            source,
-            &LineIndex::new(source),
-            &diagnostic,
-            spans.to_vec(),
-        )
+        Excerpt::new("f.pml", source, &LineIndex::new(source), spans.to_vec())
     }
 
     #[test]

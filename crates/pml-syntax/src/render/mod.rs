@@ -35,7 +35,7 @@ pub fn render(diagnostics: &[Diagnostic], file_name: &str, source: &str, color: 
             .iter()
             .map(|label| clamp(label.span, source.len()))
             .collect();
-        let excerpt = Excerpt::new(file_name, source, &lines, diagnostic, clamped);
+        let excerpt = Excerpt::new(file_name, source, &lines, clamped);
         let report = Report {
             diagnostic,
             source: &excerpt,
