@@ -8,42 +8,51 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use lsp_server::{Message, Notification, Request, RequestId};
-use lsp_types::{Position, Range, TextDocumentContentChangeEvent, Uri};
 use pml_compiler::testing::generated_schema;
-use pml_lsp::{LanguageService, ModelAvailability, ServerOptions, serve};
+use pml_lsp::{
+    DocumentUri, LanguageService, ModelAvailability, Position, Range, ServerOptions, TextChange,
+    serve,
+};
 use serde_json::json;
 use std::io::{BufReader, PipeReader, PipeWriter};
-use std::str::FromStr;
 use std::time::Duration;
 
-fn uri(text: &str) -> Uri {
-    Uri::from_str(text).expect("a valid URI")
+fn uri(text: &str) -> DocumentUri {
+    DocumentUri::new(text)
 }
 
 /// Alternately types `x` at `at` and deletes it again, so the document keeps its size.
-fn toggle(service: &mut LanguageService, uri: &Uri, at: Position, version: &mut i32) {
+fn toggle(service: &mut LanguageService, uri: &DocumentUri, at: Position, version: &mut i32) {
     *version += 1;
     assert!(service.change(uri, *version, vec![toggle_change(at, *version)]));
 }
 
 /// The edit of [`toggle`] that makes `version` from version 1: even versions type, odd ones
 /// delete.
-fn toggle_change(at: Position, version: i32) -> TextDocumentContentChangeEvent {
+fn toggle_change(at: Position, version: i32) -> TextChange {
     let delete = version % 2 == 1;
     let end = if delete {
         Position::new(at.line, at.character + 1)
     } else {
         at
     };
-    TextDocumentContentChangeEvent {
+    TextChange {
         range: Some(Range::new(at, end)),
-        range_length: None,
         text: if delete {
             String::new()
         } else {
             "x".to_string()
         },
     }
+}
+
+/// `change` as a `contentChanges` entry of `didChange`.
+fn change_json(change: &TextChange) -> serde_json::Value {
+    let position = |at: Position| json!({"line": at.line, "character": at.character});
+    let range = change
+        .range
+        .map(|range| json!({"start": position(range.start), "end": position(range.end)}));
+    json!({"range": range, "text": change.text})
 }
 
 fn bench_diagnostics(criterion: &mut Criterion) {
@@ -173,7 +182,7 @@ fn bench_round_trip(criterion: &mut Criterion) {
     group.bench_function("round_trip_1mb_schema", |bencher| {
         bencher.iter(|| {
             version += 1;
-            let change = toggle_change(Position::new(1, 20), version);
+            let change = change_json(&toggle_change(Position::new(1, 20), version));
             client.notify(
                 "textDocument/didChange",
                 json!({"textDocument": {"uri": uri, "version": version}, "contentChanges": [change]}),

@@ -6,9 +6,10 @@
 //! from the text before it, so half-typed tags the parser cannot make sense of still complete.
 
 use crate::analysis::{Analysis, DocumentKind};
+use crate::line_map::LineMap;
 use crate::locate::{import_chain, resolve_chain, resolved_imports, touches};
+use crate::location::Range;
 use crate::schema_source::SchemaSource;
-use lsp_types::{CompletionItem, CompletionItemKind, CompletionTextEdit, Range, TextEdit};
 use pml_compiler::check::element_attributes;
 use pml_compiler::{ModuleId, Scope};
 use pml_syntax::Span;
@@ -18,7 +19,7 @@ use std::collections::HashSet;
 
 /// Where the cursor is, judged from the text before it.
 #[derive(Debug, PartialEq, Eq)]
-pub enum TagContext<'a> {
+enum TagContext<'a> {
     /// Between tags.
     Content,
     /// Right after `<` and part of a name: `start` is the name's first byte.
@@ -29,7 +30,7 @@ pub enum TagContext<'a> {
     Other,
 }
 
-pub fn tag_context(text: &str, offset: usize) -> TagContext<'_> {
+fn tag_context(text: &str, offset: usize) -> TagContext<'_> {
     let Some(before) = text.get(..offset) else {
         return TagContext::Other;
     };
@@ -69,16 +70,56 @@ pub fn tag_context(text: &str, offset: usize) -> TagContext<'_> {
     }
 }
 
-/// A completion edit: `range` (bytes) is replaced by the item's text.
-pub struct Completion {
-    pub label: String,
-    pub insert: String,
-    pub replace: Span,
-    pub kind: CompletionItemKind,
-    pub detail: Option<String>,
+/// What a completion inserts, in PML terms; the edge picks the editor's icon for each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionKind {
+    /// A schema element's name (`module`, `union`, ...).
+    Element,
+    /// An attribute, a module's parameter included.
+    Attribute,
+    /// A module to import.
+    Module,
 }
 
-pub fn complete(analysis: &Analysis, text: &str, offset: usize) -> Vec<Completion> {
+/// A completion as the editor gets it: choosing it replaces `replace` with `insert`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompletionItem {
+    pub label: String,
+    pub kind: CompletionKind,
+    pub detail: Option<String>,
+    pub replace: Range,
+    pub insert: String,
+}
+
+/// A completion while it is worked out, on the byte spans the syntax tree uses.
+struct Completion {
+    label: String,
+    insert: String,
+    replace: Span,
+    kind: CompletionKind,
+    detail: Option<String>,
+}
+
+/// The completions at `offset`, with edits in the document's positions.
+pub fn completions(
+    analysis: &Analysis,
+    text: &str,
+    lines: &LineMap,
+    offset: usize,
+) -> Vec<CompletionItem> {
+    complete(analysis, text, offset)
+        .into_iter()
+        .map(|completion| CompletionItem {
+            label: completion.label,
+            kind: completion.kind,
+            detail: completion.detail,
+            replace: lines.range(text, completion.replace),
+            insert: completion.insert,
+        })
+        .collect()
+}
+
+fn complete(analysis: &Analysis, text: &str, offset: usize) -> Vec<Completion> {
     let context = tag_context(text, offset);
     match (&analysis.kind, analysis.schema.as_deref()) {
         (DocumentKind::Prompt(prompt), Some(schema)) => {
@@ -93,14 +134,7 @@ fn complete_schema(offset: usize, context: TagContext) -> Vec<Completion> {
     match context {
         TagContext::TagName { start } => SCHEMA_ELEMENTS
             .iter()
-            .map(|tag| {
-                keyword(
-                    tag,
-                    tag,
-                    Span::new(start, offset),
-                    CompletionItemKind::KEYWORD,
-                )
-            })
+            .map(|tag| keyword(tag, tag, Span::new(start, offset), CompletionKind::Element))
             .collect(),
         TagContext::Content => SCHEMA_ELEMENTS
             .iter()
@@ -109,7 +143,7 @@ fn complete_schema(offset: usize, context: TagContext) -> Vec<Completion> {
                     tag,
                     &format!("<{tag}"),
                     Span::new(offset, offset),
-                    CompletionItemKind::KEYWORD,
+                    CompletionKind::Element,
                 )
             })
             .collect(),
@@ -130,13 +164,13 @@ fn attributes(names: &[&str], written: &[&str], offset: usize) -> Vec<Completion
                 name,
                 &format!("{name}=\"\""),
                 Span::new(offset, offset),
-                CompletionItemKind::PROPERTY,
+                CompletionKind::Attribute,
             )
         })
         .collect()
 }
 
-fn keyword(label: &str, insert: &str, replace: Span, kind: CompletionItemKind) -> Completion {
+fn keyword(label: &str, insert: &str, replace: Span, kind: CompletionKind) -> Completion {
     Completion {
         label: label.to_string(),
         insert: insert.to_string(),
@@ -210,7 +244,7 @@ fn complete_prompt(
                 label: name,
                 insert,
                 replace,
-                kind: CompletionItemKind::MODULE,
+                kind: CompletionKind::Module,
                 detail: Some(detail),
             })
         })
@@ -249,36 +283,12 @@ fn complete_arguments(
                 label: name.to_string(),
                 insert: format!("{name}=\"\""),
                 replace: insert_at,
-                kind: CompletionItemKind::PROPERTY,
+                kind: CompletionKind::Attribute,
                 detail: Some(match param.len {
                     Some(len) => format!("param, at most {len} tokens"),
                     None => "param".to_string(),
                 }),
             })
-        })
-        .collect()
-}
-
-/// As LSP items, with edits in the document's coordinates.
-pub fn to_items(
-    completions: Vec<Completion>,
-    text: &str,
-    lines: &crate::line_map::LineMap,
-) -> Vec<CompletionItem> {
-    completions
-        .into_iter()
-        .map(|completion| {
-            let range: Range = lines.range(text, completion.replace);
-            CompletionItem {
-                label: completion.label,
-                kind: Some(completion.kind),
-                detail: completion.detail,
-                text_edit: Some(CompletionTextEdit::Edit(TextEdit::new(
-                    range,
-                    completion.insert,
-                ))),
-                ..CompletionItem::default()
-            }
         })
         .collect()
 }

@@ -3,7 +3,14 @@
 //! the previous edit, as the specification says).
 
 use crate::line_map::LineMap;
-use lsp_types::TextDocumentContentChangeEvent;
+use crate::location::Range;
+
+/// One edit of a change: `range` is replaced by `text`; no range replaces all of the text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TextChange {
+    pub range: Option<Range>,
+    pub text: String,
+}
 
 #[derive(Clone, Debug)]
 pub struct Document {
@@ -34,9 +41,8 @@ impl Document {
         &self.lines
     }
 
-    /// Applies the edits of one `didChange` notification: a range replaces that part of the text,
-    /// no range replaces all of it.
-    pub fn apply(&mut self, version: i32, changes: Vec<TextDocumentContentChangeEvent>) {
+    /// Applies the edits of one `didChange` notification, in order.
+    pub fn apply(&mut self, version: i32, changes: Vec<TextChange>) {
         for change in changes {
             match change.range {
                 Some(range) => {
@@ -54,15 +60,14 @@ impl Document {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lsp_types::{Position, Range};
+    use crate::location::Position;
 
-    fn edit(start: (u32, u32), end: (u32, u32), text: &str) -> TextDocumentContentChangeEvent {
-        TextDocumentContentChangeEvent {
+    fn edit(start: (u32, u32), end: (u32, u32), text: &str) -> TextChange {
+        TextChange {
             range: Some(Range::new(
                 Position::new(start.0, start.1),
                 Position::new(end.0, end.1),
             )),
-            range_length: None,
             text: text.to_string(),
         }
     }
@@ -79,9 +84,8 @@ mod tests {
         assert_eq!(document.version(), 2);
         document.apply(
             3,
-            vec![TextDocumentContentChangeEvent {
+            vec![TextChange {
                 range: None,
-                range_length: None,
                 text: "new".to_string(),
             }],
         );

@@ -6,6 +6,7 @@
 
 use crate::analysis::{Analysis, DocumentKind};
 use crate::locate::{PromptTarget, SchemaTarget, prompt_target, resolve_chain, schema_target};
+use crate::location::Range;
 use crate::model::ModelAvailability;
 use crate::schema_source::SchemaSource;
 use pml_compiler::schema_index::ParamInfo;
@@ -14,6 +15,13 @@ use std::fmt::Write;
 
 /// How much of a module's source an import's hover shows.
 const SOURCE_PREVIEW_BYTES: usize = 600;
+
+/// What a hover shows, and the range of the hovered word.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hover {
+    pub markdown: String,
+    pub range: Range,
+}
 
 /// The hover text at `offset`, and the span it is about.
 pub fn hover(

@@ -1,11 +1,11 @@
-//! Byte offsets ↔ LSP positions. LSP counts columns in UTF-16 code units (the default
+//! Byte offsets ↔ positions. Positions count columns in UTF-16 code units (LSP's default
 //! `positionEncoding`, and the only one every client supports); the parser's spans are UTF-8 byte
 //! offsets. Out-of-range positions are clamped as the specification asks (a character past the
 //! end of its line means the end of the line, before its `\n` or `\r\n`), and a position inside
 //! a surrogate pair rounds down to the character's start, so no request can make the server slice
 //! a string off a boundary.
 
-use lsp_types::{Position, Range};
+use crate::location::{Position, Range};
 use pml_syntax::{LineIndex, Span};
 
 /// Line starts of one text (the parser's [`LineIndex`]), built once per version of a document.
@@ -21,7 +21,7 @@ impl LineMap {
         }
     }
 
-    /// The LSP position of byte `offset` (clamped to the text and to a character boundary).
+    /// The position of byte `offset` (clamped to the text and to a character boundary).
     pub fn position(&self, text: &str, offset: usize) -> Position {
         let offset = floor_char_boundary(text, offset.min(text.len()));
         let (line, byte_column) = self.index.line_col(offset);
@@ -29,7 +29,7 @@ impl LineMap {
         Position::new(to_u32(line), to_u32(character))
     }
 
-    /// The byte offset of an LSP position, clamped to the end of its line and of the text.
+    /// The byte offset of a position, clamped to the end of its line and of the text.
     pub fn offset(&self, text: &str, position: Position) -> usize {
         let line = position.line as usize;
         let Some(start) = self.index.line_start(line) else {
@@ -61,7 +61,7 @@ impl LineMap {
         )
     }
 
-    /// The byte span of an LSP range (its ends ordered).
+    /// The byte span of a range (its ends ordered).
     pub fn span(&self, text: &str, range: Range) -> Span {
         let start = self.offset(text, range.start);
         let end = self.offset(text, range.end);
@@ -76,7 +76,7 @@ fn floor_char_boundary(text: &str, mut offset: usize) -> usize {
     offset
 }
 
-/// LSP positions are `u32`; a document longer than that cannot be addressed past the end anyway.
+/// Positions are `u32`, as in LSP: a longer document cannot be addressed past that anyway.
 fn to_u32(value: usize) -> u32 {
     u32::try_from(value).unwrap_or(u32::MAX)
 }

@@ -3,12 +3,13 @@
 //! prompts that use the same schema file, from the module in the schema or from any import).
 
 use crate::analysis::{Analysis, DocumentKind};
+use crate::analysis_cache::AnalysisCache;
 use crate::locate::{
     PromptTarget, SchemaTarget, prompt_target, resolve_chain, resolved_imports, schema_target,
 };
+use crate::location::Location;
 use crate::schema_source::SchemaSource;
 use crate::workspace::Workspace;
-use lsp_types::Location;
 use pml_compiler::ModuleId;
 use pml_syntax::Span;
 
@@ -30,6 +31,7 @@ pub fn definition(analysis: &Analysis, offset: usize) -> Option<Location> {
 /// Every import of the module at `offset` in the open prompts, and its declaration if asked.
 pub fn references(
     workspace: &Workspace,
+    analyses: &AnalysisCache,
     analysis: &Analysis,
     offset: usize,
     include_declaration: bool,
@@ -44,7 +46,7 @@ pub fn references(
     let mut documents: Vec<_> = workspace.documents().collect();
     documents.sort_by(|a, b| a.uri.as_str().cmp(b.uri.as_str()));
     for open in documents {
-        let Some(other) = workspace.analysis(&open.uri) else {
+        let Some(other) = analyses.get(workspace, &open.uri) else {
             continue;
         };
         let (Some(prompt), Some(other_schema)) = (other.prompt(), other.schema.as_deref()) else {
@@ -59,8 +61,9 @@ pub fn references(
             resolved_imports(prompt, other_schema.index())
                 .into_iter()
                 .filter(|(_, module)| *module == Some(id))
-                .map(|(import, _)| {
-                    Location::new(open.uri.clone(), lines.range(text, import.name.span))
+                .map(|(import, _)| Location {
+                    uri: open.uri.clone(),
+                    range: lines.range(text, import.name.span),
                 }),
         );
     }
@@ -99,5 +102,8 @@ fn module_name_span(schema: &SchemaSource, id: ModuleId) -> Span {
 }
 
 fn location(schema: &SchemaSource, span: Span) -> Location {
-    Location::new(schema.uri.clone(), schema.lines.range(&schema.text, span))
+    Location {
+        uri: schema.uri.clone(),
+        range: schema.lines.range(&schema.text, span),
+    }
 }

@@ -5,9 +5,39 @@
 
 use crate::analysis::{Analysis, DocumentKind};
 use crate::line_map::LineMap;
-use lsp_types::{DocumentSymbol, FoldingRange, SymbolKind};
+use crate::location::Range;
 use pml_syntax::Span;
 use pml_syntax::ast::{PromptItem, SchemaItem};
+
+/// What a symbol is in PML terms; the edge picks the editor's icon for each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SymbolKind {
+    /// A module in a schema, or an import of one in a prompt.
+    Module,
+    Union,
+    Collection,
+    Param,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DocumentSymbol {
+    /// Never empty (clients reject empty names): an unnamed element is `(unnamed)`.
+    pub name: String,
+    pub detail: Option<String>,
+    pub kind: SymbolKind,
+    /// The whole element.
+    pub range: Range,
+    /// The element's name, or its open tag; always inside `range`.
+    pub selection_range: Range,
+    pub children: Vec<DocumentSymbol>,
+}
+
+/// Lines `start_line..=end_line` fold into the first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FoldingRange {
+    pub start_line: u32,
+    pub end_line: u32,
+}
 
 /// The symbols of an analysed document.
 pub fn symbols(analysis: &Analysis, text: &str, lines: &LineMap) -> Vec<DocumentSymbol> {
@@ -25,7 +55,7 @@ fn schema_symbols(items: &[SchemaItem], text: &str, lines: &LineMap) -> Vec<Docu
             SchemaItem::Module(module) => (
                 module.name.as_ref().map(|n| n.text.clone()),
                 None,
-                SymbolKind::MODULE,
+                SymbolKind::Module,
                 module.span,
                 module.name.as_ref().map_or(module.open_tag, |n| n.span),
                 &module.items,
@@ -36,7 +66,7 @@ fn schema_symbols(items: &[SchemaItem], text: &str, lines: &LineMap) -> Vec<Docu
                     .default
                     .as_ref()
                     .map(|d| format!("default {}", d.value)),
-                SymbolKind::ENUM,
+                SymbolKind::Union,
                 union.span,
                 union.open_tag,
                 &union.items,
@@ -44,7 +74,7 @@ fn schema_symbols(items: &[SchemaItem], text: &str, lines: &LineMap) -> Vec<Docu
             SchemaItem::Collection(collection) => (
                 collection.name.as_ref().map(|n| n.text.clone()),
                 Some("collection".to_string()),
-                SymbolKind::ARRAY,
+                SymbolKind::Collection,
                 collection.span,
                 collection
                     .name
@@ -59,7 +89,7 @@ fn schema_symbols(items: &[SchemaItem], text: &str, lines: &LineMap) -> Vec<Docu
                 symbols.push(symbol(
                     name,
                     detail,
-                    SymbolKind::FIELD,
+                    SymbolKind::Param,
                     (param.span, selection),
                     Vec::new(),
                     (text, lines),
@@ -99,7 +129,7 @@ fn prompt_symbols(items: &[PromptItem], text: &str, lines: &LineMap) -> Vec<Docu
                 symbols.push(symbol(
                     Some(import.name.text.clone()),
                     detail,
-                    SymbolKind::MODULE,
+                    SymbolKind::Module,
                     (import.span, import.name.span),
                     prompt_symbols(&import.items, text, lines),
                     (text, lines),
@@ -126,7 +156,6 @@ fn symbol(
     } else {
         span
     };
-    #[allow(deprecated)] // `deprecated` is a required field of the struct, itself deprecated.
     DocumentSymbol {
         // Clients reject empty names; an unnamed element is still worth listing.
         name: name
@@ -134,11 +163,9 @@ fn symbol(
             .unwrap_or_else(|| "(unnamed)".to_string()),
         detail,
         kind,
-        tags: None,
-        deprecated: None,
         range: lines.range(text, span),
         selection_range: lines.range(text, selection),
-        children: (!children.is_empty()).then_some(children),
+        children,
     }
 }
 
@@ -161,10 +188,9 @@ pub fn folding_ranges(analysis: &Analysis, text: &str, lines: &LineMap) -> Vec<F
         .filter_map(|span| {
             let start = lines.position(text, span.start).line;
             let end = lines.position(text, span.end).line;
-            (end > start).then(|| FoldingRange {
+            (end > start).then_some(FoldingRange {
                 start_line: start,
                 end_line: end,
-                ..FoldingRange::default()
             })
         })
         .collect()

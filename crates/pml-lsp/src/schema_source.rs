@@ -4,7 +4,7 @@
 
 use crate::line_map::LineMap;
 use crate::model::LayoutModel;
-use lsp_types::Uri;
+use crate::uri::DocumentUri;
 use pml_compiler::check::{CheckEnvironment, PromptCheckOptions, SchemaLookup, SchemaResolver};
 use pml_compiler::plan::SchemaLayout;
 use pml_compiler::{
@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 pub struct SchemaSource {
-    pub uri: Uri,
+    pub uri: DocumentUri,
     pub path: Option<PathBuf>,
     pub text: String,
     pub lines: LineMap,
@@ -26,7 +26,26 @@ pub struct SchemaSource {
     pub resolved: Arc<ResolvedSchema>,
     /// Syntax and schema diagnostics, as `pmlc check` gives them for this file.
     pub diagnostics: Vec<Diagnostic>,
-    layout: OnceLock<Result<SchemaLayout, String>>,
+    layout: OnceLock<Result<SchemaLayout, LayoutError>>,
+}
+
+/// Why a schema has no layout; hovers show it in place of token counts.
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    /// Layout would only repeat the check's errors, which the editor already shows.
+    #[error("the schema has errors, so it has no layout")]
+    SchemaHasErrors,
+    /// Layout's own diagnostics (the model's context is too short, a source is missing, ...).
+    #[error("no layout ({})", first_problem(.0))]
+    Failed(Vec<Diagnostic>),
+}
+
+/// The first of layout's diagnostics, which is the one a hover has room for.
+fn first_problem(diagnostics: &[Diagnostic]) -> String {
+    diagnostics.first().map_or_else(
+        || "layout failed".to_string(),
+        |first| format!("{}: {}", first.code, first.message),
+    )
 }
 
 /// Answers every lookup with "not found": checking a schema never looks one up, and a file that
@@ -51,7 +70,7 @@ pub fn loader_for(path: Option<&Path>) -> Box<dyn SourceLoader> {
 
 impl SchemaSource {
     /// Checks `text` as `pmlc check` would; `None` when its root is not `<schema>`.
-    pub fn check(uri: Uri, path: Option<PathBuf>, text: String) -> Option<SchemaSource> {
+    pub fn check(uri: DocumentUri, path: Option<PathBuf>, text: String) -> Option<SchemaSource> {
         let loader = loader_for(path.as_deref());
         let mut environment = CheckEnvironment {
             loader: loader.as_ref(),
@@ -92,13 +111,12 @@ impl SchemaSource {
         self.index().name().map_or("", |name| name.text.as_str())
     }
 
-    /// The layout for `model`, computed once per version of the text; `Err` says why there is
-    /// none (the schema has errors, or layout failed).
-    pub fn layout(&self, model: &LayoutModel) -> Result<&SchemaLayout, &str> {
+    /// The layout for `model`, computed once per version of the text, or why there is none.
+    pub fn layout(&self, model: &LayoutModel) -> Result<&SchemaLayout, &LayoutError> {
         self.layout
             .get_or_init(|| {
                 if self.resolved.error_count > 0 {
-                    return Err("the schema has errors, so it has no layout".to_string());
+                    return Err(LayoutError::SchemaHasErrors);
                 }
                 let loader = loader_for(self.path.as_deref());
                 layout_schema(
@@ -110,16 +128,8 @@ impl SchemaSource {
                     loader.as_ref(),
                     model.max_positions,
                 )
-                .map_err(|diagnostics| {
-                    let first = diagnostics
-                        .first()
-                        .map_or("layout failed".to_string(), |d| {
-                            format!("{}: {}", d.code, d.message)
-                        });
-                    format!("no layout ({first})")
-                })
+                .map_err(LayoutError::Failed)
             })
             .as_ref()
-            .map_err(String::as_str)
     }
 }

@@ -1,12 +1,14 @@
 //! The JSON-RPC loop over any reader and writer (stdio for `pml lsp`): the LSP lifecycle
 //! (`initialize`, `shutdown`, `exit`), document notifications and requests, dispatched to
-//! [`LanguageService`]. Diagnostics are debounced: an edit schedules every open document (a
-//! prompt's diagnostics depend on its schema) for `debounce` later, and further edits push that
-//! back, so a burst of keystrokes is checked once. Messages are read on a thread of their own so
+//! [`LanguageService`] through `from_proto` and `to_proto`. Diagnostics are debounced: an edit
+//! schedules every open document (a prompt's diagnostics depend on its schema) for `debounce`
+//! later, and further edits push that back, so a burst of keystrokes is checked once. Messages are read on a thread of their own so
 //! the loop can wait for either the next message or the next deadline.
 
 use crate::model::ModelAvailability;
 use crate::service::LanguageService;
+use crate::uri::DocumentUri;
+use crate::{from_proto, to_proto};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use lsp_server::{ErrorCode, Message, Notification, Request, RequestId, Response};
 use lsp_types::notification::{
@@ -21,7 +23,7 @@ use lsp_types::{
     CompletionOptions, FoldingRangeProviderCapability, HoverProviderCapability, InitializeResult,
     OneOf, PositionEncodingKind, PublishDiagnosticsParams, SaveOptions, ServerCapabilities,
     ServerInfo, TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
-    TextDocumentSyncSaveOptions, Uri,
+    TextDocumentSyncSaveOptions,
 };
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
@@ -102,14 +104,14 @@ struct Server<W: Write> {
     service: LanguageService,
     debounce: Duration,
     /// Documents whose diagnostics are due, and when.
-    due: HashMap<String, (Uri, Instant)>,
+    due: HashMap<DocumentUri, Instant>,
     lifecycle: Lifecycle,
 }
 
 impl<W: Write> Server<W> {
     fn run(&mut self, messages: &Receiver<std::io::Result<Message>>) -> Result<(), ServerError> {
         loop {
-            let next_due = self.due.values().map(|(_, at)| *at).min();
+            let next_due = self.due.values().min().copied();
             let received = match next_due {
                 Some(at) => messages.recv_deadline(at),
                 None => messages.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -192,29 +194,47 @@ impl<W: Write> Server<W> {
         let service = &self.service;
         let result = match method.as_str() {
             HoverRequest::METHOD => parse::<lsp_types::HoverParams>(params).map(|p| {
-                let at = p.text_document_position_params;
-                json(service.hover(&at.text_document.uri, at.position))
+                let (uri, position) =
+                    from_proto::document_position(p.text_document_position_params);
+                json(service.hover(&uri, position).map(to_proto::hover))
             }),
             GotoDefinition::METHOD => parse::<lsp_types::GotoDefinitionParams>(params).map(|p| {
-                let at = p.text_document_position_params;
-                json(service.definition(&at.text_document.uri, at.position))
+                let (uri, position) =
+                    from_proto::document_position(p.text_document_position_params);
+                json(
+                    service
+                        .definition(&uri, position)
+                        .and_then(to_proto::location),
+                )
             }),
             References::METHOD => parse::<lsp_types::ReferenceParams>(params).map(|p| {
-                let at = p.text_document_position;
-                json(service.references(
-                    &at.text_document.uri,
-                    at.position,
-                    p.context.include_declaration,
-                ))
+                let (uri, position) = from_proto::document_position(p.text_document_position);
+                let include_declaration = p.context.include_declaration;
+                json(to_proto::locations(service.references(
+                    &uri,
+                    position,
+                    include_declaration,
+                )))
             }),
             Completion::METHOD => parse::<lsp_types::CompletionParams>(params).map(|p| {
-                let at = p.text_document_position;
-                json(service.completion(&at.text_document.uri, at.position))
+                let (uri, position) = from_proto::document_position(p.text_document_position);
+                json(map(
+                    service.completion(&uri, position),
+                    to_proto::completion_item,
+                ))
             }),
-            DocumentSymbolRequest::METHOD => parse::<lsp_types::DocumentSymbolParams>(params)
-                .map(|p| json(service.document_symbols(&p.text_document.uri))),
-            FoldingRangeRequest::METHOD => parse::<lsp_types::FoldingRangeParams>(params)
-                .map(|p| json(service.folding_ranges(&p.text_document.uri))),
+            DocumentSymbolRequest::METHOD => {
+                parse::<lsp_types::DocumentSymbolParams>(params).map(|p| {
+                    let symbols = service.document_symbols(&from_proto::uri(&p.text_document.uri));
+                    json(map(symbols, to_proto::document_symbol))
+                })
+            }
+            FoldingRangeRequest::METHOD => {
+                parse::<lsp_types::FoldingRangeParams>(params).map(|p| {
+                    let folds = service.folding_ranges(&from_proto::uri(&p.text_document.uri));
+                    json(map(folds, to_proto::folding_range))
+                })
+            }
             _ => {
                 return self.fail(
                     id,
@@ -235,18 +255,23 @@ impl<W: Write> Server<W> {
             DidOpenTextDocument::METHOD => {
                 if let Ok(p) = parse::<lsp_types::DidOpenTextDocumentParams>(params) {
                     let document = p.text_document;
-                    self.service
-                        .open(document.uri, document.text, document.version);
+                    self.service.open(
+                        from_proto::uri(&document.uri),
+                        document.text,
+                        document.version,
+                    );
                     self.schedule_all();
                 }
             }
             DidChangeTextDocument::METHOD => {
                 if let Ok(p) = parse::<lsp_types::DidChangeTextDocumentParams>(params) {
                     let document = p.text_document;
-                    if self
-                        .service
-                        .change(&document.uri, document.version, p.content_changes)
-                    {
+                    let changes = map(p.content_changes, from_proto::change);
+                    if self.service.change(
+                        &from_proto::uri(&document.uri),
+                        document.version,
+                        changes,
+                    ) {
                         self.schedule_all();
                     }
                 }
@@ -254,8 +279,9 @@ impl<W: Write> Server<W> {
             DidCloseTextDocument::METHOD => {
                 if let Ok(p) = parse::<lsp_types::DidCloseTextDocumentParams>(params) {
                     let uri = p.text_document.uri;
-                    self.service.close(&uri);
-                    self.due.remove(uri.as_str());
+                    let document = from_proto::uri(&uri);
+                    self.service.close(&document);
+                    self.due.remove(&document);
                     // Clear what the editor shows for a file no longer open.
                     self.publish(uri, Vec::new(), None).ok();
                     self.schedule_all();
@@ -274,31 +300,36 @@ impl<W: Write> Server<W> {
     fn schedule_all(&mut self) {
         let at = Instant::now() + self.debounce;
         for uri in self.service.open_uris() {
-            self.due.insert(uri.as_str().to_string(), (uri, at));
+            self.due.insert(uri, at);
         }
     }
 
     fn publish_due(&mut self) -> Result<(), ServerError> {
         let now = Instant::now();
-        let mut ready: Vec<Uri> = self
+        let mut ready: Vec<DocumentUri> = self
             .due
-            .values()
-            .filter(|(_, at)| *at <= now)
+            .iter()
+            .filter(|(_, at)| **at <= now)
             .map(|(uri, _)| uri.clone())
             .collect();
-        ready.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-        for uri in ready {
-            self.due.remove(uri.as_str());
-            if let Some((diagnostics, version)) = self.service.diagnostics(&uri) {
-                self.publish(uri, diagnostics, Some(version))?;
-            }
+        ready.sort();
+        for document in ready {
+            self.due.remove(&document);
+            // Every URI the service holds came from the client, so it converts back.
+            let (Some((diagnostics, version)), Some(uri)) = (
+                self.service.diagnostics(&document),
+                to_proto::uri(&document),
+            ) else {
+                continue;
+            };
+            self.publish(uri, map(diagnostics, to_proto::diagnostic), Some(version))?;
         }
         Ok(())
     }
 
     fn publish(
         &mut self,
-        uri: Uri,
+        uri: lsp_types::Uri,
         diagnostics: Vec<lsp_types::Diagnostic>,
         version: Option<i32>,
     ) -> Result<(), ServerError> {
@@ -312,6 +343,10 @@ impl<W: Write> Server<W> {
 
 fn parse<P: DeserializeOwned>(params: serde_json::Value) -> Result<P, serde_json::Error> {
     serde_json::from_value(params)
+}
+
+fn map<T, U>(values: Vec<T>, convert: impl FnMut(T) -> U) -> Vec<U> {
+    values.into_iter().map(convert).collect()
 }
 
 fn json(value: impl serde::Serialize) -> serde_json::Value {

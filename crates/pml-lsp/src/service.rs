@@ -1,26 +1,25 @@
-//! [`LanguageService`]: the server's state and every feature, as plain method calls on LSP
-//! parameter types — no I/O, no timing. The JSON-RPC loop (`server`) drives it; tests and the
+//! [`LanguageService`]: the server's state and every feature, as plain method calls on PML's own
+//! types (URIs, UTF-16 positions, plain result structs) — no protocol, no I/O, no timing. The
+//! JSON-RPC loop (`server`) drives it through `from_proto` and `to_proto`; tests and the
 //! benchmark call it directly.
 
-use crate::completion::{complete, to_items};
-use crate::hover::hover;
+use crate::analysis::Analysis;
+use crate::analysis_cache::AnalysisCache;
+use crate::completion::{CompletionItem, completions};
+use crate::diagnostics::{self, Diagnostic};
+use crate::document::TextChange;
+use crate::hover::{Hover, hover};
+use crate::location::{Location, Position};
 use crate::model::ModelAvailability;
 use crate::navigation::{definition, references};
-use crate::outline::{folding_ranges, symbols};
-use crate::to_proto;
+use crate::outline::{DocumentSymbol, FoldingRange, folding_ranges, symbols};
+use crate::uri::DocumentUri;
 use crate::workspace::{OpenDocument, Workspace};
-use lsp_types::{
-    CompletionItem, DocumentSymbol, FoldingRange, Hover, HoverContents, Location, MarkupContent,
-    MarkupKind, Position, TextDocumentContentChangeEvent, Uri,
-};
 use std::sync::Arc;
-
-/// Diagnostics published per document: a file with 50,000 of them would be tens of megabytes of
-/// JSON on every keystroke, and a problems panel of 50,000 entries helps no one.
-const MAX_PUBLISHED: usize = 4 * pml_syntax::DEFAULT_MAX_SHOWN;
 
 pub struct LanguageService {
     workspace: Workspace,
+    analyses: AnalysisCache,
     model: ModelAvailability,
 }
 
@@ -29,26 +28,23 @@ impl LanguageService {
         let tokenizer = model.model().ok().map(|model| Arc::clone(&model.tokenizer));
         LanguageService {
             workspace: Workspace::new(tokenizer),
+            analyses: AnalysisCache::default(),
             model,
         }
     }
 
-    pub fn open(&mut self, uri: Uri, text: String, version: i32) {
+    pub fn open(&mut self, uri: DocumentUri, text: String, version: i32) {
         self.workspace.open(uri, text, version);
     }
 
     /// Applies `didChange` edits; `false` when the document is not open.
-    pub fn change(
-        &mut self,
-        uri: &Uri,
-        version: i32,
-        changes: Vec<TextDocumentContentChangeEvent>,
-    ) -> bool {
+    pub fn change(&mut self, uri: &DocumentUri, version: i32, changes: Vec<TextChange>) -> bool {
         self.workspace.change(uri, version, changes)
     }
 
-    pub fn close(&mut self, uri: &Uri) {
+    pub fn close(&mut self, uri: &DocumentUri) {
         self.workspace.close(uri);
+        self.analyses.forget(uri);
     }
 
     /// A file was saved or changed on disk.
@@ -57,89 +53,78 @@ impl LanguageService {
     }
 
     /// The open documents' URIs, sorted.
-    pub fn open_uris(&self) -> Vec<Uri> {
-        let mut uris: Vec<Uri> = self.workspace.documents().map(|d| d.uri.clone()).collect();
-        uris.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    pub fn open_uris(&self) -> Vec<DocumentUri> {
+        let mut uris: Vec<DocumentUri> =
+            self.workspace.documents().map(|d| d.uri.clone()).collect();
+        uris.sort();
         uris
     }
 
     /// The text of an open document.
-    pub fn text(&self, uri: &Uri) -> Option<&str> {
+    pub fn text(&self, uri: &DocumentUri) -> Option<&str> {
         Some(self.workspace.document(uri)?.document.text())
     }
 
     /// The document's diagnostics and its version; `None` when it is not open.
-    pub fn diagnostics(&self, uri: &Uri) -> Option<(Vec<lsp_types::Diagnostic>, i32)> {
+    pub fn diagnostics(&self, uri: &DocumentUri) -> Option<(Vec<Diagnostic>, i32)> {
         let open = self.workspace.document(uri)?;
-        let analysis = self.workspace.analysis(uri)?;
-        let text = open.document.text();
-        let (shown, omitted) = pml_syntax::first_shown(&analysis.diagnostics, MAX_PUBLISHED);
-        let mut diagnostics: Vec<lsp_types::Diagnostic> = shown
-            .iter()
-            .map(|diagnostic| to_proto::diagnostic(uri, text, open.document.lines(), diagnostic))
-            .collect();
-        if let Some(note) = omitted.describe() {
-            let first_left_out = analysis.diagnostics[shown.len()].primary_span();
-            diagnostics.push(to_proto::omitted_note(
-                text,
-                open.document.lines(),
-                first_left_out,
-                note,
-            ));
-        }
-        Some((diagnostics, open.document.version()))
+        let analysis = self.analysis(uri)?;
+        let published = diagnostics::for_document(uri, &open.document, &analysis.diagnostics);
+        Some((published, open.document.version()))
     }
 
-    pub fn hover(&self, uri: &Uri, position: Position) -> Option<Hover> {
+    pub fn hover(&self, uri: &DocumentUri, position: Position) -> Option<Hover> {
         let (open, offset) = self.at(uri, position)?;
-        let analysis = self.workspace.analysis(uri)?;
-        let (text, span) = hover(&analysis, offset, &self.model)?;
+        let (markdown, span) = hover(&*self.analysis(uri)?, offset, &self.model)?;
         Some(Hover {
-            contents: HoverContents::Markup(MarkupContent {
-                kind: MarkupKind::Markdown,
-                value: text,
-            }),
-            range: Some(open.document.lines().range(open.document.text(), span)),
+            markdown,
+            range: open.document.lines().range(open.document.text(), span),
         })
     }
 
-    pub fn definition(&self, uri: &Uri, position: Position) -> Option<Location> {
+    pub fn definition(&self, uri: &DocumentUri, position: Position) -> Option<Location> {
         let (_, offset) = self.at(uri, position)?;
-        definition(&*self.workspace.analysis(uri)?, offset)
+        definition(&*self.analysis(uri)?, offset)
     }
 
     pub fn references(
         &self,
-        uri: &Uri,
+        uri: &DocumentUri,
         position: Position,
         include_declaration: bool,
     ) -> Vec<Location> {
         let Some((_, offset)) = self.at(uri, position) else {
             return Vec::new();
         };
-        let Some(analysis) = self.workspace.analysis(uri) else {
+        let Some(analysis) = self.analysis(uri) else {
             return Vec::new();
         };
-        references(&self.workspace, &analysis, offset, include_declaration)
-    }
-
-    pub fn completion(&self, uri: &Uri, position: Position) -> Vec<CompletionItem> {
-        let Some((open, offset)) = self.at(uri, position) else {
-            return Vec::new();
-        };
-        let Some(analysis) = self.workspace.analysis(uri) else {
-            return Vec::new();
-        };
-        let text = open.document.text();
-        to_items(
-            complete(&analysis, text, offset),
-            text,
-            open.document.lines(),
+        references(
+            &self.workspace,
+            &self.analyses,
+            &analysis,
+            offset,
+            include_declaration,
         )
     }
 
-    pub fn document_symbols(&self, uri: &Uri) -> Vec<DocumentSymbol> {
-        match (self.workspace.document(uri), self.workspace.analysis(uri)) {
+    pub fn completion(&self, uri: &DocumentUri, position: Position) -> Vec<CompletionItem> {
+        let Some((open, offset)) = self.at(uri, position) else {
+            return Vec::new();
+        };
+        let Some(analysis) = self.analysis(uri) else {
+            return Vec::new();
+        };
+        completions(
+            &analysis,
+            open.document.text(),
+            open.document.lines(),
+            offset,
+        )
+    }
+
+    pub fn document_symbols(&self, uri: &DocumentUri) -> Vec<DocumentSymbol> {
+        match (self.workspace.document(uri), self.analysis(uri)) {
             (Some(open), Some(analysis)) => {
                 symbols(&analysis, open.document.text(), open.document.lines())
             }
@@ -147,8 +132,8 @@ impl LanguageService {
         }
     }
 
-    pub fn folding_ranges(&self, uri: &Uri) -> Vec<FoldingRange> {
-        match (self.workspace.document(uri), self.workspace.analysis(uri)) {
+    pub fn folding_ranges(&self, uri: &DocumentUri) -> Vec<FoldingRange> {
+        match (self.workspace.document(uri), self.analysis(uri)) {
             (Some(open), Some(analysis)) => {
                 folding_ranges(&analysis, open.document.text(), open.document.lines())
             }
@@ -156,8 +141,12 @@ impl LanguageService {
         }
     }
 
+    fn analysis(&self, uri: &DocumentUri) -> Option<Arc<Analysis>> {
+        self.analyses.get(&self.workspace, uri)
+    }
+
     /// The open document and the byte offset of `position` in it.
-    fn at(&self, uri: &Uri, position: Position) -> Option<(&OpenDocument, usize)> {
+    fn at(&self, uri: &DocumentUri, position: Position) -> Option<(&OpenDocument, usize)> {
         let open = self.workspace.document(uri)?;
         let offset = open.document.lines().offset(open.document.text(), position);
         Some((open, offset))

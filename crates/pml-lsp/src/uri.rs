@@ -1,13 +1,27 @@
-//! `file://` URIs ↔ paths. Only `file` URIs name something on disk; other schemes (`untitled:`)
-//! are documents that exist only in the editor. Percent-encoding is undone byte-wise, so paths
-//! with spaces or non-ASCII names round-trip.
+//! Documents' URIs, and `file://` URIs ↔ paths. Only `file` URIs name something on disk; other
+//! schemes (`untitled:`) are documents that exist only in the editor. Percent-encoding is undone
+//! byte-wise, so paths with spaces or non-ASCII names round-trip.
 
-use lsp_types::Uri;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
+
+/// A document's URI exactly as the client spelled it: documents are told apart by that text, so
+/// the same file under two spellings is two documents, as it is to the client.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DocumentUri(String);
+
+impl DocumentUri {
+    /// A URI the client sent or [`from_path`] made (nothing here parses it).
+    pub fn new(uri: impl Into<String>) -> Self {
+        DocumentUri(uri.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 
 /// The path of a `file://` URI; `None` for other schemes or a URI that does not decode.
-pub fn to_path(uri: &Uri) -> Option<PathBuf> {
+pub fn to_path(uri: &DocumentUri) -> Option<PathBuf> {
     let rest = uri.as_str().strip_prefix("file://")?;
     // `file://host/path`: only the local host (empty or `localhost`) names a local file.
     let path = rest.strip_prefix("localhost").unwrap_or(rest);
@@ -18,8 +32,9 @@ pub fn to_path(uri: &Uri) -> Option<PathBuf> {
     Some(PathBuf::from(decoded))
 }
 
-/// The `file://` URI of an absolute path.
-pub fn from_path(path: &Path) -> Option<Uri> {
+/// The `file://` URI of an absolute path; every byte that is not unreserved is percent-encoded,
+/// so the result is always a valid URI.
+pub fn from_path(path: &Path) -> Option<DocumentUri> {
     let text = path.to_str()?;
     if !text.starts_with('/') {
         return None;
@@ -32,7 +47,7 @@ pub fn from_path(path: &Path) -> Option<Uri> {
             encoded.push_str(&format!("%{byte:02X}"));
         }
     }
-    Uri::from_str(&encoded).ok()
+    Some(DocumentUri(encoded))
 }
 
 fn percent_decode(text: &str) -> Option<String> {
@@ -62,7 +77,7 @@ mod tests {
         let uri = from_path(path).expect("absolute path");
         assert_eq!(uri.as_str(), "file:///tmp/my%20schemas/caf%C3%A9.pml");
         assert_eq!(to_path(&uri).as_deref(), Some(path));
-        let untitled = Uri::from_str("untitled:Untitled-1").expect("uri");
+        let untitled = DocumentUri::new("untitled:Untitled-1");
         assert_eq!(to_path(&untitled), None);
         assert_eq!(from_path(Path::new("relative.pml")), None);
     }

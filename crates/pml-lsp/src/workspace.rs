@@ -1,14 +1,12 @@
-//! The open documents and what the server knows about them. Analyses are computed on demand and
-//! cached: a document's analysis is valid until any document changes (a prompt's diagnostics
-//! depend on its schema, which may be another open document); a schema file's check is cached by
-//! revision (open documents) or by modification time and size (files on disk), so typing in a
-//! prompt does not re-check its 1 MB schema. Open documents take precedence over the disk.
+//! The open documents, and the schema checks read from them and from the disk. A schema file's
+//! check is cached by revision (open documents) or by modification time and size (files on
+//! disk), so typing in a prompt does not re-check its 1 MB schema. Open documents take precedence
+//! over the disk. Analyses, which depend on several documents, are cached a layer up
+//! (`analysis_cache`), keyed by this workspace's generation.
 
-use crate::analysis::{Analysis, analyse};
-use crate::document::Document;
+use crate::document::{Document, TextChange};
 use crate::schema_source::SchemaSource;
-use crate::uri;
-use lsp_types::{TextDocumentContentChangeEvent, Uri};
+use crate::uri::{self, DocumentUri};
 use pml_compiler::Tokenizer;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -18,7 +16,7 @@ use std::time::SystemTime;
 
 /// One open document.
 pub struct OpenDocument {
-    pub uri: Uri,
+    pub uri: DocumentUri,
     pub path: Option<PathBuf>,
     pub document: Document,
     /// Unique across the session (client versions restart when a file is reopened).
@@ -34,11 +32,10 @@ enum Stamp {
 
 #[derive(Default)]
 pub struct Workspace {
-    documents: HashMap<String, OpenDocument>,
+    documents: HashMap<DocumentUri, OpenDocument>,
     revision: u64,
     /// Bumped on every open, change, close and save: prompts' analyses depend on other files.
     generation: u64,
-    analyses: RefCell<HashMap<String, (u64, Arc<Analysis>)>>,
     schemas: RefCell<HashMap<PathOrUri, CachedSchema>>,
     /// The model's tokenizer when the host loaded one: prompts' argument lengths are checked.
     tokenizer: Option<Arc<dyn Tokenizer>>,
@@ -49,7 +46,7 @@ type CachedSchema = (Stamp, Option<Arc<SchemaSource>>);
 
 /// Where a schema's text comes from.
 struct Source {
-    uri: Uri,
+    uri: DocumentUri,
     path: Option<PathBuf>,
 }
 
@@ -57,7 +54,7 @@ struct Source {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum PathOrUri {
     Path(PathBuf),
-    Uri(String),
+    Uri(DocumentUri),
 }
 
 impl Workspace {
@@ -72,7 +69,7 @@ impl Workspace {
         self.tokenizer.as_deref()
     }
 
-    pub fn open(&mut self, uri: Uri, text: String, version: i32) {
+    pub fn open(&mut self, uri: DocumentUri, text: String, version: i32) {
         self.revision += 1;
         self.generation += 1;
         let document = OpenDocument {
@@ -81,20 +78,15 @@ impl Workspace {
             document: Document::new(text, version),
             revision: self.revision,
         };
-        self.documents.insert(uri.as_str().to_string(), document);
+        self.documents.insert(uri, document);
     }
 
     /// Applies edits; `false` when the document is not open.
-    pub fn change(
-        &mut self,
-        uri: &Uri,
-        version: i32,
-        changes: Vec<TextDocumentContentChangeEvent>,
-    ) -> bool {
+    pub fn change(&mut self, uri: &DocumentUri, version: i32, changes: Vec<TextChange>) -> bool {
         self.revision += 1;
         self.generation += 1;
         let revision = self.revision;
-        match self.documents.get_mut(uri.as_str()) {
+        match self.documents.get_mut(uri) {
             Some(open) => {
                 open.document.apply(version, changes);
                 open.revision = revision;
@@ -104,13 +96,12 @@ impl Workspace {
         }
     }
 
-    pub fn close(&mut self, uri: &Uri) {
+    pub fn close(&mut self, uri: &DocumentUri) {
         self.generation += 1;
-        self.documents.remove(uri.as_str());
-        self.analyses.borrow_mut().remove(uri.as_str());
+        self.documents.remove(uri);
         self.schemas
             .borrow_mut()
-            .remove(&PathOrUri::Uri(uri.as_str().to_string()));
+            .remove(&PathOrUri::Uri(uri.clone()));
     }
 
     /// A file was saved or changed on disk: analyses that read it must be redone.
@@ -118,35 +109,24 @@ impl Workspace {
         self.generation += 1;
     }
 
-    pub fn document(&self, uri: &Uri) -> Option<&OpenDocument> {
-        self.documents.get(uri.as_str())
+    /// Changes whenever any document opens, changes, closes or is saved.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn document(&self, uri: &DocumentUri) -> Option<&OpenDocument> {
+        self.documents.get(uri)
     }
 
     pub fn documents(&self) -> impl Iterator<Item = &OpenDocument> {
         self.documents.values()
     }
 
-    /// The analysis of an open document (cached until the next edit anywhere).
-    pub fn analysis(&self, uri: &Uri) -> Option<Arc<Analysis>> {
-        let open = self.document(uri)?;
-        if let Some((generation, analysis)) = self.analyses.borrow().get(uri.as_str())
-            && *generation == self.generation
-        {
-            return Some(Arc::clone(analysis));
-        }
-        let analysis = Arc::new(analyse(self, open));
-        self.analyses.borrow_mut().insert(
-            uri.as_str().to_string(),
-            (self.generation, Arc::clone(&analysis)),
-        );
-        Some(analysis)
-    }
-
     /// The open document's text checked as a schema; `None` when it is not one.
     pub fn open_schema(&self, open: &OpenDocument) -> Option<Arc<SchemaSource>> {
         let key = match &open.path {
             Some(path) => PathOrUri::Path(path.clone()),
-            None => PathOrUri::Uri(open.uri.as_str().to_string()),
+            None => PathOrUri::Uri(open.uri.clone()),
         };
         let source = Source {
             uri: open.uri.clone(),

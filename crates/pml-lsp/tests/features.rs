@@ -3,9 +3,11 @@
 //! `pmlc check` codes, hover, definition, references, completion respecting nesting and unions,
 //! document symbols and folding ranges.
 
-use lsp_types::{CompletionItem, Position, Range, TextDocumentContentChangeEvent, Uri};
 use pml_lsp::uri::from_path;
-use pml_lsp::{LanguageService, ModelAvailability};
+use pml_lsp::{
+    CompletionItem, DiagnosticSeverity, DocumentUri, LanguageService, ModelAvailability, Position,
+    Range, TextChange,
+};
 use std::path::Path;
 
 const SCHEMA: &str = r#"<schema name="travel">
@@ -34,8 +36,8 @@ const SCHEMA: &str = r#"<schema name="travel">
 struct Fixture {
     _dir: tempfile::TempDir,
     service: LanguageService,
-    schema: Uri,
-    prompt: Uri,
+    schema: DocumentUri,
+    prompt: DocumentUri,
 }
 
 fn fixture(prompt: &str) -> Fixture {
@@ -55,18 +57,15 @@ fn fixture(prompt: &str) -> Fixture {
     }
 }
 
-fn uri_of(path: &Path) -> Uri {
+fn uri_of(path: &Path) -> DocumentUri {
     from_path(path).expect("absolute temp path")
 }
 
-fn codes(service: &LanguageService, uri: &Uri) -> Vec<String> {
+fn codes(service: &LanguageService, uri: &DocumentUri) -> Vec<String> {
     let (diagnostics, _) = service.diagnostics(uri).expect("open document");
     diagnostics
         .into_iter()
-        .filter_map(|diagnostic| match diagnostic.code {
-            Some(lsp_types::NumberOrString::String(code)) => Some(code),
-            _ => None,
-        })
+        .filter_map(|diagnostic| diagnostic.code)
         .collect()
 }
 
@@ -130,10 +129,7 @@ fn a_flood_of_diagnostics_is_capped_with_a_note() {
     let (diagnostics, _) = fx.service.diagnostics(&fx.prompt).expect("open document");
     assert!(diagnostics.len() <= 201, "{}", diagnostics.len());
     let note = diagnostics.last().expect("a note");
-    assert_eq!(
-        note.severity,
-        Some(lsp_types::DiagnosticSeverity::INFORMATION)
-    );
+    assert_eq!(note.severity, DiagnosticSeverity::Information);
     assert!(
         note.message.contains("more diagnostics"),
         "{}",
@@ -150,36 +146,26 @@ fn hover_definition_and_references() {
         .service
         .hover(&fx.prompt, position_of(prompt, "overseas>", 1))
         .expect("hover on an import");
-    let lsp_types::HoverContents::Markup(markup) = hover.contents else {
-        panic!("markdown hover")
-    };
+    let markdown = hover.markdown;
     assert!(
-        markup
-            .value
-            .contains("**module `overseas`** — `plan › overseas`"),
+        markdown.contains("**module `overseas`** — `plan › overseas`"),
         "{}",
-        markup.value
+        markdown
     );
+    assert!(markdown.contains("no model in this test"), "{}", markdown);
     assert!(
-        markup.value.contains("no model in this test"),
+        markdown.contains("I'm") || markdown.contains("Abroad."),
         "{}",
-        markup.value
-    );
-    assert!(
-        markup.value.contains("I'm") || markup.value.contains("Abroad."),
-        "{}",
-        markup.value
+        markdown
     );
 
     let hover = fx
         .service
         .hover(&fx.prompt, position_of(prompt, "duration", 2))
         .expect("hover on an argument");
-    let lsp_types::HoverContents::Markup(markup) = hover.contents else {
-        panic!("markdown hover")
-    };
-    assert!(markup.value.contains("`len`: 6 tokens"), "{}", markup.value);
-    assert!(markup.value.contains("one week"), "{}", markup.value);
+    let markdown = hover.markdown;
+    assert!(markdown.contains("`len`: 6 tokens"), "{}", markdown);
+    assert!(markdown.contains("one week"), "{}", markdown);
 
     let definition = fx
         .service
@@ -239,22 +225,18 @@ fn completion_while_typing_a_tag_name() {
     let prompt = "<prompt schema=\"travel\">\n  <plan>\n  </plan>\n</prompt>\n";
     let mut fx = fixture(prompt);
     // Type `<o` inside `plan` (line 1, after `<plan>`).
-    let change = TextDocumentContentChangeEvent {
+    let change = TextChange {
         range: Some(Range::new(Position::new(1, 8), Position::new(1, 8))),
-        range_length: None,
         text: "<o".to_string(),
     };
     assert!(fx.service.change(&fx.prompt, 2, vec![change]));
     let items = fx.service.completion(&fx.prompt, Position::new(1, 10));
     assert_eq!(labels(&items), ["domestic", "overseas", "note"]);
-    let Some(lsp_types::CompletionTextEdit::Edit(edit)) = &items[1].text_edit else {
-        panic!("a text edit")
-    };
     assert_eq!(
-        edit.range,
+        items[1].replace,
         Range::new(Position::new(1, 9), Position::new(1, 10))
     );
-    assert_eq!(edit.new_text, "overseas");
+    assert_eq!(items[1].insert, "overseas");
 }
 
 #[test]
@@ -286,7 +268,6 @@ fn schema_completion_symbols_and_folding() {
     let plan_children: Vec<&str> = symbols[0]
         .children
         .iter()
-        .flatten()
         .map(|symbol| symbol.name.as_str())
         .collect();
     assert_eq!(plan_children, ["duration", "union", "notes"]);

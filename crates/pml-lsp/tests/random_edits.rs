@@ -4,11 +4,9 @@
 //! and the document always equals a reference model that applies the same edits to UTF-16 code
 //! units. After every edit, every feature runs at a random position.
 
-use lsp_types::{Position, Range, TextDocumentContentChangeEvent, Uri};
 use pml_lsp::testing::EDIT_FRAGMENTS as FRAGMENTS;
-use pml_lsp::{LanguageService, ModelAvailability};
+use pml_lsp::{DocumentUri, LanguageService, ModelAvailability, Position, Range, TextChange};
 use proptest::prelude::*;
-use std::str::FromStr;
 
 const SCHEMA: &str = "<schema name=\"s\">\n  <module name=\"m\">Text <param name=\"p\" len=\"3\"/>\n    <union><module name=\"a\">A</module><module name=\"b\">B</module></union>\n  </module>\n  <collection name=\"c\"><module name=\"c1\">é</module></collection>\n</schema>\n";
 const PROMPT: &str = "<prompt schema=\"s\">\n  <m p=\"𝄞 x\"><a/></m>\n  <c1/><c1/>\n</prompt>\n";
@@ -81,7 +79,7 @@ fn apply_reference(text: &str, edit: &Edit) -> String {
     String::from_utf16(&units).expect("edits keep surrogate pairs whole")
 }
 
-fn exercise(service: &LanguageService, uri: &Uri, position: Position) {
+fn exercise(service: &LanguageService, uri: &DocumentUri, position: Position) {
     let _ = service.diagnostics(uri).expect("open");
     let _ = service.hover(uri, position);
     let _ = service.definition(uri, position);
@@ -97,8 +95,8 @@ proptest! {
     #[test]
     fn random_edits_never_panic(edits in prop::collection::vec(edit(), 1..24), probe in (0..8u32, 0..60u32)) {
         let uris = [
-            Uri::from_str("untitled:schema.pml").expect("uri"),
-            Uri::from_str("untitled:prompt.pml").expect("uri"),
+            DocumentUri::new("untitled:schema.pml"),
+            DocumentUri::new("untitled:prompt.pml"),
         ];
         let mut texts = [SCHEMA.to_string(), PROMPT.to_string()];
         let mut service = LanguageService::new(ModelAvailability::Unavailable { reason: "test".into() });
@@ -107,12 +105,11 @@ proptest! {
         }
         for (version, edit) in edits.iter().enumerate() {
             let uri = &uris[edit.document];
-            let change = TextDocumentContentChangeEvent {
+            let change = TextChange {
                 range: Some(Range::new(
                     Position::new(edit.start.0, edit.start.1),
                     Position::new(edit.end.0, edit.end.1),
                 )),
-                range_length: None,
                 text: edit.text.clone(),
             };
             prop_assert!(service.change(uri, version as i32 + 1, vec![change]));

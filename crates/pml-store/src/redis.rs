@@ -243,9 +243,9 @@ impl RedisTier {
                 };
                 self.counters.unavailable.fetch_add(1, Ordering::Relaxed);
                 if !self.warned.swap(true, Ordering::Relaxed) {
-                    eprintln!(
-                        "warning: the Redis store at {} is unavailable ({reason}); serving from \
-                         the local tiers and recomputing, retrying every {} s",
+                    tracing::warn!(
+                        "the Redis store at {} is unavailable ({reason}); serving from the local \
+                         tiers and recomputing, retrying every {} s",
                         self.config.url,
                         self.config.retry_after.as_secs()
                     );

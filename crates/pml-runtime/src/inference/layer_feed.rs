@@ -21,7 +21,6 @@
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::{Duration, Instant};
 
 use candle_core::Tensor;
@@ -29,6 +28,7 @@ use candle_core::Tensor;
 use crate::encode::context::{select_rows, unit};
 use crate::encode::unit_encoder::describe;
 use crate::encode::{StateOrigin, UnitEncoder};
+use crate::layer_stream::{LayerError, LayerReceiver, layer_id, read_layer, stream_layers};
 use crate::store::{ModuleState, ModuleStore, StateKind, StoreKey};
 use pml_engine::kv_cache::{KvBlock, KvCache};
 use pml_engine::model::Model;
@@ -38,9 +38,6 @@ use super::plan::{PlannedSpan, SplicePlan};
 use super::reuse::{span_block, span_rows, span_state, splice};
 use super::stats::{PipelineStats, PrefillStats};
 use super::{InferenceError, InferenceMode};
-
-/// Layers the loader may read ahead of the compute side.
-const PREFETCH_LAYERS: usize = 2;
 
 /// How to build the cache of cached rows.
 pub(super) struct CachedLayers {
@@ -133,19 +130,16 @@ pub(super) fn with_cached_layers<T>(
     stats.splice = splice_start.elapsed();
 
     let abandoned: Vec<AtomicBool> = streams.iter().map(|_| AtomicBool::new(false)).collect();
-    let (sender, receiver) = sync_channel::<LoadedLayer>(PREFETCH_LAYERS);
-    let (result, feed, loader) = std::thread::scope(|scope| {
-        let loader = scope.spawn(|| {
-            run_loader(
-                model,
-                store,
-                &streams,
-                &abandoned,
-                first_layer..n_layers,
-                sender,
-                &layering,
-            )
-        });
+    let fetch = |layer: usize| -> StreamedLayer {
+        streams
+            .iter()
+            .zip(&abandoned)
+            .map(|(stream, abandoned)| {
+                (!abandoned.load(Ordering::Relaxed)).then(|| stream.fetch(model, store, layer))
+            })
+            .collect()
+    };
+    let consume = |receiver| {
         let mut feed = LayerFeed {
             model,
             encoder: &mut *encoder,
@@ -160,27 +154,25 @@ pub(super) fn with_cached_layers<T>(
             next_layer: first_layer,
             eager_load_per_layer: eager_reads / n_layers.max(1) as u32,
             recovery: PrefillStats::new(InferenceMode::Reuse),
-            account: PipelineStats {
-                units_streamed: streams.len(),
-                ..PipelineStats::default()
-            },
         };
         let result = body(&mut kv, &mut feed, stats);
-        // Hang up first, so a loader blocked on a full channel (the body failed) stops.
-        let LayerFeed {
-            receiver,
-            recovery,
-            account,
-            relayer,
-            ..
-        } = feed;
-        drop(receiver);
-        let loader = loader.join();
-        (result, (recovery, account, relayer), loader)
-    });
-    let (recovery, mut account, relayer) = feed;
-    let loader =
-        loader.map_err(|_| InferenceError::Pipeline("the loader thread panicked".to_string()))?;
+        let account = PipelineStats {
+            units_streamed: streams.len(),
+            layers_streamed: feed.receiver.received(),
+            fetch: feed.receiver.fetched(),
+            waited: feed.receiver.waited(),
+            ..PipelineStats::default()
+        };
+        // The receiver is dropped with the feed here, which stops a loader blocked on a full
+        // channel (the body failed) before the loader's `after` work starts.
+        (result, feed.recovery, account, feed.relayer)
+    };
+    let ((result, recovery, mut account, relayer), loader) = stream_layers(
+        first_layer..n_layers,
+        fetch,
+        || store_per_layer(store, &layering),
+        consume,
+    )?;
     let result = result?;
     // Units that fell back mid-stream are stored per layer again now (once, after the answer's
     // prefill is computed), so the next prompt streams them.
@@ -324,38 +316,30 @@ struct StreamedSpan {
 }
 
 impl StreamedSpan {
-    /// Layer `layer` of the span's rows, read from `store`, checked, selected and re-rotated;
-    /// `Err(reason)` when the entry is missing, damaged or not this unit's.
+    /// Layer `layer` of the span's rows, read from `store`, checked, selected and re-rotated.
     fn fetch(
         &self,
         model: &Model,
         store: &ModuleStore,
         layer: usize,
-    ) -> Result<(Tensor, Tensor), String> {
-        let key = self
-            .keys
-            .get(layer)
-            .ok_or_else(|| format!("no key for layer {layer}"))?;
-        let state = store
-            .get(key)
-            .map_err(|error| error.to_string())?
-            .ok_or_else(|| format!("layer {layer} is not in the store"))?
-            .state;
-        let expected_kind = u16::try_from(layer).ok().map(StateKind::KvLayer);
-        if Some(state.kind()) != expected_kind
-            || state.tokens() != self.unit_tokens.as_slice()
-            || state.positions() != self.unit_positions.as_slice()
-        {
-            return Err(format!(
-                "the stored layer {layer} is not this unit's layer {layer}"
-            ));
-        }
-        let rows = select_rows(state.kv(), &self.rows).map_err(|error| error.to_string())?;
-        let (keys, values) = rows.layer(0).map_err(|error| error.to_string())?;
+    ) -> Result<(Tensor, Tensor), LayerError> {
+        let key = self.keys.get(layer).ok_or(LayerError::NoKey { layer })?;
+        let load = |key: &StoreKey| store.get(key).map(|hit| hit.map(|hit| hit.state));
+        let kind = StateKind::KvLayer(layer_id(layer)?);
+        let state = read_layer(
+            load,
+            key,
+            layer,
+            kind,
+            &self.unit_tokens,
+            &self.unit_positions,
+        )?;
+        let rows = select_rows(state.kv(), &self.rows).map_err(LayerError::engine(layer))?;
+        let (keys, values) = rows.layer(0).map_err(LayerError::engine(layer))?;
         let keys = if self.positions != self.encoded_positions {
             model
                 .reposition_keys(layer, keys, &self.encoded_positions, &self.positions)
-                .map_err(|error| error.to_string())?
+                .map_err(LayerError::engine(layer))?
         } else {
             keys.clone()
         };
@@ -364,12 +348,7 @@ impl StreamedSpan {
 }
 
 /// One layer of every streamed span (`None` for a span the compute side abandoned).
-struct LoadedLayer {
-    layer: usize,
-    rows: Vec<Option<Result<(Tensor, Tensor), String>>>,
-    /// The loader's time on this layer.
-    fetch: Duration,
-}
+type StreamedLayer = Vec<Option<Result<(Tensor, Tensor), LayerError>>>;
 
 /// A unit spliced whole whose per-layer entries the loader writes at the end.
 struct LayeringJob {
@@ -382,38 +361,6 @@ struct LayeringJob {
 struct LoaderReport {
     units_layered: usize,
     failures: Vec<String>,
-}
-
-/// Streams layer after layer of every streamed span, then writes the per-layer entries of the
-/// units that lacked them.
-fn run_loader(
-    model: &Model,
-    store: &ModuleStore,
-    streams: &[StreamedSpan],
-    abandoned: &[AtomicBool],
-    layers: Range<usize>,
-    sender: SyncSender<LoadedLayer>,
-    layering: &[LayeringJob],
-) -> LoaderReport {
-    if !streams.is_empty() {
-        for layer in layers {
-            let started = Instant::now();
-            let rows = streams
-                .iter()
-                .zip(abandoned)
-                .map(|(stream, abandoned)| {
-                    (!abandoned.load(Ordering::Relaxed)).then(|| stream.fetch(model, store, layer))
-                })
-                .collect();
-            let fetch = started.elapsed();
-            // The compute side hung up (finished or failed): stop reading.
-            if sender.send(LoadedLayer { layer, rows, fetch }).is_err() {
-                break;
-            }
-        }
-    }
-    drop(sender);
-    store_per_layer(store, layering)
 }
 
 /// Stores each job's unit per layer; failures only cost the next prompt's speed, so they are
@@ -438,10 +385,8 @@ fn store_per_layer(store: &ModuleStore, jobs: &[LayeringJob]) -> LoaderReport {
 fn write_layers(store: &ModuleStore, job: &LayeringJob) -> Result<(), InferenceError> {
     for (layer, key) in job.keys.iter().enumerate() {
         let (keys, values) = job.state.layer(layer)?;
-        let layer_id = u16::try_from(layer)
-            .map_err(|_| InferenceError::Pipeline(format!("layer {layer} has no store id")))?;
         let state = ModuleState::kv_layer(
-            layer_id,
+            layer_id(layer)?,
             keys.clone(),
             values.clone(),
             job.state.positions().to_vec(),
@@ -477,41 +422,33 @@ struct LayerFeed<'f, 'e, 'a> {
     streams: &'f [StreamedSpan],
     /// Units that fell back to their whole state, to store per layer again afterwards.
     relayer: Vec<LayeringJob>,
-    receiver: Receiver<LoadedLayer>,
+    receiver: LayerReceiver<StreamedLayer>,
     first_layer: usize,
     next_layer: usize,
     /// Whole states read before the compute, per layer.
     eager_load_per_layer: Duration,
     /// The accounting of units recovered from their whole state.
     recovery: PrefillStats,
-    account: PipelineStats,
 }
 
 impl LayerSource for LayerFeed<'_, '_, '_> {
     fn place(&mut self, layer: usize, kv: &mut KvCache) -> Result<(), InferenceError> {
         if layer < self.first_layer {
-            return Err(InferenceError::Pipeline(format!(
-                "layer {layer} was asked for, but streaming starts at layer {}",
-                self.first_layer
-            )));
+            return Err(LayerError::BeforeStream {
+                layer,
+                first: self.first_layer,
+            }
+            .into());
         }
         while self.next_layer <= layer {
             let current = self.next_layer;
             self.next_layer += 1;
-            let wait = Instant::now();
             // `None`: the loader is gone; every streamed span falls back below.
-            let mut loaded = self.receiver.recv().ok();
-            self.account.waited += wait.elapsed();
-            if let Some(loaded) = &loaded {
-                if loaded.layer != current {
-                    return Err(InferenceError::Pipeline(format!(
-                        "the loader sent layer {}, expected {current}",
-                        loaded.layer
-                    )));
-                }
-                self.account.fetch += loaded.fetch;
-                self.account.layers_streamed += 1;
-            }
+            let mut loaded = match self.receiver.next(current) {
+                Ok(loaded) => Some(loaded),
+                Err(LayerError::LoaderStopped { .. }) => None,
+                Err(error) => return Err(error.into()),
+            };
             for index in 0..self.spans.len() {
                 let rows = match &self.sources[index] {
                     SpanSource::Whole => continue,
@@ -522,12 +459,15 @@ impl LayerSource for LayerFeed<'_, '_, '_> {
                     SpanSource::Streamed(stream) => {
                         let fetched = loaded
                             .as_mut()
-                            .and_then(|loaded| loaded.rows.get_mut(*stream))
+                            .and_then(|loaded| loaded.get_mut(*stream))
                             .and_then(Option::take);
                         match fetched {
                             Some(Ok(rows)) => rows,
                             Some(Err(reason)) => self.recover(index, *stream, current, &reason)?,
-                            None => self.recover(index, *stream, current, "the loader stopped")?,
+                            None => {
+                                let reason = LayerError::LoaderStopped { layer: current };
+                                self.recover(index, *stream, current, &reason)?
+                            }
                         }
                     }
                 };
@@ -540,9 +480,9 @@ impl LayerSource for LayerFeed<'_, '_, '_> {
     }
 
     fn load_per_layer(&self) -> Duration {
-        let streamed = match self.account.layers_streamed {
+        let streamed = match self.receiver.received() {
             0 => Duration::ZERO,
-            layers => self.account.fetch / layers as u32,
+            layers => self.receiver.fetched() / layers as u32,
         };
         self.eager_load_per_layer + streamed
     }
@@ -556,7 +496,7 @@ impl LayerFeed<'_, '_, '_> {
         index: usize,
         stream: usize,
         layer: usize,
-        reason: &str,
+        reason: &LayerError,
     ) -> Result<(Tensor, Tensor), InferenceError> {
         if let Some(flag) = self.abandoned.get(stream) {
             flag.store(true, Ordering::Relaxed);

@@ -33,6 +33,7 @@ use candle_core::Tensor;
 use pml_compiler::plan::BoundPrompt;
 
 use crate::encode::{EncodeError, UnitEncoder};
+use crate::layer_stream::LayerError;
 use pml_engine::generation::{GenerateError, Generation, Generator, SamplingParams};
 use pml_engine::kv_cache::{KvCache, KvCacheError};
 use pml_engine::model::{EngineError, Model};
@@ -110,7 +111,7 @@ pub enum InferenceError {
     #[error("invalid inference options: {0}")]
     InvalidOptions(String),
     #[error("pipelined load failed: {0}")]
-    Pipeline(String),
+    Layer(#[from] LayerError),
 }
 
 impl From<EngineError> for InferenceError {

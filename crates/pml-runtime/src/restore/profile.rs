@@ -181,7 +181,7 @@ pub fn measure_overlap(
         }
         parts[0].push(report.elapsed);
 
-        let from_tier = |key: &StoreKey| tier.get(key).map_err(|error| error.to_string());
+        let from_tier = |key: &StoreKey| tier.get(key);
         let mut kv = model.new_kv_cache()?;
         let report = restore_unit_with(model, store, unit, &mut kv, &from_tier)?;
         if report.fallback.is_some() {

@@ -13,7 +13,6 @@
 //! unit is recomputed from its tokens: slower, never wrong.
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, sync_channel};
 use std::time::{Duration, Instant};
 
 use candle_core::Tensor;
@@ -22,13 +21,11 @@ use serde::{Deserialize, Serialize};
 
 use super::RestoreError;
 use super::plan::{LayerForm, RestorePlan};
-use crate::store::{ContextHash, ModuleState, ModuleStore, StateKind, StoreKey};
+use crate::layer_stream::{LayerError, LayerReceiver, layer_id, read_layer, stream_layers};
+use crate::store::{ContextHash, ModuleState, ModuleStore, StateKind, StoreError, StoreKey};
 use crate::unit_key::UnitKey;
 use pml_engine::kv_cache::{KvBlock, KvCache};
 use pml_engine::model::{ForwardContext, ForwardOptions, LogitRows, Model};
-
-/// Layers the loader may read ahead of the compute side.
-const PREFETCH_LAYERS: usize = 2;
 
 /// A unit saved per layer: its tokens at their positions after a context, and the plan it was
 /// saved in.
@@ -184,9 +181,6 @@ pub struct RestoreReport {
     pub fallback: Option<String>,
 }
 
-/// A loaded layer, or why it could not be.
-type Loaded = (usize, Result<Option<Arc<ModuleState>>, String>);
-
 /// Appends `unit`'s rows to `kv` (which holds the unit's context), from the store in the unit's
 /// plan, falling back to recomputing the unit from its tokens if any stored layer is unusable.
 pub fn restore_unit(
@@ -195,18 +189,13 @@ pub fn restore_unit(
     unit: &SavedUnit,
     kv: &mut KvCache,
 ) -> Result<RestoreReport, RestoreError> {
-    let load = |key: &StoreKey| {
-        store
-            .get(key)
-            .map(|hit| hit.map(|hit| hit.state))
-            .map_err(|error| error.to_string())
-    };
+    let load = |key: &StoreKey| store.get(key).map(|hit| hit.map(|hit| hit.state));
     restore_unit_with(model, store, unit, kv, &load)
 }
 
 /// A layer reader for [`restore_unit_with`]: the state under a key, `None` when absent.
 pub type LayerLoader<'a> =
-    dyn Fn(&StoreKey) -> Result<Option<Arc<ModuleState>>, String> + Sync + 'a;
+    dyn Fn(&StoreKey) -> Result<Option<Arc<ModuleState>>, StoreError> + Sync + 'a;
 
 /// [`restore_unit`] reading the layers through `load` (the profiler times the same pipeline on
 /// one tier); `store` only derives the keys.
@@ -228,22 +217,26 @@ pub fn restore_unit_with(
     if unit.tokens.is_empty() {
         return Ok(report);
     }
-    let loaded = std::thread::scope(|scope| {
-        let (sender, receiver) = sync_channel::<Loaded>(PREFETCH_LAYERS);
-        scope.spawn(move || {
-            for (layer, &form) in unit.plan.layers.iter().enumerate() {
-                let Some(key) = unit.layer_key(model, store, layer, form) else {
-                    continue;
-                };
-                // The compute side hung up (it gave up on the stored layers): stop reading.
-                if sender.send((layer, load(&key))).is_err() {
-                    break;
-                }
-            }
-        });
-        restore_layers(model, unit, kv, base, &receiver, &mut report)
-    });
-    if let Err(reason) = loaded {
+    let recomputed = unit.plan.count(LayerForm::Recompute);
+    // A valid plan recomputes a prefix of the layers and stores every later one.
+    let stored = recomputed..unit.plan.layers.len();
+    let fetch = |layer: usize| {
+        let form = unit.plan.layers[layer];
+        let key = unit
+            .layer_key(model, store, layer, form)
+            .ok_or(LayerError::NoKey { layer })?;
+        let id = layer_id(layer)?;
+        let kind = match form {
+            LayerForm::Hidden => StateKind::HiddenLayer(id),
+            LayerForm::Kv | LayerForm::Recompute => StateKind::KvLayer(id),
+        };
+        read_layer(load, &key, layer, kind, &unit.tokens, &unit.positions)
+    };
+    let restored = stream_layers(stored, fetch, || (), |receiver| {
+        restore_layers(model, unit, kv, base, receiver, &mut report)
+    })
+    .and_then(|(restored, ())| restored);
+    if let Err(reason) = restored {
         kv.truncate(base);
         report.kv_layers = 0;
         report.hidden_layers = 0;
@@ -254,74 +247,61 @@ pub fn restore_unit_with(
             keep_layer_inputs: false,
         };
         model.forward_with(&unit.tokens, &context, kv, &options)?;
-        report.fallback = Some(reason);
+        report.fallback = Some(reason.to_string());
     }
     report.elapsed = started.elapsed();
     Ok(report)
 }
 
-/// The compute side of a restore; `Err(reason)` when a stored layer is unusable (the caller
-/// recomputes), engine failures as `Ok(Err)`.
+/// The compute side of a restore: recomputes the plan's recomputed prefix while the loader reads,
+/// then places each stored layer. Any error sends the caller to recompute the unit instead.
 fn restore_layers(
     model: &Model,
     unit: &SavedUnit,
     kv: &mut KvCache,
     base: usize,
-    receiver: &Receiver<Loaded>,
+    mut receiver: LayerReceiver<Result<Arc<ModuleState>, LayerError>>,
     report: &mut RestoreReport,
-) -> Result<(), String> {
+) -> Result<(), LayerError> {
     let slots: Vec<usize> = (base..base + unit.tokens.len()).collect();
     let recomputed = unit.plan.count(LayerForm::Recompute);
     if recomputed > 0 {
         let context = ForwardContext::new(unit.positions.clone(), slots.clone())
-            .map_err(|error| error.to_string())?;
-        let mut hidden = model
-            .embed(&unit.tokens)
-            .map_err(|error| error.to_string())?;
+            .map_err(LayerError::engine(0))?;
+        let mut hidden = model.embed(&unit.tokens).map_err(LayerError::engine(0))?;
         for layer in 0..recomputed {
             hidden = model
                 .forward_layer(layer, &hidden, &context, kv)
-                .map_err(|error| error.to_string())?;
+                .map_err(LayerError::engine(layer))?;
         }
         report.recomputed_layers = recomputed;
     }
     for (layer, &form) in unit.plan.layers.iter().enumerate().skip(recomputed) {
-        let wait = Instant::now();
-        let (loaded_layer, got) = receiver
-            .recv()
-            .map_err(|_| "the loader stopped early".to_string())?;
-        report.waited_for_io += wait.elapsed();
-        if loaded_layer != layer {
-            return Err(format!(
-                "loader sent layer {loaded_layer}, expected {layer}"
-            ));
-        }
-        let state =
-            got?.ok_or_else(|| format!("layer {layer} ({}) is not in the store", form.name()))?;
-        if state.tokens() != unit.tokens.as_slice()
-            || state.positions() != unit.positions.as_slice()
-        {
-            return Err(format!(
-                "the stored layer {layer} is for other tokens or positions"
-            ));
-        }
-        let (keys, values) = match (form, state.kind(), state.hidden()) {
-            (LayerForm::Kv, StateKind::KvLayer(_), _) => {
-                let (keys, values) = state.kv().layer(0).map_err(|error| error.to_string())?;
-                report.kv_layers += 1;
-                (keys.clone(), values.clone())
-            }
-            (LayerForm::Hidden, StateKind::HiddenLayer(_), Some(hidden)) => {
+        let state = receiver.next(layer)??;
+        let (keys, values) = match (form, state.hidden()) {
+            (LayerForm::Hidden, Some(hidden)) => {
                 report.hidden_layers += 1;
                 model
                     .project_kv(layer, hidden, &unit.positions)
-                    .map_err(|error| error.to_string())?
+                    .map_err(LayerError::engine(layer))?
             }
-            (_, kind, _) => return Err(format!("layer {layer} holds a {} state", kind.name())),
+            (LayerForm::Hidden, None) => {
+                return Err(LayerError::WrongKind {
+                    layer,
+                    found: state.kind().name(),
+                    expected: StateKind::HiddenLayer(0).name(),
+                });
+            }
+            _ => {
+                let (keys, values) = state.kv().layer(0).map_err(LayerError::engine(layer))?;
+                report.kv_layers += 1;
+                (keys.clone(), values.clone())
+            }
         };
         kv.write(layer, &slots, &keys, &values, &unit.positions)
-            .map_err(|error| error.to_string())?;
+            .map_err(LayerError::engine(layer))?;
     }
+    report.waited_for_io = receiver.waited();
     Ok(())
 }
 
