@@ -42,6 +42,8 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The server's log is read later and next to other logs: it gets timestamps.
+    pml_cli::logging::init(matches!(cli.command, Command::Serve(_)));
     let result = match cli.command {
         Command::Models(args) => commands::models::run(args).map_err(Failure::from),
         Command::Generate(args) => commands::generate::run(args).map_err(Failure::from),

@@ -58,6 +58,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    pml_cli::logging::init(false);
     match cli.command {
         Command::Check {
             files,
