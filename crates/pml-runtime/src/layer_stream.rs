@@ -37,7 +37,10 @@ pub enum LayerError {
     },
     #[error("the stored layer {layer} is for other tokens or positions")]
     OtherUnit { layer: usize },
-    #[error("layer {layer} has no store key (a key names at most {} layers)", u16::MAX)]
+    #[error(
+        "layer {layer} has no store key (a key names at most {} layers)",
+        u16::MAX
+    )]
     NoKey { layer: usize },
     #[error("layer {layer} could not be placed: {source}")]
     Engine {

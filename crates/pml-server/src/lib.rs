@@ -5,6 +5,7 @@
 //!   arrive over channels, decode steps of all active requests are batched.
 //! - [`api`]: the axum routes (OpenAI-compatible completions, schema upload, health, metrics);
 //!   it parses and answers HTTP and never touches a tensor.
+//! - [`incident`]: internal failures, logged in full and answered with a number only.
 //! - [`metrics`]: counters and histograms, rendered for Prometheus.
 //! - [`saved_schemas`]: uploaded schemas kept as files, loaded again at start.
 //! - [`server`]: binding, start, graceful shutdown.
@@ -12,6 +13,7 @@
 pub mod api;
 pub mod config;
 pub mod engine;
+pub mod incident;
 pub mod metrics;
 pub mod saved_schemas;
 pub mod server;

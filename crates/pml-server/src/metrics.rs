@@ -8,6 +8,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use pml_runtime::store::StoreStats;
+
 /// Upper bounds (seconds) of the latency histograms' buckets.
 const BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
@@ -89,10 +91,10 @@ impl Outcome {
 
 /// One tier's lookups as last reported by the engine.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TierHits {
-    pub tier: &'static str,
-    pub hits: u64,
-    pub misses: u64,
+struct TierHits {
+    tier: &'static str,
+    hits: u64,
+    misses: u64,
 }
 
 /// Every metric of one server.
@@ -127,10 +129,27 @@ impl Metrics {
     }
 
     /// Replaces the store counters with the engine's latest snapshot.
-    pub fn set_store(&self, tiers: Vec<TierHits>) {
+    pub fn set_store(&self, stats: &StoreStats) {
+        let tiers = stats
+            .tiers
+            .iter()
+            .map(|tier| TierHits {
+                tier: tier.tier,
+                hits: tier.hits,
+                misses: tier.misses,
+            })
+            .collect();
         if let Ok(mut store) = self.store.lock() {
             *store = tiers;
         }
+    }
+
+    /// Counts a plain prompt's lookup in the prefix cache, in tokens.
+    pub fn count_prefix_lookup(&self, queried: usize, hit: usize) {
+        self.prefix_cache_queries
+            .fetch_add(queried as u64, Ordering::Relaxed);
+        self.prefix_cache_hits
+            .fetch_add(hit as u64, Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition of every metric.
@@ -239,6 +258,8 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests {
+    use pml_runtime::store::TierStats;
+
     use super::*;
 
     #[test]
@@ -249,11 +270,15 @@ mod tests {
             .observe(Duration::from_millis(30));
         metrics.time_to_first_token.observe(Duration::from_secs(3));
         metrics.count_outcome(Outcome::Rejected);
-        metrics.set_store(vec![TierHits {
-            tier: "ram",
-            hits: 4,
-            misses: 1,
-        }]);
+        metrics.set_store(&StoreStats {
+            tiers: vec![TierStats {
+                tier: "ram",
+                hits: 4,
+                misses: 1,
+                ..TierStats::default()
+            }],
+            ..StoreStats::default()
+        });
         let text = metrics.render();
         assert!(text.contains("pml_time_to_first_token_seconds_bucket{le=\"0.025\"} 0"));
         assert!(text.contains("pml_time_to_first_token_seconds_bucket{le=\"0.05\"} 1"));

@@ -16,6 +16,7 @@ use crate::api::{AppState, router};
 use crate::config::ServerConfig;
 use crate::engine::schemas::SchemaInfo;
 use crate::engine::{self, EngineHandle, EngineRequest, JobError};
+use crate::incident::{Incident, error_chain, log_panics};
 use crate::saved_schemas::SavedSchemas;
 
 /// Why a server could not start or stopped badly.
@@ -77,33 +78,37 @@ pub fn start(
     let http = std::thread::Builder::new()
         .name("pml-http".to_string())
         .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .map_err(ServerError::Threads)?;
-            runtime.block_on(async move {
-                let listener =
-                    tokio::net::TcpListener::from_std(listener).map_err(ServerError::Serve)?;
-                let stop = async move {
-                    if handle_signals {
-                        tokio::select! {
-                            _ = shutdown_requested => {}
-                            _ = termination_signal() => {}
+            log_panics("HTTP", move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .map_err(ServerError::Threads)?;
+                runtime.block_on(async move {
+                    let listener =
+                        tokio::net::TcpListener::from_std(listener).map_err(ServerError::Serve)?;
+                    let stop = async move {
+                        if handle_signals {
+                            tokio::select! {
+                                _ = shutdown_requested => {}
+                                _ = termination_signal() => {}
+                            }
+                        } else {
+                            let _ = shutdown_requested.await;
                         }
-                    } else {
-                        let _ = shutdown_requested.await;
-                    }
-                    // New work is refused from here; running work gets `grace` to finish.
-                    engine_for_stop.begin_shutdown(grace);
-                };
-                axum::serve(listener, router(state))
-                    .with_graceful_shutdown(stop)
-                    .await
-                    .map_err(ServerError::Serve)
+                        // New work is refused from here; running work gets `grace` to finish.
+                        tracing::info!("shutting down; running completions get {grace:?}");
+                        engine_for_stop.begin_shutdown(grace);
+                    };
+                    axum::serve(listener, router(state))
+                        .with_graceful_shutdown(stop)
+                        .await
+                        .map_err(ServerError::Serve)
+                })
             })
         })
         .map_err(ServerError::Threads)?;
+    tracing::info!("listening on http://{addr}");
     Ok(ServerHandle {
         addr,
         restored,
@@ -140,7 +145,7 @@ impl ServerHandle {
         source: String,
         sources_root: PathBuf,
     ) -> Result<SchemaInfo, JobError> {
-        let stopped = || JobError::Internal("the engine has stopped".to_string());
+        let stopped = || JobError::Internal(Incident::report("the engine has stopped"));
         let engine = self.engine_handle.as_ref().ok_or_else(stopped)?;
         let (reply, answer) = oneshot::channel();
         engine
@@ -178,7 +183,12 @@ fn restore_schemas(
         Ok(sources) => sources,
         Err(error) => {
             let folder = saved.folder().to_path_buf();
-            return vec![(folder, Err(JobError::Internal(error.to_string())))];
+            let incident = Incident::report(format_args!(
+                "reading the saved schemas in {}: {}",
+                folder.display(),
+                error_chain(&error)
+            ));
+            return vec![(folder, Err(JobError::Internal(incident)))];
         }
     };
     sources
@@ -191,10 +201,10 @@ fn restore_schemas(
                 reply,
             });
             let result = match sent {
-                Ok(()) => answer
-                    .blocking_recv()
-                    .unwrap_or_else(|_| Err(JobError::Internal("the engine stopped".into()))),
-                Err(error) => Err(JobError::Internal(error.to_string())),
+                Ok(()) => answer.blocking_recv().unwrap_or_else(|_| {
+                    Err(JobError::Internal(Incident::report("the engine stopped")))
+                }),
+                Err(error) => Err(JobError::internal(error)),
             };
             (path, result)
         })

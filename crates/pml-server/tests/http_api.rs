@@ -4,6 +4,8 @@
 
 mod support;
 
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use pml_server::ServerConfig;
@@ -631,4 +633,77 @@ fn a_long_pml_prompt_prefills_in_chunks_and_answers_as_in_one_piece() {
     assert!(reuse["usage"]["new_tokens"].as_u64() > Some(300), "{reuse}");
     assert!(full["usage"]["new_tokens"].as_u64() > Some(300), "{full}");
     assert_eq!(reuse["choices"][0]["text"], full["choices"][0]["text"]);
+}
+
+/// Everything the server logs in this test process, from the first call on (tokio's worker
+/// threads log too, so the subscriber is the global one).
+fn captured_log() -> Arc<Mutex<Vec<u8>>> {
+    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    Arc::clone(LOG.get_or_init(|| {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = LogSink(Arc::clone(&log));
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        log
+    }))
+}
+
+#[derive(Clone)]
+struct LogSink(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogSink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn an_internal_error_answers_its_incident_and_logs_the_detail() {
+    let log = captured_log();
+    let folder = tempfile::TempDir::new().expect("temp dir");
+    // A file where the saved schemas' folder should be: saving an upload fails on the server.
+    let file = folder.path().join("a-file");
+    std::fs::write(&file, "").expect("file");
+    let server = TestServer::tiny(ServerConfig {
+        saved_schemas: Some(file.join("schemas")),
+        ..ServerConfig::default()
+    });
+    let (status, body) = call("POST", &server.url("/v1/schemas"), Some(SCHEMA), None);
+    assert_eq!(status, 500, "{body}");
+    let error = &parse(&body)["error"];
+    assert_eq!(error["type"], "server_error", "{body}");
+    assert_eq!(error["code"], "internal_error", "{body}");
+    assert!(error["param"].is_null(), "{body}");
+    let message = error["message"].as_str().expect("a message");
+    let incident = message
+        .split("(incident ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .expect("an incident number");
+    assert_eq!(
+        message,
+        format!(
+            "schema `notes` is loaded but could not be saved for the next start: internal error \
+             (incident {incident}); the server's log has the details"
+        )
+    );
+    let path = file.display().to_string();
+    assert!(!body.contains(&path), "no server path in {body}");
+    assert!(!body.contains("os error"), "no OS error in {body}");
+
+    let log = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+    let line = log
+        .lines()
+        .find(|line| line.contains(&format!("(incident {incident}):")))
+        .unwrap_or_else(|| panic!("incident {incident} is not in the log:\n{log}"));
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(line.contains(&path) && line.contains("os error"), "{line}");
 }

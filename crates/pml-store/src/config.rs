@@ -175,7 +175,7 @@ fn parse_tier(item: &str, default_root: &Path) -> Result<TierConfig, StoreError>
     }
     if let Some(size) = item.strip_prefix("ram:") {
         return Ok(TierConfig::Ram {
-            budget_bytes: parse_size(size).map_err(|reason| invalid(item, &reason))?,
+            budget_bytes: parse_size(size).map_err(|error| invalid(item, &error.to_string()))?,
         });
     }
     if item.starts_with("redis://") || item.starts_with("rediss://") {
@@ -193,7 +193,8 @@ fn parse_tier(item: &str, default_root: &Path) -> Result<TierConfig, StoreError>
     for (name, value) in query_pairs(query) {
         match name {
             "max" => {
-                budget_bytes = Some(parse_size(value).map_err(|reason| invalid(item, &reason))?)
+                budget_bytes =
+                    Some(parse_size(value).map_err(|error| invalid(item, &error.to_string()))?)
             }
             other => {
                 return Err(invalid(
@@ -215,7 +216,7 @@ fn parse_redis(item: &str) -> Result<TierConfig, StoreError> {
     let mut config = RedisConfig::new(base);
     let mut passed_on = Vec::new();
     for (name, value) in query_pairs(query) {
-        let bad = |reason: String| invalid(item, &reason);
+        let bad = |error: SizeError| invalid(item, &error.to_string());
         match name {
             "max" => config.budget_bytes = Some(parse_size(value).map_err(bad)?),
             "chunk" => {
@@ -247,8 +248,17 @@ fn query_pairs(query: &str) -> impl Iterator<Item = (&str, &str)> {
         .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
 }
 
+/// A size that does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("`{0}` is not a size (e.g. `512MiB`, `2GB`, `1000000`)")]
+    NotANumber(String),
+    #[error("unknown size unit `{unit}` in `{text}` (use KB, MB, GB, KiB, MiB or GiB)")]
+    UnknownUnit { unit: String, text: String },
+}
+
 /// `512MiB`, `2GB`, `1000`: a byte count.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let text = text.trim();
     let digits_end = text
         .find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -256,7 +266,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let (number, unit) = text.split_at(digits_end);
     let number: f64 = number
         .parse()
-        .map_err(|_| format!("`{text}` is not a size (e.g. `512MiB`, `2GB`, `1000000`)"))?;
+        .map_err(|_| SizeError::NotANumber(text.to_string()))?;
     let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" => 1_000,
@@ -266,9 +276,10 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "mib" => 1 << 20,
         "gib" => 1 << 30,
         other => {
-            return Err(format!(
-                "unknown size unit `{other}` in `{text}` (use KB, MB, GB, KiB, MiB or GiB)"
-            ));
+            return Err(SizeError::UnknownUnit {
+                unit: other.to_string(),
+                text: text.to_string(),
+            });
         }
     };
     Ok((number * scale as f64).round() as u64)

@@ -43,7 +43,9 @@ pub mod testing;
 pub mod tier;
 pub mod unit_lock;
 
-pub use config::{DEFAULT_RAM_BUDGET_BYTES, STORE_ENV, StoreConfig, TierConfig, parse_size};
+pub use config::{
+    DEFAULT_RAM_BUDGET_BYTES, STORE_ENV, SizeError, StoreConfig, TierConfig, parse_size,
+};
 pub use disk::DiskTier;
 pub use error::StoreError;
 pub use home::{PML_HOME_ENV, pml_home};

@@ -77,25 +77,39 @@ pub fn start_redis() -> Option<RedisServer> {
     }
 }
 
-/// A fresh server, or why none could be started (not installed, no free port): for tools such
-/// as `pml bench store` that run without one.
-pub fn try_start_redis() -> Result<RedisServer, String> {
-    // Another process may take the free port between our probe and the server's bind: retry.
-    let mut last_error = String::from("redis-server is not installed");
-    for _ in 0..5 {
-        match try_start() {
-            Ok(server) => return Ok(server),
-            Err(error) => last_error = error,
-        }
-    }
-    Err(last_error)
+/// Why no throwaway server could be started.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisStartError {
+    #[error("could not start redis-server: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("redis-server exited with {status} (port {port} taken?)")]
+    Exited {
+        status: std::process::ExitStatus,
+        port: u16,
+    },
+    #[error("redis-server gave no answer on port {port} within {timeout:?}")]
+    Silent { port: u16, timeout: Duration },
 }
 
-fn try_start() -> Result<RedisServer, String> {
-    let dir = TempDir::new().map_err(|error| error.to_string())?;
+/// A fresh server, or why none could be started (not installed, no free port): for tools such
+/// as `pml bench store` that run without one.
+pub fn try_start_redis() -> Result<RedisServer, RedisStartError> {
+    // Another process may take the free port between our probe and the server's bind: retry.
+    let mut attempts_left = 5;
+    loop {
+        attempts_left -= 1;
+        match try_start() {
+            Ok(server) => return Ok(server),
+            Err(error) if attempts_left == 0 => return Err(error),
+            Err(_) => {}
+        }
+    }
+}
+
+fn try_start() -> Result<RedisServer, RedisStartError> {
+    let dir = TempDir::new()?;
     let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map_err(|error| error.to_string())?
+        .and_then(|listener| listener.local_addr())?
         .port();
     let child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -104,8 +118,7 @@ fn try_start() -> Result<RedisServer, String> {
         .arg(dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()
-        .map_err(|error| error.to_string())?;
+        .spawn()?;
     let mut server = RedisServer {
         child: Some(child),
         port,
@@ -117,7 +130,7 @@ fn try_start() -> Result<RedisServer, String> {
             && let Ok(Some(status)) = child.try_wait()
         {
             server.child = None;
-            return Err(format!("exited with {status} (port {port} taken?)"));
+            return Err(RedisStartError::Exited { status, port });
         }
         let answered = redis::Client::open(server.url())
             .and_then(|client| client.get_connection_with_timeout(Duration::from_millis(200)))
@@ -127,9 +140,10 @@ fn try_start() -> Result<RedisServer, String> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Err(format!(
-        "no answer on port {port} within {STARTUP_TIMEOUT:?}"
-    ))
+    Err(RedisStartError::Silent {
+        port,
+        timeout: STARTUP_TIMEOUT,
+    })
 }
 
 /// Environment variable (CI sets it to `1`) under which a test fails instead of skipping when

@@ -9,6 +9,24 @@ use std::str::FromStr;
 
 use pml_engine::model::MassWeighting;
 
+/// A command-line or request value that names no setting (`--recompute 2`, `--mode fast`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{text}` is not {expected}")]
+pub struct ValueError {
+    pub text: String,
+    /// What would have been accepted, worded to follow "is not".
+    pub expected: &'static str,
+}
+
+impl ValueError {
+    pub fn new(text: &str, expected: &'static str) -> Self {
+        Self {
+            text: text.to_string(),
+            expected,
+        }
+    }
+}
+
 /// A fraction in `[0, 1]`, held in parts per million so it compares and hashes exactly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Ratio(u32);
@@ -42,14 +60,14 @@ impl fmt::Display for Ratio {
 }
 
 impl FromStr for Ratio {
-    type Err = String;
+    type Err = ValueError;
 
-    fn from_str(text: &str) -> Result<Self, String> {
-        let value: f64 = text
-            .trim()
+    fn from_str(text: &str) -> Result<Self, ValueError> {
+        text.trim()
             .parse()
-            .map_err(|_| format!("`{text}` is not a number"))?;
-        Ratio::new(value).ok_or_else(|| format!("{value} is not a fraction between 0 and 1"))
+            .ok()
+            .and_then(Ratio::new)
+            .ok_or_else(|| ValueError::new(text, "a fraction between 0 and 1"))
     }
 }
 
@@ -132,14 +150,14 @@ impl Pipelining {
 }
 
 impl FromStr for Pipelining {
-    type Err = String;
+    type Err = ValueError;
 
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, ValueError> {
         match text {
             "auto" => Ok(Pipelining::Auto),
             "on" => Ok(Pipelining::Always),
             "off" => Ok(Pipelining::Never),
-            other => Err(format!("`{other}` is not `auto`, `on` or `off`")),
+            other => Err(ValueError::new(other, "`auto`, `on` or `off`")),
         }
     }
 }

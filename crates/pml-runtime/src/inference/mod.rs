@@ -38,7 +38,7 @@ use pml_engine::generation::{GenerateError, Generation, Generator, SamplingParam
 use pml_engine::kv_cache::{KvCache, KvCacheError};
 use pml_engine::model::{EngineError, Model};
 
-pub use blend_options::{BlendOptions, Deviation, Pipelining, Ratio, Selection};
+pub use blend_options::{BlendOptions, Deviation, Pipelining, Ratio, Selection, ValueError};
 pub use controller::{LayerCosts, RatioChoice, RemainingWork, Shortcut, choose_ratio};
 pub use plan::{PlannedSpan, SplicePlan};
 pub use pml_compiler::LaidOutSchema;
@@ -83,15 +83,16 @@ impl fmt::Display for InferenceMode {
 }
 
 impl FromStr for InferenceMode {
-    type Err = String;
+    type Err = ValueError;
 
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, ValueError> {
         match text {
             "reuse" => Ok(InferenceMode::Reuse),
             "full" => Ok(InferenceMode::Full),
             "blend" => Ok(InferenceMode::Blend(BlendOptions::default())),
-            other => Err(format!(
-                "unknown mode `{other}` (expected `reuse`, `blend` or `full`)"
+            other => Err(ValueError::new(
+                other,
+                "a mode (`reuse`, `blend` or `full`)",
             )),
         }
     }

@@ -232,9 +232,12 @@ pub fn restore_unit_with(
         };
         read_layer(load, &key, layer, kind, &unit.tokens, &unit.positions)
     };
-    let restored = stream_layers(stored, fetch, || (), |receiver| {
-        restore_layers(model, unit, kv, base, receiver, &mut report)
-    })
+    let restored = stream_layers(
+        stored,
+        fetch,
+        || (),
+        |receiver| restore_layers(model, unit, kv, base, receiver, &mut report),
+    )
     .and_then(|(restored, ())| restored);
     if let Err(reason) = restored {
         kv.truncate(base);

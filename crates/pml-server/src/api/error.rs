@@ -1,6 +1,9 @@
 //! Error responses in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}` (`param`
 //! the request field at fault or null, `code` a string or null), with PML diagnostics (code,
 //! message, span, line and column) under `error.diagnostics` for a bad schema or prompt.
+//!
+//! A 500's detail stays in the server's log: the client gets the incident's number only
+//! ([`crate::incident`]), in the body as in a stream's error event.
 
 use axum::Json;
 use axum::extract::rejection::BytesRejection;
@@ -10,6 +13,7 @@ use pml_syntax::json::JsonDiagnostic;
 use serde::Serialize;
 
 use crate::engine::{JobError, SubmitError};
+use crate::incident::Incident;
 
 /// Seconds a client refused with 503 is told to wait.
 const RETRY_AFTER_SECONDS: &str = "1";
@@ -101,8 +105,29 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found_error", message)
     }
 
-    pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    /// A 500 for `detail`, which is logged under a new incident number and not answered.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        Self::from(&Incident::report(detail))
+    }
+
+    /// Says first what the failure means for the request (`schema `x` is loaded but …`): only
+    /// for text that reveals nothing of the server.
+    pub fn after(self, outcome: impl std::fmt::Display) -> Self {
+        Self {
+            message: format!("{outcome}: {}", self.message),
+            ..self
+        }
+    }
+}
+
+impl From<&Incident> for ApiError {
+    fn from(incident: &Incident) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            incident.public_message(),
+        )
+        .with_code("internal_error")
     }
 }
 
@@ -121,7 +146,8 @@ impl From<JobError> for ApiError {
                 ApiError::bad_request(message).with_code("context_length_exceeded")
             }
             JobError::BadRequest(_) => ApiError::bad_request(message),
-            JobError::Internal(_) => ApiError::internal(message),
+            // Logged when the engine made it; its message is the log's, not the client's.
+            JobError::Internal(incident) => ApiError::from(&incident),
             JobError::ShuttingDown => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded_error", message)
                     .with_code("shutting_down")
@@ -169,4 +195,45 @@ impl IntoResponse for ApiError {
 /// Any path no route serves.
 pub async fn not_found() -> ApiError {
     ApiError::not_found("no such route")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn an_internal_error_answers_its_incident_only() {
+        let detail = "shape mismatch [1, 896] × [2, 896] reading /home/operator/model.gguf";
+        let incident = Incident::report(detail);
+        let number = incident.number();
+        let error = ApiError::from(JobError::Internal(incident));
+        assert_eq!(error.status, StatusCode::INTERNAL_SERVER_ERROR);
+        let message =
+            format!("internal error (incident {number}); the server's log has the details");
+        assert_eq!(
+            error.body(),
+            json!({"error": {
+                "message": message,
+                "type": "server_error",
+                "param": null,
+                "code": "internal_error",
+            }})
+        );
+        let error = ApiError::internal(detail).after("schema `notes` is loaded");
+        let body = error.body().to_string();
+        assert!(
+            body.contains("schema `notes` is loaded: internal error (incident"),
+            "{body}"
+        );
+        assert!(!body.contains("896") && !body.contains("/home"), "{body}");
+    }
+
+    #[test]
+    fn client_errors_keep_their_messages() {
+        let error = ApiError::from(JobError::BadRequest("the prompt is empty".to_string()));
+        assert_eq!(error.status, StatusCode::BAD_REQUEST);
+        assert_eq!(error.message, "the prompt is empty");
+    }
 }

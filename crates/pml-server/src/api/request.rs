@@ -217,7 +217,7 @@ impl GenerationFields {
         let mut mode = match &self.mode {
             Some(mode) => mode
                 .parse::<InferenceMode>()
-                .map_err(|message| ApiError::bad_field("mode", message))?,
+                .map_err(|error| ApiError::bad_field("mode", error.to_string()))?,
             None => InferenceMode::default(),
         };
         if let Some(recompute) = self.recompute {

@@ -15,6 +15,7 @@ use super::AppState;
 use super::error::ApiError;
 use crate::engine::EngineRequest;
 use crate::engine::schemas::SchemaInfo;
+use crate::incident::error_chain;
 use crate::saved_schemas::SavedSchemas;
 
 pub async fn upload(
@@ -39,10 +40,16 @@ pub async fn upload(
         let name = info.name.clone();
         tokio::task::spawn_blocking(move || saved.save(&name, &source))
             .await
-            .map_err(|_| ApiError::internal("saving the schema failed"))?
+            .map_err(|error| ApiError::internal(format_args!("saving a schema: {error}")))?
             .map_err(|error| {
-                ApiError::internal(format!(
-                    "schema `{}` is loaded but could not be saved for the next start: {error}",
+                ApiError::internal(format_args!(
+                    "saving schema `{}` in {}: {}",
+                    info.name,
+                    folder.display(),
+                    error_chain(&error)
+                ))
+                .after(format_args!(
+                    "schema `{}` is loaded but could not be saved for the next start",
                     info.name
                 ))
             })?;
@@ -84,11 +91,18 @@ pub async fn remove(
                 let forgotten = name.clone();
                 tokio::task::spawn_blocking(move || saved.remove(&forgotten))
                     .await
-                    .map_err(|_| ApiError::internal("removing the saved schema failed"))?
                     .map_err(|error| {
-                        ApiError::internal(format!(
+                        ApiError::internal(format_args!("removing a saved schema: {error}"))
+                    })?
+                    .map_err(|error| {
+                        ApiError::internal(format_args!(
+                            "removing saved schema `{name}` from {}: {}",
+                            folder.display(),
+                            error_chain(&error)
+                        ))
+                        .after(format_args!(
                             "schema `{name}` is unloaded but its saved copy could not be \
-                             removed (it comes back at the next start): {error}"
+                             removed (it comes back at the next start)"
                         ))
                     })?;
             }

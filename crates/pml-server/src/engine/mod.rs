@@ -2,14 +2,18 @@
 //! touches tensors; the HTTP layer talks to it only through [`EngineHandle`], over channels.
 //!
 //! - [`schemas`]: uploaded schemas and their compile progress, readable without the engine.
-//! - [`scheduler`]: the engine loop — schema uploads, admission, batched decode steps, prompt
-//!   chunks under a token budget, timeouts and cancellation.
+//! - [`schema_compile`]: laying uploaded schemas out and encoding them, one per engine step.
+//! - [`admission`]: completions waiting for room in the batch, and the ones refused instead.
+//! - [`scheduler`]: the engine loop — batched decode steps, prompt chunks under a token budget,
+//!   timeouts and cancellation.
 //! - [`prefill`]: a plain prompt's prefill, in chunks.
 //! - [`sequence`]: one completion between decode steps; a PML prompt's prefill.
 //! - [`structured`]: `response_format` by constrained decoding (llguidance).
 
+pub mod admission;
 pub mod prefill;
 pub mod scheduler;
+pub mod schema_compile;
 pub mod schemas;
 pub mod sequence;
 pub mod structured;
@@ -27,6 +31,7 @@ use pml_syntax::json::JsonDiagnostic;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::ServerConfig;
+use crate::incident::{Incident, log_panics};
 use crate::metrics::{Metrics, Outcome};
 use schemas::{SchemaInfo, SchemaRegistry};
 
@@ -154,10 +159,18 @@ pub enum JobError {
         max_tokens: usize,
         context: usize,
     },
+    /// Logged when it was made; the client hears only the incident's number.
     #[error("the engine failed: {0}")]
-    Internal(String),
+    Internal(Incident),
     #[error("the server is shutting down")]
     ShuttingDown,
+}
+
+impl JobError {
+    /// An engine failure, logged now with its causes.
+    pub fn internal(error: impl std::error::Error + 'static) -> Self {
+        JobError::Internal(Incident::of_error(&error))
+    }
 }
 
 /// Requests the engine thread serves.
@@ -246,6 +259,7 @@ impl EngineHandle {
         if queued >= self.queue_capacity {
             self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
             self.metrics.count_outcome(Outcome::Rejected);
+            tracing::debug!("queue full: refused a completion ({queued} waiting)");
             return Err(SubmitError::QueueFull(queued));
         }
         self.requests
@@ -307,8 +321,10 @@ pub fn spawn(
     let thread = std::thread::Builder::new()
         .name("pml-engine".to_string())
         .spawn(move || {
-            scheduler::Scheduler::new(&runtime, schemas, metrics, max_batch, prefix_cache)
-                .run(receiver, &shutdown);
+            log_panics("engine", || {
+                scheduler::Scheduler::new(&runtime, schemas, metrics, max_batch, prefix_cache)
+                    .run(receiver, &shutdown);
+            })
         })?;
     Ok((handle, thread))
 }

@@ -15,6 +15,7 @@ use pml_syntax::ast::SourceFile;
 
 use super::sequence::{Prefilled, check_context, prompt_tokens, runtime_error};
 use super::{CompletionJob, JobError, PromptSource, PromptUsage};
+use crate::incident::error_chain;
 
 /// A prompt part way through its prefill.
 pub struct PendingPrefill {
@@ -87,7 +88,7 @@ impl PendingPrefill {
                     all_tokens,
                 })),
                 Ok(Staged::Ready(prefill)) => Ok(Started::Done(pml_prefilled(prefill, all_tokens))),
-                Err(error) => Err(JobError::Internal(error.to_string())),
+                Err(error) => Err(JobError::internal(error)),
             },
         };
         match advanced {
@@ -116,7 +117,7 @@ fn start_plain(
     check_context(runtime, tokens.len(), job)?;
     let spliced = prefix_cache
         .splice(runtime.model(), &tokens, reserve)
-        .map_err(|error| JobError::Internal(error.to_string()))?;
+        .map_err(JobError::internal)?;
     Ok(Started::Pending(Work::Plain {
         tokens,
         kv: spliced.kv,
@@ -138,7 +139,7 @@ fn advance_plain(
     let logits = runtime
         .model()
         .forward(&tokens[start..end], &positions, &mut kv)
-        .map_err(|error| JobError::Internal(error.to_string()))?;
+        .map_err(JobError::internal)?;
     if end < tokens.len() {
         return Ok(Started::Pending(Work::Plain {
             tokens,
@@ -147,7 +148,12 @@ fn advance_plain(
         }));
     }
     // A block that cannot be kept costs the next prompt time, never this answer.
-    let _ = prefix_cache.keep(runtime.model(), &tokens, &kv);
+    if let Err(error) = prefix_cache.keep(runtime.model(), &tokens, &kv) {
+        tracing::warn!(
+            "the prefix cache could not keep a prompt's blocks: {}",
+            error_chain(&error)
+        );
+    }
     let usage = PromptUsage {
         prompt_tokens: tokens.len(),
         cached_tokens,
@@ -185,7 +191,7 @@ fn stage_pml(
         .bind(schema, source)
         .map_err(|error| runtime_error(error, source))?;
     let all_tokens = SplicePlan::new(&schema.layout, &bound)
-        .map_err(|error| JobError::Internal(error.to_string()))?
+        .map_err(JobError::internal)?
         .all_tokens;
     check_context(runtime, all_tokens.len(), job)?;
     match runtime.stage_prefill(&schema.layout, &bound, job.mode, reserve) {
@@ -194,7 +200,7 @@ fn stage_pml(
             all_tokens,
         })),
         Ok(Staged::Ready(prefill)) => Ok(Started::Done(pml_prefilled(prefill, all_tokens))),
-        Err(error) => Err(JobError::Internal(error.to_string())),
+        Err(error) => Err(JobError::internal(error)),
     }
 }
 

@@ -8,30 +8,29 @@
 //! what is left of the budget, shortest remaining prompt first with the oldest always given a
 //! share, so a long prompt neither stalls running streams nor starves.
 //!
-//! A sequence is in exactly one state: waiting (`waiting`), prefilling (`prefilling`), decoding
-//! (`active`) or finished (reported and dropped).
+//! A sequence is in exactly one state: waiting (in [`Admission`]), prefilling (`prefilling`),
+//! decoding (`active`) or finished (reported and dropped).
 
-use std::collections::{HashMap, VecDeque};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use candle_core::DType;
-use pml_compiler::{FsSourceLoader, RefuseSources};
 use pml_engine::Tokenizer;
 use pml_engine::model::DecodeSlot;
-use pml_runtime::encode::EncodeEvent;
-use pml_runtime::inference::{LaidOutSchema, PrefixCache, Runtime};
+use pml_runtime::inference::{PrefixCache, Runtime};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::mpsc::error::TryRecvError;
 
+use super::admission::{Admission, fail, still_wanted};
 use super::prefill::{Advance, PendingPrefill};
-use super::schemas::{SchemaInfo, SchemaRegistry, SchemaStatus};
-use super::sequence::{Prefilled, Sequence, prompt_tokens, runtime_error};
+use super::schema_compile::SchemaCompiler;
+use super::schemas::SchemaRegistry;
+use super::sequence::{Prefilled, Sequence, prompt_tokens};
 use super::structured::{Constraint, Grammars, ResponseFormat};
-use super::{CompletionJob, EngineRequest, JobEnd, JobError, JobEvent, PromptSource, Shutdown};
-use crate::metrics::{Metrics, Outcome, TierHits};
+use super::{CompletionJob, EngineRequest, JobEnd, JobError, PromptSource, Shutdown};
+use crate::incident::Incident;
+use crate::metrics::{Metrics, Outcome};
 
 /// Prompt tokens computed per step, across all prefilling prompts: about 0.8 s of the default
 /// model on two cores, so running streams get a token at least that often during a long prefill
@@ -42,21 +41,12 @@ pub const PREFILL_CHUNK_TOKENS: usize = 128;
 /// prompts cannot starve a long one.
 const OLDEST_SHARE: usize = 32;
 
-/// Reports that `job` cannot run.
-fn fail(job: CompletionJob, error: JobError, metrics: &Metrics) {
-    metrics.count_outcome(Outcome::Failed);
-    job.events.send(JobEvent::Failed(error));
-}
-
 /// The engine thread's state; borrows the runtime it owns for the thread's lifetime.
 pub struct Scheduler<'r> {
     runtime: &'r Runtime,
-    registry: Arc<SchemaRegistry>,
     metrics: Arc<Metrics>,
-    max_batch: usize,
-    schemas: HashMap<String, LaidOutSchema>,
-    to_encode: VecDeque<String>,
-    waiting: VecDeque<CompletionJob>,
+    schemas: SchemaCompiler,
+    admission: Admission,
     prefilling: Vec<PendingPrefill>,
     active: Vec<Sequence<'r>>,
     /// KV of plain prompts' full blocks, for the prompts that follow.
@@ -77,12 +67,9 @@ impl<'r> Scheduler<'r> {
             prefix_cache,
             grammars: None,
             runtime,
-            registry,
+            schemas: SchemaCompiler::new(registry),
+            admission: Admission::new(max_batch, Arc::clone(&metrics)),
             metrics,
-            max_batch,
-            schemas: HashMap::new(),
-            to_encode: VecDeque::new(),
-            waiting: VecDeque::new(),
             prefilling: Vec::new(),
             active: Vec::new(),
         }
@@ -113,7 +100,9 @@ impl<'r> Scheduler<'r> {
                 self.wind_down(deadline);
             }
             self.retire_cancelled_and_late();
-            self.encode_one_schema();
+            if self.schemas.encode_next(self.runtime) {
+                self.publish_store_stats();
+            }
             let spent = self.admit();
             self.decode_step();
             self.prefill_chunks(PREFILL_CHUNK_TOKENS.saturating_sub(spent).max(OLDEST_SHARE));
@@ -126,8 +115,8 @@ impl<'r> Scheduler<'r> {
     fn is_idle(&self) -> bool {
         self.active.is_empty()
             && self.prefilling.is_empty()
-            && self.waiting.is_empty()
-            && self.to_encode.is_empty()
+            && self.admission.is_empty()
+            && self.schemas.is_idle()
     }
 
     fn handle(&mut self, request: EngineRequest) {
@@ -137,14 +126,12 @@ impl<'r> Scheduler<'r> {
                 sources_root,
                 reply,
             } => {
-                let _ = reply.send(self.lay_out(&source, sources_root));
+                let _ = reply.send(self.schemas.lay_out(self.runtime, &source, sources_root));
             }
             EngineRequest::Delete { name, reply } => {
-                let known = self.schemas.remove(&name).is_some();
-                self.registry.remove(&name);
-                let _ = reply.send(known);
+                let _ = reply.send(self.schemas.remove(&name));
             }
-            EngineRequest::Complete(job) => self.waiting.push_back(*job),
+            EngineRequest::Complete(job) => self.admission.push(*job),
             EngineRequest::Shutdown => {}
             EngineRequest::Tokenize {
                 prompt,
@@ -170,107 +157,18 @@ impl<'r> Scheduler<'r> {
         }
     }
 
-    /// Checks and lays out an uploaded schema and queues its encoding. `src=` includes are
-    /// refused unless `sources_root` names the operator's folder: an upload must not read the
-    /// server's files.
-    fn lay_out(
-        &mut self,
-        source: &str,
-        sources_root: Option<PathBuf>,
-    ) -> Result<SchemaInfo, JobError> {
-        let laid_out = match sources_root {
-            Some(root) => self.runtime.lay_out(source, &FsSourceLoader::new(root)),
-            None => self.runtime.lay_out(source, &RefuseSources),
-        }
-        .map_err(|error| runtime_error(error, source))?;
-        let name = laid_out
-            .schema
-            .name
-            .as_ref()
-            .map(|name| name.text.clone())
-            .ok_or_else(|| {
-                JobError::BadRequest("the schema has no name (`<schema name=\"…\">`)".to_string())
-            })?;
-        let info = SchemaInfo {
-            name: name.clone(),
-            status: SchemaStatus::Queued,
-            units_total: laid_out.layout.units.len(),
-            units_done: 0,
-            units_encoded: 0,
-            error: None,
-        };
-        self.registry.insert(info.clone());
-        self.schemas.insert(name.clone(), laid_out);
-        self.to_encode.retain(|queued| *queued != name);
-        self.to_encode.push_back(name);
-        Ok(info)
-    }
-
-    /// Encodes every unit of the next queued schema that the store lacks, reporting progress.
-    fn encode_one_schema(&mut self) {
-        let Some(name) = self.to_encode.pop_front() else {
-            return;
-        };
-        let Some(schema) = self.schemas.get(&name) else {
-            return; // deleted while queued
-        };
-        let registry = &self.registry;
-        registry.update(&name, |info| info.status = SchemaStatus::Compiling);
-        let result = self
-            .runtime
-            .encode(&schema.layout, &mut |event| match event {
-                EncodeEvent::Start { n_units, .. } => {
-                    registry.update(&name, |info| info.units_total = n_units);
-                }
-                EncodeEvent::Unit { index, .. } => {
-                    registry.update(&name, |info| info.units_done = index + 1);
-                }
-                EncodeEvent::Waiting { .. } => {}
-            });
-        registry.update(&name, |info| match &result {
-            Ok(report) => {
-                info.status = SchemaStatus::Ready;
-                info.units_done = info.units_total;
-                info.units_encoded = report.n_encoded();
-            }
-            Err(error) => {
-                info.status = SchemaStatus::Failed;
-                info.error = Some(error.to_string());
-            }
-        });
-        self.publish_store_stats();
-    }
-
-    /// Admits waiting completions, oldest first, while the batch has room and the step's budget
-    /// lasts: each starts its chunked prefill (what is cached spliced now). Returns the tokens
-    /// computed.
+    /// Admits waiting completions while the batch has room and the step's budget lasts: each
+    /// starts its chunked prefill (what is cached spliced now; a `blend` PML prompt prefilled
+    /// whole, its computed tokens counted against the budget). Returns the tokens computed.
     fn admit(&mut self) -> usize {
         let mut spent = 0;
-        while self.active.len() + self.prefilling.len() < self.max_batch {
-            if spent >= PREFILL_CHUNK_TOKENS {
-                break;
-            }
-            let Some(job) = self.waiting.pop_front() else {
+        while spent < PREFILL_CHUNK_TOKENS {
+            let running = self.active.len() + self.prefilling.len();
+            let Some(job) = self.admission.next(running) else {
                 break;
             };
-            self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
-            if job.events.is_closed() {
-                self.metrics.count_outcome(Outcome::Cancelled);
-                continue;
-            }
-            if Instant::now() >= job.deadline {
-                // Counted before the client hears of it, so the metric is there when it looks.
-                self.metrics.count_outcome(Outcome::TimedOut);
-                job.events.send(super::JobEvent::Done {
-                    end: JobEnd::TimedOut,
-                    completion_tokens: 0,
-                });
-                continue;
-            }
-            self.metrics.queue_time.observe(job.arrived.elapsed());
-            // Admission splices what is cached; a `blend` PML prompt is prefilled whole here,
-            // its computed tokens counted against the step's budget.
-            match PendingPrefill::start(self.runtime, &self.schemas, &self.prefix_cache, job) {
+            let schemas = self.schemas.laid_out();
+            match PendingPrefill::start(self.runtime, schemas, &self.prefix_cache, job) {
                 Advance::Pending(prefill) => self.prefilling.push(prefill),
                 Advance::Done(job, prefilled) => {
                     spent += prefilled.usage.new_tokens + prefilled.usage.recomputed_tokens;
@@ -287,11 +185,8 @@ impl<'r> Scheduler<'r> {
     /// deadline fails whatever still prefills or decodes (the client gets a 503 or, in a stream,
     /// an error event), so the server stops within the grace period plus one step.
     fn wind_down(&mut self, deadline: Instant) {
-        for job in std::mem::take(&mut self.waiting) {
-            self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
-            fail(job, JobError::ShuttingDown, &self.metrics);
-        }
-        self.to_encode.clear();
+        self.admission.refuse_all();
+        self.schemas.cancel_queued();
         if Instant::now() < deadline {
             return;
         }
@@ -308,11 +203,7 @@ impl<'r> Scheduler<'r> {
         let usage = prefilled.usage;
         if !matches!(job.prompt, PromptSource::Pml(_)) {
             self.metrics
-                .prefix_cache_queries
-                .fetch_add(usage.prompt_tokens as u64, Ordering::Relaxed);
-            self.metrics
-                .prefix_cache_hits
-                .fetch_add(usage.cached_tokens as u64, Ordering::Relaxed);
+                .count_prefix_lookup(usage.prompt_tokens, usage.cached_tokens);
         }
         let constraint = match &job.format {
             Some(format) => match self.constraint(format) {
@@ -335,7 +226,7 @@ impl<'r> Scheduler<'r> {
         }
         match &self.grammars {
             Some(grammars) => grammars.constraint(format),
-            None => Err(JobError::Internal("no grammar parsers".to_string())),
+            None => Err(JobError::Internal(Incident::report("no grammar parsers"))),
         }
     }
 
@@ -387,16 +278,7 @@ impl<'r> Scheduler<'r> {
         }
         let prefilling = std::mem::take(&mut self.prefilling);
         for prefill in prefilling {
-            let job = &prefill.job;
-            if job.events.is_closed() {
-                metrics.count_outcome(Outcome::Cancelled);
-            } else if now >= job.deadline {
-                metrics.count_outcome(Outcome::TimedOut);
-                job.events.send(super::JobEvent::Done {
-                    end: JobEnd::TimedOut,
-                    completion_tokens: 0,
-                });
-            } else {
+            if still_wanted(&prefill.job, now, metrics) {
                 self.prefilling.push(prefill);
             }
         }
@@ -435,25 +317,17 @@ impl<'r> Scheduler<'r> {
                 }
             }
             Err(error) => {
+                // One failure of the batch, logged once; every sequence's client hears of it.
+                let incident = Incident::of_error(&error);
                 for sequence in active {
-                    sequence.fail(JobError::Internal(error.to_string()), metrics);
+                    let error = JobError::Internal(incident.clone());
+                    sequence.fail(error, metrics);
                 }
             }
         }
     }
 
     fn publish_store_stats(&self) {
-        let stats = self.runtime.store().stats();
-        self.metrics.set_store(
-            stats
-                .tiers
-                .iter()
-                .map(|tier| TierHits {
-                    tier: tier.tier,
-                    hits: tier.hits,
-                    misses: tier.misses,
-                })
-                .collect(),
-        );
+        self.metrics.set_store(&self.runtime.store().stats());
     }
 }

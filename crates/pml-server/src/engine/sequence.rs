@@ -153,7 +153,7 @@ impl<'r> Sequence<'r> {
                 metrics.count_outcome(Outcome::Cancelled);
                 None
             }
-            Err(error) => self.fail(JobError::Internal(error.to_string()), metrics),
+            Err(error) => self.fail(JobError::internal(error), metrics),
             Ok(DecodeStep::Finished(reason)) => self.end(JobEnd::Finished(reason), metrics),
             Ok(DecodeStep::Continue { token, position }) => {
                 metrics.tokens_generated.fetch_add(1, Ordering::Relaxed);
@@ -255,7 +255,7 @@ pub fn logits_row(logits: &Tensor) -> Result<Vec<f32>, JobError> {
         .flatten_all()
         .and_then(|logits| logits.to_dtype(DType::F32))
         .and_then(|logits| logits.to_vec1::<f32>())
-        .map_err(|error| JobError::Internal(error.to_string()))
+        .map_err(JobError::internal)
 }
 
 /// The tokens of a plain or chat prompt (a PML prompt's text as plain text); `add_special` puts
@@ -322,6 +322,6 @@ pub fn runtime_error(error: RuntimeError, source: &str) -> JobError {
             }
         }
         RuntimeError::Plan(PlanError::WrongKind { .. }) => JobError::BadRequest(error.to_string()),
-        other => JobError::Internal(other.to_string()),
+        other => JobError::internal(other),
     }
 }

@@ -13,6 +13,7 @@ use pml_engine::tokenizer::TokenBytes;
 use serde_json::{Value, json};
 
 use super::JobError;
+use crate::incident::Incident;
 
 /// What the answer must be.
 #[derive(Clone, Debug, PartialEq)]
@@ -115,7 +116,7 @@ impl Constraint {
         let allowed = self
             .matcher
             .compute_mask_or_eos()
-            .map_err(|error| JobError::Internal(format!("constrained decoding: {error}")))?;
+            .map_err(grammar_failure)?;
         for (id, logit) in logits.iter_mut().enumerate() {
             if !allowed.is_allowed(id as TokenId) {
                 *logit = f32::NEG_INFINITY;
@@ -126,8 +127,13 @@ impl Constraint {
 
     /// Advances the grammar past the sampled `token`.
     pub fn accept(&mut self, token: u32) -> Result<(), JobError> {
-        self.matcher
-            .consume_token(token)
-            .map_err(|error| JobError::Internal(format!("constrained decoding: {error}")))
+        self.matcher.consume_token(token).map_err(grammar_failure)
     }
+}
+
+/// The grammar library's errors carry their causes under `{:#}` (anyhow's chain).
+fn grammar_failure(error: impl std::fmt::Display) -> JobError {
+    JobError::Internal(Incident::report(format_args!(
+        "constrained decoding: {error:#}"
+    )))
 }
