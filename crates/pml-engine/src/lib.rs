@@ -2,6 +2,7 @@
 //! cache, generation and the CPU kernels under them. Knows nothing of PML, schemas or stores.
 pub mod chat;
 pub mod device;
+mod error;
 pub mod generation;
 pub mod gguf;
 mod kernels;

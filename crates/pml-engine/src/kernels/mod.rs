@@ -25,7 +25,7 @@ pub(crate) mod quant;
 
 use candle_core::{DType, Tensor};
 
-pub(crate) use crate::model::EngineError;
+pub(crate) use crate::error::EngineError;
 
 /// Most queries attended in plain loops ([`few_query_attention::attend_few`]) instead of matmuls.
 const FEW_QUERIES: usize = 8;

@@ -27,27 +27,7 @@ pub use block::{KvBlock, SharedBytes};
 pub use layer::LayerKv;
 use layer::row_index;
 
-/// Why a cache operation was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum KvCacheError {
-    #[error("tensor operation failed: {0}")]
-    Tensor(#[from] candle_core::Error),
-    #[error("layer {layer_idx} out of range: the cache has {n_layers} layers")]
-    LayerOutOfRange { layer_idx: usize, n_layers: usize },
-    #[error("slot {slot} out of range: the layer holds {len} slots")]
-    SlotOutOfRange { slot: usize, len: usize },
-    #[error(
-        "slot {slot} is neither an existing slot nor the next free one ({next_free}); new slots \
-         must be appended in order"
-    )]
-    SlotNotContiguous { slot: usize, next_free: usize },
-    #[error("slot {slot} is written twice in one call")]
-    DuplicateSlot { slot: usize },
-    #[error("shape mismatch: {0}")]
-    Shape(String),
-    #[error("layers hold different slots ({0}); finish the layer-by-layer pass first")]
-    LayersDisagree(String),
-}
+pub use crate::error::KvCacheError;
 
 /// Shape of the cache of one model: what every layer's K and V rows look like.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,17 +7,6 @@ use candle_core::Tensor;
 use super::EngineError;
 use crate::kv_cache::KvCache;
 
-/// What [`super::Model::forward_layer_with_mass`] adds to each slot's entry.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum MassWeighting {
-    /// The softmax weights the queries give the slot, summed over the queries and heads.
-    #[default]
-    Weights,
-    /// Each of those weights times the norm of the slot's value vector in the weight's KV head:
-    /// how much the slot adds to the attention output, not only how much it is looked at.
-    ValueNorm,
-}
-
 /// Positions and KV slots of the tokens of one call, row `i` describing token `i`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ForwardContext {

@@ -9,7 +9,8 @@ use candle_core::{DType, Device, Tensor};
 
 use super::EngineError;
 use super::config::{Activation, LayerAttention, ModelConfig};
-use super::context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows, MassWeighting};
+use super::context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};
+use super::observer::{AttentionObserver, AttentionView};
 use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat};
 use crate::gguf::GgufFile;
 use crate::kernels::{self, masked_softmax};
@@ -355,39 +356,23 @@ impl Attention {
 }
 
 impl Attention {
-    /// For every key, the attention weight it receives from `queries` `(n, n_heads, head_dim)`
-    /// at `query_positions` under the position mask, summed over the queries and heads: how much
-    /// these queries read each slot. With `values`, each weight is multiplied by the norm of the
-    /// slot's value in that KV head ([`MassWeighting::ValueNorm`]). In chunks of queries, as
-    /// [`Self::attend`].
-    pub(crate) fn attention_mass(
+    /// Calls `each` with the softmax weights of `queries` `(n, n_heads, head_dim)` at
+    /// `query_positions` over every key under the position mask, in chunks of queries sized as
+    /// [`Self::attend`]'s, each `(n_kv_heads, group * len, n_keys)`: per KV head, the rows of
+    /// its query heads for the chunk's queries.
+    pub(crate) fn for_each_weights(
         &self,
         queries: &Tensor,
         query_positions: &[u32],
         keys: &Tensor,
-        values: Option<&Tensor>,
         key_positions: &[u32],
-    ) -> Result<Vec<f32>, EngineError> {
+        each: &mut dyn FnMut(&Tensor) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
         let (n_queries, _, head_dim) = queries.dims3()?;
-        // (n_kv_heads, 1, n_keys), broadcast over the queries stacked per KV head below.
-        let value_norms = match values {
-            Some(values) => Some(
-                values
-                    .to_dtype(queries.dtype())?
-                    .sqr()?
-                    .sum(2)?
-                    .sqrt()?
-                    .t()?
-                    .unsqueeze(1)?
-                    .contiguous()?,
-            ),
-            None => None,
-        };
         let n_keys = keys.dim(0)?;
         let group = self.n_heads / self.n_kv_heads;
         let chunk = (ATTENTION_SCORE_BUDGET / (self.n_heads * n_keys).max(1)).max(1);
         let keys = keys.transpose(0, 1)?.contiguous()?; // (n_kv_heads, n_keys, head_dim)
-        let mut mass = vec![0f32; n_keys];
         for start in (0..n_queries).step_by(chunk) {
             let len = chunk.min(n_queries - start);
             let grouped = queries
@@ -397,22 +382,14 @@ impl Attention {
                 .contiguous()?
                 .reshape((self.n_kv_heads, group * len, head_dim))?;
             let scores = grouped.matmul(&keys.t()?)?;
-            let weights = masked_softmax(
+            each(&masked_softmax(
                 &scores,
                 &query_positions[start..start + len],
                 key_positions,
                 self.sliding_window,
-            )?;
-            let weights = match &value_norms {
-                Some(norms) => weights.broadcast_mul(norms)?,
-                None => weights,
-            };
-            let chunk_mass = weights.sum(1)?.sum(0)?.to_vec1::<f32>()?;
-            for (total, value) in mass.iter_mut().zip(chunk_mass) {
-                *total += value;
-            }
+            )?)?;
         }
-        Ok(mass)
+        Ok(())
     }
 }
 
@@ -462,16 +439,15 @@ impl Block {
     }
 
     /// Computes the tokens' fresh K/V, writes them at their slots, lets their queries attend
-    /// over every slot of the layer, then runs the MLP. With `mass`, also adds to each slot's
-    /// entry the attention these queries pay it ([`Attention::attention_mass`]), from the same
-    /// queries and keys.
+    /// over every slot of the layer, then runs the MLP. An `observer` sees the queries and the
+    /// layer's keys and values in between.
     fn forward(
         &self,
         hidden: &Tensor,
         context: &ForwardContext,
         layer_idx: usize,
         kv: &mut KvCache,
-        mass: Option<(&mut [f32], MassWeighting)>,
+        observer: Option<&mut dyn AttentionObserver>,
     ) -> Result<Tensor, EngineError> {
         let positions = context.positions();
         let (x, tables) = self.normed(hidden, positions)?;
@@ -482,28 +458,15 @@ impl Block {
         let layer_kv = kv.layer(layer_idx)?;
         let layer_keys = layer_kv.keys()?;
         let layer_values = layer_kv.values()?;
-        if let Some((mass, weighting)) = mass {
-            if mass.len() < layer_kv.len() {
-                return Err(EngineError::InvalidInput(format!(
-                    "attention mass has {} entries for a layer of {} slots",
-                    mass.len(),
-                    layer_kv.len()
-                )));
-            }
-            let values = match weighting {
-                MassWeighting::Weights => None,
-                MassWeighting::ValueNorm => Some(&layer_values),
-            };
-            let read = self.attention.attention_mass(
-                &queries,
-                positions,
-                &layer_keys,
-                values,
-                layer_kv.positions(),
-            )?;
-            for (total, value) in mass.iter_mut().zip(read) {
-                *total += value;
-            }
+        if let Some(observer) = observer {
+            observer.observe(&AttentionView {
+                attention: &self.attention,
+                queries: &queries,
+                query_positions: positions,
+                keys: &layer_keys,
+                values: &layer_values,
+                key_positions: layer_kv.positions(),
+            })?;
         }
         let attended = self.attention.attend(
             &queries,
@@ -742,23 +705,20 @@ impl Model {
         block.project_kv(&hidden.to_dtype(ACTIVATION_DTYPE)?, positions)
     }
 
-    /// [`Self::forward_layer`], also adding to `mass` (one entry per slot of the layer) the
-    /// attention these tokens pay each slot: softmax weights under the position mask summed over
-    /// the tokens and heads, each times the slot's value norm under
-    /// [`MassWeighting::ValueNorm`].
-    pub fn forward_layer_with_mass(
+    /// [`Self::forward_layer`], showing `observer` the layer's attention (the tokens' queries and
+    /// every slot's keys and values) before the tokens attend.
+    pub fn forward_layer_observed(
         &self,
         layer_idx: usize,
         hidden: &Tensor,
         context: &ForwardContext,
         kv: &mut KvCache,
-        mass: &mut [f32],
-        weighting: MassWeighting,
+        observer: &mut dyn AttentionObserver,
     ) -> Result<Tensor, EngineError> {
         let block = self.block(layer_idx)?;
         self.check_hidden(hidden, context.len())?;
         self.check_cache(kv)?;
-        block.forward(hidden, context, layer_idx, kv, Some((mass, weighting)))
+        block.forward(hidden, context, layer_idx, kv, Some(observer))
     }
 
     /// Final norm and LM head for rows `rows` of the last layer's output: `(rows.len(), vocab)`.

@@ -39,8 +39,9 @@ use candle_core::Tensor;
 use crate::encode::UnitEncoder;
 use crate::encode::chunked::MAX_CHUNK_TOKENS;
 use pml_engine::kv_cache::KvCache;
-use pml_engine::model::{ForwardContext, MassWeighting, Model};
+use pml_engine::model::{ForwardContext, Model};
 
+use super::attention_mass::{AttentionMass, MassWeighting};
 use super::blend_options::{BlendOptions, Deviation, Selection};
 use super::controller::{LayerCosts, RemainingWork, Shortcut, choose_ratio};
 use super::layer_feed::{CachedLayers, LayerSource, with_cached_layers};
@@ -444,7 +445,11 @@ fn forward_layer_chunked(
     let mut step = |hidden: &Tensor, context: &ForwardContext, kv: &mut KvCache| match mass.as_mut()
     {
         Some((mass, weighting)) => {
-            model.forward_layer_with_mass(layer_idx, hidden, context, kv, mass, *weighting)
+            let mut observer = AttentionMass {
+                mass,
+                weighting: *weighting,
+            };
+            model.forward_layer_observed(layer_idx, hidden, context, kv, &mut observer)
         }
         None => model.forward_layer(layer_idx, hidden, context, kv),
     };

@@ -1,0 +1,59 @@
+//! The engine's errors: their own module, below the kernels, the KV cache and the model, so that
+//! each of them can fail with them without depending on another.
+
+use crate::gguf::GgufError;
+
+/// Why a model could not be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("tensor operation failed: {0}")]
+    Tensor(#[from] candle_core::Error),
+    #[error(transparent)]
+    KvCache(#[from] KvCacheError),
+    /// Boxed: GGUF errors carry paths and names, and every result of the engine pays for the
+    /// largest variant.
+    #[error(transparent)]
+    Gguf(Box<GgufError>),
+    #[error("architecture `{0}` is not supported (supported: qwen2, gemma3)")]
+    UnsupportedArch(String),
+    #[error("GGUF metadata lacks `{0}`")]
+    MissingMetadata(String),
+    #[error("GGUF metadata `{key}` is unusable: {reason}")]
+    Metadata { key: String, reason: String },
+    #[error("tensor `{0}` is missing")]
+    MissingTensor(String),
+    #[error("invalid weights: {0}")]
+    InvalidWeights(String),
+    #[error("invalid model configuration: {0}")]
+    InvalidConfig(String),
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+}
+
+impl From<GgufError> for EngineError {
+    fn from(error: GgufError) -> Self {
+        EngineError::Gguf(Box::new(error))
+    }
+}
+
+/// Why a cache operation was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum KvCacheError {
+    #[error("tensor operation failed: {0}")]
+    Tensor(#[from] candle_core::Error),
+    #[error("layer {layer_idx} out of range: the cache has {n_layers} layers")]
+    LayerOutOfRange { layer_idx: usize, n_layers: usize },
+    #[error("slot {slot} out of range: the layer holds {len} slots")]
+    SlotOutOfRange { slot: usize, len: usize },
+    #[error(
+        "slot {slot} is neither an existing slot nor the next free one ({next_free}); new slots \
+         must be appended in order"
+    )]
+    SlotNotContiguous { slot: usize, next_free: usize },
+    #[error("slot {slot} is written twice in one call")]
+    DuplicateSlot { slot: usize },
+    #[error("shape mismatch: {0}")]
+    Shape(String),
+    #[error("layers hold different slots ({0}); finish the layer-by-layer pass first")]
+    LayersDisagree(String),
+}
