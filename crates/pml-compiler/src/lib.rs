@@ -19,6 +19,8 @@ pub mod schema_search;
 pub mod source_loader;
 pub mod source_plan;
 pub mod suggest;
+#[cfg(test)]
+mod test_sources;
 /// Test scaffolding (stand-ins, fixtures): compiled for this crate's tests and for crates that
 /// enable `test-support` in their dev-dependencies, never into a shipped binary.
 #[cfg(any(test, feature = "test-support"))]

@@ -150,4 +150,4 @@ fn check_prompt_with_resolver(
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

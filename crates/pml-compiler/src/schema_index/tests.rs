@@ -1,7 +1,7 @@
 //! The index of the travel schema: scopes, membership, parameters, lookups and paths.
 
 use super::*;
-use crate::check::tests::{TRAVEL, parse_schema};
+use crate::test_sources::{TRAVEL, parse_schema};
 
 fn travel() -> SchemaIndex {
     SchemaIndex::build(&parse_schema(TRAVEL))

@@ -5,44 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use crate::tokenizer::{TokenizeError, Tokenizer};
+use crate::tokenizer::Tokenizer;
 use candle_core::{DType, Tensor};
 
-use super::sampling::{SamplingError, SamplingParams};
-use super::step::{DecodeState, DecodeStep};
+use super::error::GenerateError;
+use super::sampling::SamplingParams;
+use super::step::{DecodeState, DecodeStep, FinishReason};
 use crate::kv_cache::KvCache;
-use crate::model::{EngineError, Model};
-
-/// Why generation failed. Engine and tensor errors are boxed: they are large and rare, and a
-/// small error keeps every `Result` of the loop small.
-#[derive(Debug, thiserror::Error)]
-pub enum GenerateError {
-    #[error(transparent)]
-    Engine(Box<EngineError>),
-    /// A caller-supplied prefill ([`Generator::generate_after`]) failed for a reason of its own.
-    #[error("prefill failed: {0}")]
-    Prefill(Box<dyn std::error::Error + Send + Sync>),
-    #[error(transparent)]
-    Sampling(#[from] SamplingError),
-    #[error("cannot decode the generated tokens: {0}")]
-    Detokenize(#[from] TokenizeError),
-    #[error("cannot read the logits: {0}")]
-    Logits(Box<candle_core::Error>),
-    #[error("invalid prompt: {0}")]
-    InvalidPrompt(String),
-}
-
-impl From<EngineError> for GenerateError {
-    fn from(error: EngineError) -> Self {
-        GenerateError::Engine(Box::new(error))
-    }
-}
-
-impl From<candle_core::Error> for GenerateError {
-    fn from(error: candle_core::Error) -> Self {
-        GenerateError::Logits(Box::new(error))
-    }
-}
+use crate::model::Model;
 
 /// A prompt as the model receives it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,27 +36,6 @@ impl PromptInput {
             all_tokens: tokens.clone(),
             new_tokens: tokens,
         }
-    }
-}
-
-/// Why generation ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FinishReason {
-    /// The model produced an end-of-sequence or end-of-turn token.
-    Eos,
-    /// A stop string appeared in the text.
-    Stop,
-    /// `max_tokens` tokens were generated.
-    Length,
-}
-
-impl std::fmt::Display for FinishReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            FinishReason::Eos => "eos",
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-        })
     }
 }
 

@@ -4,6 +4,7 @@
 //! ([`step`]), which a server's batched scheduler drives as well.
 
 pub mod detokenizer;
+mod error;
 pub mod generate;
 pub mod sampling;
 pub mod step;
@@ -12,10 +13,8 @@ pub mod stop;
 mod test_tokenizer;
 
 pub use detokenizer::IncrementalDetokenizer;
-pub use generate::{
-    FinishReason, GenerateError, Generation, GenerationTimings, Generator, PromptInput,
-    logits_to_vec,
-};
+pub use error::GenerateError;
+pub use generate::{Generation, GenerationTimings, Generator, PromptInput, logits_to_vec};
 pub use sampling::{Sampler, SamplingError, SamplingParams};
-pub use step::{DecodeState, DecodeStep};
+pub use step::{DecodeState, DecodeStep, FinishReason};
 pub use stop::{StopScan, StopStringMatcher};

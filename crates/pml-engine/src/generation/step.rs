@@ -6,9 +6,30 @@
 use crate::tokenizer::Tokenizer;
 
 use super::detokenizer::IncrementalDetokenizer;
-use super::generate::{FinishReason, GenerateError};
+use super::error::GenerateError;
 use super::sampling::{Sampler, SamplingParams};
 use super::stop::StopStringMatcher;
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The model produced an end-of-sequence or end-of-turn token.
+    Eos,
+    /// A stop string appeared in the text.
+    Stop,
+    /// `max_tokens` tokens were generated.
+    Length,
+}
+
+impl std::fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FinishReason::Eos => "eos",
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        })
+    }
+}
 
 /// What to do after a token was accepted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

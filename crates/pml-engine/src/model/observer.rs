@@ -7,7 +7,10 @@
 use candle_core::{DType, Tensor};
 
 use super::EngineError;
-use super::transformer::Attention;
+
+/// Runs the attention's chunked masked softmax, handing each chunk to the callback.
+pub(crate) type WeightChunks<'a> =
+    dyn Fn(&mut dyn FnMut(&Tensor) -> Result<(), EngineError>) -> Result<(), EngineError> + 'a;
 
 /// Watches one layer step ([`super::Model::forward_layer_observed`]).
 pub trait AttentionObserver {
@@ -17,18 +20,17 @@ pub trait AttentionObserver {
 
 /// What a layer's attention sees in one step.
 pub struct AttentionView<'a> {
-    pub(crate) attention: &'a Attention,
-    pub(crate) queries: &'a Tensor,
-    pub(crate) query_positions: &'a [u32],
-    pub(crate) keys: &'a Tensor,
+    pub(crate) n_slots: usize,
     pub(crate) values: &'a Tensor,
-    pub(crate) key_positions: &'a [u32],
+    pub(crate) dtype: DType,
+    /// The layer's own weights computation, so this module needs nothing of the transformer's.
+    pub(crate) weights: &'a WeightChunks<'a>,
 }
 
 impl AttentionView<'_> {
     /// Slots of the layer (keys the queries may attend).
     pub fn n_slots(&self) -> usize {
-        self.key_positions.len()
+        self.n_slots
     }
 
     /// Every slot's values `(n_slots, n_kv_heads, head_dim)`, in the cache's dtype.
@@ -38,7 +40,7 @@ impl AttentionView<'_> {
 
     /// The dtype the attention weights are computed in.
     pub fn dtype(&self) -> DType {
-        self.queries.dtype()
+        self.dtype
     }
 
     /// Calls `each` with the softmax weights the step's queries give every slot under the
@@ -49,12 +51,6 @@ impl AttentionView<'_> {
         &self,
         mut each: impl FnMut(&Tensor) -> Result<(), EngineError>,
     ) -> Result<(), EngineError> {
-        self.attention.for_each_weights(
-            self.queries,
-            self.query_positions,
-            self.keys,
-            self.key_positions,
-            &mut each,
-        )
+        (self.weights)(&mut each)
     }
 }

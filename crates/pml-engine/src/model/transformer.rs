@@ -459,13 +459,20 @@ impl Block {
         let layer_keys = layer_kv.keys()?;
         let layer_values = layer_kv.values()?;
         if let Some(observer) = observer {
+            let weights = |each: &mut dyn FnMut(&Tensor) -> Result<(), EngineError>| {
+                self.attention.for_each_weights(
+                    &queries,
+                    positions,
+                    &layer_keys,
+                    layer_kv.positions(),
+                    each,
+                )
+            };
             observer.observe(&AttentionView {
-                attention: &self.attention,
-                queries: &queries,
-                query_positions: positions,
-                keys: &layer_keys,
+                n_slots: layer_kv.positions().len(),
                 values: &layer_values,
-                key_positions: layer_kv.positions(),
+                dtype: queries.dtype(),
+                weights: &weights,
             })?;
         }
         let attended = self.attention.attend(

@@ -30,9 +30,9 @@ use pml_engine::model::{Model, ModelConfig, WeightFormat};
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_engine::{TokenizeError, Tokenizer};
 use pml_models::PmlHome;
-use serde::{Deserialize, Serialize};
 
-use super::engine_report::{EngineReport, SizeResult};
+use super::engine_report::EngineReport;
+use super::engine_rounds::{Measurement, SizeResult};
 use super::report::print_report;
 
 /// The llama.cpp side, embedded so the binary needs no checkout to find it.
@@ -68,19 +68,6 @@ pub struct EngineArgs {
     /// Internal: measure PML once on the token ids in this JSON file and print the result.
     #[arg(long, hide = true, value_name = "FILE")]
     child_tokens: Option<PathBuf>,
-}
-
-/// One engine, one prompt size, one process.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct Measurement {
-    pub load_s: f64,
-    pub prefill_s: f64,
-    pub ttft_s: f64,
-    pub decode_ms_per_token: f64,
-    /// The same decode through `pml run`'s generation loop (PML only; llama.cpp's side has none).
-    #[serde(default)]
-    pub run_decode_ms_per_token: Option<f64>,
-    pub peak_rss_bytes: u64,
 }
 
 pub fn run(args: EngineArgs) -> Result<(), Failure> {

@@ -9,26 +9,8 @@ use std::time::Duration;
 use pml_engine::model::WeightFormat;
 use serde::Serialize;
 
-use super::engine::Measurement;
+use super::engine_rounds::{Measurement, SizeResult};
 use super::report::{Spread, push_table};
-
-/// Every round's measurements of one prompt size.
-#[derive(Clone, Debug)]
-pub struct SizeResult {
-    pub tokens: usize,
-    pub pml: Vec<Measurement>,
-    pub llama: Vec<Measurement>,
-}
-
-impl SizeResult {
-    pub fn new(tokens: usize) -> Self {
-        Self {
-            tokens,
-            pml: Vec::new(),
-            llama: Vec::new(),
-        }
-    }
-}
 
 /// Median, smallest and largest of a rate (higher is better).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]

@@ -28,7 +28,9 @@ use serde::{Deserialize, Serialize};
 
 use super::cases::{Case, document_cases};
 use super::engine::{default_threads, find_llama, llama_script, llama_venv_python};
-use super::peer_report::{PeerReport, PeerRound, PeerSize, PmlRound};
+use super::load_average::{format_load, load_average};
+use super::peer_report::PeerReport;
+use super::peer_rounds::{LlamaReady, LlamaRound, PeerRound, PeerSize, PmlRound};
 use super::report::print_report;
 use crate::commands::run::RunJson;
 
@@ -138,36 +140,6 @@ struct PreparedCase {
     tokens: PeerTokens,
 }
 
-/// The llama.cpp script's account of its setup, printed before the rounds.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LlamaReady {
-    pub load_s: f64,
-    pub prefix_tokens: usize,
-    pub question_tokens: usize,
-    /// The whole prompt prefilled without a cache, to the greedy first token (once).
-    pub full_ttft_s: f64,
-    pub full_first_token: u32,
-    /// The prefix alone, whose state the rounds restore.
-    pub prefix_prefill_s: f64,
-    pub state_bytes: u64,
-    pub threads: usize,
-}
-
-/// One round of the llama.cpp script.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LlamaRound {
-    /// `llama_state_set_data` from RAM + the question's tokens + the greedy first token.
-    pub ttft_s: f64,
-    pub restore_s: f64,
-    pub eval_s: f64,
-    pub first_token: u32,
-    /// The same through llama-cpp-python's `Llama.load_state` (which also copies its numpy
-    /// logits buffers).
-    pub wrapper_ttft_s: f64,
-    pub wrapper_restore_s: f64,
-    pub wrapper_first_token: u32,
-}
-
 /// A line the llama.cpp script prints on stdout.
 #[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -199,24 +171,6 @@ pub fn parse_run_json(stdout: &str) -> Result<RunJson, String> {
         .ok_or("`pml run --json` printed nothing")?;
     serde_json::from_str(line)
         .map_err(|error| format!("unreadable `pml run --json` output `{line}`: {error}"))
-}
-
-/// The three load averages of `/proc/loadavg` (what `uptime` prints).
-pub fn parse_loadavg(text: &str) -> Option<[f64; 3]> {
-    let mut fields = text.split_whitespace().map(str::parse::<f64>);
-    Some([
-        fields.next()?.ok()?,
-        fields.next()?.ok()?,
-        fields.next()?.ok()?,
-    ])
-}
-
-/// The machine's load averages now; zeros where /proc does not say.
-fn load_average() -> [f64; 3] {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|text| parse_loadavg(&text))
-        .unwrap_or([0.0; 3])
 }
 
 pub fn run(options: &PeerOptions<'_>) -> Result<(), Failure> {
@@ -312,10 +266,6 @@ pub fn run(options: &PeerOptions<'_>) -> Result<(), Failure> {
     let report = PeerReport::new(spec.id, threads, options.rounds, sizes);
     print_report(&report, options.json, PeerReport::table)?;
     Ok(())
-}
-
-pub fn format_load(load: [f64; 3]) -> String {
-    format!("{:.2}, {:.2}, {:.2}", load[0], load[1], load[2])
 }
 
 /// Builds each size's document prompt, compiles its schema into `store`, and writes the schema,
@@ -634,15 +584,5 @@ mod tests {
         );
         let missing = LlamaEvent::parse(r#"{"event": "round", "ttft_s": 0.3}"#);
         assert!(matches!(missing, Some(Err(error)) if error.contains("missing field")));
-    }
-
-    #[test]
-    fn load_averages_come_from_the_first_three_fields() {
-        assert_eq!(
-            parse_loadavg("4.12 3.05 1.99 3/512 12345\n"),
-            Some([4.12, 3.05, 1.99])
-        );
-        assert_eq!(parse_loadavg("4.12 x 1.99"), None);
-        assert_eq!(parse_loadavg(""), None);
     }
 }

@@ -7,62 +7,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::peer::{LlamaReady, LlamaRound, format_load};
+use super::load_average::format_load;
+use super::peer_rounds::{PeerRound, PeerSize};
 use super::report::{Spread, push_table};
-use crate::commands::run::RunJson;
-
-/// One fresh `pml run --mode reuse` process.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct PmlRound {
-    /// The run's TTFT: store read + splice + the new tokens + first sample.
-    pub ttft_ms: f64,
-    pub load_ms: f64,
-    pub splice_ms: f64,
-    pub compute_ms: f64,
-    /// Loading the model before the run (not in the TTFT).
-    pub model_load_ms: f64,
-    /// The whole process, start to exit.
-    pub wall_ms: f64,
-    /// `None` when the answer ended at once (end-of-turn as first token).
-    pub first_token: Option<u32>,
-}
-
-impl PmlRound {
-    pub fn new(run: &RunJson, wall: Duration) -> Self {
-        Self {
-            ttft_ms: run.ttft_ms,
-            load_ms: run.load_ms,
-            splice_ms: run.splice_ms,
-            compute_ms: run.compute_ms,
-            model_load_ms: run.model_load_ms,
-            wall_ms: wall.as_secs_f64() * 1e3,
-            first_token: run.token_ids.first().copied(),
-        }
-    }
-}
-
-/// Both engines in one round.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct PeerRound {
-    pub pml_first: bool,
-    pub pml: PmlRound,
-    pub llama: LlamaRound,
-    /// The 1-minute load average right after the round.
-    pub load_average_1min: f64,
-}
-
-/// Every round of one document prompt.
-#[derive(Clone, Debug, Serialize)]
-pub struct PeerSize {
-    pub prompt: String,
-    pub prefix_tokens: usize,
-    pub question_tokens: usize,
-    pub llama_ready: LlamaReady,
-    pub rounds: Vec<PeerRound>,
-    /// Load averages (1, 5, 15 minutes) before llama.cpp's setup and after the last round.
-    pub load_before: [f64; 3],
-    pub load_after: [f64; 3],
-}
 
 /// One prompt's figures over the rounds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -290,6 +237,7 @@ fn yes_no(value: bool) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::commands::bench::peer_rounds::{LlamaReady, LlamaRound, PmlRound};
 
     fn round(pml_ms: f64, llama_ms: f64, load: f64, pml_token: u32) -> PeerRound {
         PeerRound {

@@ -1,8 +1,9 @@
 //! Prompt rules `PML2xx` against the travel schema of the test helpers.
 
-use super::{TRAVEL, WORD_LENGTH_TOKENIZER, codes, parse_prompt, parse_schema, primary_text};
+use super::{WORD_LENGTH_TOKENIZER, codes, primary_text};
 use crate::check::{PromptCheckOptions, check_prompt};
 use crate::schema_index::SchemaIndex;
+use crate::test_sources::{TRAVEL, parse_prompt, parse_schema};
 use pml_syntax::Diagnostic;
 
 fn travel_index() -> SchemaIndex {

@@ -2,6 +2,7 @@
 
 use super::{codes, primary_text, schema_diagnostics, schema_diagnostics_with};
 use crate::source_loader::{MemorySourceLoader, RefuseSources};
+use crate::test_sources::{TRAVEL, parse_schema};
 
 fn assert_clean(source: &str) {
     let diagnostics = schema_diagnostics(source);
@@ -13,7 +14,7 @@ fn assert_clean(source: &str) {
 
 #[test]
 fn a_correct_schema_is_clean() {
-    assert_clean(super::TRAVEL);
+    assert_clean(TRAVEL);
     assert_clean(
         r#"<schema name="s">
   Anonymous text <![CDATA[a < b]]>.
@@ -305,7 +306,7 @@ fn pml110_src_refused_by_host() {
 
 #[test]
 fn src_text_is_returned() {
-    let schema = super::parse_schema(
+    let schema = parse_schema(
         "<schema name=\"s\"><module name=\"x\">t</module><module name=\"a\" src=\"a.py\"/></schema>",
     );
     let loader = MemorySourceLoader::new().with_file("a.py", "print(1)");

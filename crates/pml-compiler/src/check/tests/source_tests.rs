@@ -1,10 +1,11 @@
 //! `check_source`: parsing, dispatch by root element, and schema resolution for prompts.
 
-use super::{TRAVEL, codes};
+use super::codes;
 use crate::check::{
     CheckEnvironment, ResolvedSchema, SchemaLookup, SchemaResolver, check_schema, check_source,
 };
 use crate::source_loader::MemorySourceLoader;
+use crate::test_sources::TRAVEL;
 use std::collections::HashMap;
 use std::sync::Arc;
 
