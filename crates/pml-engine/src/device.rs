@@ -1,8 +1,9 @@
 //! Device selection, in one place: every tensor the engine (and the runtime above it) creates
 //! lives on the device chosen here; [`default_device`] goes through [`select_device`]. Only the
-//! CPU is built today; a GPU backend (a `cuda` feature enabling candle's CUDA support) adds its
-//! variant to [`DeviceChoice`] and its arm to [`select_device`], and its kernels behind the
-//! engine's `kernels` seam; nothing else needs to change.
+//! CPU is selected today. The `cuda` feature (off by default) builds candle's CUDA backend, which
+//! `scripts/check-cuda-build.sh` checks without a GPU; running on the GPU adds its variant to
+//! [`DeviceChoice`] and its arm to [`select_device`], and its kernels behind the engine's
+//! `kernels` seam; nothing else needs to change.
 
 use candle_core::Device;
 

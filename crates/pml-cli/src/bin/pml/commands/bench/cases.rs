@@ -10,7 +10,10 @@ use pml_compiler::Tokenizer;
 use pml_syntax::ast::SourceFile;
 
 /// The default document: HotpotQA's Wikipedia paragraphs (see `crates/pml-cli/data/README.md`).
-pub const DEFAULT_DOCUMENT: &str = include_str!("../../../data/bench-document.txt");
+pub const DEFAULT_DOCUMENT: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/bench-document.txt"
+));
 
 /// HotpotQA's first question, answered by the document's first two paragraphs.
 pub const DEFAULT_QUESTION: &str = "Were Scott Derrickson and Ed Wood of the same nationality?";

@@ -35,7 +35,10 @@ use super::report::print_report;
 use crate::commands::run::RunJson;
 
 /// The llama.cpp side, embedded so the binary needs no checkout to find it.
-const LLAMA_SCRIPT: &str = include_str!("../../../../../scripts/llama_cache_bench.py");
+const LLAMA_SCRIPT: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../scripts/llama_cache_bench.py"
+));
 
 /// The engine `pml bench cache --peer` compares with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -1,7 +1,6 @@
 //! `pml`: run prompts, generate, serve, bench. Each subcommand lives in its own module under
-//! `src/commands/`; this file only parses the command line and dispatches.
+//! `commands/` beside it; this file only parses the command line and dispatches.
 
-#[path = "../commands/mod.rs"]
 mod commands;
 
 use std::process::ExitCode;

@@ -36,7 +36,10 @@ use super::engine_rounds::{Measurement, SizeResult};
 use super::report::print_report;
 
 /// The llama.cpp side, embedded so the binary needs no checkout to find it.
-const LLAMA_SCRIPT: &str = include_str!("../../../../../scripts/llama_engine_bench.py");
+const LLAMA_SCRIPT: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../scripts/llama_engine_bench.py"
+));
 
 #[derive(Args, Debug)]
 pub struct EngineArgs {
