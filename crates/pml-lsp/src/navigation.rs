@@ -44,7 +44,7 @@ pub fn references(
         found.push(location(schema, module_name_span(schema, id)));
     }
     let mut documents: Vec<_> = workspace.documents().collect();
-    documents.sort_by(|a, b| a.uri.as_str().cmp(b.uri.as_str()));
+    documents.sort_by(|a, b| a.uri.cmp(&b.uri));
     for open in documents {
         let Some(other) = analyses.get(workspace, &open.uri) else {
             continue;

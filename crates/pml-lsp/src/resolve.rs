@@ -68,7 +68,7 @@ impl WorkspaceResolver<'_> {
             .documents()
             .filter(|open| open.uri != self.prompt.uri)
             .collect();
-        open.sort_by(|a, b| a.uri.as_str().cmp(b.uri.as_str()));
+        open.sort_by(|a, b| a.uri.cmp(&b.uri));
         for candidate in open {
             if let Some(schema) = self.workspace.open_schema(candidate)
                 && schema.name() == name

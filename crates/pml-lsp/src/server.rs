@@ -2,8 +2,9 @@
 //! (`initialize`, `shutdown`, `exit`), document notifications and requests, dispatched to
 //! [`LanguageService`] through `from_proto` and `to_proto`. Diagnostics are debounced: an edit
 //! schedules every open document (a prompt's diagnostics depend on its schema) for `debounce`
-//! later, and further edits push that back, so a burst of keystrokes is checked once. Messages are read on a thread of their own so
-//! the loop can wait for either the next message or the next deadline.
+//! later, and further edits push that back, so a burst of keystrokes is checked once. Messages
+//! are read on a thread of their own so the loop can wait for either the next message or the
+//! next deadline.
 
 use crate::model::ModelAvailability;
 use crate::service::LanguageService;

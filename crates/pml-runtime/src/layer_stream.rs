@@ -37,6 +37,8 @@ pub enum LayerError {
     },
     #[error("the stored layer {layer} is for other tokens or positions")]
     OtherUnit { layer: usize },
+    #[error("the stored layer {layer} is a hidden-state layer without its hidden states")]
+    NoHiddenStates { layer: usize },
     #[error(
         "layer {layer} has no store key (a key names at most {} layers)",
         u16::MAX

@@ -94,17 +94,18 @@ pub enum RedisStartError {
 /// A fresh server, or why none could be started (not installed, no free port): for tools such
 /// as `pml bench store` that run without one.
 pub fn try_start_redis() -> Result<RedisServer, RedisStartError> {
-    // Another process may take the free port between our probe and the server's bind: retry.
-    let mut attempts_left = 5;
-    loop {
-        attempts_left -= 1;
-        match try_start() {
-            Ok(server) => return Ok(server),
-            Err(error) if attempts_left == 0 => return Err(error),
-            Err(_) => {}
+    // Another process may take the free port between our probe and the server's bind: retry,
+    // and report the last attempt's failure.
+    for _ in 1..START_ATTEMPTS {
+        if let Ok(server) = try_start() {
+            return Ok(server);
         }
     }
+    try_start()
 }
+
+/// Tries at starting a server before giving up.
+const START_ATTEMPTS: usize = 5;
 
 fn try_start() -> Result<RedisServer, RedisStartError> {
     let dir = TempDir::new()?;

@@ -39,7 +39,7 @@ use candle_core::Tensor;
 use crate::encode::UnitEncoder;
 use crate::encode::chunked::MAX_CHUNK_TOKENS;
 use pml_engine::kv_cache::KvCache;
-use pml_engine::model::{ForwardContext, Model};
+use pml_engine::model::{AttentionObserver, ForwardContext, Model};
 
 use super::attention_mass::{AttentionMass, MassWeighting};
 use super::blend_options::{BlendOptions, Deviation, Selection};
@@ -362,10 +362,14 @@ fn new_token_attention(
     let context = rows.context.select(&new_rows)?;
     let mut hidden = probe_hidden.index_select(&row_ids(&new_rows, probe_hidden.device())?, 0)?;
     let mut mass = vec![0f32; rows.tokens.len()];
+    let mut observer = AttentionMass {
+        mass: &mut mass,
+        weighting,
+    };
     for layer_idx in first_layer..model.config().n_layers {
         source.place(layer_idx, kv)?;
-        let sink = Some((mass.as_mut_slice(), weighting));
-        hidden = forward_layer_chunked(model, layer_idx, &hidden, &context, kv, sink)?;
+        let observing = Some(&mut observer as &mut dyn AttentionObserver);
+        hidden = forward_layer_chunked(model, layer_idx, &hidden, &context, kv, observing)?;
     }
     Ok(mass)
 }
@@ -433,24 +437,18 @@ fn squared_distance(a: &Tensor, b: &Tensor) -> Result<Vec<f32>, InferenceError> 
 
 /// One layer for the tokens of `context` (in position order), in chunks of at most
 /// [`MAX_CHUNK_TOKENS`] so a long prompt's attention scores stay bounded; exact because a chunk
-/// never attends to a later one. With `mass`, adds the attention the tokens pay each slot.
+/// never attends to a later one. An `observer` sees every chunk's attention.
 fn forward_layer_chunked(
     model: &Model,
     layer_idx: usize,
     hidden: &Tensor,
     context: &ForwardContext,
     kv: &mut KvCache,
-    mut mass: Option<(&mut [f32], MassWeighting)>,
+    mut observer: Option<&mut dyn AttentionObserver>,
 ) -> Result<Tensor, InferenceError> {
-    let mut step = |hidden: &Tensor, context: &ForwardContext, kv: &mut KvCache| match mass.as_mut()
+    let mut step = |hidden: &Tensor, context: &ForwardContext, kv: &mut KvCache| match &mut observer
     {
-        Some((mass, weighting)) => {
-            let mut observer = AttentionMass {
-                mass,
-                weighting: *weighting,
-            };
-            model.forward_layer_observed(layer_idx, hidden, context, kv, &mut observer)
-        }
+        Some(observer) => model.forward_layer_observed(layer_idx, hidden, context, kv, *observer),
         None => model.forward_layer(layer_idx, hidden, context, kv),
     };
     let n = context.len();

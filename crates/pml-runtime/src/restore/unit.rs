@@ -236,7 +236,7 @@ pub fn restore_unit_with(
         stored,
         fetch,
         || (),
-        |receiver| restore_layers(model, unit, kv, base, receiver, &mut report),
+        |receiver| restore_layers(model, unit, recomputed, kv, base, receiver, &mut report),
     )
     .and_then(|(restored, ())| restored);
     if let Err(reason) = restored {
@@ -256,18 +256,19 @@ pub fn restore_unit_with(
     Ok(report)
 }
 
-/// The compute side of a restore: recomputes the plan's recomputed prefix while the loader reads,
-/// then places each stored layer. Any error sends the caller to recompute the unit instead.
+/// The compute side of a restore: recomputes the plan's first `recomputed` layers while the
+/// loader reads, then places each stored layer. Any error sends the caller to recompute the unit
+/// instead.
 fn restore_layers(
     model: &Model,
     unit: &SavedUnit,
+    recomputed: usize,
     kv: &mut KvCache,
     base: usize,
     mut receiver: LayerReceiver<Result<Arc<ModuleState>, LayerError>>,
     report: &mut RestoreReport,
 ) -> Result<(), LayerError> {
     let slots: Vec<usize> = (base..base + unit.tokens.len()).collect();
-    let recomputed = unit.plan.count(LayerForm::Recompute);
     if recomputed > 0 {
         let context = ForwardContext::new(unit.positions.clone(), slots.clone())
             .map_err(LayerError::engine(0))?;
@@ -288,13 +289,7 @@ fn restore_layers(
                     .project_kv(layer, hidden, &unit.positions)
                     .map_err(LayerError::engine(layer))?
             }
-            (LayerForm::Hidden, None) => {
-                return Err(LayerError::WrongKind {
-                    layer,
-                    found: state.kind().name(),
-                    expected: StateKind::HiddenLayer(0).name(),
-                });
-            }
+            (LayerForm::Hidden, None) => return Err(LayerError::NoHiddenStates { layer }),
             _ => {
                 let (keys, values) = state.kv().layer(0).map_err(LayerError::engine(layer))?;
                 report.kv_layers += 1;
