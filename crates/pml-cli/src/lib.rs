@@ -7,6 +7,7 @@ pub mod diagnostic_output;
 pub mod encode_progress;
 pub mod explain_command;
 pub mod failure;
+pub mod fetch_progress;
 pub mod logging;
 pub mod model_fetch;
 pub mod model_tokenizer;

@@ -2,8 +2,11 @@
 //! first when it is not fetched yet, saying what it downloads and where.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use pml_models::{self as models, Fetcher, ModelSpec, ModelState, PmlHome};
+
+use crate::fetch_progress::StderrFetchProgress;
 
 /// The registry entry named `name` (id or alias), or the default model.
 pub fn resolve_model(name: Option<&str>) -> anyhow::Result<&'static ModelSpec> {
@@ -12,7 +15,7 @@ pub fn resolve_model(name: Option<&str>) -> anyhow::Result<&'static ModelSpec> {
 
 /// The verified GGUF of `spec`, downloading and assembling it first when it is absent.
 pub fn fetch_if_missing(spec: &ModelSpec) -> anyhow::Result<PathBuf> {
-    let fetcher = Fetcher::new(PmlHome::from_env()?);
+    let fetcher = fetcher()?;
     if let ModelState::Verified(path) = fetcher.check(spec)? {
         return Ok(path);
     }
@@ -46,4 +49,9 @@ pub fn fetch_if_missing(spec: &ModelSpec) -> anyhow::Result<PathBuf> {
         spec.size / 1_000_000,
     );
     Ok(fetcher.fetch(spec)?)
+}
+
+/// A fetcher under `$PML_HOME` that shows its progress on stderr.
+pub fn fetcher() -> anyhow::Result<Fetcher> {
+    Ok(Fetcher::new(PmlHome::from_env()?).with_progress(Arc::new(StderrFetchProgress::default())))
 }

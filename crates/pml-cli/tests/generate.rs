@@ -5,7 +5,7 @@
 use std::process::{Command, Output};
 
 use pml_models::DEFAULT_MODEL_ID;
-use pml_models::testing::fetched_model;
+use pml_testkit::fetched_model;
 
 fn pml_generate(args: &[&str]) -> Output {
     let output = Command::new(env!("CARGO_BIN_EXE_pml"))

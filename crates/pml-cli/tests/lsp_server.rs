@@ -216,7 +216,7 @@ fn exit_without_shutdown_is_an_error_status() {
 #[test]
 fn hover_shows_token_counts_with_the_fetched_model() {
     let id = pml_models::DEFAULT_MODEL_ID;
-    if pml_models::testing::fetched_model(id).is_none() {
+    if pml_testkit::fetched_model(id).is_none() {
         return;
     }
     let folder = folder("model");

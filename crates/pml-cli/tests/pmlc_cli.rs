@@ -277,7 +277,7 @@ fn output_stays_bounded_on_huge_files() {
 
 #[test]
 fn argument_lengths_are_checked_with_a_model() {
-    if pml_models::testing::fetched_model(pml_models::DEFAULT_MODEL_ID).is_none() {
+    if pml_testkit::fetched_model(pml_models::DEFAULT_MODEL_ID).is_none() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use pml_models::DEFAULT_MODEL_ID;
-use pml_models::testing::fetched_model;
 use pml_syntax::ast::SourceFile;
+use pml_testkit::fetched_model;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

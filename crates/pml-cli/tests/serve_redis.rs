@@ -17,8 +17,8 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pml_models::testing::fetched_model;
-use pml_runtime::testing::redis_server::start_redis;
+use pml_testkit::fetched_model;
+use pml_testkit::redis_server::start_redis;
 use serde_json::{Value, json};
 use support::{call, completion_body, json};
 

@@ -12,8 +12,8 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use pml_models::testing::fetched_model;
-use pml_runtime::testing::redis_server::start_redis;
+use pml_testkit::fetched_model;
+use pml_testkit::redis_server::start_redis;
 
 const MODEL: &str = "gemma3-270m";
 
@@ -313,4 +313,60 @@ fn chat_colours_its_status_lines_when_asked() {
         "the answer stays plain"
     );
     assert!(!text(&chat("never").stderr).contains('\u{1b}'));
+}
+
+/// What a new user types, on a fresh machine: no `--store` (the default store, f16 states, under
+/// a `PML_HOME` that holds nothing but the models), no `--plan` (the planner measures this
+/// machine's restore costs first), the default model; the second run resumes the session.
+#[test]
+fn a_session_resumes_with_the_default_store_and_plan_on_a_fresh_home() {
+    let Some(model) = fetched_model(pml_models::DEFAULT_MODEL_ID) else {
+        return;
+    };
+    let home = tempfile::tempdir().expect("tempdir");
+    let models = model.parent().expect("the models folder");
+    std::os::unix::fs::symlink(models, home.path().join("models")).expect("link the models");
+    let chat = |input: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pml"))
+            .args([
+                "chat",
+                "--session",
+                "s",
+                "--max-tokens",
+                "4",
+                "--temperature",
+                "0",
+            ])
+            .env("PML_HOME", home.path())
+            .env("NO_COLOR", "1")
+            .env_remove("PML_STORE")
+            .current_dir(home.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("pml runs");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
+        let output = child.wait_with_output().expect("pml finishes");
+        assert_ok(&output, "pml chat --session s");
+        text(&output.stderr)
+    };
+    let first = chat("What is 2+2?\n");
+    assert!(first.contains("restore plan ("), "{first}");
+    assert!(
+        home.path().join("store").join("restore-costs").is_dir(),
+        "the measured costs are kept in the default store: {first}"
+    );
+    let resumed = chat("And 3+3?\n");
+    assert!(
+        resumed.contains("resuming session `s`: 1 turn"),
+        "{resumed}"
+    );
+    assert!(resumed.contains("as measured before"), "{resumed}");
+    assert!(resumed.contains("restored in"), "{resumed}");
 }

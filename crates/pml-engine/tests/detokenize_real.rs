@@ -7,7 +7,7 @@ use pml_engine::Tokenizer;
 use pml_engine::generation::IncrementalDetokenizer;
 use pml_engine::gguf::GgufFile;
 use pml_engine::tokenizer::GgufTokenizer;
-use pml_models::testing::fetched_model;
+use pml_testkit::fetched_model;
 
 /// Accents, CJK, emoji and rare hieroglyphs (byte fallback even in a 262k vocabulary):
 /// characters of 2, 3 and 4 bytes, some split across tokens.

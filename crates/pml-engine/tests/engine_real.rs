@@ -12,7 +12,7 @@ use pml_engine::model::{
     Arch, ForwardContext, ForwardOptions, LogitRows, Model, ModelConfig, WeightFormat,
 };
 use pml_engine::tokenizer::GgufTokenizer;
-use pml_models::testing::fetched_model;
+use pml_testkit::fetched_model;
 use serde::Deserialize;
 
 const QWEN: &str = "qwen2.5-0.5b";

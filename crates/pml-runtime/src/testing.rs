@@ -1,10 +1,7 @@
 //! Support for tests of what sits on a runtime: a runtime on a tiny random model ([`tiny_runtime`])
 //! and a stand-in tokenizer. Test-only: it panics. A fetched model's path is
-//! `pml_models::testing::fetched_model`.
-//! [`redis_server`] starts a throwaway `redis-server` the same way. Tensor comparisons are in
-//! [`pml_engine::testing`].
-
-pub use pml_store::redis_server;
+//! `pml_testkit::fetched_model`, a throwaway `redis-server` `pml_testkit::redis_server`. Tensor
+//! comparisons are in [`pml_engine::testing`].
 
 use candle_core::Device;
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};

@@ -15,9 +15,9 @@ use pml_compiler::plan::{EncodeMode, SchemaLayout, UnitId};
 use pml_engine::Tokenizer;
 use pml_engine::generation::SamplingParams;
 use pml_engine::model::WeightFormat;
-use pml_models::testing::fetched_model;
 use pml_runtime::inference::{InferenceMode, Runtime, RuntimeOptions};
 use pml_runtime::store::StoreConfig;
+use pml_testkit::fetched_model;
 use tempfile::TempDir;
 
 use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff};

@@ -8,8 +8,8 @@ use pml_engine::Tokenizer;
 use pml_engine::chat::{builtin_template, chat_template_source};
 use pml_engine::gguf::GgufFile;
 use pml_engine::tokenizer::GgufTokenizer;
-use pml_models::testing::fetched_model;
 use pml_runtime::chat::model_chat_template;
+use pml_testkit::fetched_model;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

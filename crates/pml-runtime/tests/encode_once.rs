@@ -6,18 +6,16 @@
 mod cached_support;
 
 use std::path::Path;
-use std::process::Child;
-use std::time::Duration;
 
 use candle_core::Device;
 use pml_compiler::plan::{EncodeMode, SchemaLayout, UnitId};
 use pml_engine::model::tiny::random_model;
 use pml_engine::model::{Arch, WeightFormat};
 use pml_runtime::encode::{EncodeEvent, EncodeOptions, encode_schema};
-use pml_runtime::store::testing::{say_go, spawn_child_test, wait_for_go};
 use pml_runtime::store::{ModuleStore, StateSpec, StoreConfig};
 
 use cached_support::{LayoutBuilder, spread_tokens};
+use pml_testkit::child_process::{ChildTest, ready_then_wait_for_go, start_together};
 
 /// Set in a child process to the store root it must encode into.
 const CHILD_ENV: &str = "PML_ENCODE_ONCE_CHILD_ROOT";
@@ -43,7 +41,8 @@ fn run_as_child(root: &Path) {
     let store =
         ModuleStore::open(&config, StateSpec::new("tiny-once", model.kv_layout())).expect("store");
     let layout = layout();
-    wait_for_go(root);
+    // Model loaded and store open in both processes before either encodes, so they overlap.
+    ready_then_wait_for_go();
     let mut waits = 0;
     let options = EncodeOptions {
         mode: EncodeMode::Scaffolded,
@@ -63,8 +62,8 @@ fn run_as_child(root: &Path) {
     std::fs::write(root.join(format!("report-{}", std::process::id())), line).expect("report");
 }
 
-fn spawn_child(root: &Path) -> Child {
-    spawn_child_test(CHILD_TEST, CHILD_ENV, root)
+fn spawn_child(root: &Path) -> ChildTest {
+    ChildTest::spawn(CHILD_TEST, CHILD_ENV, root)
 }
 
 #[test]
@@ -74,13 +73,11 @@ fn two_processes_encode_each_unit_once() {
         return;
     }
     let root = tempfile::tempdir().expect("tempdir");
-    let children = [spawn_child(root.path()), spawn_child(root.path())];
-    // Both load their model before the go, so their encoding overlaps.
-    std::thread::sleep(Duration::from_millis(500));
-    say_go(root.path());
+    let mut children = [spawn_child(root.path()), spawn_child(root.path())];
+    start_together(&mut children);
     let mut reports = Vec::new();
     for mut child in children {
-        let status = child.wait().expect("child exits");
+        let status = child.wait();
         assert!(status.success(), "child failed: {status}");
         let report = std::fs::read_to_string(root.path().join(format!("report-{}", child.id())))
             .expect("child report");

@@ -12,7 +12,6 @@ use pml_engine::kv_cache::{KvBlock, KvCache};
 use pml_engine::model::tiny::random_model;
 use pml_engine::model::{Arch, ForwardContext, ForwardOptions, LogitRows, Model, WeightFormat};
 use pml_engine::testing::max_abs_diff;
-use pml_models::testing::fetched_model;
 use pml_runtime::conversation::{ChatParts, Conversation};
 use pml_runtime::restore::{
     LayerForm, RestorePlan, SavedUnit, measure_costs, plan_restore, restore_unit, save_unit,
@@ -21,6 +20,7 @@ use pml_runtime::store::{
     ContextHash, DiskTier, ManifestStore, MemoryTier, ModuleStore, StateSpec, Tier,
 };
 use pml_runtime::testing::ByteTokenizer;
+use pml_testkit::fetched_model;
 use tempfile::TempDir;
 
 const ARCHES: [Arch; 2] = [Arch::Qwen2, Arch::Gemma3];

@@ -110,6 +110,8 @@ pub struct Metrics {
     pub prefix_cache_hits: AtomicU64,
     /// Completions accepted and not yet admitted by the engine.
     pub queue_depth: AtomicUsize,
+    /// Other requests for the engine (uploads, deletions, tokenizing) not yet handled.
+    pub control_queue_depth: AtomicUsize,
     pub active_sequences: AtomicUsize,
     pub tokens_reused: AtomicU64,
     pub tokens_recomputed: AtomicU64,
@@ -200,6 +202,12 @@ impl Metrics {
             "pml_queue_depth",
             "Completions waiting for the engine.",
             self.queue_depth.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "pml_control_queue_depth",
+            "Schema uploads and deletions, tokenize and detokenize requests waiting for the engine.",
+            self.control_queue_depth.load(Ordering::Relaxed),
         );
         gauge(
             &mut out,

@@ -3,7 +3,7 @@
 //!
 //! BLAKE3 rather than sha256 (store format 1) because every load verifies every byte: over a
 //! 4k-token f16 state (50 MB) on this project's 2-core AVX2 machine, sha256 (with SHA-NI) took
-//! 36 ms, BLAKE3 20 ms on one core and 12 ms on both (docs/benchmarks.md, "Module store").
+//! 36 ms, BLAKE3 20 ms on one core and 12 ms on both (docs/results/history.md, "Module store").
 //!
 //! Keeping it inside the file (rather than in a sidecar) makes an entry one file, so a single
 //! atomic rename publishes it and there is never a data file without its checksum or the reverse;

@@ -197,7 +197,7 @@ impl StoreKeyParts<'_> {
         // Every variable-length field is length-prefixed, so no two part lists hash alike.
         for text in [
             self.model_fingerprint,
-            weight_format_name(self.weight_format),
+            self.weight_format.name(),
             self.kv_dtype.as_str(),
             self.state_dtype.as_str(),
             self.kind.name(),
@@ -221,18 +221,6 @@ fn hash_u32s(hasher: &mut Sha256, values: &[u32]) {
     hasher.update((values.len() as u64).to_le_bytes());
     for value in values {
         hasher.update(value.to_le_bytes());
-    }
-}
-
-/// Stable name of a weight format: keys must not depend on `Debug` output.
-pub fn weight_format_name(format: WeightFormat) -> &'static str {
-    match format {
-        WeightFormat::Quantized => "quantized",
-        WeightFormat::F32 => "f32",
-        WeightFormat::F16 => "f16",
-        WeightFormat::Bf16 => "bf16",
-        WeightFormat::QuantizedAndF16 => "quantized+f16",
-        WeightFormat::QuantizedAndF32 => "quantized+f32",
     }
 }
 

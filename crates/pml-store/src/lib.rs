@@ -18,7 +18,6 @@
 //! - [`module_store`]: [`ModuleStore`], the tiers stacked (RAM over disk over Redis).
 //! - [`unit_lock`]: per-key locks so processes sharing a store encode a unit once.
 //! - [`atomic_file`]: temp file + rename, for every file the store and its users write.
-//! - [`redis_server`]: a throwaway `redis-server` for tests and benchmarks.
 //!
 //! Device memory slots in as a further [`Tier`]; the byte form in [`state`] is what the disk and
 //! Redis tiers hold.
@@ -28,18 +27,12 @@ mod checksum;
 pub mod config;
 pub mod disk;
 mod error;
-mod home;
 pub mod key;
 pub mod manifest;
 pub mod memory;
 pub mod module_store;
 pub mod redis;
-pub mod redis_server;
 pub mod state;
-/// Test scaffolding for processes sharing a store; compiled for tests and the `test-support`
-/// feature only.
-#[cfg(any(test, feature = "test-support"))]
-pub mod testing;
 pub mod tier;
 pub mod unit_lock;
 
@@ -48,11 +41,11 @@ pub use config::{
 };
 pub use disk::DiskTier;
 pub use error::StoreError;
-pub use home::{PML_HOME_ENV, pml_home};
 pub use key::{ContextHash, STORE_FORMAT_VERSION, StateKind, StoreKey, StoreKeyParts};
 pub use manifest::{Manifest, ManifestLookup, ManifestStore, ManifestUnit};
 pub use memory::MemoryTier;
 pub use module_store::{ModuleStore, StoreHit, StoreStats, TierPut};
+pub use pml_home::{PML_HOME_ENV, pml_home};
 pub use redis::{RedisConfig, RedisTier};
 pub use state::{DEFAULT_STATE_DTYPE, ModuleState, StateSpec};
 pub use tier::{PutOutcome, Tier, TierStats};

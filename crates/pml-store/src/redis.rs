@@ -9,8 +9,10 @@
 //! - `<ns>:c:<key>:<value hash prefix>:<i>` — the value (the same sealed safetensors bytes the disk tier writes) cut
 //!   into chunks of at most [`RedisConfig::chunk_bytes`], so no single command moves an unbounded
 //!   value and a slow link times out per chunk rather than per module;
-//! - `<ns>:lru` — a sorted set of keys by last access (ms), `<ns>:bytes` — bytes held: the tier's
-//!   budget is shared by every process of the namespace and evicted oldest first.
+//! - `<ns>:lru` — a sorted set of keys by last access, `<ns>:clock` — the access counter that
+//!   orders it (one `INCR` per access, on the server, so the order is that of the accesses
+//!   whatever the clients' clocks or two accesses in one millisecond), `<ns>:bytes` — bytes held:
+//!   the tier's budget is shared by every process of the namespace and evicted oldest first.
 //!
 //! A read is verified twice: the reassembled value against the meta's BLAKE3 (a chunk of another
 //! write or a truncated value) and then by [`ModuleState::from_safetensors`] (the sealed checksum
@@ -22,9 +24,9 @@
 //! connection after [`RedisConfig::retry_after`], so the store keeps serving from its local tiers
 //! and by recomputing — never a crash, never a wrong state.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use redis::{Client, Connection, RedisResult};
 
@@ -74,6 +76,8 @@ pub struct RedisTier {
     connection: Mutex<Link>,
     warned: AtomicBool,
     counters: TierCounters,
+    /// Connections opened or tried: what a down server must not cost on every lookup.
+    connects: AtomicU64,
 }
 
 /// The connection, or since when the server is known to be unreachable.
@@ -157,6 +161,7 @@ impl RedisTier {
             connection: Mutex::new(Link::Idle),
             warned: AtomicBool::new(false),
             counters: TierCounters::default(),
+            connects: AtomicU64::new(0),
         })
     }
 
@@ -198,6 +203,22 @@ impl RedisTier {
 
     fn lru_key(&self) -> String {
         format!("{}:lru", self.namespace)
+    }
+
+    fn clock_key(&self) -> String {
+        format!("{}:clock", self.namespace)
+    }
+
+    /// Marks `key` most recently used: its LRU score is the namespace's next access count,
+    /// taken and set in one atomic script.
+    fn touch(&self, connection: &mut Connection, key: &StoreKey) -> RedisResult<()> {
+        redis::cmd("EVAL")
+            .arg("return redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[2]), ARGV[1])")
+            .arg(2)
+            .arg(self.lru_key())
+            .arg(self.clock_key())
+            .arg(key.as_str())
+            .exec(connection)
     }
 
     fn bytes_key(&self) -> String {
@@ -255,7 +276,14 @@ impl RedisTier {
         }
     }
 
+    /// Connections opened or tried so far: one per retry period while the server is down,
+    /// not one per lookup.
+    pub fn connection_attempts(&self) -> u64 {
+        self.connects.load(Ordering::Relaxed)
+    }
+
     fn connect(&self) -> RedisResult<Connection> {
+        self.connects.fetch_add(1, Ordering::Relaxed);
         let connection = self
             .client
             .get_connection_with_timeout(self.config.timeout)?;
@@ -302,11 +330,7 @@ impl RedisTier {
                 .corrupt(key, "chunks do not match the entry's checksum".into())
                 .into());
         }
-        redis::cmd("ZADD")
-            .arg(self.lru_key())
-            .arg(now_ms())
-            .arg(key.as_str())
-            .exec(connection)?;
+        self.touch(connection, key)?;
         Ok(Some(value))
     }
 
@@ -339,11 +363,7 @@ impl RedisTier {
             .arg(meta.render())
             .arg("NX")
             .query(connection)?;
-        redis::cmd("ZADD")
-            .arg(self.lru_key())
-            .arg(now_ms())
-            .arg(key.as_str())
-            .exec(connection)?;
+        self.touch(connection, key)?;
         if published.is_none() {
             // Another write of this key is published; ours are orphans unless they are its.
             let current: Option<String> = redis::cmd("GET")
@@ -524,12 +544,6 @@ impl Tier for RedisTier {
 /// [`super::checksum`]).
 fn checksum_hex(bytes: &[u8]) -> String {
     blake3::hash(bytes).to_hex().to_string()
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -108,7 +108,6 @@ mod tests {
     use std::process::{Command, Stdio};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::time::Duration;
 
     fn key() -> StoreKey {
         StoreKey::parse(&"ab".repeat(32)).expect("a key")
@@ -123,13 +122,17 @@ mod tests {
             .expect("lock")
             .expect("supported");
         let released = Arc::new(AtomicBool::new(false));
+        // The waiter says when it found the key held; only then is the first lock released, so
+        // the waiter has certainly waited, however the threads are scheduled.
+        let (waiting, told) = std::sync::mpsc::channel();
         let waiter = {
             let locks = locks.clone();
             let released = Arc::clone(&released);
             std::thread::spawn(move || {
-                let mut waited = false;
                 let lock = locks
-                    .lock(&key(), &mut || waited = true)
+                    .lock(&key(), &mut || {
+                        waiting.send(()).expect("the test listens");
+                    })
                     .expect("lock")
                     .expect("supported");
                 assert!(
@@ -137,16 +140,12 @@ mod tests {
                     "got the lock while it was held"
                 );
                 drop(lock);
-                waited
             })
         };
-        std::thread::sleep(Duration::from_millis(200));
+        told.recv().expect("the waiter found the key held");
         released.store(true, Ordering::SeqCst);
         first.release_stored();
-        assert!(
-            waiter.join().expect("waiter"),
-            "the waiter was told it waited"
-        );
+        waiter.join().expect("waiter");
     }
 
     #[test]
@@ -155,28 +154,29 @@ mod tests {
         let locks = UnitLocks::new(root.path());
         std::fs::create_dir_all(root.path().join("locks")).expect("mkdir");
         let path = root.path().join("locks").join(format!("{}.lock", key()));
-        // Another process takes the lock (util-linux `flock`, which then becomes `sleep` holding
-        // it: `--no-fork`), then dies without releasing it.
-        let Ok(mut holder) = Command::new("flock")
+        // Another process takes the lock (util-linux `flock`, which then execs a shell that
+        // says so and becomes `sleep` still holding it: `--no-fork`), then dies without
+        // releasing it. Its line on stdout is the signal: no polling, no timing.
+        let mut holder = Command::new("flock")
             .arg("--no-fork")
             .arg(&path)
-            .args(["sleep", "60"])
-            .stdout(Stdio::null())
+            .args(["sh", "-c", "echo locked; exec sleep 60"])
+            .stdout(Stdio::piped())
             .spawn()
-        else {
-            eprintln!("skipped: no `flock` command to hold a lock from another process");
-            return;
-        };
-        let mut waited = false;
-        for _ in 0..100 {
-            let probe = File::open(&path).ok();
-            if probe.is_some_and(|file| matches!(file.try_lock(), Err(TryLockError::WouldBlock))) {
-                waited = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(waited, "the other process holds the lock");
+            .expect("util-linux `flock` runs (Debian's util-linux is essential)");
+        let mut said = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(holder.stdout.take().expect("stdout")),
+            &mut said,
+        )
+        .expect("read the holder's line");
+        assert_eq!(said.trim(), "locked", "the other process holds the lock");
+        let probe = File::open(&path).expect("the lock file exists");
+        assert!(
+            matches!(probe.try_lock(), Err(TryLockError::WouldBlock)),
+            "held by the other process"
+        );
+        drop(probe);
         holder.kill().expect("kill");
         let _ = holder.wait();
         let lock = locks

@@ -6,12 +6,11 @@
 mod store_support;
 
 use std::path::Path;
-use std::process::Child;
 use std::sync::Arc;
 
 use pml_compiler::plan::EncodeMode;
-use pml_store::testing::{say_go, spawn_child_test, wait_for_go};
 use pml_store::{DiskTier, Manifest, ManifestUnit, ModuleStore, PutOutcome, StoreConfig, Tier};
+use pml_testkit::child_process::{ChildTest, ready_then_wait_for_go, start_together};
 use store_support::{FINGERPRINT, assert_same_state, files_under, key_of, spec, state};
 
 /// Set in a child process to the store root it must compile into.
@@ -85,12 +84,12 @@ fn assert_store_complete(root: &Path) {
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
 }
 
-fn spawn_child(root: &Path) -> Child {
-    spawn_child_test(CHILD_TEST, CHILD_ENV, root)
+fn spawn_child(root: &Path) -> ChildTest {
+    ChildTest::spawn(CHILD_TEST, CHILD_ENV, root)
 }
 
 fn run_as_child(root: &Path) {
-    wait_for_go(root);
+    ready_then_wait_for_go();
     let store = ModuleStore::open(&config(root), spec()).expect("store");
     for round in 0..ROUNDS {
         compile_schema(&store, round * 13 + std::process::id() % N_UNITS);
@@ -105,7 +104,7 @@ fn two_processes_compile_the_same_schema_at_once() {
     }
     let root = tempfile::tempdir().expect("tempdir");
     let mut children = [spawn_child(root.path()), spawn_child(root.path())];
-    say_go(root.path());
+    start_together(&mut children);
 
     // Read while they write: an entry is either absent or whole.
     let reader = DiskTier::open(root.path(), spec()).expect("disk tier");
@@ -124,7 +123,7 @@ fn two_processes_compile_the_same_schema_at_once() {
         }
         for (child, status) in children.iter_mut().zip(statuses.iter_mut()) {
             if status.is_none() {
-                *status = child.try_wait().expect("child status");
+                *status = child.try_wait();
             }
         }
     }

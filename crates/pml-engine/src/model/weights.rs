@@ -20,7 +20,7 @@ use crate::kernels::{self, dense_matmul};
 /// rows with quantized activations, unpacking each weight block once per tile of activation
 /// rows; from there by dequantizing panels of the matrix into a per-worker scratch buffer for
 /// the f32 gemm. So the default, [`WeightFormat::Quantized`], holds no dense copy and runs a
-/// prefill as fast as the copies did (`examples/kernel_probe.rs`, docs/benchmarks.md,
+/// prefill as fast as the copies did (`examples/kernel_probe.rs`, docs/results/history.md,
 /// "Engine"); the `QuantizedAnd*` formats remain for comparison.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum WeightFormat {
@@ -56,6 +56,18 @@ pub enum MatrixRole {
 }
 
 impl WeightFormat {
+    /// The format's stable name: part of every store key and cost file, so it never changes.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightFormat::Quantized => "quantized",
+            WeightFormat::F32 => "f32",
+            WeightFormat::F16 => "f16",
+            WeightFormat::Bf16 => "bf16",
+            WeightFormat::QuantizedAndF16 => "quantized+f16",
+            WeightFormat::QuantizedAndF32 => "quantized+f32",
+        }
+    }
+
     /// The dense dtype the format keeps for `role`, if it keeps one.
     fn dense_dtype(self, role: MatrixRole) -> Option<DType> {
         match self {

@@ -1,12 +1,13 @@
-//! Tokenizers rebuilt from GGUF metadata: byte-level BPE ([`qwen2`]) and SentencePiece BPE with
-//! byte fallback ([`gemma3`]), wrapped in [`GgufTokenizer`], which implements the engine's
+//! Tokenizers rebuilt from GGUF metadata: byte-level BPE ([`byte_bpe`], split by [`pre_split`]) and SentencePiece BPE with
+//! byte fallback ([`sentencepiece`]), wrapped in [`GgufTokenizer`], which implements the engine's
 //! [`Tokenizer`] with llama.cpp's rules for special tokens: user-defined tokens are always kept
 //! whole, control tokens only in text that may contain them (chat-template text).
 
+pub mod byte_bpe;
 pub mod control;
-pub mod gemma3;
 mod interface;
-pub mod qwen2;
+pub mod pre_split;
+pub mod sentencepiece;
 pub mod token_bytes;
 pub mod vocab;
 
@@ -85,9 +86,11 @@ impl GgufTokenizer {
                 vocab.tokens.len()
             )));
         }
-        let (mut inner, default_add_bos) = match vocab.model.as_str() {
-            "gpt2" => (qwen2::build(vocab)?, false),
-            "llama" => (gemma3::build(vocab)?, true),
+        // llama.cpp's defaults when the file does not say: SentencePiece adds BOS and a space
+        // before the text, byte-level BPE neither.
+        let (mut inner, default_add_bos, default_space_prefix) = match vocab.model.as_str() {
+            "gpt2" => (byte_bpe::build(vocab)?, false, false),
+            "llama" => (sentencepiece::build(vocab)?, true, true),
             other => {
                 return Err(TokenizerError::Unsupported(format!(
                     "tokenizer.ggml.model = {other:?}"
@@ -122,7 +125,7 @@ impl GgufTokenizer {
             eos,
             pad,
             vocab_size,
-            add_space_prefix: vocab.add_space_prefix.unwrap_or(false),
+            add_space_prefix: vocab.add_space_prefix.unwrap_or(default_space_prefix),
             token_bytes: token_bytes::vocab_token_bytes(vocab),
         })
     }
@@ -148,6 +151,9 @@ impl GgufTokenizer {
     }
 
     fn encode_text(&self, text: &str, after_control: bool) -> Result<Vec<u32>, TokenizeError> {
+        if text.is_empty() {
+            return Ok(Vec::new());
+        }
         // llama.cpp adds the SentencePiece prefix space at the start and after each control token.
         let prefixed;
         let text = if self.add_space_prefix && after_control {
@@ -156,9 +162,6 @@ impl GgufTokenizer {
         } else {
             text
         };
-        if text.is_empty() {
-            return Ok(Vec::new());
-        }
         let encoding = self
             .inner
             .encode_fast(text, false)

@@ -89,7 +89,8 @@ pub enum Deviation {
 /// small model, deviation ranks many tokens the answer never reads. Weighting each attention
 /// weight by the slot's value norm lowered the KL further on the 103 HotpotQA questions (0.316 →
 /// 0.270, lower on 64 of 103) with the same first-token and greedy agreement
-/// (docs/benchmarks.md). Chosen on fidelity to `full` alone, never on gold answers.
+/// (docs/results/history.md, "Selective recompute"). Chosen on fidelity to `full` alone, never
+/// on gold answers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Selection {
     /// By their deviation at the check layer (CacheBlend's HKVD tokens).

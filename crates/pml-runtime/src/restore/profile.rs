@@ -80,6 +80,9 @@ pub fn measure_costs(
                 else {
                     continue;
                 };
+                // Straight into the tier, so converted here as `ModuleStore::put` would: a tier
+                // holds states of the store's dtype only, and refuses to read any other.
+                let state = state.to_dtype(store.spec().state_dtype)?;
                 stored.push(key.clone());
                 tier.put(&key, &Arc::new(state))?;
                 keys.push(key);
@@ -252,7 +255,7 @@ impl CostCache {
 
     fn path_of(&self, model: &Model, store: &ModuleStore, tier: &dyn Tier) -> std::path::PathBuf {
         let fingerprint: String = store.spec().model_fingerprint.chars().take(16).collect();
-        let weights = crate::store::key::weight_format_name(model.weight_format());
+        let weights = model.weight_format().name();
         self.dir.join(
             crate::store::manifest::safe_file_name(&format!(
                 "{fingerprint}-{weights}-{}",

@@ -21,6 +21,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use super::AppState;
 use super::error::ApiError;
 use super::openai::{ChoiceText, Flavor, ResponseMeta, Usage, is_pml_prompt};
+use super::prompt_schema::prompt_schema;
 use super::request::{ChatRequest, CompletionRequest, Generation};
 use crate::engine::{CompletionJob, EventSink, JobEnd, JobEvent, PromptSource, PromptUsage};
 
@@ -32,7 +33,11 @@ pub async fn completion(
     let generation = request.check(&state.config)?;
     let text = request.prompt_text()?;
     let prompt = if is_pml_prompt(&text) {
-        PromptSource::Pml(text)
+        let schema = prompt_schema(&text, &state.engine.schemas)?;
+        PromptSource::Pml {
+            source: text,
+            schema,
+        }
     } else {
         PromptSource::Text(text)
     };

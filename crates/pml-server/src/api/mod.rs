@@ -6,6 +6,7 @@
 //! - [`request`]: request bodies of the completion endpoints, checked field by field.
 //! - [`openai`]: response bodies and stream chunks of the completion endpoints.
 //! - [`models`]: `/v1/models`, `/tokenize` and `/detokenize`.
+//! - [`prompt_schema`]: the loaded schema a PML prompt is bound to, resolved here, once.
 //! - [`completions`]: `/v1/completions` and `/v1/chat/completions`, streaming or not.
 //! - [`schemas`]: schema upload, progress, listing, deletion (bearer-token protected).
 //! - [`status`]: `/health`, `/metrics`, `/openapi.yaml`.
@@ -14,6 +15,7 @@ pub mod completions;
 pub mod error;
 pub mod models;
 pub mod openai;
+pub mod prompt_schema;
 pub mod request;
 pub mod schemas;
 pub mod status;
@@ -26,6 +28,7 @@ use axum::routing::{MethodRouter, delete, get, post};
 
 use crate::config::ServerConfig;
 use crate::engine::EngineHandle;
+pub use prompt_schema::prompt_schema;
 
 /// What every handler can reach.
 #[derive(Clone, Debug)]

@@ -38,8 +38,9 @@ use schemas::{SchemaInfo, SchemaRegistry};
 /// What a completion is asked to continue.
 #[derive(Clone, Debug)]
 pub enum PromptSource {
-    /// A PML prompt (`<prompt schema="…">`), answered with its schema's cached modules.
-    Pml(String),
+    /// A PML prompt, answered with the cached modules of `schema`, the loaded schema it names
+    /// (or the only one loaded): resolved once, at the HTTP edge ([`crate::api::prompt_schema`]).
+    Pml { source: String, schema: String },
     /// Plain text, tokenized as is after BOS and prefilled in full.
     Text(String),
     /// Chat turns, wrapped in the model's chat template.
@@ -211,6 +212,8 @@ pub enum EngineRequest {
 pub enum SubmitError {
     #[error("the queue is full ({0} completions waiting)")]
     QueueFull(usize),
+    #[error("the engine is busy ({0} requests waiting)")]
+    Busy(usize),
     #[error("the engine has stopped")]
     Stopped,
     #[error("the server is shutting down")]
@@ -277,11 +280,21 @@ impl EngineHandle {
         let _ = self.requests.send(EngineRequest::Shutdown);
     }
 
-    /// Sends a schema upload or deletion.
+    /// Sends a schema upload or deletion, or a tokenize or detokenize request: refused, as a
+    /// completion is, when `queue_capacity` of them already wait, so that no client can grow
+    /// the engine's channel without bound. (A shutdown goes through [`Self::begin_shutdown`].)
     pub fn send(&self, request: EngineRequest) -> Result<(), SubmitError> {
-        self.requests
-            .send(request)
-            .map_err(|_| SubmitError::Stopped)
+        let waiting = &self.metrics.control_queue_depth;
+        let queued = waiting.fetch_add(1, Ordering::SeqCst);
+        if queued >= self.queue_capacity {
+            waiting.fetch_sub(1, Ordering::SeqCst);
+            tracing::debug!("queue full: refused a request ({queued} waiting)");
+            return Err(SubmitError::Busy(queued));
+        }
+        self.requests.send(request).map_err(|_| {
+            waiting.fetch_sub(1, Ordering::SeqCst);
+            SubmitError::Stopped
+        })
     }
 }
 
@@ -327,4 +340,53 @@ pub fn spawn(
             })
         })?;
     Ok((handle, thread))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A handle whose engine never drains its channel: what a busy engine looks like to the
+    /// HTTP layer.
+    fn stalled_handle(
+        queue_capacity: usize,
+    ) -> (EngineHandle, mpsc::UnboundedReceiver<EngineRequest>) {
+        let (requests, receiver) = mpsc::unbounded_channel();
+        let handle = EngineHandle {
+            requests,
+            queue_capacity,
+            schemas: Arc::new(SchemaRegistry::default()),
+            metrics: Arc::new(Metrics::default()),
+            max_positions: 32,
+            shutdown: Arc::new(Shutdown::default()),
+        };
+        (handle, receiver)
+    }
+
+    fn detokenize() -> EngineRequest {
+        let (reply, _) = oneshot::channel();
+        EngineRequest::Detokenize {
+            tokens: vec![1],
+            reply,
+        }
+    }
+
+    #[test]
+    fn requests_other_than_completions_are_bounded_too() {
+        let (handle, mut receiver) = stalled_handle(2);
+        handle.send(detokenize()).expect("first fits");
+        handle.send(detokenize()).expect("second fits");
+        assert!(matches!(
+            handle.send(detokenize()),
+            Err(SubmitError::Busy(2))
+        ));
+        assert_eq!(handle.metrics.control_queue_depth.load(Ordering::SeqCst), 2);
+        // A shutdown is never refused.
+        handle.begin_shutdown(std::time::Duration::ZERO);
+        let mut queued = 0;
+        while receiver.try_recv().is_ok() {
+            queued += 1;
+        }
+        assert_eq!(queued, 3, "two requests and the shutdown");
+    }
 }

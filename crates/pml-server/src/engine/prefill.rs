@@ -11,7 +11,6 @@ use pml_engine::kv_cache::KvCache;
 use pml_runtime::inference::{
     LaidOutSchema, Prefill, PrefixCache, Runtime, SplicePlan, Staged, StagedPrefill,
 };
-use pml_syntax::ast::SourceFile;
 
 use super::sequence::{Prefilled, check_context, prompt_tokens, runtime_error};
 use super::{CompletionJob, JobError, PromptSource, PromptUsage};
@@ -54,7 +53,9 @@ impl PendingPrefill {
         // Room for the whole answer, so decoding appends in place.
         let reserve = job.params.max_tokens + 1;
         let started = match &job.prompt {
-            PromptSource::Pml(source) => stage_pml(runtime, schemas, &job, source, reserve),
+            PromptSource::Pml { source, schema } => {
+                stage_pml(runtime, schemas, &job, source, schema, reserve)
+            }
             _ => start_plain(runtime, prefix_cache, &job, reserve),
         };
         match started {
@@ -174,19 +175,13 @@ fn stage_pml(
     schemas: &HashMap<String, LaidOutSchema>,
     job: &CompletionJob,
     source: &str,
+    schema: &str,
     reserve: usize,
 ) -> Result<Started, JobError> {
-    let schema_name = match pml_syntax::parse(source).file {
-        SourceFile::Prompt(prompt) => prompt.schema.map(|name| name.text),
-        _ => None,
-    };
-    let schema = match schema_name {
-        Some(name) => schemas.get(&name).ok_or(JobError::UnknownSchema(name))?,
-        // Let binding report what is wrong with the prompt.
-        None => schemas.values().next().ok_or_else(|| {
-            JobError::BadRequest("the prompt names no schema `<prompt schema=\"…\">`".to_string())
-        })?,
-    };
+    // Resolved at the HTTP edge; gone since only if deleted in between.
+    let schema = schemas
+        .get(schema)
+        .ok_or_else(|| JobError::UnknownSchema(schema.to_string()))?;
     let bound = runtime
         .bind(schema, source)
         .map_err(|error| runtime_error(error, source))?;

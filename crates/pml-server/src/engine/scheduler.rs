@@ -120,6 +120,15 @@ impl<'r> Scheduler<'r> {
     }
 
     fn handle(&mut self, request: EngineRequest) {
+        // Counted in by `EngineHandle::send`; completions have their own count, shutdowns none.
+        if !matches!(
+            request,
+            EngineRequest::Complete(_) | EngineRequest::Shutdown
+        ) {
+            self.metrics
+                .control_queue_depth
+                .fetch_sub(1, Ordering::SeqCst);
+        }
         match request {
             EngineRequest::Upload {
                 source,
@@ -201,7 +210,7 @@ impl<'r> Scheduler<'r> {
     /// Hands a prefilled prompt to the decoding sequences.
     fn start_decoding(&mut self, job: CompletionJob, prefilled: Prefilled) {
         let usage = prefilled.usage;
-        if !matches!(job.prompt, PromptSource::Pml(_)) {
+        if !matches!(job.prompt, PromptSource::Pml { .. }) {
             self.metrics
                 .count_prefix_lookup(usage.prompt_tokens, usage.cached_tokens);
         }

@@ -267,7 +267,7 @@ pub fn prompt_tokens(
 ) -> Result<Vec<u32>, JobError> {
     let tokenizer = runtime.tokenizer();
     match prompt {
-        PromptSource::Text(text) | PromptSource::Pml(text) => {
+        PromptSource::Text(text) | PromptSource::Pml { source: text, .. } => {
             let mut tokens: Vec<u32> = match add_special {
                 true => tokenizer.bos_token().into_iter().collect(),
                 false => Vec::new(),

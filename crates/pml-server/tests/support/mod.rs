@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use pml_engine::model::Arch;
 use pml_models::DEFAULT_MODEL_ID;
-use pml_models::testing::fetched_model;
 use pml_runtime::inference::{Runtime, RuntimeOptions};
 use pml_runtime::store::{DEFAULT_RAM_BUDGET_BYTES, StoreConfig};
 use pml_runtime::testing::tiny_runtime;
 use pml_server::{ServerConfig, ServerHandle};
+use pml_testkit::fetched_model;
 use serde_json::Value;
 
 pub const SCHEMA: &str = r#"<schema name="notes">

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use pml_models::{self as models, Fetcher, ModelSpec, PmlHome};
+use pml_models::{self as models, Fetcher, ModelSpec};
 
 #[derive(Args)]
 pub struct ModelsArgs {
@@ -26,7 +26,7 @@ enum ModelsCommand {
 }
 
 pub fn run(args: ModelsArgs) -> anyhow::Result<()> {
-    let fetcher = Fetcher::new(PmlHome::from_env()?);
+    let fetcher = pml_cli::model_fetch::fetcher()?;
     match args.command {
         ModelsCommand::Fetch { ids, all } => fetch(&fetcher, &ids, all),
         ModelsCommand::List => {

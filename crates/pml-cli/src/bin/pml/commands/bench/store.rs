@@ -23,11 +23,11 @@ use pml_runtime::restore::{
     ComputedUnit, DEFAULT_PROBE_TOKENS, LayerForm, RestoreCosts, RestorePlan, SavedUnit,
     compute_unit, measure_costs, plan_restore, restore_unit, save_unit,
 };
-use pml_runtime::store::redis_server::{RedisServer, try_start_redis};
 use pml_runtime::store::{
     ContextHash, DiskTier, ManifestStore, MemoryTier, ModuleStore, RedisConfig, RedisTier,
     StateSpec, Tier,
 };
+use pml_testkit::redis_server::{RedisServer, try_start_redis};
 use serde::Serialize;
 
 use super::report::Spread;

@@ -1,6 +1,8 @@
 //! The folder PML keeps its files in (models, the module store, sessions): `$PML_HOME`, else
-//! `$HOME/.cache/pml`. Here because the store is the lowest crate that needs it; model fetching
-//! finds its folders under the same root.
+//! `$HOME/.cache/pml`. A crate of its own so that model fetching (`pml-models`) and the module
+//! store (`pml-store`) find the same folder without either linking the other.
+//!
+//! Architecture invariant: reads two environment variables; depends on nothing.
 
 use std::path::PathBuf;
 

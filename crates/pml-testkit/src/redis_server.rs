@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use crate::models_required;
+
 /// How long a fresh server may take to answer its first `PING`.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -145,13 +147,4 @@ fn try_start() -> Result<RedisServer, RedisStartError> {
         port,
         timeout: STARTUP_TIMEOUT,
     })
-}
-
-/// Environment variable (CI sets it to `1`) under which a test fails instead of skipping when
-/// something it needs from outside is missing: a fetched model, or `redis-server`.
-pub const REQUIRE_MODELS_ENV: &str = "PML_REQUIRE_MODELS";
-
-/// Whether tests must fail instead of skipping when a model or `redis-server` is missing.
-pub fn models_required() -> bool {
-    std::env::var(REQUIRE_MODELS_ENV).is_ok_and(|value| value == "1")
 }

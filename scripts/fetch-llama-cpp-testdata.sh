@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Fetches llama.cpp's own test data — the vocab-only GGUFs with their tokenizer test pairs
+# (`ggml-vocab-*.gguf`, `.inp`, `.out`) and real chat templates (`templates/*.jinja`) — from the
+# llama-cpp-python sdist on PyPI, into $PML_HOME/llama-cpp-testdata/<version>/models.
+#
+# Why the sdist: it vendors llama.cpp whole, and PyPI is the one registry this project reaches.
+# pip only saves an sdist after preparing its metadata, which for llama-cpp-python needs
+# scikit-build-core and CMake: both come as wheels into a small cached venv, nothing is built.
+#
+# Idempotent: exits at once when the data is in place (the folder appears by one rename).
+# Prints the models folder on its last line.
+#
+# Environment:
+#   PML_HOME            cache root (default ~/.cache/pml)
+#   LLAMA_CPP_VERSION   llama-cpp-python version (default 0.3.36, as setup-llama-cpp.sh)
+#   PYTHON              interpreter for the venv (default python3)
+set -euo pipefail
+
+PML_HOME="${PML_HOME:-$HOME/.cache/pml}"
+VERSION="${LLAMA_CPP_VERSION:-0.3.36}"
+PYTHON="${PYTHON:-python3}"
+ROOT="$PML_HOME/llama-cpp-testdata"
+DEST="$ROOT/$VERSION"
+VENV="$PML_HOME/venv-sdist"
+
+log() { printf '[fetch-llama-cpp-testdata] %s\n' "$*" >&2; }
+
+if [ -f "$DEST/models/ggml-vocab-qwen2.gguf.out" ]; then
+    echo "$DEST/models"
+    exit 0
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV (pip, scikit-build-core, cmake: to let pip save the sdist)"
+    mkdir -p "$PML_HOME"
+    "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check scikit-build-core cmake
+
+mkdir -p "$ROOT"
+work="$(mktemp -d "$ROOT/.fetch.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+log "downloading the llama-cpp-python $VERSION sdist from PyPI"
+PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pip download --quiet --disable-pip-version-check \
+    --no-deps --no-binary :all: --no-build-isolation "llama-cpp-python==$VERSION" -d "$work" >&2
+sdist="$work/llama_cpp_python-$VERSION.tar.gz"
+[ -f "$sdist" ] || { log "pip saved no $sdist"; exit 1; }
+tar -xzf "$sdist" -C "$work" "llama_cpp_python-$VERSION/vendor/llama.cpp/models/"
+mkdir -p "$work/out"
+mv "$work/llama_cpp_python-$VERSION/vendor/llama.cpp/models" "$work/out/models"
+rm -rf "$DEST"
+mv "$work/out" "$DEST"
+log "llama.cpp test data in $DEST/models"
+echo "$DEST/models"
