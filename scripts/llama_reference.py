@@ -40,6 +40,10 @@ MODELS = {
         "name_hint": "gemma",
         "sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     },
+    "smollm2-135m": {
+        "name_hint": "smollm",
+        "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    },
 }
 
 TOP_K = 10

@@ -72,7 +72,7 @@ fn compile_files(args: &CompileArgs) -> Result<(), Failure> {
     for file in &schemas {
         let laid_out = lay_out(&opened.runtime, file, color)?;
         let summary = compile_schema(&opened.runtime, &laid_out.layout, file)?;
-        eprintln!("{summary} for {}", opened.spec.id);
+        eprintln!("{summary} for {}", opened.id);
     }
     Ok(())
 }

@@ -12,5 +12,6 @@ pub mod logging;
 pub mod model_fetch;
 pub mod model_tokenizer;
 pub mod pipeline;
+pub mod recent_models;
 pub mod schema_lookup;
 pub mod source_file;

@@ -6,12 +6,12 @@ use pml_engine::gguf::GgufFile;
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_runtime::tokenizer::PmlTokenizer;
 
-use crate::model_fetch::{fetch_if_missing, resolve_model};
+use crate::model_fetch::{model_file, resolve_model};
 
-/// The tokenizer of the model `name` (id or alias), fetching the model first when it is absent.
+/// The tokenizer of the model `name` (id, alias or GGUF path), fetching a registered model first
+/// when it is absent.
 pub fn load_tokenizer(name: &str) -> anyhow::Result<PmlTokenizer> {
-    let spec = resolve_model(Some(name))?;
-    let path = fetch_if_missing(spec)?;
+    let path = model_file(&resolve_model(Some(name))?)?;
     let gguf = GgufFile::open(&path)?;
     Ok(PmlTokenizer::from(GgufTokenizer::from_gguf(&gguf)?))
 }

@@ -15,14 +15,13 @@ use pml_compiler::check::{
 use pml_compiler::plan::{BoundPrompt, EncodeMode};
 use pml_compiler::{FsSourceLoader, PlanError};
 use pml_engine::model::WeightFormat;
-use pml_models::ModelSpec;
 use pml_runtime::inference::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
 use pml_runtime::store::{DiskTier, StoreConfig, StoreError};
 use pml_syntax::Diagnostic;
 use pml_syntax::ast::SourceFile;
 
 use crate::failure::Failure;
-use crate::model_fetch::{fetch_if_missing, resolve_model};
+use crate::model_fetch::{ModelChoice, model_file, resolve_model};
 use crate::schema_lookup::{FsSchemaResolver, SchemaCache};
 
 /// A source file's path and text.
@@ -115,9 +114,9 @@ impl From<WeightsArg> for WeightFormat {
 /// The model and the module store a command works with.
 #[derive(Args, Clone, Debug, Default)]
 pub struct RuntimeArgs {
-    /// Model id or alias (see `pml models list`); the default model when absent. Fetched first
-    /// if it is not yet.
-    #[arg(long)]
+    /// Model: an id or alias (see `pml models list`; fetched first if it is not yet) or a path
+    /// to a GGUF file; the default model when absent.
+    #[arg(long, short = 'm', value_name = "MODEL")]
     pub model: Option<String>,
     /// Module store tiers, fastest first: a comma-separated list of `ram:SIZE`,
     /// `disk:PATH[?max=SIZE]` and `redis://HOST:PORT[?max=SIZE&timeout_ms=N]`, or a folder
@@ -135,14 +134,17 @@ pub struct RuntimeArgs {
 
 /// A loaded model with its store.
 pub struct OpenRuntime {
-    pub spec: &'static ModelSpec,
+    pub model: ModelChoice,
+    /// The model's id: its registry id, or its file's stem.
+    pub id: String,
     pub runtime: Runtime,
 }
 
 /// Resolves the model (fetching it when absent), loads it and opens its store.
 pub fn open_runtime(args: &RuntimeArgs) -> Result<OpenRuntime, Failure> {
-    let spec = resolve_model(args.model.as_deref()).map_err(Failure::Usage)?;
-    let path = fetch_if_missing(spec)?;
+    let model = resolve_model(args.model.as_deref()).map_err(Failure::Usage)?;
+    let path = model_file(&model)?;
+    let id = model.id();
     let store = store_config(args.store.as_deref())?;
     let options = RuntimeOptions {
         weight_format: args.weights.into(),
@@ -150,8 +152,8 @@ pub fn open_runtime(args: &RuntimeArgs) -> Result<OpenRuntime, Failure> {
         store,
     };
     let runtime = Runtime::load(&path, &options)
-        .with_context(|| format!("loading {} from {}", spec.id, path.display()))?;
-    Ok(OpenRuntime { spec, runtime })
+        .with_context(|| format!("loading {id} from {}", path.display()))?;
+    Ok(OpenRuntime { model, id, runtime })
 }
 
 /// The store `--store SPEC` names (parsed by [`StoreConfig::parse`]), else `$PML_STORE`'s, else

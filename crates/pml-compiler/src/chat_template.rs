@@ -12,9 +12,11 @@
 //! the `user` markers); [`SystemStyle::FoldedIntoFirstUser`] records the template's separator for
 //! callers that prefer to reproduce the folding exactly.
 
-use minijinja::{Environment, ErrorKind, Value, context};
+use minijinja::{Environment, Value, context};
 use pml_syntax::ast::Role;
 use serde::Serialize;
+
+use crate::template_render::{TEMPLATE_NAME, TemplateDate, template_environment};
 
 /// Open and close strings of one role's turn.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -127,20 +129,8 @@ struct Analysis {
 
 impl Analysis {
     fn new(source: &str, tokens: &TemplateTokens) -> Result<Self, ChatTemplateError> {
-        let mut environment = Environment::new();
         // As HF transformers renders chat templates.
-        environment.set_trim_blocks(true);
-        environment.set_lstrip_blocks(true);
-        environment
-            .set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        environment.add_function(
-            "raise_exception",
-            |message: String| -> Result<Value, minijinja::Error> {
-                Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
-            },
-        );
-        environment
-            .add_template_owned("chat_template", source.to_owned())
+        let environment = template_environment(source, TemplateDate::Today)
             .map_err(|error| ChatTemplateError::Syntax(error.to_string()))?;
         Ok(Self {
             environment,
@@ -157,7 +147,7 @@ impl Analysis {
     ) -> Result<String, ChatTemplateError> {
         let template = self
             .environment
-            .get_template("chat_template")
+            .get_template(TEMPLATE_NAME)
             .map_err(|error| ChatTemplateError::Syntax(error.to_string()))?;
         template
             .render(context! {

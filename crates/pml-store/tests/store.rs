@@ -58,7 +58,7 @@ fn tiny_model_state(
 
 #[test]
 fn tiny_model_kv_round_trips_through_bytes_and_disk() {
-    for arch in [Arch::Qwen2, Arch::Gemma3] {
+    for arch in Arch::ALL {
         for state_dtype in [DType::F32, DType::F16] {
             let (spec, key, state) = tiny_model_state(arch, state_dtype);
             let bytes = state.to_safetensors(&key, &spec).expect("encode");

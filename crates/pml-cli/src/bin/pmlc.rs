@@ -42,8 +42,8 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = pml_syntax::DEFAULT_MAX_SHOWN)]
         max_diagnostics: usize,
         /// Also check argument lengths (PML210), counted with this model's tokenizer (id or
-        /// alias, e.g. qwen2.5-0.5b); the model is fetched first when it is not.
-        #[arg(long, value_name = "ID")]
+        /// alias, e.g. qwen2.5-0.5b, fetched first when it is not; or a GGUF file's path).
+        #[arg(long, short = 'm', value_name = "MODEL")]
         model: Option<String>,
     },
     /// Check schemas, lay them out for a model and encode every module into the store.

@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn batched_decode_equals_one_sequence_at_a_time() {
-        for arch in [Arch::Qwen2, Arch::Gemma3] {
+        for arch in Arch::ALL {
             for format in [WeightFormat::F32, WeightFormat::default()] {
                 let model = random_model(arch, 5, format, &Device::Cpu).expect("tiny model");
                 let mut alone = Vec::new();

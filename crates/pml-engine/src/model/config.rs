@@ -15,14 +15,25 @@ pub enum Arch {
     /// Gemma 3: GELU-tanh MLP, q/k norms, sandwich norms, scaled embeddings, and local
     /// sliding-window layers interleaved with global ones, each with its own RoPE base.
     Gemma3,
+    /// Llama 2/3.x, Mistral, SmolLM, TinyLlama: SwiGLU, RMSNorm, no biases; the GGUF's Q/K rows
+    /// are in GGML's adjacent-pair RoPE layout, and Llama 3.1+ scales RoPE frequencies by
+    /// `rope_freqs.weight`.
+    Llama,
+    /// Qwen3: Qwen2 without q/k/v biases, with an RMSNorm of each query and key head.
+    Qwen3,
 }
 
 impl Arch {
+    /// Every family, for tests that run on each.
+    pub const ALL: [Arch; 4] = [Arch::Qwen2, Arch::Gemma3, Arch::Llama, Arch::Qwen3];
+
     /// The `general.architecture` string of a GGUF file.
     pub fn gguf_name(self) -> &'static str {
         match self {
             Arch::Qwen2 => "qwen2",
             Arch::Gemma3 => "gemma3",
+            Arch::Llama => "llama",
+            Arch::Qwen3 => "qwen3",
         }
     }
 
@@ -30,6 +41,8 @@ impl Arch {
         match name {
             "qwen2" => Ok(Arch::Qwen2),
             "gemma3" => Ok(Arch::Gemma3),
+            "llama" => Ok(Arch::Llama),
+            "qwen3" => Ok(Arch::Qwen3),
             other => Err(EngineError::UnsupportedArch(other.to_string())),
         }
     }
@@ -77,6 +90,14 @@ pub struct ModelConfig {
     pub qk_norm: bool,
     /// RMSNorm of the attention and MLP outputs before their residual additions.
     pub sandwich_norms: bool,
+    /// The file's `attn_q` / `attn_k` rows pair RoPE dimensions `2i, 2i + 1` (GGML's "normal"
+    /// RoPE, as llama.cpp's converter permutes Llama's checkpoints); the loader reorders them to
+    /// the NEOX pairing (`i, i + head_dim / 2`) the forward pass applies, so keys, cached states
+    /// and RoPE re-rotation are the same for every family.
+    pub rope_pairs_adjacent: bool,
+    /// Divisors of each RoPE frequency (`head_dim / 2` of them: Llama 3.1's `rope_freqs.weight`,
+    /// read with the weights), or `None`.
+    pub rope_frequency_factors: Option<Vec<f64>>,
     /// One entry per layer.
     pub layers: Vec<LayerAttention>,
 }
@@ -133,11 +154,21 @@ impl ModelConfig {
             qkv_bias: false,
             qk_norm: false,
             sandwich_norms: false,
+            rope_pairs_adjacent: false,
+            rope_frequency_factors: None,
             layers: vec![global_layer; n_layers],
         };
         let config = match arch {
             Arch::Qwen2 => ModelConfig {
                 qkv_bias: true,
+                ..common
+            },
+            Arch::Qwen3 => ModelConfig {
+                qk_norm: true,
+                ..common
+            },
+            Arch::Llama => ModelConfig {
+                rope_pairs_adjacent: true,
                 ..common
             },
             Arch::Gemma3 => {
@@ -194,6 +225,16 @@ impl ModelConfig {
             .any(|layer| layer.sliding_window == Some(0))
         {
             Some("a sliding window of 0 would hide every token".to_string())
+        } else if let Some(factors) = &self.rope_frequency_factors
+            && (factors.len() != self.head_dim / 2
+                || factors.iter().any(|f| f.is_nan() || *f <= 0.0))
+        {
+            Some(format!(
+                "{} RoPE frequency factors for head_dim {} (want {} positive ones)",
+                factors.len(),
+                self.head_dim,
+                self.head_dim / 2
+            ))
         } else {
             None
         };

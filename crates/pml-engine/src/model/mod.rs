@@ -1,20 +1,23 @@
-//! Our own forward passes for the supported families (Qwen2, Gemma 3) on candle tensors:
+//! Our own forward passes for the supported families (Qwen2, Qwen3, Gemma 3, Llama) on candle
+//! tensors:
 //! explicit per-token positions, a position-based mask, a spliced KV cache, and a per-layer
 //! step that runs any subset of tokens — what Prompt Cache, CacheBlend and HCache need and
 //! stock model code does not allow.
 //!
 //! - [`config`]: hyper-parameters from GGUF metadata.
 //! - [`weights`]: tensor sources and the weight format.
+//! - [`rope_rows`]: Llama files' Q/K rows put back in the RoPE pairing every family uses.
 //! - [`transformer`]: RoPE, MLP, attention, block and [`Model`], top to bottom.
 //! - [`batch`]: one token of each of several sequences in one pass (continuous batching).
 //! - [`context`]: positions and slots of a call, options and output of a whole-model call.
 //! - [`observer`]: the seam through which a caller watches a layer's attention.
-//! - [`tiny`]: deterministic random models of both families for fast tests.
+//! - [`tiny`]: deterministic random models of every family for fast tests.
 
 pub mod batch;
 pub mod config;
 pub mod context;
 pub mod observer;
+pub mod rope_rows;
 pub mod tiny;
 pub mod transformer;
 pub mod weights;

@@ -1,4 +1,4 @@
-//! Tiny random models of both families (3 layers, d_model 64, vocabulary 256), built in
+//! Tiny random models of every family (3 layers, d_model 64, vocabulary 256), built in
 //! process from a seed so every run gets the same weights; they go through the same loader as
 //! GGUF files, with Q5_0 and Q8_0 matrices like the real files so the quantized paths are
 //! exercised too. Fast tests use them; nothing about them is meant to be a good language model.
@@ -36,6 +36,8 @@ pub fn tiny_config(arch: Arch) -> ModelConfig {
             qkv_bias: true,
             qk_norm: false,
             sandwich_norms: false,
+            rope_pairs_adjacent: false,
+            rope_frequency_factors: None,
             layers: vec![
                 LayerAttention {
                     sliding_window: None,
@@ -74,9 +76,25 @@ pub fn tiny_config(arch: Arch) -> ModelConfig {
                 qkv_bias: false,
                 qk_norm: true,
                 sandwich_norms: true,
+                rope_pairs_adjacent: false,
+                rope_frequency_factors: None,
                 layers: vec![local, local, global],
             }
         }
+        // Llama 3.1's shape: adjacent-pair Q/K rows and scaled RoPE frequencies.
+        Arch::Llama => ModelConfig {
+            arch,
+            qkv_bias: false,
+            rope_pairs_adjacent: true,
+            rope_frequency_factors: Some(vec![1.0, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0]),
+            ..tiny_config(Arch::Qwen2)
+        },
+        Arch::Qwen3 => ModelConfig {
+            arch,
+            qkv_bias: false,
+            qk_norm: true,
+            ..tiny_config(Arch::Qwen2)
+        },
     }
 }
 

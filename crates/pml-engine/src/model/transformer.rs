@@ -11,6 +11,7 @@ use super::EngineError;
 use super::config::{Activation, LayerAttention, ModelConfig};
 use super::context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};
 use super::observer::{AttentionObserver, AttentionView};
+use super::rope_rows::NeoxRows;
 use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat};
 use crate::gguf::GgufFile;
 use crate::kernels::{self, masked_softmax};
@@ -23,11 +24,15 @@ pub const ACTIVATION_DTYPE: DType = DType::F32;
 /// of queries, which keeps the scores in cache and avoids huge short-lived allocations.
 const ATTENTION_SCORE_BUDGET: usize = 1 << 22;
 
+/// The tensor of Llama 3.1+ files that divides each RoPE frequency.
+const ROPE_FREQS: &str = "rope_freqs.weight";
+
 /// Rows the MLP takes at once (see [`Mlp::forward`]).
 const MLP_ROWS: usize = 512;
 
 /// Rotary position embedding in the NEOX layout (dimension `i` pairs with `i + head_dim / 2`),
-/// as llama.cpp applies it to both families. Angles come from the positions in hand, so any
+/// as llama.cpp applies it to Qwen and Gemma (Llama files are brought to it at load,
+/// [`super::rope_rows`]). Angles come from the positions in hand, so any
 /// position costs the same and nothing is precomputed.
 #[derive(Clone, Debug)]
 pub(crate) struct RotaryEmbedding {
@@ -42,9 +47,13 @@ pub(crate) struct RotaryTables {
 }
 
 impl RotaryEmbedding {
-    fn new(head_dim: usize, layer: &LayerAttention) -> Self {
+    /// `factors` divide the frequencies one by one (Llama 3.1's `rope_freqs.weight`).
+    fn new(head_dim: usize, layer: &LayerAttention, factors: Option<&[f64]>) -> Self {
         let inverse_frequencies = (0..head_dim / 2)
-            .map(|pair| layer.rope_base.powf(-((2 * pair) as f64) / head_dim as f64))
+            .map(|pair| {
+                let frequency = layer.rope_base.powf(-((2 * pair) as f64) / head_dim as f64);
+                frequency / factors.map_or(1.0, |factors| factors[pair])
+            })
             .collect();
         Self {
             inverse_frequencies,
@@ -242,7 +251,11 @@ impl Attention {
             attn_output,
             attn_q_norm,
             attn_k_norm,
-            rope: RotaryEmbedding::new(config.head_dim, layer),
+            rope: RotaryEmbedding::new(
+                config.head_dim,
+                layer,
+                config.rope_frequency_factors.as_deref(),
+            ),
             sliding_window: layer.sliding_window,
             n_heads: config.n_heads,
             n_kv_heads: config.n_kv_heads,
@@ -557,7 +570,27 @@ impl Model {
         format: WeightFormat,
         device: &Device,
     ) -> Result<Self, EngineError> {
+        let mut config = config;
+        if config.rope_frequency_factors.is_none() && source.contains(ROPE_FREQS) {
+            let factors = source.tensor(ROPE_FREQS, device)?.dequantize(device)?;
+            let factors = factors
+                .flatten_all()?
+                .to_dtype(DType::F64)?
+                .to_vec1::<f64>()?;
+            config.rope_frequency_factors = Some(factors);
+        }
         config.validate()?;
+        let mut reordered;
+        let source: &mut dyn TensorSource = if config.rope_pairs_adjacent {
+            reordered = NeoxRows {
+                inner: source,
+                n_heads: config.n_heads,
+                n_kv_heads: config.n_kv_heads,
+            };
+            &mut reordered
+        } else {
+            source
+        };
         let tied = !source.contains("output.weight");
         let embedding_role = if tied {
             MatrixRole::OutputHead

@@ -77,7 +77,7 @@ mod tests {
     /// norm of its values over the KV heads.
     #[test]
     fn mass_sums_softmax_rows_and_value_norms_weigh_them() {
-        for arch in [Arch::Qwen2, Arch::Gemma3] {
+        for arch in Arch::ALL {
             let model = random_model(arch, 7, WeightFormat::F32, &Device::Cpu).unwrap();
             let tokens: Vec<u32> = (0..12).map(|i| (i * 37 + 11) % 256).collect();
             let positions: Vec<u32> = (0..12).collect();

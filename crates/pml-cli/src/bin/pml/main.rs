@@ -19,6 +19,8 @@ struct Cli {
 enum Command {
     /// Download, verify and list models.
     Models(commands::models::ModelsArgs),
+    /// The token ids of a text under a model's tokenizer (as llama.cpp's `llama-tokenize`).
+    Tokenize(commands::tokenize::TokenizeArgs),
     /// Generate from plain text with a full prefill (no module cache): the baseline.
     Generate(commands::generate::GenerateArgs),
     /// Answer a prompt with its schema's cached modules (compiling the schema on first use).
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
     pml_cli::logging::init(matches!(cli.command, Command::Serve(_)));
     let result = match cli.command {
         Command::Models(args) => commands::models::run(args).map_err(Failure::from),
+        Command::Tokenize(args) => commands::tokenize::run(args).map_err(Failure::from),
         Command::Generate(args) => commands::generate::run(args).map_err(Failure::from),
         Command::Run(args) => commands::run::run(args),
         Command::Bench(args) => commands::bench::run(args),

@@ -8,7 +8,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::blocks::{ActGroup, GroupQ5_0, GroupQ8_0};
+use super::blocks::{ActGroup, GroupQ4_1, GroupQ5_0, GroupQ8_0};
 
 /// Whether this CPU runs the kernels below.
 pub fn available() -> bool {
@@ -48,6 +48,19 @@ pub fn tile_q5_0<const RN: usize>(
     if available() {
         // SAFETY: avx2, fma and f16c were detected at run time just above.
         return Some(unsafe { tile_q5_0_avx2(weights, acts) });
+    }
+    let _ = (weights, acts);
+    None
+}
+
+pub fn tile_q4_1<const RN: usize>(
+    weights: &[GroupQ4_1],
+    acts: [&[ActGroup]; RN],
+) -> Option<[f32; RN]> {
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        // SAFETY: avx2, fma and f16c were detected at run time just above.
+        return Some(unsafe { tile_q4_1_avx2(weights, acts) });
     }
     let _ = (weights, acts);
     None
@@ -140,18 +153,27 @@ fn tile_q8_0_avx2<const RN: usize>(weights: &[GroupQ8_0], acts: [&[ActGroup]; RN
     acc.map(|sum| hsum(sum))
 }
 
+/// 16 bytes of packed nibbles as 32 unsigned bytes: low nibbles are weights 0..16, high
+/// nibbles 16..32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn nibbles(qs: &[u8; 16]) -> __m256i {
+    // SAFETY: `qs` is 16 readable bytes; loadu has no alignment requirement.
+    let packed = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+    _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed),
+        _mm256_set1_epi8(0x0f),
+    )
+}
+
 /// Block `b` of a Q5_0 group as 32 unsigned bytes `q` (0..32).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q5_0_values(group: &GroupQ5_0, b: usize) -> __m256i {
-    // SAFETY: `qs[b]` is 16 readable bytes; loadu has no alignment requirement.
-    let packed = unsafe { _mm_loadu_si128(group.qs[b].as_ptr().cast()) };
-    // Low nibbles are weights 0..16, high nibbles 16..32.
-    let nibbles = _mm256_and_si256(
-        _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed),
-        _mm256_set1_epi8(0x0f),
-    );
-    _mm256_or_si256(nibbles, fifth_bits(u32::from_le_bytes(group.qh[b])))
+    _mm256_or_si256(
+        nibbles(&group.qs[b]),
+        fifth_bits(u32::from_le_bytes(group.qh[b])),
+    )
 }
 
 /// Byte lane `j` is 0x10 where bit `j` of `bits` is set, 0 elsewhere: the fifth bits of 32
@@ -197,4 +219,29 @@ fn tile_q5_0_avx2<const RN: usize>(weights: &[GroupQ5_0], acts: [&[ActGroup]; RN
         }
     }
     std::array::from_fn(|n| hsum(acc[n]) - hsum128(offsets[n]))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile_q4_1_avx2<const RN: usize>(weights: &[GroupQ4_1], acts: [&[ActGroup]; RN]) -> [f32; RN] {
+    let acts = acts.map(|row| &row[..weights.len()]);
+    let mut acc = [_mm256_setzero_ps(); RN];
+    let mut offsets = [_mm_setzero_ps(); RN];
+    for (g, w) in weights.iter().enumerate() {
+        let values: [__m256i; 4] = std::array::from_fn(|b| nibbles(&w.qs[b]));
+        // SAFETY: `w.m` is 8 readable bytes; loadl needs no alignment.
+        let mins = _mm_cvtph_ps(unsafe { _mm_loadl_epi64(w.m.as_ptr().cast()) });
+        for ((acc, offsets), row) in acc.iter_mut().zip(&mut offsets).zip(&acts) {
+            let a = &row[g];
+            let (scale, _) = scales(&w.d, a);
+            // SAFETY: `a.offset` is 16 readable bytes; loadu needs no alignment.
+            let offset = unsafe { _mm_loadu_ps(a.offset.as_ptr()) };
+            *offsets = _mm_fmadd_ps(mins, offset, *offsets);
+            let sums: [__m256i; 4] =
+                std::array::from_fn(|b| sum_u8_i8(values[b], load_32(&a.qs[b])));
+            *acc = accumulate(sums, scale, *acc);
+        }
+    }
+    // The activations' offsets are 16·d_a·Σq_a; the mins want d_a·Σq_a.
+    std::array::from_fn(|n| hsum(acc[n]) + hsum128(offsets[n]) / 16.0)
 }

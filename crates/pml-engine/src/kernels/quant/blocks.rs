@@ -36,9 +36,20 @@ pub struct GroupQ5_0 {
     pub qs: [[u8; BLOCK / 2]; GROUP],
 }
 
+/// Four Q4_1 blocks: weight `j` of block `b` is `d[b] * q + m[b]` with the 4-bit `q` a nibble
+/// of `qs[b]` (low nibbles: weights 0..16, high nibbles: 16..32).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GroupQ4_1 {
+    pub d: [u16; GROUP],
+    /// f16 bits of the mins.
+    pub m: [u16; GROUP],
+    pub qs: [[u8; BLOCK / 2]; GROUP],
+}
+
 /// Four blocks of quantized activations: `d[b] * qs[b][j]`, with `offset[b] = 16 * d[b] *
 /// Σ qs[b]`, which turns Q5_0's unsigned 5-bit values back into signed ones (`q - 16`) once
-/// per block instead of once per weight.
+/// per block instead of once per weight, and adds Q4_1's mins (`m / 16` of it).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ActGroup {
@@ -50,6 +61,32 @@ pub struct ActGroup {
 /// GGML bytes per block of each type.
 pub const Q8_0_BYTES: usize = 34;
 pub const Q5_0_BYTES: usize = 22;
+pub const Q4_0_BYTES: usize = 18;
+pub const Q4_1_BYTES: usize = 20;
+
+/// GGML Q4_0 blocks (`d`, then 16 bytes: weight `j` in the low nibble of byte `j`, weight
+/// `j + 16` in its high nibble, value `d * (q - 8)`) rewritten as Q5_0 blocks of the same values:
+/// `q + 8` (8..=23) is a 5-bit `q5` with `d * (q5 - 16) = d * (q - 8)`.
+pub fn q4_0_as_q5_0(q4_0: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(q4_0.len() / Q4_0_BYTES * Q5_0_BYTES);
+    for block in q4_0.chunks_exact(Q4_0_BYTES) {
+        let mut q5 = [0u8; BLOCK];
+        for (j, &byte) in block[2..].iter().enumerate() {
+            q5[j] = (byte & 0x0f) + 8;
+            q5[j + BLOCK / 2] = (byte >> 4) + 8;
+        }
+        let high_bits = q5
+            .iter()
+            .enumerate()
+            .fold(0u32, |bits, (j, &q)| bits | (u32::from(q >> 4) << j));
+        out.extend_from_slice(&block[..2]);
+        out.extend_from_slice(&high_bits.to_le_bytes());
+        for j in 0..BLOCK / 2 {
+            out.push((q5[j] & 0x0f) | ((q5[j + BLOCK / 2] & 0x0f) << 4));
+        }
+    }
+    out
+}
 
 fn f16_bits(bytes: &[u8]) -> u16 {
     u16::from_le_bytes([bytes[0], bytes[1]])
@@ -131,6 +168,55 @@ impl GroupQ5_0 {
                 f16::from_bits(self.d[b]).to_f32()
                     * acts.d[b]
                     * int_dot(&self.values(b), &acts.qs[b])
+            })
+            .sum()
+    }
+}
+
+impl GroupQ4_1 {
+    pub fn parse(bytes: &[u8]) -> Self {
+        let mut group = Self {
+            d: [0; GROUP],
+            m: [0; GROUP],
+            qs: [[0; BLOCK / 2]; GROUP],
+        };
+        for (b, block) in bytes.chunks_exact(Q4_1_BYTES).enumerate() {
+            group.d[b] = f16_bits(block);
+            group.m[b] = f16_bits(&block[2..]);
+            group.qs[b].copy_from_slice(&block[4..]);
+        }
+        group
+    }
+
+    /// The 32 unsigned values `q` of block `b`.
+    fn values(&self, b: usize) -> [i8; BLOCK] {
+        let mut values = [0i8; BLOCK];
+        for (j, &byte) in self.qs[b].iter().enumerate() {
+            values[j] = (byte & 0x0f) as i8;
+            values[j + BLOCK / 2] = (byte >> 4) as i8;
+        }
+        values
+    }
+
+    pub fn dequantize(&self, out: &mut [f32]) {
+        for (b, out) in out.chunks_exact_mut(BLOCK).enumerate() {
+            let d = f16::from_bits(self.d[b]).to_f32();
+            let m = f16::from_bits(self.m[b]).to_f32();
+            for (value, q) in out.iter_mut().zip(self.values(b)) {
+                *value = d * f32::from(q) + m;
+            }
+        }
+    }
+
+    /// `Σ (d·q + m)·a = d·d_a·Σ q·q_a + m·d_a·Σ q_a`, the last sum being the activations'
+    /// `offset / 16`.
+    pub fn dot(&self, acts: &ActGroup) -> f32 {
+        (0..GROUP)
+            .map(|b| {
+                f16::from_bits(self.d[b]).to_f32()
+                    * acts.d[b]
+                    * int_dot(&self.values(b), &acts.qs[b])
+                    + f16::from_bits(self.m[b]).to_f32() * acts.offset[b] / 16.0
             })
             .sum()
     }

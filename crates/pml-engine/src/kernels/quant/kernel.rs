@@ -2,9 +2,9 @@
 //! how they are quantized, and the product of one weight row with a tile of activation rows,
 //! through the AVX2 code where the CPU has it and the scalar reference where it does not.
 
-use super::avx2::{tile_q5_0, tile_q8_0};
+use super::avx2::{tile_q4_1, tile_q5_0, tile_q8_0};
 use super::avx2_kquants::{tile_q4k, tile_q6k};
-use super::blocks::{self, ActGroup, GROUP_WEIGHTS, GroupQ5_0, GroupQ8_0};
+use super::blocks::{self, ActGroup, GROUP_WEIGHTS, GroupQ4_1, GroupQ5_0, GroupQ8_0};
 use super::kquants::{self, ActQ8K, BlockQ4K, BlockQ6K, SUPER};
 
 /// Activation rows one kernel call multiplies with one weight row: the weights are unpacked
@@ -87,6 +87,13 @@ block_kernel!(
     ActGroup,
     blocks::quantize_activations,
     tile_q5_0
+);
+block_kernel!(
+    GroupQ4_1,
+    GROUP_WEIGHTS,
+    ActGroup,
+    blocks::quantize_activations,
+    tile_q4_1
 );
 block_kernel!(
     BlockQ4K,

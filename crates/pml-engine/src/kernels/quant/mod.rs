@@ -6,7 +6,8 @@
 //! row is unpacked once per tile and multiplied with all its rows (llamafile's tinyBLAS and
 //! GGML's x86 kernels do the same), so many rows cost less per row than one.
 //!
-//! - `blocks`: Q8_0 / Q5_0 layouts, their activations, scalar reference dots.
+//! - `blocks`: Q8_0 / Q5_0 / Q4_1 layouts (Q4_0 becomes Q5_0 without loss), their
+//!   activations, scalar reference dots.
 //! - `kquants`: Q4_K / Q6_K layouts, Q8_K activations, scalar reference dots.
 //! - `interleaved`: Q5_0 interleaved by eight output rows; `interleaved_product` its products.
 //! - `avx2`, `avx2_kquants`, `avx2_interleaved`: the SIMD tiles, `unsafe` behind run-time
@@ -31,7 +32,10 @@ use std::sync::Mutex;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
-use self::blocks::{GROUP, GroupQ5_0, GroupQ8_0, Q5_0_BYTES, Q8_0_BYTES};
+use self::blocks::{
+    GROUP, GroupQ4_1, GroupQ5_0, GroupQ8_0, Q4_0_BYTES, Q4_1_BYTES, Q5_0_BYTES, Q8_0_BYTES,
+    q4_0_as_q5_0,
+};
 use self::interleaved::{PANEL, PanelQ5_0, interleave};
 use self::interleaved_kquants::{PanelQ4K, interleave_q4k};
 use self::interleaved_product::{PanelKernel, multiply_interleaved};
@@ -59,12 +63,17 @@ pub struct QuantMatrix {
     blocks: Blocks,
     out_features: usize,
     in_features: usize,
+    /// Weights per stored row: `in_features`, or for rows that are not whole groups of four
+    /// blocks (SmolLM2's 576 = 18 blocks) the next whole group, the rest zero blocks (a zero
+    /// scale, and min, adds nothing), with the activations zero-padded to match.
+    columns: usize,
 }
 
 #[derive(Debug)]
 enum Blocks {
     Q8_0(Vec<GroupQ8_0>),
     Q5_0(Vec<GroupQ5_0>),
+    Q4_1(Vec<GroupQ4_1>),
     Q4K(Vec<BlockQ4K>),
     Q6K(Vec<BlockQ6K>),
     /// Q5_0 matrices of a multiple of eight rows, interleaved by eight rows.
@@ -80,6 +89,7 @@ macro_rules! with_blocks {
         match $matrix {
             Blocks::Q8_0($blocks) => $body,
             Blocks::Q5_0($blocks) => $body,
+            Blocks::Q4_1($blocks) => $body,
             Blocks::Q4K($blocks) => $body,
             Blocks::Q6K($blocks) => $body,
             Blocks::Q5_0x8($panels) => $interleaved,
@@ -94,6 +104,9 @@ fn unit_of(dtype: GgmlDType) -> Option<(usize, usize)> {
     match dtype {
         GgmlDType::Q8_0 => Some((GROUP * Q8_0_BYTES, GroupQ8_0::WEIGHTS)),
         GgmlDType::Q5_0 => Some((GROUP * Q5_0_BYTES, GroupQ5_0::WEIGHTS)),
+        // Taken as the Q5_0 it converts to without loss ([`blocks::q4_0_as_q5_0`]).
+        GgmlDType::Q4_0 => Some((GROUP * Q4_0_BYTES, GroupQ5_0::WEIGHTS)),
+        GgmlDType::Q4_1 => Some((GROUP * Q4_1_BYTES, GroupQ4_1::WEIGHTS)),
         GgmlDType::Q4K => Some((Q4K_BYTES, BlockQ4K::WEIGHTS)),
         GgmlDType::Q6K => Some((Q6K_BYTES, BlockQ6K::WEIGHTS)),
         _ => None,
@@ -102,15 +115,16 @@ fn unit_of(dtype: GgmlDType) -> Option<(usize, usize)> {
 
 impl QuantMatrix {
     /// Whether [`Self::from_qtensor`] takes `qtensor`: a matrix of a covered block type whose
-    /// rows are whole units of it.
+    /// rows are whole units of it (whole blocks, for the types grouped by four blocks).
     pub fn supports(qtensor: &QTensor) -> bool {
         let Some((_, weights)) = unit_of(qtensor.dtype()) else {
             return false;
         };
+        let granule = row_granule(qtensor.dtype(), weights);
         qtensor
             .shape()
             .dims2()
-            .is_ok_and(|(_, in_features)| in_features.is_multiple_of(weights))
+            .is_ok_and(|(_, in_features)| in_features.is_multiple_of(granule))
     }
 
     /// Copies the blocks of a 2-D `qtensor` of a supported type.
@@ -120,29 +134,56 @@ impl QuantMatrix {
         let (unit_bytes, unit_weights) = unit_of(dtype).ok_or_else(|| {
             EngineError::InvalidWeights(format!("no quantized kernel for {dtype:?} blocks"))
         })?;
-        if !in_features.is_multiple_of(unit_weights) {
+        let granule = row_granule(dtype, unit_weights);
+        if !in_features.is_multiple_of(granule) {
             return Err(EngineError::InvalidWeights(format!(
-                "rows of {in_features} weights are not whole units of {unit_weights} ({dtype:?})"
+                "rows of {in_features} weights are not whole units of {granule} ({dtype:?})"
             )));
         }
-        let n_units = out_features * in_features / unit_weights;
+        let granule_bytes = unit_bytes * granule / unit_weights;
+        let row_bytes = in_features / granule * granule_bytes;
         let bytes = qtensor.data()?;
-        if bytes.len() != n_units * unit_bytes {
+        if bytes.len() != out_features * row_bytes {
             return Err(EngineError::InvalidWeights(format!(
-                "{} bytes for {n_units} units of {unit_bytes} ({dtype:?})",
+                "{} bytes for {out_features} rows of {row_bytes} ({dtype:?})",
                 bytes.len()
             )));
         }
+        let columns = in_features.next_multiple_of(unit_weights);
+        let bytes = if columns == in_features {
+            bytes
+        } else {
+            let padded_row = columns / unit_weights * unit_bytes;
+            let mut padded = vec![0u8; out_features * padded_row];
+            for (row, stored) in padded
+                .chunks_exact_mut(padded_row)
+                .zip(bytes.chunks_exact(row_bytes))
+            {
+                row[..row_bytes].copy_from_slice(stored);
+            }
+            std::borrow::Cow::Owned(padded)
+        };
+        // Q4_0's values `q - 8` are Q5_0's `(q + 8) - 16` with the same scale: the Q5_0 kernels
+        // (interleaved ones included) multiply them exactly, at 22 bytes a block instead of 18.
+        let (bytes, dtype, unit_bytes) = match dtype {
+            GgmlDType::Q4_0 => (
+                std::borrow::Cow::Owned(q4_0_as_q5_0(&bytes)),
+                GgmlDType::Q5_0,
+                GROUP * Q5_0_BYTES,
+            ),
+            _ => (bytes, dtype, unit_bytes),
+        };
         let units = bytes.chunks_exact(unit_bytes);
         let blocks = match dtype {
             GgmlDType::Q5_0 if out_features.is_multiple_of(PANEL) => {
-                Blocks::Q5_0x8(interleave(&bytes, out_features, in_features))
+                Blocks::Q5_0x8(interleave(&bytes, out_features, columns))
             }
             GgmlDType::Q4K if out_features.is_multiple_of(PANEL) => {
-                Blocks::Q4Kx8(interleave_q4k(&bytes, out_features, in_features))
+                Blocks::Q4Kx8(interleave_q4k(&bytes, out_features, columns))
             }
             GgmlDType::Q8_0 => Blocks::Q8_0(units.map(GroupQ8_0::parse).collect()),
             GgmlDType::Q5_0 => Blocks::Q5_0(units.map(GroupQ5_0::parse).collect()),
+            GgmlDType::Q4_1 => Blocks::Q4_1(units.map(GroupQ4_1::parse).collect()),
             GgmlDType::Q4K => Blocks::Q4K(units.map(BlockQ4K::parse).collect()),
             _ => Blocks::Q6K(units.map(BlockQ6K::parse).collect()),
         };
@@ -150,6 +191,7 @@ impl QuantMatrix {
             blocks,
             out_features,
             in_features,
+            columns,
         })
     }
 
@@ -168,8 +210,11 @@ impl QuantMatrix {
                 self.in_features
             )));
         }
-        let input = x.flatten_all()?.to_vec1::<f32>()?;
-        let shape = (self.out_features, self.in_features);
+        let mut input = x.flatten_all()?.to_vec1::<f32>()?;
+        if self.columns != self.in_features {
+            input = pad_rows(&input, self.in_features, self.columns);
+        }
+        let shape = (self.out_features, self.columns);
         let panel_min_rows = match self.blocks {
             Blocks::Q5_0x8(_) | Blocks::Q4Kx8(_) => INTERLEAVED_PANEL_MIN_ROWS,
             _ => PANEL_MIN_ROWS,
@@ -192,6 +237,7 @@ impl QuantMatrix {
     /// Rows `rows` of the matrix in f32 (embedding lookups of a tied vocabulary matrix).
     pub fn dequantize_rows(&self, rows: &[u32], device: &Device) -> Result<Tensor, EngineError> {
         let mut out = vec![0f32; rows.len() * self.in_features];
+        let mut padded = vec![0f32; self.columns];
         for (row_out, &row) in out.chunks_exact_mut(self.in_features).zip(rows) {
             let row = row as usize;
             if row >= self.out_features {
@@ -200,7 +246,8 @@ impl QuantMatrix {
                     self.out_features
                 )));
             }
-            self.dequantize_into(row, row_out);
+            self.dequantize_into(row, &mut padded);
+            row_out.copy_from_slice(&padded[..self.in_features]);
         }
         Ok(Tensor::from_vec(
             out,
@@ -209,15 +256,15 @@ impl QuantMatrix {
         )?)
     }
 
-    /// Writes the rows from `first` on into `out` (a whole number of rows, row-major, all
-    /// inside the matrix).
+    /// Writes the rows from `first` on into `out` (a whole number of stored rows of
+    /// `columns` weights, row-major, all inside the matrix).
     fn dequantize_into(&self, first: usize, out: &mut [f32]) {
         with_blocks!(&self.blocks,
         blocks => {
             let per_row = blocks.len() / self.out_features;
-            for (row, values) in out.chunks_exact_mut(self.in_features).enumerate() {
+            for (row, values) in out.chunks_exact_mut(self.columns).enumerate() {
                 let units = &blocks[(first + row) * per_row..][..per_row];
-                let chunks = values.chunks_exact_mut(self.in_features / per_row);
+                let chunks = values.chunks_exact_mut(self.columns / per_row);
                 for (unit, chunk) in units.iter().zip(chunks) {
                     unit.dequantize(chunk);
                 }
@@ -231,15 +278,15 @@ impl QuantMatrix {
     /// has it), others row by row.
     fn dequantize_panels<P: PanelKernel>(&self, panels: &[P], first: usize, out: &mut [f32]) {
         let columns = panels.len() / (self.out_features / PANEL);
-        let panel_values = PANEL * self.in_features;
+        let panel_values = PANEL * self.columns;
         if first.is_multiple_of(PANEL) && out.len().is_multiple_of(panel_values) {
             for (offset, values) in out.chunks_exact_mut(panel_values).enumerate() {
                 let row_panels = &panels[(first / PANEL + offset) * columns..][..columns];
                 for (column, panel) in row_panels.iter().enumerate() {
                     let at = column * P::COLUMN_WEIGHTS;
-                    if !panel.dequantize_panel(&mut values[at..], self.in_features) {
+                    if !panel.dequantize_panel(&mut values[at..], self.columns) {
                         for r in 0..PANEL {
-                            let row = &mut values[r * self.in_features + at..][..P::COLUMN_WEIGHTS];
+                            let row = &mut values[r * self.columns + at..][..P::COLUMN_WEIGHTS];
                             panel.dequantize_row(r, row);
                         }
                     }
@@ -247,7 +294,7 @@ impl QuantMatrix {
             }
             return;
         }
-        for (offset, values) in out.chunks_exact_mut(self.in_features).enumerate() {
+        for (offset, values) in out.chunks_exact_mut(self.columns).enumerate() {
             let row = first + offset;
             let row_panels = &panels[row / PANEL * columns..][..columns];
             for (panel, chunk) in row_panels
@@ -268,7 +315,7 @@ impl QuantMatrix {
     fn multiply<W: BlockKernel>(&self, blocks: &[W], input: &[f32], n_rows: usize) -> Vec<f32> {
         let mut acts = Vec::new();
         W::quantize(input, &mut acts);
-        let per_row = self.in_features / W::WEIGHTS;
+        let per_row = self.columns / W::WEIGHTS;
         let act_rows: Vec<&[W::Act]> = acts.chunks_exact(per_row).collect();
         let mut transposed = vec![0f32; self.out_features * n_rows];
         let items: Vec<Mutex<&mut [f32]>> = transposed
@@ -305,6 +352,29 @@ impl QuantMatrix {
         }
         output
     }
+}
+
+/// Weights a row must be a whole number of: a block for the types grouped by four blocks
+/// (a row's last group is padded), a unit for the others.
+fn row_granule(dtype: GgmlDType, unit_weights: usize) -> usize {
+    match dtype {
+        GgmlDType::Q8_0 | GgmlDType::Q5_0 | GgmlDType::Q4_0 | GgmlDType::Q4_1 => {
+            self::blocks::BLOCK
+        }
+        _ => unit_weights,
+    }
+}
+
+/// Rows of `width` values widened to `columns` with zeros.
+fn pad_rows(values: &[f32], width: usize, columns: usize) -> Vec<f32> {
+    let mut padded = vec![0f32; values.len() / width * columns];
+    for (row, values) in padded
+        .chunks_exact_mut(columns)
+        .zip(values.chunks_exact(width))
+    {
+        row[..width].copy_from_slice(values);
+    }
+    padded
 }
 
 #[cfg(test)]

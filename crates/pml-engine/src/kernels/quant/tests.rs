@@ -26,8 +26,11 @@ fn quantized(rows: usize, cols: usize, dtype: GgmlDType, seed: u64) -> QTensor {
     QTensor::quantize(&random_matrix(rows, cols, seed), dtype).expect("quantizable")
 }
 
-/// Every block type the two default models store their projections in.
-const TYPES: [GgmlDType; 4] = [
+/// Every block type the two default models store their projections in, and Q4_0 (as Q5_0)
+/// and Q4_1 (SmolLM2's).
+const TYPES: [GgmlDType; 6] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
     GgmlDType::Q8_0,
     GgmlDType::Q5_0,
     GgmlDType::Q4K,
@@ -90,6 +93,7 @@ fn simd_tiles_agree_with_scalar_dots() {
         match &matrix.blocks {
             Blocks::Q8_0(b) => check_tiles(b, &x, b.len(), &label),
             Blocks::Q5_0(b) => check_tiles(b, &x, b.len(), &label),
+            Blocks::Q4_1(b) => check_tiles(b, &x, b.len(), &label),
             Blocks::Q4K(b) => check_tiles(b, &x, b.len(), &label),
             Blocks::Q6K(b) => check_tiles(b, &x, b.len(), &label),
             Blocks::Q5_0x8(_) | Blocks::Q4Kx8(_) => {
@@ -153,9 +157,19 @@ fn product_and_reference(
     n_rows: usize,
     seed: u64,
 ) -> (Vec<f32>, Vec<f32>) {
-    let qtensor = quantized(out_features, 512, dtype, seed);
+    product_and_reference_of_width(dtype, out_features, 512, n_rows, seed)
+}
+
+fn product_and_reference_of_width(
+    dtype: GgmlDType,
+    out_features: usize,
+    in_features: usize,
+    n_rows: usize,
+    seed: u64,
+) -> (Vec<f32>, Vec<f32>) {
+    let qtensor = quantized(out_features, in_features, dtype, seed);
     let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
-    let x = random_matrix(n_rows, 512, seed + 1);
+    let x = random_matrix(n_rows, in_features, seed + 1);
     let ours = matrix.forward(&x).expect("multiplies");
     let dense = qtensor.dequantize(&Device::Cpu).expect("dequantizable");
     let reference = x.matmul(&dense.t().expect("t")).expect("matmul");
@@ -185,6 +199,31 @@ fn products_match_dense_matmul_of_dequantized_weights() {
             }
             let max_abs = reference.iter().fold(0f32, |m, v| m.max(v.abs()));
             assert!(max_abs > 1.0, "outputs too small to test anything");
+        }
+    }
+}
+
+#[test]
+fn rows_of_whole_blocks_but_not_whole_groups_are_padded() {
+    // SmolLM2's widths: 576 = 18 blocks (four and a half groups of four), 1536 whole groups.
+    for dtype in [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q5_0,
+        GgmlDType::Q8_0,
+    ] {
+        let qtensor = quantized(PANEL, 576, dtype, 21);
+        assert!(QuantMatrix::supports(&qtensor), "{dtype:?}");
+        let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
+        assert_dequantizes_as_candle(&matrix, &qtensor);
+        for n_rows in [1, 5, super::PANEL_MIN_ROWS] {
+            let (ours, reference) = product_and_reference_of_width(dtype, 16, 576, n_rows, 22);
+            for (i, (&a, &b)) in ours.iter().zip(&reference).enumerate() {
+                assert!(
+                    (a - b).abs() < 0.4,
+                    "{dtype:?} {n_rows} rows, output {i}: {a} vs {b}"
+                );
+            }
         }
     }
 }
@@ -256,10 +295,17 @@ fn unsupported_types_and_widths_are_refused() {
     let other = quantized(2, 256, GgmlDType::Q5K, 6);
     assert!(!QuantMatrix::supports(&other));
     assert!(QuantMatrix::from_qtensor(&other).is_err());
-    // Rows of 96 weights are whole blocks but not whole groups.
-    let partial_group = quantized(2, 96, GgmlDType::Q8_0, 9);
-    assert!(!QuantMatrix::supports(&partial_group));
-    assert!(QuantMatrix::from_qtensor(&partial_group).is_err());
+    // K-quant rows must be whole super-blocks (rows of whole blocks of the grouped types are
+    // padded: `rows_of_whole_blocks_but_not_whole_groups_are_padded`).
+    let bytes = vec![0u8; 2 * 3 * 18];
+    let storage = candle_core::quantized::QStorage::from_data(
+        std::borrow::Cow::Owned(bytes),
+        &Device::Cpu,
+        GgmlDType::Q4_0,
+    )
+    .expect("storage");
+    let partial_block = QTensor::new(storage, (2, 96)).expect("96 = 3 blocks");
+    assert!(QuantMatrix::supports(&partial_block));
     let matrix = QuantMatrix::from_qtensor(&quantized(2, 128, GgmlDType::Q8_0, 7)).expect("ok");
     assert!(matrix.forward(&random_matrix(1, 256, 8)).is_err());
     assert!(matrix.dequantize_rows(&[2], &Device::Cpu).is_err());

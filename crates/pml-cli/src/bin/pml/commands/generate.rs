@@ -5,7 +5,7 @@
 
 use anyhow::Context;
 use clap::Args;
-use pml_cli::model_fetch::{fetch_if_missing, resolve_model};
+use pml_cli::model_fetch::{model_file, resolve_model};
 use pml_compiler::chat_template::{ChatTemplate, TemplateTokens};
 use pml_engine::Tokenizer;
 use pml_engine::chat::builtin_template;
@@ -23,8 +23,9 @@ use super::sampling::SamplingArgs;
 pub struct GenerateArgs {
     /// The prompt text.
     text: String,
-    /// Model id or alias (see `pml models list`); the default model when absent.
-    #[arg(long)]
+    /// Model: an id or alias (see `pml models list`) or a path to a GGUF file; the default
+    /// model when absent.
+    #[arg(long, short = 'm', value_name = "MODEL")]
     model: Option<String>,
     /// Wrap the text in the model's chat template as a user turn and start the assistant's turn.
     #[arg(long)]
@@ -40,11 +41,12 @@ pub struct GenerateArgs {
 }
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    let spec = resolve_model(args.model.as_deref())?;
-    let path = fetch_if_missing(spec)?;
+    let choice = resolve_model(args.model.as_deref())?;
+    let path = model_file(&choice)?;
+    let id = choice.id();
     let mut gguf = GgufFile::open(&path)?;
     let tokenizer = GgufTokenizer::from_gguf(&gguf)
-        .with_context(|| format!("building the tokenizer of {}", spec.id))?;
+        .with_context(|| format!("building the tokenizer of {id}"))?;
     let config = ModelConfig::from_gguf(&gguf)?;
     let model = Model::from_source(
         config,
@@ -90,7 +92,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     eprintln!(
         "model {} | prompt {} tokens | generated {} tokens | TTFT {:.0} ms (prefill {:.0} ms) | \
          decode {decode} | finish {}",
-        spec.id,
+        id,
         n_prompt_tokens,
         generation.token_ids.len(),
         timings.time_to_first_token.as_secs_f64() * 1e3,

@@ -20,12 +20,12 @@ use pml_runtime::tokenizer::PmlTokenizer;
 
 use super::lsp_store::StoreManifests;
 use pml_cli::failure::Failure;
-use pml_cli::model_fetch::resolve_model;
+use pml_cli::model_fetch::{ModelChoice, resolve_model};
 
 #[derive(Args, Debug)]
 pub struct LspArgs {
     /// Model whose tokenizer lays schemas out for hovers (default: the default model).
-    #[arg(long)]
+    #[arg(long, short = 'm', value_name = "MODEL")]
     model: Option<String>,
     /// Do not load a model: hovers show no token counts or positions.
     #[arg(long, conflicts_with = "model")]
@@ -60,7 +60,14 @@ pub fn run(args: LspArgs) -> Result<(), Failure> {
 fn load_model(name: Option<&str>) -> ModelAvailability {
     let unavailable = |reason: String| ModelAvailability::Unavailable { reason };
     let spec = match resolve_model(name) {
-        Ok(spec) => spec,
+        Ok(ModelChoice::Registered(spec)) => spec,
+        Ok(ModelChoice::File(path)) => {
+            let id = ModelChoice::File(path.clone()).id();
+            return match layout_model(&id, &path) {
+                Ok(model) => ModelAvailability::Loaded(Box::new(model)),
+                Err(error) => unavailable(format!("model `{id}` cannot be loaded: {error:#}")),
+            };
+        }
         Err(error) => return unavailable(format!("{error:#}")),
     };
     let state = PmlHome::from_env()

@@ -13,3 +13,4 @@ pub mod plan_view;
 pub mod run;
 pub mod sampling;
 pub mod serve;
+pub mod tokenize;

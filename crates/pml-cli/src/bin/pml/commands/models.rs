@@ -81,4 +81,19 @@ fn list(fetcher: &Fetcher) {
             default_marker
         );
     }
+    let recent = pml_cli::recent_models::recent(fetcher.home());
+    if !recent.is_empty() {
+        println!();
+        println!("recently used files (--model PATH):");
+        for file in recent {
+            match std::fs::metadata(&file) {
+                Ok(metadata) => println!(
+                    "  {:>6.1} MB  {}",
+                    metadata.len() as f64 / 1e6,
+                    file.display()
+                ),
+                Err(_) => println!("  {:>9}  {} (gone)", "-", file.display()),
+            }
+        }
+    }
 }

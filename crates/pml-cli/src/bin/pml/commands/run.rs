@@ -160,7 +160,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             eprintln!(
                 "schema `{}` is not compiled for {} ({missing} units missing from the store): \
                  compiling it first",
-                laid_out.layout.schema_name, opened.spec.id
+                laid_out.layout.schema_name, opened.id
             );
             let summary = compile_schema(runtime, &laid_out.layout, &schema)?;
             eprintln!("{summary}");
@@ -183,7 +183,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         let plan = SplicePlan::new(&laid_out.layout, &bound)
             .with_context(|| format!("planning `{}`", prompt.name()))?;
         let report = RunJson::new(
-            opened.spec.id,
+            &opened.id,
             &generation,
             &stats,
             &plan,
@@ -202,7 +202,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     }
     eprintln!(
         "model {} | {stats} | finish {}",
-        opened.spec.id, generation.finish_reason
+        opened.id, generation.finish_reason
     );
     Ok(())
 }

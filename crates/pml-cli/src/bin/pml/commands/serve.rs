@@ -62,7 +62,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     });
     let open_admin = args.admin_token.is_none() && args.host.is_loopback();
     let config = ServerConfig {
-        model_name: opened.spec.id.to_string(),
+        model_name: opened.id.clone(),
         max_body_bytes: args.max_body_bytes,
         max_tokens_limit: args.max_tokens_limit,
         queue_capacity: args.queue,
@@ -123,7 +123,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     eprintln!(
         "serving {} on http://{} (Ctrl-C or SIGTERM: new requests refused, running ones cut \
          off after {} s)",
-        opened.spec.id,
+        opened.id,
         server.addr(),
         grace.as_secs_f64()
     );

@@ -27,8 +27,8 @@ use super::report::{BenchReport, CaseResult, CompileResult, Spread};
 
 #[derive(Args, Debug)]
 pub struct CacheArgs {
-    /// Model id or alias; the default model when absent.
-    #[arg(long)]
+    /// Model: an id or alias, or a path to a GGUF file; the default model when absent.
+    #[arg(long, short = 'm', value_name = "MODEL")]
     model: Option<String>,
     /// Rounds per prompt; each round runs both modes once.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
@@ -146,7 +146,7 @@ pub fn run(args: CacheArgs) -> Result<(), Failure> {
         }
     }
     let report = BenchReport {
-        model: opened.spec.id.to_owned(),
+        model: opened.id.clone(),
         runs: usize::from(args.runs),
         compiled: bench.compiled,
         cases: results,

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use pml_cli::failure::Failure;
-use pml_cli::model_fetch::{fetch_if_missing, resolve_model};
+use pml_cli::model_fetch::{model_file, resolve_model};
 use pml_cli::pipeline::WeightsArg;
 use pml_engine::device::default_device;
 use pml_engine::generation::{Generator, SamplingParams};
@@ -43,8 +43,8 @@ const LLAMA_SCRIPT: &str = include_str!(concat!(
 
 #[derive(Args, Debug)]
 pub struct EngineArgs {
-    /// Model id or alias; the default model when absent.
-    #[arg(long)]
+    /// Model: an id or alias, or a path to a GGUF file; the default model when absent.
+    #[arg(long, short = 'm', value_name = "MODEL")]
     model: Option<String>,
     /// Prompt sizes, in tokens.
     #[arg(long, value_delimiter = ',', default_value = "512,2048,4096")]
@@ -74,8 +74,8 @@ pub struct EngineArgs {
 }
 
 pub fn run(args: EngineArgs) -> Result<(), Failure> {
-    let spec = resolve_model(args.model.as_deref()).map_err(Failure::Usage)?;
-    let model_path = fetch_if_missing(spec)?;
+    let choice = resolve_model(args.model.as_deref()).map_err(Failure::Usage)?;
+    let model_path = model_file(&choice)?;
     if let Some(tokens_file) = &args.child_tokens {
         let measurement = measure_pml(&model_path, args.weights.into(), tokens_file, args.decode)?;
         println!(
@@ -134,7 +134,7 @@ pub fn run(args: EngineArgs) -> Result<(), Failure> {
             if llama_first {
                 run_llama(result)?;
             }
-            let measured = measure_pml_in_child(&args, spec.id, &tokens_file)?;
+            let measured = measure_pml_in_child(&args, &choice.argument(), &tokens_file)?;
             progress(round, rounds, size, "pml", &measured);
             result.pml.push(measured);
             if !llama_first {
@@ -143,7 +143,7 @@ pub fn run(args: EngineArgs) -> Result<(), Failure> {
         }
     }
     let report = EngineReport::new(
-        spec.id,
+        &choice.id(),
         WeightFormat::from(args.weights),
         rounds,
         args.decode,

@@ -21,7 +21,7 @@ use std::time::Instant;
 use anyhow::Context;
 use pml_cli::compile_command::compile_schema;
 use pml_cli::failure::Failure;
-use pml_cli::model_fetch::{fetch_if_missing, resolve_model};
+use pml_cli::model_fetch::{model_file, resolve_model};
 use pml_cli::pipeline::{EncodeArg, RuntimeArgs, WeightsArg, bind, lay_out, open_runtime};
 use pml_runtime::inference::SplicePlan;
 use serde::{Deserialize, Serialize};
@@ -187,8 +187,8 @@ pub fn run(options: &PeerOptions<'_>) -> Result<(), Failure> {
     if options.sizes.is_empty() || options.sizes.contains(&0) {
         return Err(Failure::usage("`--sizes` needs positive prompt sizes"));
     }
-    let spec = resolve_model(options.model).map_err(Failure::Usage)?;
-    let model_path = fetch_if_missing(spec)?;
+    let choice = resolve_model(options.model).map_err(Failure::Usage)?;
+    let model_path = model_file(&choice)?;
     let work = tempfile::Builder::new()
         .prefix("pml-bench-peer-")
         .tempdir()
@@ -231,7 +231,7 @@ pub fn run(options: &PeerOptions<'_>) -> Result<(), Failure> {
             if !pml_first {
                 llama_round = Some(llama.round()?);
             }
-            let pml = run_pml(&exe, prepared, spec.id, &weights, &store)?;
+            let pml = run_pml(&exe, prepared, &choice.argument(), &weights, &store)?;
             if pml_first {
                 llama_round = Some(llama.round()?);
             }
@@ -266,7 +266,7 @@ pub fn run(options: &PeerOptions<'_>) -> Result<(), Failure> {
             load_after: load_average(),
         });
     }
-    let report = PeerReport::new(spec.id, threads, options.rounds, sizes);
+    let report = PeerReport::new(&choice.id(), threads, options.rounds, sizes);
     print_report(&report, options.json, PeerReport::table)?;
     Ok(())
 }

@@ -28,8 +28,8 @@ use super::report::Spread;
 
 #[derive(Args, Debug)]
 pub struct PipelineArgs {
-    /// Model id or alias; the default model when absent.
-    #[arg(long)]
+    /// Model: an id or alias, or a path to a GGUF file; the default model when absent.
+    #[arg(long, short = 'm', value_name = "MODEL")]
     model: Option<String>,
     /// Rounds per prompt; each round runs every variant once.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
@@ -148,7 +148,7 @@ pub fn run(args: PipelineArgs) -> Result<(), Failure> {
     }
     println!(
         "model {}, {} rounds, r={} (floor of auto), modules on disk\n",
-        opened.spec.id, args.runs, args.recompute
+        opened.id, args.runs, args.recompute
     );
     print!("{table}");
     Ok(())

@@ -38,8 +38,8 @@ const MHA_VOCAB: usize = 32_000;
 
 #[derive(Args, Debug)]
 pub struct StoreArgs {
-    /// Model id or alias; the default model when absent.
-    #[arg(long)]
+    /// Model: an id or alias, or a path to a GGUF file; the default model when absent.
+    #[arg(long, short = 'm', value_name = "MODEL")]
     model: Option<String>,
     /// Tokens of the restored unit.
     #[arg(long, default_value_t = 512)]
@@ -102,7 +102,7 @@ pub fn run(args: StoreArgs) -> Result<(), Failure> {
     let runtime_model = opened.runtime.model();
     let fingerprint = opened.runtime.store().spec().model_fingerprint.clone();
     results.push(bench_model(
-        &format!("{} (GQA)", opened.spec.id),
+        &format!("{} (GQA)", opened.id),
         runtime_model,
         &fingerprint,
         &args,

@@ -157,7 +157,7 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
         ProgressStyle::with_template("{msg} {wide_bar} {pos}/{len} questions, eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    bar.set_message(format!("eval {}", opened.spec.id));
+    bar.set_message(format!("eval {}", opened.id));
     let mut results: Vec<QuestionResult> = Vec::with_capacity(questions.len());
     let mut failed = 0usize;
     for question in &questions {
@@ -183,7 +183,7 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
     print_summary(&Summary::of(&results), args.json)?;
     eprintln!(
         "model {} | {} questions answered, {failed} skipped | check layer {}",
-        opened.spec.id,
+        opened.id,
         results.len(),
         args.blend.check_layer
     );

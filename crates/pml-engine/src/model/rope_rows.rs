@@ -1,0 +1,150 @@
+//! Llama-family GGUFs store `attn_q` / `attn_k` with their output rows permuted: llama.cpp's
+//! converter reorders each head's rows from Hugging Face's half-split RoPE pairing (dimension `i`
+//! with `i + head_dim / 2`, "NEOX") to GGML's adjacent pairing (`2i` with `2i + 1`, "normal"),
+//! which its Llama graph then applies. The engine applies the NEOX pairing to every family, so
+//! the loader undoes that permutation, row for row, on the quantized blocks themselves (a row
+//! of blocks is self-contained): no dequantization, the same bytes in another order.
+//!
+//! After it, the model's keys are exactly Hugging Face's, and everything downstream of the
+//! projections (cached states, RoPE re-rotation of spliced modules, blend, HCache) needs no
+//! case for the family.
+
+use std::borrow::Cow;
+
+use candle_core::Device;
+use candle_core::quantized::{QStorage, QTensor};
+
+use super::EngineError;
+use super::weights::TensorSource;
+
+/// Hands out the tensors of `inner`, with the rows of every `attn_q.weight` / `attn_k.weight`
+/// (and their biases) put back in NEOX order.
+pub struct NeoxRows<'a> {
+    pub inner: &'a mut dyn TensorSource,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+}
+
+impl TensorSource for NeoxRows<'_> {
+    fn contains(&self, name: &str) -> bool {
+        self.inner.contains(name)
+    }
+
+    fn tensor(&mut self, name: &str, device: &Device) -> Result<QTensor, EngineError> {
+        let tensor = self.inner.tensor(name, device)?;
+        let heads = if name.ends_with(".attn_q.weight") || name.ends_with(".attn_q.bias") {
+            self.n_heads
+        } else if name.ends_with(".attn_k.weight") || name.ends_with(".attn_k.bias") {
+            self.n_kv_heads
+        } else {
+            return Ok(tensor);
+        };
+        neox_rows(&tensor, heads, device)
+            .map_err(|error| EngineError::InvalidWeights(format!("{name}: {error}")))
+    }
+}
+
+/// Row `r` of the result for a head of `head_dim` rows: the converter sent Hugging Face's row
+/// `h·d + j·d/2 + i` (pair member `j` of pair `i`) to `h·d + 2i + j`; this reads it back.
+pub fn neox_source_row(row: usize, head_dim: usize) -> usize {
+    let (head, within) = (row / head_dim, row % head_dim);
+    let half = head_dim / 2;
+    let (member, pair) = (within / half, within % half);
+    head * head_dim + 2 * pair + member
+}
+
+/// `tensor` (rows × …, or a vector of rows) with its rows reordered by [`neox_source_row`] for
+/// `heads` heads.
+fn neox_rows(tensor: &QTensor, heads: usize, device: &Device) -> Result<QTensor, EngineError> {
+    let dims = tensor.shape().dims().to_vec();
+    let rows = *dims
+        .first()
+        .ok_or_else(|| EngineError::InvalidWeights("a scalar projection".into()))?;
+    if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
+        return Err(EngineError::InvalidWeights(format!(
+            "{rows} rows do not split into {heads} heads of an even size"
+        )));
+    }
+    let head_dim = rows / heads;
+    let data = tensor.data()?;
+    if !data.len().is_multiple_of(rows) {
+        return Err(EngineError::InvalidWeights(format!(
+            "{} bytes are not {rows} whole rows",
+            data.len()
+        )));
+    }
+    let row_bytes = data.len() / rows;
+    let mut reordered = Vec::with_capacity(data.len());
+    for row in 0..rows {
+        let source = neox_source_row(row, head_dim) * row_bytes;
+        reordered.extend_from_slice(&data[source..source + row_bytes]);
+    }
+    let storage = QStorage::from_data(Cow::Owned(reordered), device, tensor.dtype())?;
+    Ok(QTensor::new(storage, dims)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::quantized::GgmlDType;
+    use candle_core::{Device, Tensor};
+
+    use super::*;
+
+    /// What llama.cpp's converter does to Hugging Face's rows (`permute` in
+    /// `convert_hf_to_gguf.py`): reshape to (heads, 2, head_dim / 2, …), swap the middle axes.
+    fn converter_permutation(rows: usize, heads: usize) -> Vec<usize> {
+        let head_dim = rows / heads;
+        let half = head_dim / 2;
+        let mut gguf_to_hf = vec![0; rows];
+        for head in 0..heads {
+            for member in 0..2 {
+                for pair in 0..half {
+                    let hf = head * head_dim + member * half + pair;
+                    let gguf = head * head_dim + 2 * pair + member;
+                    gguf_to_hf[gguf] = hf;
+                }
+            }
+        }
+        gguf_to_hf
+    }
+
+    #[test]
+    fn undoes_the_converters_permutation_on_quantized_rows() -> Result<(), EngineError> {
+        let (rows, columns, heads) = (16, 32, 2);
+        let device = Device::Cpu;
+        // Row r of the Hugging Face matrix holds the value r everywhere (exact in Q8_0).
+        let hf: Vec<f32> = (0..rows)
+            .flat_map(|row| std::iter::repeat_n(row as f32, columns))
+            .collect();
+        let gguf_to_hf = converter_permutation(rows, heads);
+        let gguf: Vec<f32> = gguf_to_hf
+            .iter()
+            .flat_map(|&row| std::iter::repeat_n(row as f32, columns))
+            .collect();
+        for dtype in [GgmlDType::F32, GgmlDType::Q8_0] {
+            let stored = QTensor::quantize(
+                &Tensor::from_vec(gguf.clone(), (rows, columns), &device)?,
+                dtype,
+            )?;
+            let back = neox_rows(&stored, heads, &device)?.dequantize(&device)?;
+            let expected = Tensor::from_vec(hf.clone(), (rows, columns), &device)?;
+            let diff = (back - expected)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert!(diff < 1e-3, "{dtype:?}: {diff}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_bias_vector_is_reordered_too() -> Result<(), EngineError> {
+        let device = Device::Cpu;
+        let gguf_to_hf = converter_permutation(8, 2);
+        let stored: Vec<f32> = gguf_to_hf.iter().map(|&row| row as f32).collect();
+        let stored = QTensor::quantize(&Tensor::from_vec(stored, 8, &device)?, GgmlDType::F32)?;
+        let back = neox_rows(&stored, 2, &device)?.dequantize(&device)?;
+        assert_eq!(
+            back.to_vec1::<f32>()?,
+            (0..8).map(|r| r as f32).collect::<Vec<_>>()
+        );
+        Ok(())
+    }
+}
