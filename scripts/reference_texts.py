@@ -252,6 +252,11 @@ CHAT_PROMPTS = {
     ),
     # Gemma's template starts with <bos>; llama.cpp adds it itself (add_bos_token), so it is left out here.
     "gemma3-270m": f"<start_of_turn>user\n{QUESTION}<end_of_turn>\n<start_of_turn>model\n",
+    # SmolLM2's ChatML with the default system prompt of its template.
+    "smollm2-135m": (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
+    ),
 }
 
 

@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 const QWEN: &str = "qwen2.5-0.5b";
 const GEMMA: &str = "gemma3-270m";
+const SMOLLM: &str = "smollm2-135m";
 
 fn load(id: &str) -> Option<(Model, GgufTokenizer, GgufFile)> {
     let path = fetched_model(id)?;
@@ -61,6 +62,29 @@ fn qwen_config_matches_the_model_card() {
     assert!(config.qkv_bias);
     assert!(config.layers.iter().all(|layer| {
         layer.rope_base == 1e6 && layer.sliding_window.is_none() && layer.rope_position_scale == 1.0
+    }));
+}
+
+#[test]
+fn smollm_config_matches_the_model_card() {
+    let Some(path) = fetched_model(SMOLLM) else {
+        return;
+    };
+    let config = ModelConfig::from_gguf(&GgufFile::open(path).unwrap()).unwrap();
+    assert_eq!(config.arch, Arch::Llama);
+    assert_eq!(
+        (
+            config.n_layers,
+            config.d_model,
+            config.n_heads,
+            config.n_kv_heads,
+            config.head_dim
+        ),
+        (30, 576, 9, 3, 64)
+    );
+    assert!(!config.qkv_bias && !config.qk_norm && config.rope_pairs_adjacent);
+    assert!(config.layers.iter().all(|layer| {
+        layer.rope_base == 1e5 && layer.sliding_window.is_none() && layer.rope_position_scale == 1.0
     }));
 }
 
@@ -249,4 +273,9 @@ fn qwen_logits_match_llama_cpp() {
 #[test]
 fn gemma_logits_match_llama_cpp() {
     compare_with_llama_cpp(GEMMA);
+}
+
+#[test]
+fn smollm_logits_match_llama_cpp() {
+    compare_with_llama_cpp(SMOLLM);
 }

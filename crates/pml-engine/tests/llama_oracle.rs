@@ -16,10 +16,12 @@ use pml_testkit::fetched_model;
 
 const SMOLLM2: &str = "smollm2-135m";
 
-/// candle multiplies Q4_1 blocks against 8-bit activations of its own; PML requantizes them to
-/// Q8_0 for its kernels: the two roundings move logits by a few tenths. A wrong RoPE pairing or
-/// a missing frequency factor moves them by units and changes the best token.
-const MAX_LOGIT_DIFF: f32 = 1.0;
+/// candle multiplies Q4_1 blocks against activations quantized its way (Q8_1), PML against its
+/// own 8-bit blocks: the two roundings move logits apart by 0.11–0.22 on average and 0.58–0.93
+/// at most over the 49k-token vocabulary (measured on this file's four prompts). A wrong RoPE
+/// pairing or a missing frequency factor moves them by units and changes the best token.
+const MAX_LOGIT_DIFF: f32 = 1.5;
+const MEAN_LOGIT_DIFF: f32 = 0.35;
 
 const PROMPTS: [&str; 4] = [
     "The capital of France is",
@@ -88,6 +90,13 @@ fn smollm2_logits_match_candle_transformers_quantized_llama() {
             .zip(&theirs)
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
+        let mean = ours
+            .iter()
+            .zip(&theirs)
+            .map(|(a, b)| (a - b).abs())
+            .sum::<f32>()
+            / ours.len() as f32;
+        eprintln!("{prompt:?}: max |Δlogit| {diff:.3}, mean {mean:.4}");
         worst = worst.max(diff);
         assert_eq!(
             argmax(&ours),

@@ -34,9 +34,11 @@ fn fixture_path(model_id: &str) -> PathBuf {
 fn tokenizer(model_id: &'static str) -> Option<&'static GgufTokenizer> {
     static QWEN: OnceLock<Option<GgufTokenizer>> = OnceLock::new();
     static GEMMA: OnceLock<Option<GgufTokenizer>> = OnceLock::new();
+    static SMOLLM: OnceLock<Option<GgufTokenizer>> = OnceLock::new();
     let cell = match model_id {
         "qwen2.5-0.5b" => &QWEN,
         "gemma3-270m" => &GEMMA,
+        "smollm2-135m" => &SMOLLM,
         other => panic!("no tokenizer cell for {other}"),
     };
     cell.get_or_init(|| {
@@ -106,6 +108,11 @@ fn qwen_matches_llama_cpp_on_the_fixture() {
 #[test]
 fn gemma_matches_llama_cpp_on_the_fixture() {
     check_fixture("gemma3-270m");
+}
+
+#[test]
+fn smollm_matches_llama_cpp_on_the_fixture() {
+    check_fixture("smollm2-135m");
 }
 
 #[test]

@@ -292,3 +292,21 @@ fn gemma3_local_layers(gguf: &GgufFile, n_layers: usize) -> Result<Vec<bool>, En
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_reads_back_and_an_unknown_one_lists_them_all() {
+        for arch in Arch::ALL {
+            assert_eq!(Arch::from_gguf_name(arch.gguf_name()).ok(), Some(arch));
+        }
+        let error = Arch::from_gguf_name("phi3").expect_err("not supported yet");
+        let message = error.to_string();
+        assert!(message.contains("phi3"), "{message}");
+        for arch in Arch::ALL {
+            assert!(message.contains(arch.gguf_name()), "{message}");
+        }
+    }
+}
