@@ -107,6 +107,10 @@ fn smollm2_logits_match_candle_transformers_quantized_llama() {
             diff < MAX_LOGIT_DIFF,
             "{prompt:?}: logits differ by up to {diff}"
         );
+        assert!(
+            mean < MEAN_LOGIT_DIFF,
+            "{prompt:?}: logits differ by {mean} on average"
+        );
     }
     eprintln!("smollm2: last-position logits within {worst:.3} of candle-transformers'");
 }
