@@ -42,50 +42,45 @@ fn greedy(model: &Model, prompt: &[u32], n_new: usize) -> Vec<u32> {
     generated
 }
 
+/// The configuration of a fetched model whose every layer is global with one RoPE base,
+/// checked against its model card: family, (layers, d_model, heads, KV heads, head_dim), base.
+fn check_uniform_config(
+    id: &str,
+    arch: Arch,
+    shape: (usize, usize, usize, usize, usize),
+    rope_base: f64,
+) -> Option<ModelConfig> {
+    let path = fetched_model(id)?;
+    let config = ModelConfig::from_gguf(&GgufFile::open(path).unwrap()).unwrap();
+    assert_eq!(config.arch, arch);
+    let dims = (
+        config.n_layers,
+        config.d_model,
+        config.n_heads,
+        config.n_kv_heads,
+        config.head_dim,
+    );
+    assert_eq!(dims, shape, "{id}");
+    assert!(config.layers.iter().all(|layer| {
+        layer.rope_base == rope_base
+            && layer.sliding_window.is_none()
+            && layer.rope_position_scale == 1.0
+    }));
+    Some(config)
+}
+
 #[test]
 fn qwen_config_matches_the_model_card() {
-    let Some(path) = fetched_model(QWEN) else {
-        return;
-    };
-    let config = ModelConfig::from_gguf(&GgufFile::open(path).unwrap()).unwrap();
-    assert_eq!(config.arch, Arch::Qwen2);
-    assert_eq!(
-        (
-            config.n_layers,
-            config.d_model,
-            config.n_heads,
-            config.n_kv_heads,
-            config.head_dim
-        ),
-        (24, 896, 14, 2, 64)
-    );
-    assert!(config.qkv_bias);
-    assert!(config.layers.iter().all(|layer| {
-        layer.rope_base == 1e6 && layer.sliding_window.is_none() && layer.rope_position_scale == 1.0
-    }));
+    if let Some(config) = check_uniform_config(QWEN, Arch::Qwen2, (24, 896, 14, 2, 64), 1e6) {
+        assert!(config.qkv_bias);
+    }
 }
 
 #[test]
 fn smollm_config_matches_the_model_card() {
-    let Some(path) = fetched_model(SMOLLM) else {
-        return;
-    };
-    let config = ModelConfig::from_gguf(&GgufFile::open(path).unwrap()).unwrap();
-    assert_eq!(config.arch, Arch::Llama);
-    assert_eq!(
-        (
-            config.n_layers,
-            config.d_model,
-            config.n_heads,
-            config.n_kv_heads,
-            config.head_dim
-        ),
-        (30, 576, 9, 3, 64)
-    );
-    assert!(!config.qkv_bias && !config.qk_norm && config.rope_pairs_adjacent);
-    assert!(config.layers.iter().all(|layer| {
-        layer.rope_base == 1e5 && layer.sliding_window.is_none() && layer.rope_position_scale == 1.0
-    }));
+    if let Some(config) = check_uniform_config(SMOLLM, Arch::Llama, (30, 576, 9, 3, 64), 1e5) {
+        assert!(!config.qkv_bias && !config.qk_norm && config.rope_pairs_adjacent);
+    }
 }
 
 #[test]
