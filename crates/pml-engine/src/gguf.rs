@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use candle_core::Device;
@@ -56,7 +56,7 @@ pub const SAMPLE_BYTES: usize = 4096;
 /// Hashes [`SAMPLE_BYTES`] at the start and the middle of each tensor's data (bounded by the
 /// next tensor and the end of the file), in file order.
 fn sample_tensor_data(
-    path: &Path,
+    file: &File,
     content: &Content,
     hasher: &mut Sha256,
 ) -> Result<(), std::io::Error> {
@@ -64,7 +64,6 @@ fn sample_tensor_data(
     if content.tensor_infos.is_empty() {
         return Ok(());
     }
-    let file = File::open(path)?;
     let end = file.metadata()?.len();
     let mut starts: Vec<u64> = content
         .tensor_infos
@@ -104,18 +103,19 @@ impl GgufFile {
             path: path.clone(),
             source,
         };
-        let mut reader = BufReader::new(File::open(&path).map_err(io_error)?);
-        let content = Content::read(&mut reader).map_err(|source| GgufError::Parse {
-            path: path.clone(),
-            source: Box::new(source),
-        })?;
+        // One open file for the parse, the header hash and the samples.
+        let file = File::open(&path).map_err(io_error)?;
+        let content =
+            Content::read(&mut BufReader::new(&file)).map_err(|source| GgufError::Parse {
+                path: path.clone(),
+                source: Box::new(source),
+            })?;
 
         // The fingerprint covers the header, every metadata entry and the tensor table (names,
         // shapes, types, offsets), and samples of every tensor's data: two fine-tunes of one
         // model can share every byte before the data, but not the weights.
-        let mut header = File::open(&path)
-            .map_err(io_error)?
-            .take(content.tensor_data_offset);
+        (&file).seek(SeekFrom::Start(0)).map_err(io_error)?;
+        let mut header = (&file).take(content.tensor_data_offset);
         let mut hasher = Sha256::new();
         let n_hashed = std::io::copy(&mut header, &mut hasher).map_err(io_error)?;
         // A vocab-only file (no tensors) may end before the alignment padding of its empty data.
@@ -125,7 +125,7 @@ impl GgufFile {
                 "file ends before its tensor data",
             )));
         }
-        sample_tensor_data(&path, &content, &mut hasher).map_err(io_error)?;
+        sample_tensor_data(&file, &content, &mut hasher).map_err(io_error)?;
         let fingerprint = format!("{:x}", hasher.finalize());
         Ok(Self {
             path,

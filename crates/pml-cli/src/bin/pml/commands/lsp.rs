@@ -59,33 +59,32 @@ pub fn run(args: LspArgs) -> Result<(), Failure> {
 /// The model's tokenizer and chat template, if the model is fetched; never downloads.
 fn load_model(name: Option<&str>) -> ModelAvailability {
     let unavailable = |reason: String| ModelAvailability::Unavailable { reason };
-    let spec = match resolve_model(name) {
-        Ok(ModelChoice::Registered(spec)) => spec,
-        Ok(ModelChoice::File(path)) => {
-            let id = ModelChoice::File(path.clone()).id();
-            return match layout_model(&id, &path) {
-                Ok(model) => ModelAvailability::Loaded(Box::new(model)),
-                Err(error) => unavailable(format!("model `{id}` cannot be loaded: {error:#}")),
-            };
-        }
+    let choice = match resolve_model(name) {
+        Ok(choice) => choice,
         Err(error) => return unavailable(format!("{error:#}")),
     };
-    let state = PmlHome::from_env()
-        .map(Fetcher::new)
-        .and_then(|fetcher| fetcher.check(spec));
-    let path = match state {
-        Ok(ModelState::Verified(path)) => path,
-        Ok(_) => {
-            return unavailable(format!(
-                "model `{}` is not fetched; run `pml models fetch {}` and restart the server",
-                spec.id, spec.id
-            ));
+    let id = choice.id();
+    let path = match &choice {
+        ModelChoice::File(path) => path.clone(),
+        ModelChoice::Registered(spec) => {
+            let state = PmlHome::from_env()
+                .map(Fetcher::new)
+                .and_then(|fetcher| fetcher.check(spec));
+            match state {
+                Ok(ModelState::Verified(path)) => path,
+                Ok(_) => {
+                    return unavailable(format!(
+                        "model `{id}` is not fetched; run `pml models fetch {id}` and restart \
+                         the server"
+                    ));
+                }
+                Err(error) => return unavailable(format!("model `{id}`: {error}")),
+            }
         }
-        Err(error) => return unavailable(format!("model `{}`: {error}", spec.id)),
     };
-    match layout_model(spec.id, &path) {
+    match layout_model(&id, &path) {
         Ok(model) => ModelAvailability::Loaded(Box::new(model)),
-        Err(error) => unavailable(format!("model `{}` cannot be loaded: {error:#}", spec.id)),
+        Err(error) => unavailable(format!("model `{id}` cannot be loaded: {error:#}")),
     }
 }
 
