@@ -14,7 +14,7 @@ pub enum EngineError {
     /// largest variant.
     #[error(transparent)]
     Gguf(Box<GgufError>),
-    #[error("architecture `{0}` is not supported (supported: llama, qwen2, qwen3, gemma3)")]
+    #[error("architecture `{0}` is not supported (supported: llama, qwen2, qwen3, gemma3, phi3)")]
     UnsupportedArch(String),
     #[error("GGUF metadata lacks `{0}`")]
     MissingMetadata(String),

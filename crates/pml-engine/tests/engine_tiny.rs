@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 const SEED: u64 = 7;
-const ARCHES: [Arch; 4] = Arch::ALL;
+const ARCHES: [Arch; Arch::ALL.len()] = Arch::ALL;
 /// f32 everywhere: differences are summation-order noise.
 const TOLERANCE: f32 = 1e-4;
 

@@ -23,7 +23,7 @@ use tempfile::TempDir;
 use cached_support::{max_abs_diff, reordered_members};
 
 const SEED: u64 = 29;
-const ARCHES: [Arch; 4] = Arch::ALL;
+const ARCHES: [Arch; Arch::ALL.len()] = Arch::ALL;
 const BOS: u32 = 1;
 const ENCODING: EncodeOptions = EncodeOptions {
     mode: EncodeMode::Scaffolded,

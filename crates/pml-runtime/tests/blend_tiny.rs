@@ -23,7 +23,7 @@ use cached_support::{
 };
 
 const SEED: u64 = 23;
-const ARCHES: [Arch; 4] = Arch::ALL;
+const ARCHES: [Arch; Arch::ALL.len()] = Arch::ALL;
 const BOS: u32 = 1;
 const RELATIVE_TOLERANCE: f32 = 1e-4;
 

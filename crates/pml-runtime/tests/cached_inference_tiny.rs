@@ -31,7 +31,7 @@ use tempfile::TempDir;
 use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff, ram_store, ram_store_in};
 
 const SEED: u64 = 11;
-const ARCHES: [Arch; 4] = Arch::ALL;
+const ARCHES: [Arch; Arch::ALL.len()] = Arch::ALL;
 const BOS: u32 = 1;
 /// Reuse against full prefill with f32 states: summation-order noise only.
 const RELATIVE_TOLERANCE: f32 = 1e-4;

@@ -23,7 +23,7 @@ use pml_runtime::testing::ByteTokenizer;
 use pml_testkit::fetched_model;
 use tempfile::TempDir;
 
-const ARCHES: [Arch; 4] = Arch::ALL;
+const ARCHES: [Arch; Arch::ALL.len()] = Arch::ALL;
 /// Restores through f32 states: only float reassociation in recomputed or projected layers.
 const TOLERANCE: f32 = 1e-4;
 /// KV stored in f16 and copied back: each value rounded once, at most 2^-11 of its magnitude,

@@ -21,11 +21,20 @@ pub enum Arch {
     Llama,
     /// Qwen3: Qwen2 without q/k/v biases, with an RMSNorm of each query and key head.
     Qwen3,
+    /// Phi-3 / Phi-3.5 / Phi-4-mini: Llama's layer with fused QKV and gate-up matrices (split at
+    /// load) and NEOX RoPE. Like llama.cpp, the file's sliding window is not applied.
+    Phi3,
 }
 
 impl Arch {
     /// Every family, for tests that run on each.
-    pub const ALL: [Arch; 4] = [Arch::Qwen2, Arch::Gemma3, Arch::Llama, Arch::Qwen3];
+    pub const ALL: [Arch; 5] = [
+        Arch::Qwen2,
+        Arch::Gemma3,
+        Arch::Llama,
+        Arch::Qwen3,
+        Arch::Phi3,
+    ];
 
     /// The `general.architecture` string of a GGUF file.
     pub fn gguf_name(self) -> &'static str {
@@ -34,6 +43,7 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Llama => "llama",
             Arch::Qwen3 => "qwen3",
+            Arch::Phi3 => "phi3",
         }
     }
 
@@ -43,6 +53,7 @@ impl Arch {
             "gemma3" => Ok(Arch::Gemma3),
             "llama" => Ok(Arch::Llama),
             "qwen3" => Ok(Arch::Qwen3),
+            "phi3" => Ok(Arch::Phi3),
             other => Err(EngineError::UnsupportedArch(other.to_string())),
         }
     }
@@ -171,6 +182,7 @@ impl ModelConfig {
                 rope_pairs_adjacent: true,
                 ..common
             },
+            Arch::Phi3 => common,
             Arch::Gemma3 => {
                 let window_key = gguf.arch_key("attention.sliding_window")?;
                 let window = gguf
@@ -302,9 +314,9 @@ mod tests {
         for arch in Arch::ALL {
             assert_eq!(Arch::from_gguf_name(arch.gguf_name()).ok(), Some(arch));
         }
-        let error = Arch::from_gguf_name("phi3").expect_err("not supported yet");
+        let error = Arch::from_gguf_name("mamba").expect_err("not supported");
         let message = error.to_string();
-        assert!(message.contains("phi3"), "{message}");
+        assert!(message.contains("mamba"), "{message}");
         for arch in Arch::ALL {
             assert!(message.contains(arch.gguf_name()), "{message}");
         }

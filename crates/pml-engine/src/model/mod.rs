@@ -1,4 +1,4 @@
-//! Our own forward passes for the supported families (Qwen2, Qwen3, Gemma 3, Llama) on candle
+//! Our own forward passes for the supported families (Qwen2, Qwen3, Gemma 3, Llama, Phi-3) on candle
 //! tensors:
 //! explicit per-token positions, a position-based mask, a spliced KV cache, and a per-layer
 //! step that runs any subset of tokens — what Prompt Cache, CacheBlend and HCache need and
@@ -7,6 +7,8 @@
 //! - [`config`]: hyper-parameters from GGUF metadata.
 //! - [`weights`]: tensor sources and the weight format.
 //! - [`rope_rows`]: Llama files' Q/K rows put back in the RoPE pairing every family uses.
+//! - [`fused_rows`]: fused QKV and gate-up matrices (Phi-3) split into separate projections.
+//! - `row_gather`: taking rows of stored blocks, which both of those do.
 //! - [`transformer`]: RoPE, MLP, attention, block and [`Model`], top to bottom.
 //! - [`batch`]: one token of each of several sequences in one pass (continuous batching).
 //! - [`context`]: positions and slots of a call, options and output of a whole-model call.
@@ -16,8 +18,10 @@
 pub mod batch;
 pub mod config;
 pub mod context;
+pub mod fused_rows;
 pub mod observer;
 pub mod rope_rows;
+mod row_gather;
 pub mod tiny;
 pub mod transformer;
 pub mod weights;

@@ -9,12 +9,11 @@
 //! projections (cached states, RoPE re-rotation of spliced modules, blend, HCache) needs no
 //! case for the family.
 
-use std::borrow::Cow;
-
 use candle_core::Device;
-use candle_core::quantized::{QStorage, QTensor};
+use candle_core::quantized::QTensor;
 
 use super::EngineError;
+use super::row_gather::gather_rows;
 use super::weights::TensorSource;
 
 /// Hands out the tensors of `inner`, with the rows of every `attn_q.weight` / `attn_k.weight`
@@ -56,31 +55,18 @@ pub fn neox_source_row(row: usize, head_dim: usize) -> usize {
 /// `tensor` (rows × …, or a vector of rows) with its rows reordered by [`neox_source_row`] for
 /// `heads` heads.
 fn neox_rows(tensor: &QTensor, heads: usize, device: &Device) -> Result<QTensor, EngineError> {
-    let dims = tensor.shape().dims().to_vec();
-    let rows = *dims
-        .first()
-        .ok_or_else(|| EngineError::InvalidWeights("a scalar projection".into()))?;
+    let rows = tensor.shape().dims().first().copied().unwrap_or(0);
     if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
         return Err(EngineError::InvalidWeights(format!(
             "{rows} rows do not split into {heads} heads of an even size"
         )));
     }
     let head_dim = rows / heads;
-    let data = tensor.data()?;
-    if !data.len().is_multiple_of(rows) {
-        return Err(EngineError::InvalidWeights(format!(
-            "{} bytes are not {rows} whole rows",
-            data.len()
-        )));
-    }
-    let row_bytes = data.len() / rows;
-    let mut reordered = Vec::with_capacity(data.len());
-    for row in 0..rows {
-        let source = neox_source_row(row, head_dim) * row_bytes;
-        reordered.extend_from_slice(&data[source..source + row_bytes]);
-    }
-    let storage = QStorage::from_data(Cow::Owned(reordered), device, tensor.dtype())?;
-    Ok(QTensor::new(storage, dims)?)
+    gather_rows(
+        tensor,
+        (0..rows).map(|row| neox_source_row(row, head_dim)),
+        device,
+    )
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 //! GGUF files, with Q5_0 and Q8_0 matrices like the real files so the quantized paths are
 //! exercised too. Fast tests use them; nothing about them is meant to be a good language model.
 
+use std::collections::HashMap;
+
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
@@ -95,6 +97,11 @@ pub fn tiny_config(arch: Arch) -> ModelConfig {
             qk_norm: true,
             ..tiny_config(Arch::Qwen2)
         },
+        Arch::Phi3 => ModelConfig {
+            arch,
+            qkv_bias: false,
+            ..tiny_config(Arch::Qwen2)
+        },
     }
 }
 
@@ -143,9 +150,34 @@ pub fn tiny_weights(
             ("ffn_up", config.ffn_dim, d_model, GgmlDType::Q5_0),
             ("ffn_down", d_model, config.ffn_dim, GgmlDType::Q8_0),
         ];
+        let mut dense = HashMap::new();
         for (tensor, rows, columns, block_type) in projections {
-            let weight = matrix(&mut rng, rows, columns, fan_in(columns), block_type, device)?;
-            add(name(&format!("{tensor}.weight")), weight);
+            let values = uniform(&mut rng, rows, columns, fan_in(columns), device)?;
+            dense.insert(tensor, (values, block_type));
+        }
+        // Phi-3 files fuse Q, K, V into one matrix and the gate with the up projection.
+        if config.arch == Arch::Phi3 {
+            for (fused, parts, block_type) in [
+                (
+                    "attn_qkv",
+                    ["attn_q", "attn_k", "attn_v"].as_slice(),
+                    GgmlDType::Q8_0,
+                ),
+                ("ffn_up", ["ffn_gate", "ffn_up"].as_slice(), GgmlDType::Q5_0),
+            ] {
+                let parts = parts
+                    .iter()
+                    .map(|part| dense.remove(part).map(|(values, _)| values))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| EngineError::MissingTensor(fused.to_string()))?;
+                dense.insert(fused, (Tensor::cat(&parts, 0)?, block_type));
+            }
+        }
+        for (tensor, (values, block_type)) in dense {
+            add(
+                name(&format!("{tensor}.weight")),
+                QTensor::quantize(&values, block_type)?,
+            );
         }
         if config.qkv_bias {
             for (tensor, width) in [
@@ -173,6 +205,18 @@ pub fn tiny_weights(
                 norm(&mut rng, width, device)?,
             );
         }
+    }
+    // Phi-3 keeps a separate LM head, which exercises the untied path.
+    if config.arch == Arch::Phi3 {
+        let head = matrix(
+            &mut rng,
+            config.vocab_size,
+            d_model,
+            1.0 / (d_model as f64).sqrt(),
+            GgmlDType::Q8_0,
+            device,
+        )?;
+        add("output.weight".into(), head);
     }
     Ok(tensors)
 }
@@ -217,12 +261,23 @@ fn matrix(
     block_type: GgmlDType,
     device: &Device,
 ) -> Result<QTensor, EngineError> {
+    let tensor = uniform(rng, rows, columns, std, device)?;
+    Ok(QTensor::quantize(&tensor, block_type)?)
+}
+
+/// A `(rows, columns)` f32 matrix of uniform entries with standard deviation `std`.
+fn uniform(
+    rng: &mut ChaCha8Rng,
+    rows: usize,
+    columns: usize,
+    std: f64,
+    device: &Device,
+) -> Result<Tensor, EngineError> {
     let half_width = std * 3f64.sqrt();
     let values: Vec<f32> = (0..rows * columns)
         .map(|_| rng.random_range(-half_width..half_width) as f32)
         .collect();
-    let tensor = Tensor::from_vec(values, (rows, columns), device)?;
-    Ok(QTensor::quantize(&tensor, block_type)?)
+    Ok(Tensor::from_vec(values, (rows, columns), device)?)
 }
 
 fn vector(

@@ -10,6 +10,7 @@ use candle_core::{DType, Device, Tensor};
 use super::EngineError;
 use super::config::{Activation, LayerAttention, ModelConfig};
 use super::context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};
+use super::fused_rows::SplitFused;
 use super::observer::{AttentionObserver, AttentionView};
 use super::rope_rows::NeoxRows;
 use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat};
@@ -26,6 +27,9 @@ const ATTENTION_SCORE_BUDGET: usize = 1 << 22;
 
 /// The tensor of Llama 3.1+ files that divides each RoPE frequency.
 const ROPE_FREQS: &str = "rope_freqs.weight";
+
+/// Tensors of Phi-3's LongRoPE, which the engine refuses.
+const LONG_ROPE_FACTORS: [&str; 2] = ["rope_factors_long.weight", "rope_factors_short.weight"];
 
 /// Rows the MLP takes at once (see [`Mlp::forward`]).
 const MLP_ROWS: usize = 512;
@@ -580,6 +584,21 @@ impl Model {
             config.rope_frequency_factors = Some(factors);
         }
         config.validate()?;
+        if let Some(name) = LONG_ROPE_FACTORS.iter().find(|name| source.contains(name)) {
+            // Phi-3.5's LongRoPE picks one of two factor sets by context length and rescales
+            // the rotation's magnitude: not implemented, so refused rather than run wrong.
+            return Err(EngineError::InvalidConfig(format!(
+                "LongRoPE (`{name}`, Phi-3.5 / Phi-3-128k) is not supported; Phi-3 files \
+                 without it (Phi-3-mini-4k, Phi-4-mini) are"
+            )));
+        }
+        let mut split = SplitFused::new(
+            source,
+            config.n_heads * config.head_dim,
+            config.n_kv_heads * config.head_dim,
+            config.ffn_dim,
+        );
+        let source: &mut dyn TensorSource = &mut split;
         let mut reordered;
         let source: &mut dyn TensorSource = if config.rope_pairs_adjacent {
             reordered = NeoxRows {
