@@ -1,16 +1,20 @@
 //! A GGUF model file: its metadata with typed accessors for the hyper-parameters the engine needs,
 //! its tensor table, a content fingerprint (sha256 of everything before the tensor data and of
-//! samples of every tensor's data), and loading of single tensors as candle `QTensor`s.
+//! samples of every tensor's data), and its tensors read in place from the mapped file.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 use candle_core::quantized::QTensor;
 use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
+use memmap2::Mmap;
 use sha2::{Digest, Sha256};
+
+use crate::stored_tensor::StoredTensor;
 
 /// Why a GGUF file or one of its entries could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -55,16 +59,8 @@ pub const SAMPLE_BYTES: usize = 4096;
 
 /// Hashes [`SAMPLE_BYTES`] at the start and the middle of each tensor's data (bounded by the
 /// next tensor and the end of the file), in file order.
-fn sample_tensor_data(
-    file: &File,
-    content: &Content,
-    hasher: &mut Sha256,
-) -> Result<(), std::io::Error> {
-    use std::os::unix::fs::FileExt;
-    if content.tensor_infos.is_empty() {
-        return Ok(());
-    }
-    let end = file.metadata()?.len();
+fn sample_tensor_data(file: &[u8], content: &Content, hasher: &mut Sha256) {
+    let end = file.len() as u64;
     let mut starts: Vec<u64> = content
         .tensor_infos
         .values()
@@ -72,19 +68,16 @@ fn sample_tensor_data(
         .collect();
     starts.sort_unstable();
     starts.dedup();
-    let mut buffer = vec![0u8; SAMPLE_BYTES];
     for (index, &start) in starts.iter().enumerate() {
         let stop = starts.get(index + 1).copied().unwrap_or(end).min(end);
         if start >= stop {
             continue;
         }
         for offset in [start, start + (stop - start) / 2] {
-            let len = (stop - offset).min(SAMPLE_BYTES as u64) as usize;
-            file.read_exact_at(&mut buffer[..len], offset)?;
-            hasher.update(&buffer[..len]);
+            let len = (stop - offset).min(SAMPLE_BYTES as u64);
+            hasher.update(&file[offset as usize..(offset + len) as usize]);
         }
     }
-    Ok(())
 }
 
 /// An opened GGUF file: parsed header and metadata, plus the path to read tensors from.
@@ -93,20 +86,28 @@ pub struct GgufFile {
     path: PathBuf,
     content: Content,
     fingerprint: String,
+    /// The whole file, mapped: tensors are read from it in place (no read into a buffer first).
+    map: Mmap,
 }
 
 impl GgufFile {
-    /// Parses the header, metadata and tensor table of `path` and fingerprints them.
+    /// Maps `path`, parses its header, metadata and tensor table, and fingerprints them.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, GgufError> {
         let path = path.as_ref().to_owned();
         let io_error = |source| GgufError::Io {
             path: path.clone(),
             source,
         };
-        // One open file for the parse, the header hash and the samples.
         let file = File::open(&path).map_err(io_error)?;
+        // SAFETY: a map is sound only while no one changes the file under it. A model file is
+        // only read, and the map lives as long as this `GgufFile`: the parse and fingerprint
+        // here, then the weights' load, which copies every tensor into the engine's own layouts
+        // (no weight keeps pointing into the map). Changing or truncating a GGUF file while a
+        // program loads it is outside the contract, as for llama.cpp, which maps it the same way
+        // and keeps the map for the process's life.
+        let map = unsafe { Mmap::map(&file) }.map_err(io_error)?;
         let content =
-            Content::read(&mut BufReader::new(&file)).map_err(|source| GgufError::Parse {
+            Content::read(&mut Cursor::new(&map[..])).map_err(|source| GgufError::Parse {
                 path: path.clone(),
                 source: Box::new(source),
             })?;
@@ -114,23 +115,23 @@ impl GgufFile {
         // The fingerprint covers the header, every metadata entry and the tensor table (names,
         // shapes, types, offsets), and samples of every tensor's data: two fine-tunes of one
         // model can share every byte before the data, but not the weights.
-        (&file).seek(SeekFrom::Start(0)).map_err(io_error)?;
-        let mut header = (&file).take(content.tensor_data_offset);
-        let mut hasher = Sha256::new();
-        let n_hashed = std::io::copy(&mut header, &mut hasher).map_err(io_error)?;
+        let header_len = usize::try_from(content.tensor_data_offset).unwrap_or(usize::MAX);
         // A vocab-only file (no tensors) may end before the alignment padding of its empty data.
-        if n_hashed != content.tensor_data_offset && !content.tensor_infos.is_empty() {
+        if header_len > map.len() && !content.tensor_infos.is_empty() {
             return Err(io_error(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 "file ends before its tensor data",
             )));
         }
-        sample_tensor_data(&file, &content, &mut hasher).map_err(io_error)?;
+        let mut hasher = Sha256::new();
+        hasher.update(&map[..header_len.min(map.len())]);
+        sample_tensor_data(&map, &content, &mut hasher);
         let fingerprint = format!("{:x}", hasher.finalize());
         Ok(Self {
             path,
             content,
             fingerprint,
+            map,
         })
     }
 
@@ -383,27 +384,48 @@ impl GgufFile {
         names
     }
 
-    /// Loads tensor `name` (still quantized) onto `device`.
-    pub fn tensor(&self, name: &str, device: &Device) -> Result<QTensor, GgufError> {
+    /// Tensor `name` as stored, its bytes read in place from the mapped file.
+    pub fn stored(&self, name: &str) -> Result<StoredTensor<'_>, GgufError> {
         let info = self
             .tensor_info(name)
             .ok_or_else(|| GgufError::MissingTensor {
                 name: name.to_owned(),
             })?;
-        let file = File::open(&self.path).map_err(|source| GgufError::Io {
-            path: self.path.clone(),
-            source,
-        })?;
-        info.read(
-            &mut BufReader::new(file),
-            self.content.tensor_data_offset,
-            device,
-        )
-        .map_err(|source| GgufError::Tensor {
+        let tensor_error = |source| GgufError::Tensor {
             name: name.to_owned(),
             path: self.path.clone(),
             source: Box::new(source),
-        })
+        };
+        let dims: Vec<usize> = info.shape.dims().to_vec();
+        let elements: usize = dims.iter().product();
+        let len = elements / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+        let start = self
+            .content
+            .tensor_data_offset
+            .checked_add(info.offset)
+            .and_then(|start| usize::try_from(start).ok());
+        let bytes = start
+            .and_then(|start| Some(start..start.checked_add(len)?))
+            .and_then(|range| self.map.get(range))
+            .ok_or_else(|| {
+                tensor_error(candle_core::Error::Msg(format!(
+                    "its {len} bytes at offset {} lie past the end of the file ({} bytes)",
+                    info.offset,
+                    self.map.len()
+                )))
+            })?;
+        StoredTensor::new(Cow::Borrowed(bytes), info.ggml_dtype, dims).map_err(tensor_error)
+    }
+
+    /// Loads tensor `name` (still quantized) onto `device`.
+    pub fn tensor(&self, name: &str, device: &Device) -> Result<QTensor, GgufError> {
+        self.stored(name)?
+            .to_qtensor(device)
+            .map_err(|source| GgufError::Tensor {
+                name: name.to_owned(),
+                path: self.path.clone(),
+                source: Box::new(source),
+            })
     }
 }
 

@@ -8,6 +8,7 @@ pub mod gguf;
 mod kernels;
 pub mod kv_cache;
 pub mod model;
+pub mod stored_tensor;
 /// Test scaffolding (stand-ins, fixtures): compiled for this crate's tests and for crates that
 /// enable `test-support` in their dev-dependencies, never into a shipped binary.
 #[cfg(any(test, feature = "test-support"))]

@@ -16,6 +16,23 @@ pub(crate) fn zeroed_vec<T: bytemuck::Zeroable + Clone>(len: usize) -> Vec<T> {
     buffer
 }
 
+/// The first `len` items of `items` in a buffer on huge pages: the weight layouts the loader
+/// builds (hundreds of MB, every page touched once while filling) fault in 2 MiB at a time.
+/// Fewer items than `len` leave a shorter vector.
+pub(crate) fn collect_on_huge_pages<T: bytemuck::Zeroable + Clone>(
+    len: usize,
+    items: impl Iterator<Item = T>,
+) -> Vec<T> {
+    let mut buffer = zeroed_vec::<T>(len);
+    let mut filled = 0;
+    for (slot, item) in buffer.iter_mut().zip(items) {
+        *slot = item;
+        filled += 1;
+    }
+    buffer.truncate(filled);
+    buffer
+}
+
 #[cfg(target_os = "linux")]
 fn advise_huge_pages<T>(buffer: &[T]) {
     let start = buffer.as_ptr() as usize;
@@ -51,5 +68,18 @@ mod tests {
             assert_eq!(buffer.len(), len);
             assert!(buffer.iter().all(|&value| value == 0.0));
         }
+    }
+
+    #[test]
+    fn collected_items_keep_their_order_and_a_short_iterator_leaves_a_short_vector() {
+        let len = HUGE_PAGE / 4 + 3;
+        let collected = collect_on_huge_pages(len, (0..len as u32).map(|i| i * 3));
+        assert!(
+            collected
+                .iter()
+                .enumerate()
+                .all(|(i, &v)| v == i as u32 * 3)
+        );
+        assert_eq!(collect_on_huge_pages(10, 0..4u32), [0, 1, 2, 3]);
     }
 }

@@ -7,12 +7,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use candle_core::Device;
-use candle_core::quantized::QTensor;
-
 use super::EngineError;
 use super::row_gather::gather_rows;
 use super::weights::TensorSource;
+use crate::stored_tensor::StoredTensor;
 
 /// Hands out `inner`'s tensors, serving the separate projections of a layer from its fused
 /// tensor where the file has only that.
@@ -24,7 +22,7 @@ pub struct SplitFused<'a> {
     /// Rows of the gate and of the up projection.
     pub ffn_dim: usize,
     /// Parts split off a fused tensor, waiting to be asked for.
-    pending: HashMap<String, QTensor>,
+    pending: HashMap<String, StoredTensor<'static>>,
     /// Names already handed out from `inner` (a source may forget a tensor once taken).
     taken: HashSet<String>,
 }
@@ -80,14 +78,9 @@ impl<'a> SplitFused<'a> {
         (!unfused && self.inner.contains(&fused)).then_some((fused, parts))
     }
 
-    fn split(
-        &mut self,
-        fused: &str,
-        parts: Vec<(String, usize)>,
-        device: &Device,
-    ) -> Result<(), EngineError> {
-        let tensor = self.inner.tensor(fused, device)?;
-        let rows = tensor.shape().dims().first().copied().unwrap_or(0);
+    fn split(&mut self, fused: &str, parts: Vec<(String, usize)>) -> Result<(), EngineError> {
+        let tensor = self.inner.stored(fused)?;
+        let rows = tensor.dims().first().copied().unwrap_or(0);
         let expected: usize = parts.iter().map(|(_, rows)| rows).sum();
         if rows != expected {
             return Err(EngineError::InvalidWeights(format!(
@@ -100,11 +93,12 @@ impl<'a> SplitFused<'a> {
             )));
         }
         let mut start = 0;
+        let mut split = Vec::with_capacity(parts.len());
         for (name, rows) in parts {
-            let part = gather_rows(&tensor, start..start + rows, device)?;
-            self.pending.insert(name, part);
+            split.push((name, gather_rows(&tensor, start..start + rows)?));
             start += rows;
         }
+        self.pending.extend(split);
         Ok(())
     }
 }
@@ -116,20 +110,20 @@ impl TensorSource for SplitFused<'_> {
             || self.inner.contains(name)
     }
 
-    fn tensor(&mut self, name: &str, device: &Device) -> Result<QTensor, EngineError> {
+    fn stored(&mut self, name: &str) -> Result<StoredTensor<'_>, EngineError> {
         if let Some(tensor) = self.pending.remove(name) {
             return Ok(tensor);
         }
         match self.fused_origin(name) {
             Some((fused, parts)) => {
-                self.split(&fused, parts, device)?;
+                self.split(&fused, parts)?;
                 self.pending
                     .remove(name)
                     .ok_or_else(|| EngineError::MissingTensor(name.to_string()))
             }
             None => {
                 self.taken.insert(name.to_string());
-                self.inner.tensor(name, device)
+                self.inner.stored(name)
             }
         }
     }
@@ -137,8 +131,8 @@ impl TensorSource for SplitFused<'_> {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::Tensor;
-    use candle_core::quantized::GgmlDType;
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
 
     use super::*;
     use crate::model::weights::TensorMap;
@@ -152,7 +146,7 @@ mod tests {
         Ok(QTensor::quantize(&tensor, GgmlDType::F32)?)
     }
 
-    fn first_column(tensor: QTensor) -> Result<Vec<f32>, EngineError> {
+    fn first_column(tensor: StoredTensor<'_>) -> Result<Vec<f32>, EngineError> {
         let dense = tensor.dequantize(&Device::Cpu)?;
         Ok(dense.narrow(1, 0, 1)?.flatten_all()?.to_vec1::<f32>()?)
     }
@@ -167,25 +161,24 @@ mod tests {
         for name in ["attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"] {
             assert!(split.contains(&format!("blk.0.{name}.weight")), "{name}");
         }
-        let device = Device::Cpu;
         assert_eq!(
-            first_column(split.tensor("blk.0.attn_v.weight", &device)?)?,
+            first_column(split.stored("blk.0.attn_v.weight")?)?,
             [6.0, 7.0]
         );
         assert_eq!(
-            first_column(split.tensor("blk.0.attn_q.weight", &device)?)?,
+            first_column(split.stored("blk.0.attn_q.weight")?)?,
             [0.0, 1.0, 2.0, 3.0]
         );
         assert_eq!(
-            first_column(split.tensor("blk.0.attn_k.weight", &device)?)?,
+            first_column(split.stored("blk.0.attn_k.weight")?)?,
             [4.0, 5.0]
         );
         assert_eq!(
-            first_column(split.tensor("blk.0.ffn_up.weight", &device)?)?,
+            first_column(split.stored("blk.0.ffn_up.weight")?)?,
             [13.0, 14.0, 15.0]
         );
         assert_eq!(
-            first_column(split.tensor("blk.0.ffn_gate.weight", &device)?)?,
+            first_column(split.stored("blk.0.ffn_gate.weight")?)?,
             [10.0, 11.0, 12.0]
         );
         Ok(())
@@ -201,13 +194,12 @@ mod tests {
         map.0
             .insert("blk.1.attn_qkv.weight".into(), rows(7, 32, 0)?);
         let mut split = SplitFused::new(&mut map, 4, 2, 3);
-        let device = Device::Cpu;
         assert_eq!(
-            first_column(split.tensor("blk.0.ffn_up.weight", &device)?)?,
+            first_column(split.stored("blk.0.ffn_up.weight")?)?,
             [5.0, 6.0, 7.0]
         );
         let error = split
-            .tensor("blk.1.attn_k.weight", &device)
+            .stored("blk.1.attn_k.weight")
             .expect_err("7 rows ≠ 4 + 2 + 2");
         assert!(
             error

@@ -9,12 +9,10 @@
 //! projections (cached states, RoPE re-rotation of spliced modules, blend, HCache) needs no
 //! case for the family.
 
-use candle_core::Device;
-use candle_core::quantized::QTensor;
-
 use super::EngineError;
 use super::row_gather::gather_rows;
 use super::weights::TensorSource;
+use crate::stored_tensor::StoredTensor;
 
 /// Hands out the tensors of `inner`, with the rows of every `attn_q.weight` / `attn_k.weight`
 /// (and their biases) put back in NEOX order.
@@ -29,16 +27,17 @@ impl TensorSource for NeoxRows<'_> {
         self.inner.contains(name)
     }
 
-    fn tensor(&mut self, name: &str, device: &Device) -> Result<QTensor, EngineError> {
-        let tensor = self.inner.tensor(name, device)?;
+    fn stored(&mut self, name: &str) -> Result<StoredTensor<'_>, EngineError> {
+        let (n_heads, n_kv_heads) = (self.n_heads, self.n_kv_heads);
+        let tensor = self.inner.stored(name)?;
         let heads = if name.ends_with(".attn_q.weight") || name.ends_with(".attn_q.bias") {
-            self.n_heads
+            n_heads
         } else if name.ends_with(".attn_k.weight") || name.ends_with(".attn_k.bias") {
-            self.n_kv_heads
+            n_kv_heads
         } else {
             return Ok(tensor);
         };
-        neox_rows(&tensor, heads, device)
+        neox_rows(&tensor, heads)
             .map_err(|error| EngineError::InvalidWeights(format!("{name}: {error}")))
     }
 }
@@ -54,24 +53,23 @@ pub fn neox_source_row(row: usize, head_dim: usize) -> usize {
 
 /// `tensor` (rows × …, or a vector of rows) with its rows reordered by [`neox_source_row`] for
 /// `heads` heads.
-fn neox_rows(tensor: &QTensor, heads: usize, device: &Device) -> Result<QTensor, EngineError> {
-    let rows = tensor.shape().dims().first().copied().unwrap_or(0);
+fn neox_rows(
+    tensor: &StoredTensor<'_>,
+    heads: usize,
+) -> Result<StoredTensor<'static>, EngineError> {
+    let rows = tensor.dims().first().copied().unwrap_or(0);
     if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
         return Err(EngineError::InvalidWeights(format!(
             "{rows} rows do not split into {heads} heads of an even size"
         )));
     }
     let head_dim = rows / heads;
-    gather_rows(
-        tensor,
-        (0..rows).map(|row| neox_source_row(row, head_dim)),
-        device,
-    )
+    gather_rows(tensor, (0..rows).map(|row| neox_source_row(row, head_dim)))
 }
 
 #[cfg(test)]
 mod tests {
-    use candle_core::quantized::GgmlDType;
+    use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
 
     use super::*;
@@ -112,7 +110,8 @@ mod tests {
                 &Tensor::from_vec(gguf.clone(), (rows, columns), &device)?,
                 dtype,
             )?;
-            let back = neox_rows(&stored, heads, &device)?.dequantize(&device)?;
+            let stored = StoredTensor::from_qtensor(&stored)?;
+            let back = neox_rows(&stored, heads)?.dequantize(&device)?;
             let expected = Tensor::from_vec(hf.clone(), (rows, columns), &device)?;
             let diff = (back - expected)?.abs()?.max_all()?.to_scalar::<f32>()?;
             assert!(diff < 1e-3, "{dtype:?}: {diff}");
@@ -126,7 +125,8 @@ mod tests {
         let gguf_to_hf = converter_permutation(8, 2);
         let stored: Vec<f32> = gguf_to_hf.iter().map(|&row| row as f32).collect();
         let stored = QTensor::quantize(&Tensor::from_vec(stored, 8, &device)?, GgmlDType::F32)?;
-        let back = neox_rows(&stored, 2, &device)?.dequantize(&device)?;
+        let stored = StoredTensor::from_qtensor(&stored)?;
+        let back = neox_rows(&stored, 2)?.dequantize(&device)?;
         assert_eq!(
             back.to_vec1::<f32>()?,
             (0..8).map(|r| r as f32).collect::<Vec<_>>()

@@ -3,22 +3,19 @@
 
 use std::borrow::Cow;
 
-use candle_core::Device;
-use candle_core::quantized::{QStorage, QTensor};
-
 use super::EngineError;
+use crate::stored_tensor::StoredTensor;
 
 /// The rows `rows` of `tensor` (a matrix, or a vector whose entries are its rows), in that order.
 pub(crate) fn gather_rows(
-    tensor: &QTensor,
+    tensor: &StoredTensor<'_>,
     rows: impl ExactSizeIterator<Item = usize>,
-    device: &Device,
-) -> Result<QTensor, EngineError> {
-    let mut dims = tensor.shape().dims().to_vec();
+) -> Result<StoredTensor<'static>, EngineError> {
+    let mut dims = tensor.dims().to_vec();
     let total = *dims
         .first()
         .ok_or_else(|| EngineError::InvalidWeights("a scalar where rows were expected".into()))?;
-    let data = tensor.data()?;
+    let data = tensor.bytes();
     if total == 0 || !data.len().is_multiple_of(total) {
         return Err(EngineError::InvalidWeights(format!(
             "{} bytes are not {total} whole rows",
@@ -36,6 +33,9 @@ pub(crate) fn gather_rows(
         }
         gathered.extend_from_slice(&data[row * row_bytes..(row + 1) * row_bytes]);
     }
-    let storage = QStorage::from_data(Cow::Owned(gathered), device, tensor.dtype())?;
-    Ok(QTensor::new(storage, dims)?)
+    Ok(StoredTensor::new(
+        Cow::Owned(gathered),
+        tensor.dtype(),
+        dims,
+    )?)
 }

@@ -576,7 +576,7 @@ impl Model {
     ) -> Result<Self, EngineError> {
         let mut config = config;
         if config.rope_frequency_factors.is_none() && source.contains(ROPE_FREQS) {
-            let factors = source.tensor(ROPE_FREQS, device)?.dequantize(device)?;
+            let factors = source.stored(ROPE_FREQS)?.dequantize(device)?;
             let factors = factors
                 .flatten_all()?
                 .to_dtype(DType::F64)?

@@ -12,6 +12,7 @@ use super::EngineError;
 use crate::gguf::GgufFile;
 use crate::kernels::quant::QuantMatrix;
 use crate::kernels::{self, dense_matmul};
+use crate::stored_tensor::StoredTensor;
 
 /// How weight matrices are held in memory and multiplied.
 ///
@@ -108,7 +109,8 @@ fn has_fast_cpu_kernel(dtype: GgmlDType) -> bool {
 /// Somewhere tensors can be read from by GGUF name.
 pub trait TensorSource {
     fn contains(&self, name: &str) -> bool;
-    fn tensor(&mut self, name: &str, device: &Device) -> Result<QTensor, EngineError>;
+    /// Tensor `name` as stored; the loader asks for each once.
+    fn stored(&mut self, name: &str) -> Result<StoredTensor<'_>, EngineError>;
 }
 
 impl TensorSource for GgufFile {
@@ -116,8 +118,20 @@ impl TensorSource for GgufFile {
         self.tensor_info(name).is_some()
     }
 
-    fn tensor(&mut self, name: &str, device: &Device) -> Result<QTensor, EngineError> {
-        Ok(GgufFile::tensor(self, name, device)?)
+    fn stored(&mut self, name: &str) -> Result<StoredTensor<'_>, EngineError> {
+        Ok(GgufFile::stored(self, name)?)
+    }
+}
+
+/// A shared file reads the same: the weights load from it while another thread builds the
+/// tokenizer from its metadata.
+impl TensorSource for &GgufFile {
+    fn contains(&self, name: &str) -> bool {
+        self.tensor_info(name).is_some()
+    }
+
+    fn stored(&mut self, name: &str) -> Result<StoredTensor<'_>, EngineError> {
+        Ok(GgufFile::stored(self, name)?)
     }
 }
 
@@ -130,18 +144,13 @@ impl TensorSource for TensorMap {
         self.0.contains_key(name)
     }
 
-    /// Hands the tensor over (each is read once); it must already live on `device`.
-    fn tensor(&mut self, name: &str, device: &Device) -> Result<QTensor, EngineError> {
+    /// Hands the tensor's blocks over (each is read once).
+    fn stored(&mut self, name: &str) -> Result<StoredTensor<'_>, EngineError> {
         let tensor = self
             .0
             .remove(name)
             .ok_or_else(|| EngineError::MissingTensor(name.to_string()))?;
-        if !tensor.device().same_device(device) {
-            return Err(EngineError::InvalidWeights(format!(
-                "{name} lives on another device"
-            )));
-        }
-        Ok(tensor)
+        Ok(StoredTensor::from_qtensor(&tensor)?)
     }
 }
 
@@ -162,26 +171,30 @@ enum Quantized {
 }
 
 impl Quantized {
-    /// Blocks as stored when a kernel reads them fast, else requantized to Q8_0 (finer than
-    /// the types it replaces, so the weights barely move).
-    fn new(qtensor: QTensor, device: &Device) -> Result<Self, EngineError> {
-        let fast = (device.is_cpu() && QuantMatrix::supports(&qtensor))
-            || has_fast_cpu_kernel(qtensor.dtype());
-        if fast {
-            return Self::as_stored(qtensor, device);
+    /// Blocks as stored when a kernel reads them fast (ours copy them from the file straight
+    /// into their own layout), else requantized to Q8_0 (finer than the types it replaces, so
+    /// the weights barely move).
+    fn new(stored: &StoredTensor<'_>, device: &Device) -> Result<Self, EngineError> {
+        let (out_features, in_features) = stored.dims2()?;
+        if device.is_cpu() && QuantMatrix::supports_layout(stored.dtype(), in_features) {
+            return Ok(Quantized::Own(Arc::new(QuantMatrix::from_bytes(
+                stored.bytes(),
+                stored.dtype(),
+                out_features,
+                in_features,
+            )?)));
+        }
+        let qtensor = stored.to_qtensor(device)?;
+        if has_fast_cpu_kernel(qtensor.dtype()) {
+            return Ok(Quantized::Candle(Arc::new(qtensor)));
         }
         let requantized = QTensor::quantize(&qtensor.dequantize(device)?, GgmlDType::Q8_0)?;
-        Self::as_stored(requantized, device)
-    }
-
-    /// The blocks as stored, with our kernel where it covers them.
-    fn as_stored(qtensor: QTensor, device: &Device) -> Result<Self, EngineError> {
-        if device.is_cpu() && QuantMatrix::supports(&qtensor) {
+        if device.is_cpu() && QuantMatrix::supports(&requantized) {
             Ok(Quantized::Own(Arc::new(QuantMatrix::from_qtensor(
-                &qtensor,
+                &requantized,
             )?)))
         } else {
-            Ok(Quantized::Candle(Arc::new(qtensor)))
+            Ok(Quantized::Candle(Arc::new(requantized)))
         }
     }
 
@@ -218,25 +231,25 @@ impl Linear {
         format: WeightFormat,
         device: &Device,
     ) -> Result<Self, EngineError> {
-        let qtensor = source.tensor(name, device)?;
-        let (out_features, _in_features) = qtensor.shape().dims2()?;
+        let stored = source.stored(name)?;
+        let (out_features, _in_features) = stored.dims2()?;
         let stored_dense = matches!(
-            qtensor.dtype(),
+            stored.dtype(),
             GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
         );
         let weight = match format.dense_dtype(role) {
             // Plain float tensors gain nothing from the quantized kernels.
-            None if stored_dense => Matrix::Dense(qtensor.dequantize(device)?),
+            None if stored_dense => Matrix::Dense(stored.dequantize(device)?),
             // Lookups only read rows, which candle does for every block type.
             None if role == MatrixRole::Lookup => {
-                Matrix::Quantized(Quantized::Candle(Arc::new(qtensor)))
+                Matrix::Quantized(Quantized::Candle(Arc::new(stored.to_qtensor(device)?)))
             }
-            None => Matrix::Quantized(Quantized::new(qtensor, device)?),
+            None => Matrix::Quantized(Quantized::new(&stored, device)?),
             Some(dtype) => {
-                let dense = qtensor.dequantize(device)?.to_dtype(dtype)?;
+                let dense = stored.dequantize(device)?.to_dtype(dtype)?;
                 if format.keeps_both() && !stored_dense {
                     Matrix::Both {
-                        quantized: Quantized::new(qtensor, device)?,
+                        quantized: Quantized::new(&stored, device)?,
                         dense,
                     }
                 } else {
@@ -244,9 +257,10 @@ impl Linear {
                 }
             }
         };
+        drop(stored);
         let bias = bias_name
             .map(|bias_name| -> Result<Tensor, EngineError> {
-                let bias = source.tensor(bias_name, device)?.dequantize(device)?;
+                let bias = source.stored(bias_name)?.dequantize(device)?;
                 if bias.dims1()? != out_features {
                     return Err(EngineError::InvalidWeights(format!(
                         "{bias_name} has {} entries for {out_features} outputs",
@@ -326,7 +340,7 @@ impl RmsNorm {
         device: &Device,
     ) -> Result<Self, EngineError> {
         let weight = source
-            .tensor(name, device)?
+            .stored(name)?
             .dequantize(device)?
             .to_dtype(DType::F32)?;
         if weight.dims1()? != expected_len {

@@ -22,13 +22,14 @@ use crate::chat::{ChatSetupError, model_chat_template};
 use crate::encode::{
     EncodeError, EncodeEvent, EncodeOptions, EncodeReport, UnitEncoder, encode_schema,
 };
+use crate::model_load::load_model_and_tokenizer;
 use crate::store::{ModuleStore, StateSpec, StoreConfig, StoreError};
 use crate::tokenizer::PmlTokenizer;
 use pml_engine::device::default_device;
 use pml_engine::generation::{Generation, SamplingParams};
 use pml_engine::gguf::{GgufError, GgufFile};
-use pml_engine::model::{EngineError, Model, ModelConfig, WeightFormat};
-use pml_engine::tokenizer::{GgufTokenizer, TokenizerError};
+use pml_engine::model::{EngineError, Model, WeightFormat};
+use pml_engine::tokenizer::TokenizerError;
 
 use super::plan::SplicePlan;
 use super::stats::RunStats;
@@ -89,13 +90,11 @@ impl Runtime {
     /// Loads the GGUF at `path` (weights, tokenizer, chat template, fingerprint, context length)
     /// and opens its module store.
     pub fn load(path: &Path, options: &RuntimeOptions) -> Result<Self, RuntimeError> {
-        let mut gguf = GgufFile::open(path)?;
-        let tokenizer = GgufTokenizer::from_gguf(&gguf)?;
-        let template = model_chat_template(&gguf, &tokenizer)?;
+        let gguf = GgufFile::open(path)?;
         let max_positions = u32::try_from(gguf.context_length()?).unwrap_or(u32::MAX);
-        let config = ModelConfig::from_gguf(&gguf)?;
-        let model =
-            Model::from_source(config, &mut gguf, options.weight_format, &default_device())?;
+        let (model, tokenizer) =
+            load_model_and_tokenizer(&gguf, options.weight_format, &default_device())?;
+        let template = model_chat_template(&gguf, &tokenizer)?;
         let spec = StateSpec::new(gguf.fingerprint(), model.kv_layout())
             .with_state_dtype(options.store.state_dtype);
         let store = ModuleStore::open(&options.store, spec)?;

@@ -12,6 +12,7 @@
 //! `4c + j`. Chunks 0..4 are the low nibbles of `packed[c]`, chunks 4..8 the high nibbles of
 //! `packed[c - 4]`; bit `4r + j` of `high[c]` is the weight's fifth bit.
 
+use crate::kernels::huge_pages::zeroed_vec;
 use half::f16;
 
 use super::blocks::{ActGroup, BLOCK, GROUP, Q5_0_BYTES};
@@ -22,7 +23,7 @@ pub const PANEL: usize = 8;
 const CHUNK: usize = 4;
 
 #[repr(C, align(32))]
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable)]
 pub struct PanelQ5_0 {
     pub packed: [[u8; 32]; 4],
     pub high: [u32; 8],
@@ -91,13 +92,15 @@ impl PanelQ5_0 {
 pub fn interleave(bytes: &[u8], out_features: usize, in_features: usize) -> Vec<PanelQ5_0> {
     let row_bytes = in_features / BLOCK * Q5_0_BYTES;
     let columns = in_features / BLOCK;
-    let mut panels = Vec::with_capacity(out_features / PANEL * columns);
-    for rows in bytes.chunks_exact(row_bytes * PANEL) {
-        for column in 0..columns {
+    let mut panels = zeroed_vec::<PanelQ5_0>(out_features / PANEL * columns);
+    for (rows, out) in bytes
+        .chunks_exact(row_bytes * PANEL)
+        .zip(panels.chunks_exact_mut(columns.max(1)))
+    {
+        let rows: [&[u8]; PANEL] = std::array::from_fn(|r| &rows[r * row_bytes..][..row_bytes]);
+        for (column, panel) in out.iter_mut().enumerate() {
             let at = column * Q5_0_BYTES;
-            panels.push(PanelQ5_0::parse(std::array::from_fn(|r| {
-                &rows[r * row_bytes + at..][..Q5_0_BYTES]
-            })));
+            *panel = PanelQ5_0::parse(rows.map(|row| &row[at..at + Q5_0_BYTES]));
         }
     }
     panels

@@ -8,6 +8,7 @@
 //! lanes `2r` and `2r + 1`), the mins as pairs of sub-blocks per row, so a super-block's integer
 //! sum stays exact in i32 as in the row-by-row kernel.
 
+use crate::kernels::huge_pages::zeroed_vec;
 use half::f16;
 
 use super::kquants::{ActQ8K, BlockQ4K, Q4K_BYTES, SUPER};
@@ -16,7 +17,7 @@ use super::kquants::{ActQ8K, BlockQ4K, Q4K_BYTES, SUPER};
 pub const PANEL: usize = 8;
 
 #[repr(C, align(32))]
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable)]
 pub struct PanelQ4K {
     /// `qs[g][k]`: weights `64g + 4k + j` (low nibbles) and `64g + 32 + 4k + j` (high) of row
     /// `r` in byte `4r + j`.
@@ -109,13 +110,15 @@ impl PanelQ4K {
 pub fn interleave_q4k(bytes: &[u8], out_features: usize, in_features: usize) -> Vec<PanelQ4K> {
     let columns = in_features / SUPER;
     let row_bytes = columns * Q4K_BYTES;
-    let mut panels = Vec::with_capacity(out_features / PANEL * columns);
-    for rows in bytes.chunks_exact(row_bytes * PANEL) {
-        for column in 0..columns {
+    let mut panels = zeroed_vec::<PanelQ4K>(out_features / PANEL * columns);
+    for (rows, out) in bytes
+        .chunks_exact(row_bytes * PANEL)
+        .zip(panels.chunks_exact_mut(columns.max(1)))
+    {
+        let rows: [&[u8]; PANEL] = std::array::from_fn(|r| &rows[r * row_bytes..][..row_bytes]);
+        for (column, panel) in out.iter_mut().enumerate() {
             let at = column * Q4K_BYTES;
-            panels.push(PanelQ4K::parse(std::array::from_fn(|r| {
-                &rows[r * row_bytes + at..][..Q4K_BYTES]
-            })));
+            *panel = PanelQ4K::parse(rows.map(|row| &row[at..at + Q4K_BYTES]));
         }
     }
     panels

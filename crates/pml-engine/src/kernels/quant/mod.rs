@@ -43,6 +43,7 @@ use self::kernel::{BlockKernel, TILE};
 use self::kquants::{BlockQ4K, BlockQ6K, Q4K_BYTES, Q6K_BYTES};
 use self::panels::multiply_by_panels;
 use super::EngineError;
+use super::huge_pages::collect_on_huge_pages;
 
 /// Output rows one work item computes: large enough that handing out items costs little,
 /// small enough that the two workers finish together and an item's weights stay in L2.
@@ -56,6 +57,11 @@ pub const PANEL_MIN_ROWS: usize = 64;
 /// The same threshold for interleaved Q5_0, whose tiles run at about 1.4–1.8× the row-by-row
 /// ones and stay ahead of the f32 gemm up to a few hundred rows.
 pub const INTERLEAVED_PANEL_MIN_ROWS: usize = 256;
+
+/// Every item of `items`, in a buffer on huge pages.
+fn on_huge_pages<T: bytemuck::Zeroable + Clone>(items: impl ExactSizeIterator<Item = T>) -> Vec<T> {
+    collect_on_huge_pages(items.len(), items)
+}
 
 /// A weight matrix `(out_features, in_features)` of blocks our kernels multiply.
 #[derive(Debug)]
@@ -117,20 +123,32 @@ impl QuantMatrix {
     /// Whether [`Self::from_qtensor`] takes `qtensor`: a matrix of a covered block type whose
     /// rows are whole units of it (whole blocks, for the types grouped by four blocks).
     pub fn supports(qtensor: &QTensor) -> bool {
-        let Some((_, weights)) = unit_of(qtensor.dtype()) else {
-            return false;
-        };
-        let granule = row_granule(qtensor.dtype(), weights);
         qtensor
             .shape()
             .dims2()
-            .is_ok_and(|(_, in_features)| in_features.is_multiple_of(granule))
+            .is_ok_and(|(_, in_features)| Self::supports_layout(qtensor.dtype(), in_features))
+    }
+
+    /// Whether our kernels multiply rows of `in_features` weights in `dtype` blocks.
+    pub fn supports_layout(dtype: GgmlDType, in_features: usize) -> bool {
+        unit_of(dtype)
+            .is_some_and(|(_, weights)| in_features.is_multiple_of(row_granule(dtype, weights)))
     }
 
     /// Copies the blocks of a 2-D `qtensor` of a supported type.
     pub fn from_qtensor(qtensor: &QTensor) -> Result<Self, EngineError> {
         let (out_features, in_features) = qtensor.shape().dims2()?;
-        let dtype = qtensor.dtype();
+        Self::from_bytes(&qtensor.data()?, qtensor.dtype(), out_features, in_features)
+    }
+
+    /// Copies `bytes`, the blocks of an `(out_features, in_features)` matrix of `dtype` as GGML
+    /// stores them, into our layout.
+    pub fn from_bytes(
+        bytes: &[u8],
+        dtype: GgmlDType,
+        out_features: usize,
+        in_features: usize,
+    ) -> Result<Self, EngineError> {
         let (unit_bytes, unit_weights) = unit_of(dtype).ok_or_else(|| {
             EngineError::InvalidWeights(format!("no quantized kernel for {dtype:?} blocks"))
         })?;
@@ -142,7 +160,7 @@ impl QuantMatrix {
         }
         let granule_bytes = unit_bytes * granule / unit_weights;
         let row_bytes = in_features / granule * granule_bytes;
-        let bytes = qtensor.data()?;
+        let bytes = std::borrow::Cow::Borrowed(bytes);
         if bytes.len() != out_features * row_bytes {
             return Err(EngineError::InvalidWeights(format!(
                 "{} bytes for {out_features} rows of {row_bytes} ({dtype:?})",
@@ -181,11 +199,11 @@ impl QuantMatrix {
             GgmlDType::Q4K if out_features.is_multiple_of(PANEL) => {
                 Blocks::Q4Kx8(interleave_q4k(&bytes, out_features, columns))
             }
-            GgmlDType::Q8_0 => Blocks::Q8_0(units.map(GroupQ8_0::parse).collect()),
-            GgmlDType::Q5_0 => Blocks::Q5_0(units.map(GroupQ5_0::parse).collect()),
-            GgmlDType::Q4_1 => Blocks::Q4_1(units.map(GroupQ4_1::parse).collect()),
-            GgmlDType::Q4K => Blocks::Q4K(units.map(BlockQ4K::parse).collect()),
-            _ => Blocks::Q6K(units.map(BlockQ6K::parse).collect()),
+            GgmlDType::Q8_0 => Blocks::Q8_0(on_huge_pages(units.map(GroupQ8_0::parse))),
+            GgmlDType::Q5_0 => Blocks::Q5_0(on_huge_pages(units.map(GroupQ5_0::parse))),
+            GgmlDType::Q4_1 => Blocks::Q4_1(on_huge_pages(units.map(GroupQ4_1::parse))),
+            GgmlDType::Q4K => Blocks::Q4K(on_huge_pages(units.map(BlockQ4K::parse))),
+            _ => Blocks::Q6K(on_huge_pages(units.map(BlockQ6K::parse))),
         };
         Ok(Self {
             blocks,

@@ -6,14 +6,15 @@
 use anyhow::Context;
 use clap::Args;
 use pml_cli::model_fetch::{model_file, resolve_model};
-use pml_compiler::chat_template::{ChatTemplate, TemplateTokens};
+use pml_compiler::chat_template::ChatTemplate;
 use pml_engine::Tokenizer;
-use pml_engine::chat::builtin_template;
 use pml_engine::device::default_device;
 use pml_engine::generation::{Generator, PromptInput};
 use pml_engine::gguf::GgufFile;
-use pml_engine::model::{Model, ModelConfig, WeightFormat};
+use pml_engine::model::WeightFormat;
 use pml_engine::tokenizer::GgufTokenizer;
+use pml_runtime::chat::model_chat_template;
+use pml_runtime::model_load::load_model_and_tokenizer;
 use pml_syntax::ast::Role;
 
 use super::answer_stream::AnswerStream;
@@ -44,20 +45,13 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let choice = resolve_model(args.model.as_deref())?;
     let path = model_file(&choice)?;
     let id = choice.id();
-    let mut gguf = GgufFile::open(&path)?;
-    let tokenizer = GgufTokenizer::from_gguf(&gguf)
-        .with_context(|| format!("building the tokenizer of {id}"))?;
-    let config = ModelConfig::from_gguf(&gguf)?;
-    let model = Model::from_source(
-        config,
-        &mut gguf,
-        WeightFormat::default(),
-        &default_device(),
-    )
-    .with_context(|| format!("loading {}", path.display()))?;
+    let gguf = GgufFile::open(&path)?;
+    let (model, tokenizer) =
+        load_model_and_tokenizer(&gguf, WeightFormat::default(), &default_device())
+            .with_context(|| format!("loading {id} from {}", path.display()))?;
 
     let prompt_tokens = if args.chat {
-        let template = chat_template(&gguf, &tokenizer)?;
+        let template = model_chat_template(&gguf, &tokenizer)?;
         chat_prompt_tokens(&template, &tokenizer, args.system.as_deref(), &args.text)?
     } else {
         let mut tokens: Vec<u32> = tokenizer.bos_token().into_iter().collect();
@@ -100,33 +94,6 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         generation.finish_reason,
     );
     Ok(())
-}
-
-/// The role strings of the model's chat template (from the GGUF, else the built-in one for its
-/// architecture).
-fn chat_template(gguf: &GgufFile, tokenizer: &GgufTokenizer) -> anyhow::Result<ChatTemplate> {
-    let architecture = gguf.architecture()?;
-    let source = match gguf.chat_template()? {
-        Some(source) => source,
-        None => builtin_template(architecture).with_context(|| {
-            format!("the model has no chat template and `{architecture}` has no built-in one")
-        })?,
-    };
-    let spelling = |key: &str| -> anyhow::Result<String> {
-        let spelling = match gguf.optional(key, GgufFile::get_u64)? {
-            Some(id) => u32::try_from(id)
-                .ok()
-                .and_then(|id| tokenizer.token_text(id))
-                .with_context(|| format!("`{key}` = {id} is not a token of the vocabulary"))?,
-            None => String::new(),
-        };
-        Ok(spelling)
-    };
-    let tokens = TemplateTokens {
-        bos_token: spelling("tokenizer.ggml.bos_token_id")?,
-        eos_token: spelling("tokenizer.ggml.eos_token_id")?,
-    };
-    Ok(ChatTemplate::from_template(source, &tokens)?)
 }
 
 /// BOS, the system turn (or the template's default preamble), the user turn and the generation
