@@ -24,14 +24,16 @@ pub struct ControlTokens {
 impl ControlTokens {
     /// Control and unknown-type tokens of `vocab` (the ones llama.cpp parses only on request).
     pub fn new(vocab: &GgufVocab) -> Result<Self, TokenizerError> {
+        Self::of_types(vocab, &[TokenType::Control, TokenType::Unknown])
+    }
+
+    /// A matcher of the tokens of `types` instead (user-defined tokens, which llama.cpp keeps
+    /// whole in any text).
+    pub fn of_types(vocab: &GgufVocab, types: &[TokenType]) -> Result<Self, TokenizerError> {
         let mut spellings = Vec::new();
         let mut ids = Vec::new();
         for (index, token) in vocab.tokens.iter().enumerate() {
-            let is_control = matches!(
-                vocab.token_type(index),
-                TokenType::Control | TokenType::Unknown
-            );
-            if is_control && !token.is_empty() {
+            if types.contains(&vocab.token_type(index)) && !token.is_empty() {
                 spellings.push(token.as_str());
                 ids.push(
                     u32::try_from(index)

@@ -1,5 +1,6 @@
-//! Tokenizers rebuilt from GGUF metadata: byte-level BPE ([`byte_bpe`], split by [`pre_split`]) and SentencePiece BPE with
-//! byte fallback ([`sentencepiece`]), wrapped in [`GgufTokenizer`], which implements the engine's
+//! Tokenizers rebuilt from GGUF metadata: byte-level BPE ([`byte_bpe`], split by [`pre_split`]) and
+//! SentencePiece BPE with byte fallback ([`spm_encoder`] encodes by score as llama.cpp does,
+//! [`sentencepiece`] decodes), wrapped in [`GgufTokenizer`], which implements the engine's
 //! [`Tokenizer`] with llama.cpp's rules for special tokens: user-defined tokens are always kept
 //! whole, control tokens only in text that may contain them (chat-template text).
 
@@ -8,16 +9,19 @@ pub mod control;
 mod interface;
 pub mod pre_split;
 pub mod sentencepiece;
+pub mod spm_encoder;
 pub mod token_bytes;
 pub mod vocab;
 
 use std::collections::HashSet;
 
-use tokenizers::{AddedToken, Tokenizer as HfTokenizer};
+use tokenizers::{AddedToken, Model as _, Tokenizer as HfTokenizer};
 
 use crate::gguf::{GgufError, GgufFile};
 use control::{ControlTokens, Fragment};
 pub use interface::{TokenizeError, Tokenizer};
+use sentencepiece::SPACE_MARK;
+use spm_encoder::SpmEncoder;
 pub use token_bytes::TokenBytes;
 pub use vocab::{GgufVocab, TokenType};
 
@@ -50,6 +54,9 @@ pub struct GgufTokenizer {
     /// Never parses control tokens (they are split out by `control` first when allowed).
     inner: HfTokenizer,
     control: ControlTokens,
+    /// SentencePiece vocabularies encode text through this, with their user-defined tokens
+    /// split out first; byte-level BPE ones through `inner`.
+    spm: Option<(SpmEncoder, ControlTokens)>,
     bos: Option<u32>,
     eos: Vec<u32>,
     pad: u32,
@@ -73,11 +80,11 @@ impl std::fmt::Debug for GgufTokenizer {
 impl GgufTokenizer {
     /// The tokenizer of the model in `gguf`.
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self, TokenizerError> {
-        Self::from_vocab(&GgufVocab::from_gguf(gguf)?)
+        Self::from_vocab(GgufVocab::from_gguf(gguf)?)
     }
 
     /// The tokenizer described by `vocab`, with llama.cpp's control-token overrides applied.
-    pub fn from_vocab(vocab: &GgufVocab) -> Result<Self, TokenizerError> {
+    pub fn from_vocab(vocab: GgufVocab) -> Result<Self, TokenizerError> {
         let vocab = &vocab.with_llama_cpp_control_overrides();
         if vocab.token_types.len() != vocab.tokens.len() {
             return Err(TokenizerError::Build(format!(
@@ -98,6 +105,13 @@ impl GgufTokenizer {
             }
         };
         register_added_tokens(&mut inner, vocab);
+        let spm = match vocab.model.as_str() {
+            "llama" => Some((
+                SpmEncoder::new(vocab, |piece| inner.get_model().token_to_id(piece))?,
+                ControlTokens::of_types(vocab, &[TokenType::UserDefined])?,
+            )),
+            _ => None,
+        };
 
         let add_bos = vocab.add_bos_token.unwrap_or(default_add_bos);
         let bos = if add_bos { vocab.bos_id } else { None };
@@ -121,6 +135,7 @@ impl GgufTokenizer {
         Ok(Self {
             inner,
             control: ControlTokens::new(vocab)?,
+            spm,
             bos,
             eos,
             pad,
@@ -162,6 +177,20 @@ impl GgufTokenizer {
         } else {
             text
         };
+        if let Some((encoder, user_defined)) = &self.spm {
+            let mut ids = Vec::new();
+            for fragment in user_defined.split(text) {
+                match fragment {
+                    Fragment::Text(piece) => {
+                        ids.extend(encoder.encode(&piece.replace(' ', SPACE_MARK), |piece| {
+                            self.inner.get_model().token_to_id(piece)
+                        }))
+                    }
+                    Fragment::Control(id) => ids.push(id),
+                }
+            }
+            return Ok(ids);
+        }
         let encoding = self
             .inner
             .encode_fast(text, false)

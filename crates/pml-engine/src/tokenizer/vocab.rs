@@ -169,8 +169,8 @@ impl GgufVocab {
     /// llama.cpp (our reference) forces end-of-generation and fill-in-the-middle spellings to the
     /// control type whatever the file says, so that, for instance, Gemma-3's user-defined `</s>` is
     /// not kept whole in plain text. Matching that keeps token ids identical to llama.cpp's.
-    pub fn with_llama_cpp_control_overrides(&self) -> Self {
-        let mut vocab = self.clone();
+    pub fn with_llama_cpp_control_overrides(self) -> Self {
+        let mut vocab = self;
         for (token, token_type) in vocab.tokens.iter().zip(vocab.token_types.iter_mut()) {
             if matches!(token_type, TokenType::Normal | TokenType::UserDefined)
                 && LLAMA_CPP_FORCED_CONTROL.contains(&token.as_str())
@@ -208,7 +208,7 @@ mod tests {
             ],
             ..GgufVocab::default()
         };
-        let overridden = vocab.with_llama_cpp_control_overrides();
+        let overridden = vocab.clone().with_llama_cpp_control_overrides();
         assert_eq!(
             overridden.token_types,
             [
