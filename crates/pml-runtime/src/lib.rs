@@ -6,7 +6,6 @@ pub mod conversation;
 pub mod encode;
 pub mod inference;
 pub mod layer_stream;
-pub mod model_load;
 pub mod restore;
 /// The module store, its own crate (`pml-store`); re-exported so `store::` paths read as before.
 pub use pml_store as store;

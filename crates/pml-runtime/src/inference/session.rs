@@ -22,7 +22,6 @@ use crate::chat::{ChatSetupError, model_chat_template};
 use crate::encode::{
     EncodeError, EncodeEvent, EncodeOptions, EncodeReport, UnitEncoder, encode_schema,
 };
-use crate::model_load::load_model_and_tokenizer;
 use crate::store::{ModuleStore, StateSpec, StoreConfig, StoreError};
 use crate::tokenizer::PmlTokenizer;
 use pml_engine::device::default_device;
@@ -31,6 +30,7 @@ use pml_engine::gguf::{GgufError, GgufFile};
 use pml_engine::model::{EngineError, Model, WeightFormat};
 use pml_engine::tokenizer::TokenizerError;
 
+use super::model_load::load_model_and_tokenizer;
 use super::plan::SplicePlan;
 use super::stats::RunStats;
 use super::{InferenceError, InferenceMode, Prefill};

@@ -14,7 +14,7 @@ use pml_engine::gguf::GgufFile;
 use pml_engine::model::WeightFormat;
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_runtime::chat::model_chat_template;
-use pml_runtime::model_load::load_model_and_tokenizer;
+use pml_runtime::inference::load_model_and_tokenizer;
 use pml_syntax::ast::Role;
 
 use super::answer_stream::AnswerStream;

@@ -5,7 +5,7 @@ use pml_engine::gguf::GgufFile;
 use pml_engine::model::{Model, ModelConfig, WeightFormat};
 use pml_engine::tokenizer::GgufTokenizer;
 
-use crate::inference::RuntimeError;
+use super::RuntimeError;
 
 /// The model and the tokenizer of `gguf`. A large vocabulary (Qwen's 151k tokens and merges)
 /// takes about as long to build as the weights' layouts, so the tokenizer is built on another
