@@ -35,16 +35,16 @@ fn main() -> Result<(), Box<dyn Error>> {
         |names| names.split(',').map(String::from).collect(),
     );
     let device = Device::Cpu;
-    let mut gguf = GgufFile::open(model_path(DEFAULT_MODEL_ID)?)?;
+    let gguf = GgufFile::open(model_path(DEFAULT_MODEL_ID)?)?;
     for name in names {
         let name = format!("{name}.weight");
         let stored = gguf.tensor(&name, &device)?;
         let (n, k) = stored.shape().dims2()?;
         println!("{name}: {n}×{k}, stored as {:?}", stored.dtype());
         let candle = QMatMul::from_qtensor(stored)?;
-        let mut load = |format| {
+        let load = |format| {
             Linear::load(
-                &mut gguf,
+                &mut &gguf,
                 &name,
                 None,
                 MatrixRole::Projection,

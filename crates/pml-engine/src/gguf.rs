@@ -391,14 +391,9 @@ impl GgufFile {
             .ok_or_else(|| GgufError::MissingTensor {
                 name: name.to_owned(),
             })?;
-        let tensor_error = |source| GgufError::Tensor {
-            name: name.to_owned(),
-            path: self.path.clone(),
-            source: Box::new(source),
-        };
+        let tensor_error = |source| self.tensor_error(name, source);
         let dims: Vec<usize> = info.shape.dims().to_vec();
-        let elements: usize = dims.iter().product();
-        let len = elements / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+        let len = StoredTensor::byte_len(info.ggml_dtype, &dims);
         let start = self
             .content
             .tensor_data_offset
@@ -421,11 +416,15 @@ impl GgufFile {
     pub fn tensor(&self, name: &str, device: &Device) -> Result<QTensor, GgufError> {
         self.stored(name)?
             .to_qtensor(device)
-            .map_err(|source| GgufError::Tensor {
-                name: name.to_owned(),
-                path: self.path.clone(),
-                source: Box::new(source),
-            })
+            .map_err(|source| self.tensor_error(name, source))
+    }
+
+    fn tensor_error(&self, name: &str, source: candle_core::Error) -> GgufError {
+        GgufError::Tensor {
+            name: name.to_owned(),
+            path: self.path.clone(),
+            source: Box::new(source),
+        }
     }
 }
 

@@ -27,14 +27,13 @@ impl<'a> StoredTensor<'a> {
         dims: Vec<usize>,
     ) -> candle_core::Result<Self> {
         let row = dims.last().copied().unwrap_or(1);
-        let elements: usize = dims.iter().product();
         if !row.is_multiple_of(dtype.block_size()) {
             candle_core::bail!(
                 "rows of {row} entries are not whole {dtype:?} blocks of {}",
                 dtype.block_size()
             );
         }
-        let expected = elements / dtype.block_size() * dtype.type_size();
+        let expected = Self::byte_len(dtype, &dims);
         if bytes.len() != expected {
             candle_core::bail!(
                 "{} bytes for a {dims:?} {dtype:?} tensor of {expected} bytes",
@@ -42,6 +41,11 @@ impl<'a> StoredTensor<'a> {
             );
         }
         Ok(Self { bytes, dtype, dims })
+    }
+
+    /// Bytes of a `dims` tensor of `dtype` whose rows are whole blocks.
+    pub fn byte_len(dtype: GgmlDType, dims: &[usize]) -> usize {
+        dims.iter().product::<usize>() / dtype.block_size() * dtype.type_size()
     }
 
     /// A copy of `qtensor`'s blocks.

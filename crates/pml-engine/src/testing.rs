@@ -1,6 +1,8 @@
 //! Support for tests of the engine and of the layers above it. Test-only: it panics.
 
-use candle_core::Tensor;
+use candle_core::{IndexOp, Tensor};
+
+use crate::model::{ForwardContext, ForwardOptions, LogitRows, Model};
 
 /// Largest absolute difference between two tensors of the same shape, element by element, in
 /// f32 (so a stored f16 state compares with the engine's f32 rows).
@@ -17,4 +19,42 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
         .and_then(|d| d.max(0))
         .and_then(|d| d.to_scalar::<f32>())
         .expect("difference computes")
+}
+
+/// The last position's logits of a full prefill of `ids` on a fresh cache, as f32.
+///
+/// # Panics
+/// When the forward pass fails.
+pub fn last_position_logits(model: &Model, ids: &[u32]) -> Vec<f32> {
+    let mut kv = model.new_kv_cache().expect("cache");
+    let context = ForwardContext::appending((0..ids.len() as u32).collect(), &kv);
+    let options = ForwardOptions {
+        logits: LogitRows::Last,
+        keep_layer_inputs: false,
+    };
+    let logits = model
+        .forward_with(ids, &context, &mut kv, &options)
+        .expect("forward")
+        .logits
+        .expect("logits");
+    let logits = match logits.rank() {
+        2 => logits
+            .i(logits.dim(0).expect("rows") - 1)
+            .expect("last row"),
+        _ => logits,
+    };
+    logits.to_vec1::<f32>().expect("logits")
+}
+
+/// Index of the largest of `values` (the greedy token of a row of logits).
+///
+/// # Panics
+/// When `values` is empty.
+pub fn argmax(values: &[f32]) -> usize {
+    values
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(index, _)| index)
+        .expect("non-empty")
 }

@@ -9,9 +9,10 @@
 
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::{Device, IndexOp, Tensor};
+use candle_core::{Device, Tensor};
 use pml_engine::model::tiny::{tiny_config, tiny_weights};
-use pml_engine::model::{Arch, ForwardContext, ForwardOptions, LogitRows, Model, WeightFormat};
+use pml_engine::model::{Arch, Model, WeightFormat};
+use pml_engine::testing::{argmax, last_position_logits};
 
 /// With the weights as stored (GGML blocks), candle quantizes activations for each product its
 /// own way, PML its way: the two roundings move the logits apart by 0.5–2.2% of their largest
@@ -106,24 +107,7 @@ fn candle_logits(arch: Arch, path: &std::path::Path) -> Vec<f32> {
 
 fn pml_logits(path: &std::path::Path) -> Vec<f32> {
     let model = Model::load(path, WeightFormat::default(), &Device::Cpu).expect("PML loads it");
-    let mut kv = model.new_kv_cache().expect("cache");
-    let context = ForwardContext::appending((0..PROMPT.len() as u32).collect(), &kv);
-    let options = ForwardOptions {
-        logits: LogitRows::Last,
-        keep_layer_inputs: false,
-    };
-    let logits = model
-        .forward_with(&PROMPT, &context, &mut kv, &options)
-        .expect("forward")
-        .logits
-        .expect("logits");
-    let logits = match logits.rank() {
-        2 => logits
-            .i(logits.dim(0).expect("rows") - 1)
-            .expect("last row"),
-        _ => logits,
-    };
-    logits.to_vec1::<f32>().expect("logits")
+    last_position_logits(&model, &PROMPT)
 }
 
 fn agrees_with_candle(arch: Arch) {
@@ -152,13 +136,6 @@ fn agrees_with_candle(arch: Arch) {
             "{arch:?} (f32 weights: {f32}): logits differ by up to {diff} of {spread}"
         );
         if f32 {
-            let argmax = |values: &[f32]| {
-                values
-                    .iter()
-                    .enumerate()
-                    .max_by(|a, b| a.1.total_cmp(b.1))
-                    .map(|(index, _)| index)
-            };
             assert_eq!(
                 argmax(&ours),
                 argmax(&theirs),

@@ -6,11 +6,12 @@
 //! Needs the fetched model; skips (or fails under `PML_REQUIRE_MODELS=1`) without it.
 
 use candle_core::quantized::gguf_file;
-use candle_core::{Device, IndexOp, Tensor};
+use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
 use pml_engine::Tokenizer;
 use pml_engine::gguf::GgufFile;
-use pml_engine::model::{Arch, ForwardContext, ForwardOptions, LogitRows, Model, WeightFormat};
+use pml_engine::model::{Arch, Model, WeightFormat};
+use pml_engine::testing::{argmax, last_position_logits};
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_testkit::fetched_model;
 
@@ -60,31 +61,8 @@ fn smollm2_logits_match_candle_transformers_quantized_llama() {
     for prompt in PROMPTS {
         let ids = tokenizer.encode(prompt, true).expect("tokenizes");
         let theirs = candle_last_logits(&path, &ids);
-        let mut kv = model.new_kv_cache().expect("cache");
-        let context = ForwardContext::appending((0..ids.len() as u32).collect(), &kv);
-        let options = ForwardOptions {
-            logits: LogitRows::Last,
-            keep_layer_inputs: false,
-        };
-        let ours = model
-            .forward_with(&ids, &context, &mut kv, &options)
-            .expect("forward")
-            .logits
-            .expect("logits");
-        let ours = match ours.rank() {
-            2 => ours.i(ours.dim(0).expect("rows") - 1).expect("last row"),
-            _ => ours,
-        };
-        let ours = ours.to_vec1::<f32>().expect("logits");
+        let ours = last_position_logits(&model, &ids);
         assert_eq!(ours.len(), theirs.len(), "{prompt:?}: vocabulary sizes");
-        let argmax = |values: &[f32]| {
-            values
-                .iter()
-                .enumerate()
-                .max_by(|a, b| a.1.total_cmp(b.1))
-                .map(|(index, _)| index)
-                .expect("non-empty")
-        };
         let diff = ours
             .iter()
             .zip(&theirs)

@@ -562,9 +562,9 @@ pub struct Model {
 impl Model {
     /// Loads a GGUF file of a supported architecture.
     pub fn load(path: &Path, format: WeightFormat, device: &Device) -> Result<Self, EngineError> {
-        let mut gguf = GgufFile::open(path)?;
+        let gguf = GgufFile::open(path)?;
         let config = ModelConfig::from_gguf(&gguf)?;
-        Self::from_source(config, &mut gguf, format, device)
+        Self::from_source(config, &mut &gguf, format, device)
     }
 
     /// Builds a model from tensors named as llama.cpp names them in GGUF files.

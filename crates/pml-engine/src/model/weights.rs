@@ -113,18 +113,8 @@ pub trait TensorSource {
     fn stored(&mut self, name: &str) -> Result<StoredTensor<'_>, EngineError>;
 }
 
-impl TensorSource for GgufFile {
-    fn contains(&self, name: &str) -> bool {
-        self.tensor_info(name).is_some()
-    }
-
-    fn stored(&mut self, name: &str) -> Result<StoredTensor<'_>, EngineError> {
-        Ok(GgufFile::stored(self, name)?)
-    }
-}
-
-/// A shared file reads the same: the weights load from it while another thread builds the
-/// tokenizer from its metadata.
+/// A file is read through a shared reference (reading needs no `&mut`), so the weights can load
+/// from it while another thread builds the tokenizer from its metadata.
 impl TensorSource for &GgufFile {
     fn contains(&self, name: &str) -> bool {
         self.tensor_info(name).is_some()

@@ -90,17 +90,35 @@ impl PanelQ5_0 {
 /// Interleaves a row-major matrix of GGML Q5_0 blocks (`out_features` a multiple of
 /// [`PANEL`]): panels in order of their eight rows, then of their block column.
 pub fn interleave(bytes: &[u8], out_features: usize, in_features: usize) -> Vec<PanelQ5_0> {
-    let row_bytes = in_features / BLOCK * Q5_0_BYTES;
-    let columns = in_features / BLOCK;
-    let mut panels = zeroed_vec::<PanelQ5_0>(out_features / PANEL * columns);
+    interleave_panels(
+        bytes,
+        out_features,
+        in_features / BLOCK,
+        Q5_0_BYTES,
+        PanelQ5_0::parse,
+    )
+}
+
+/// Panels of `PANEL` rows of a row-major matrix of `columns` blocks of `block_bytes` per row,
+/// each panel `parse`d from one block of each of its rows; in order of their rows, then of
+/// their block column, on huge pages.
+pub(super) fn interleave_panels<P: bytemuck::Zeroable + Clone>(
+    bytes: &[u8],
+    out_features: usize,
+    columns: usize,
+    block_bytes: usize,
+    parse: impl Fn([&[u8]; PANEL]) -> P,
+) -> Vec<P> {
+    let row_bytes = columns * block_bytes;
+    let mut panels = zeroed_vec::<P>(out_features / PANEL * columns);
     for (rows, out) in bytes
         .chunks_exact(row_bytes * PANEL)
         .zip(panels.chunks_exact_mut(columns.max(1)))
     {
         let rows: [&[u8]; PANEL] = std::array::from_fn(|r| &rows[r * row_bytes..][..row_bytes]);
         for (column, panel) in out.iter_mut().enumerate() {
-            let at = column * Q5_0_BYTES;
-            *panel = PanelQ5_0::parse(rows.map(|row| &row[at..at + Q5_0_BYTES]));
+            let at = column * block_bytes;
+            *panel = parse(rows.map(|row| &row[at..at + block_bytes]));
         }
     }
     panels

@@ -8,9 +8,9 @@
 //! lanes `2r` and `2r + 1`), the mins as pairs of sub-blocks per row, so a super-block's integer
 //! sum stays exact in i32 as in the row-by-row kernel.
 
-use crate::kernels::huge_pages::zeroed_vec;
 use half::f16;
 
+use super::interleaved::interleave_panels;
 use super::kquants::{ActQ8K, BlockQ4K, Q4K_BYTES, SUPER};
 
 /// Output rows per panel.
@@ -108,18 +108,11 @@ impl PanelQ4K {
 /// Interleaves a row-major matrix of GGML Q4_K super-blocks (`out_features` a multiple of
 /// [`PANEL`]): panels in order of their eight rows, then of their super-block column.
 pub fn interleave_q4k(bytes: &[u8], out_features: usize, in_features: usize) -> Vec<PanelQ4K> {
-    let columns = in_features / SUPER;
-    let row_bytes = columns * Q4K_BYTES;
-    let mut panels = zeroed_vec::<PanelQ4K>(out_features / PANEL * columns);
-    for (rows, out) in bytes
-        .chunks_exact(row_bytes * PANEL)
-        .zip(panels.chunks_exact_mut(columns.max(1)))
-    {
-        let rows: [&[u8]; PANEL] = std::array::from_fn(|r| &rows[r * row_bytes..][..row_bytes]);
-        for (column, panel) in out.iter_mut().enumerate() {
-            let at = column * Q4K_BYTES;
-            *panel = PanelQ4K::parse(rows.map(|row| &row[at..at + Q4K_BYTES]));
-        }
-    }
-    panels
+    interleave_panels(
+        bytes,
+        out_features,
+        in_features / SUPER,
+        Q4K_BYTES,
+        PanelQ4K::parse,
+    )
 }

@@ -292,10 +292,10 @@ fn measure_pml(
 ) -> Result<Measurement, Failure> {
     let tokens = read_tokens(tokens_file)?;
     let started = Instant::now();
-    let mut gguf =
+    let gguf =
         GgufFile::open(model_path).with_context(|| format!("opening {}", model_path.display()))?;
     let config = ModelConfig::from_gguf(&gguf).context("reading the model configuration")?;
-    let model = Model::from_source(config, &mut gguf, format, &default_device())
+    let model = Model::from_source(config, &mut &gguf, format, &default_device())
         .with_context(|| format!("loading {}", model_path.display()))?;
     let load_s = started.elapsed().as_secs_f64();
     let tokenizer = GgufTokenizer::from_gguf(&gguf).context("building the tokenizer")?;
