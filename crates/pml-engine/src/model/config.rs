@@ -21,8 +21,8 @@ pub enum Arch {
     Llama,
     /// Qwen3: Qwen2 without q/k/v biases, with an RMSNorm of each query and key head.
     Qwen3,
-    /// Phi-3 / Phi-3.5 / Phi-4-mini: Llama's layer with fused QKV and gate-up matrices (split at
-    /// load) and NEOX RoPE. Like llama.cpp, the file's sliding window is not applied.
+    /// Phi-3 (files without LongRoPE factors): Llama's layer with fused QKV and gate-up matrices
+    /// (split at load) and NEOX RoPE. Like llama.cpp, the file's sliding window is not applied.
     Phi3,
 }
 

@@ -589,7 +589,7 @@ impl Model {
             // the rotation's magnitude: not implemented, so refused rather than run wrong.
             return Err(EngineError::InvalidConfig(format!(
                 "LongRoPE (`{name}`, Phi-3.5 / Phi-3-128k) is not supported; Phi-3 files \
-                 without it (Phi-3-mini-4k, Phi-4-mini) are"
+                 without it (Phi-3-mini-4k) are"
             )));
         }
         let mut split = SplitFused::new(
