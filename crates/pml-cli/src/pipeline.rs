@@ -14,6 +14,7 @@ use pml_compiler::check::{
 };
 use pml_compiler::plan::{BoundPrompt, EncodeMode};
 use pml_compiler::{FsSourceLoader, PlanError};
+use pml_engine::device::{Backend, BackendChoice, DeviceChoice, Kernels, select_backend};
 use pml_engine::model::WeightFormat;
 use pml_runtime::inference::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
 use pml_runtime::store::{DiskTier, StoreConfig, StoreError};
@@ -130,6 +131,34 @@ pub struct RuntimeArgs {
     /// How the weights are held in memory; compile and run with the same format.
     #[arg(long, value_enum, default_value_t = WeightsArg::default())]
     pub weights: WeightsArg,
+    #[command(flatten)]
+    pub backend: BackendArgs,
+}
+
+/// Where the model runs and which kernels run it (`--device`, `--kernels`).
+#[derive(Args, Clone, Debug, Default)]
+pub struct BackendArgs {
+    /// Device: `cpu`, `cuda` or `cuda:N` (a build with the `cuda` feature). Default:
+    /// `$PML_DEVICE`, else the CPU.
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<DeviceChoice>,
+    /// Kernels: `native` (our CPU kernels; the CPU's default) or `candle` (candle's operations,
+    /// the only ones on CUDA). Default: `$PML_KERNELS`, else the device's.
+    #[arg(long, value_name = "KERNELS")]
+    pub kernels: Option<Kernels>,
+}
+
+impl BackendArgs {
+    /// The flags over the environment; a variable that does not parse is a usage error.
+    pub fn choice(&self) -> Result<BackendChoice, Failure> {
+        BackendChoice::resolve(self.device, self.kernels)
+            .map_err(|error| Failure::usage(error.to_string()))
+    }
+
+    /// The selected device and kernels; a device that cannot be opened is a usage error.
+    pub fn select(&self) -> Result<Backend, Failure> {
+        select_backend(self.choice()?).map_err(|error| Failure::usage(error.to_string()))
+    }
 }
 
 /// A loaded model with its store.
@@ -147,6 +176,7 @@ pub fn open_runtime(args: &RuntimeArgs) -> Result<OpenRuntime, Failure> {
     let id = model.id();
     let store = store_config(args.store.as_deref())?;
     let options = RuntimeOptions {
+        backend: args.backend.choice()?,
         weight_format: args.weights.into(),
         encode_mode: args.encode.into(),
         store,

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use candle_core::quantized::QMatMul;
 use candle_core::{Device, Module, Tensor};
+use pml_engine::device::Backend;
 use pml_engine::gguf::GgufFile;
 use pml_engine::model::{Linear, MatrixRole, WeightFormat};
 use pml_models::{DEFAULT_MODEL_ID, model_path};
@@ -49,7 +50,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                 None,
                 MatrixRole::Projection,
                 format,
-                &device,
+                &Backend::on(&device),
             )
         };
         let ours = load(WeightFormat::Quantized)?;

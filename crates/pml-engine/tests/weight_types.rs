@@ -9,6 +9,7 @@
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
+use pml_engine::device::Backend;
 use pml_engine::model::{Linear, MatrixRole, TensorMap, WeightFormat};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
@@ -48,31 +49,38 @@ fn check_product(
     let device = Device::Cpu;
     let in_features = in_blocks * 256;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let weights =
-        QTensor::quantize(&random(&mut rng, out_features, in_features), dtype).expect("quantized");
+    let values = random(&mut rng, out_features, in_features);
+    // Quantizing is deterministic: each backend below gets these same blocks.
+    let quantize = || QTensor::quantize(&values, dtype).expect("quantized");
+    let weights = quantize();
     let reference_weights = weights.dequantize(&device).expect("dequantized");
-    let mut source = TensorMap::default();
-    source.0.insert("w".into(), weights);
-    let linear = Linear::load(
-        &mut source,
-        "w",
-        None,
-        MatrixRole::Projection,
-        WeightFormat::Quantized,
-        &device,
-    )
-    .expect("loads");
     let x = random(&mut rng, n_rows, in_features);
-    let ours = linear.forward(&x).expect("forward");
     let reference = x
         .matmul(&reference_weights.t().expect("transpose"))
         .expect("reference");
-    assert_eq!(ours.dims(), reference.dims());
-    let error = relative_error(&ours, &reference);
-    assert!(
-        error < MAX_RELATIVE_ERROR,
-        "{dtype:?} {out_features}×{in_features}, {n_rows} rows: relative error {error}"
-    );
+    // Both implementations of the kernels seam: ours, and candle's (the device path).
+    for backend in [Backend::on(&device), Backend::candle_cpu()] {
+        let mut source = TensorMap::default();
+        source.0.insert("w".into(), quantize());
+        let linear = Linear::load(
+            &mut source,
+            "w",
+            None,
+            MatrixRole::Projection,
+            WeightFormat::Quantized,
+            &backend,
+        )
+        .expect("loads");
+        let ours = linear.forward(&x).expect("forward");
+        assert_eq!(ours.dims(), reference.dims());
+        let error = relative_error(&ours, &reference);
+        assert!(
+            error < MAX_RELATIVE_ERROR,
+            "{dtype:?} {out_features}×{in_features}, {n_rows} rows, {:?} kernels: relative \
+             error {error}",
+            backend.kernels
+        );
+    }
 }
 
 fn check_lookup(dtype: GgmlDType, seed: u64) {
@@ -88,7 +96,7 @@ fn check_lookup(dtype: GgmlDType, seed: u64) {
         None,
         MatrixRole::Lookup,
         WeightFormat::Quantized,
-        &device,
+        &Backend::on(&device),
     )
     .expect("loads");
     let ids = Tensor::new(&[3u32, 0, 39, 3, 17], &device).expect("ids");

@@ -13,6 +13,7 @@ use pml_compiler::MemorySourceLoader;
 use pml_compiler::plan::Role;
 use pml_compiler::plan::{EncodeMode, SchemaLayout, UnitId};
 use pml_engine::Tokenizer;
+use pml_engine::device::BackendChoice;
 use pml_engine::generation::SamplingParams;
 use pml_engine::model::WeightFormat;
 use pml_runtime::inference::{InferenceMode, Runtime, RuntimeOptions};
@@ -52,6 +53,8 @@ fn runtime_storing(
     let path = fetched_model(id)?;
     let store_root = TempDir::new().expect("temporary directory");
     let options = RuntimeOptions {
+        // `$PML_DEVICE` / `$PML_KERNELS`: CI runs these tests again on the candle path.
+        backend: BackendChoice::resolve(None, None).expect("PML_DEVICE / PML_KERNELS parse"),
         weight_format,
         encode_mode: EncodeMode::Scaffolded,
         store: StoreConfig::local(store_root.path().to_path_buf(), 1 << 30)

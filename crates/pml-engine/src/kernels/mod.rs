@@ -11,20 +11,22 @@
 //! KV gather and scatter (`kv_cache::KvCache::write`, `layer`, `from_blocks`) stay with the cache,
 //! which owns the storage.
 //!
-//! Today there is one implementation: the CPU's (our AVX2 kernels with scalar fallbacks, and
-//! candle's CPU ops). A CUDA backend plugs in here: each function dispatches on its tensors'
-//! device (`crate::device` picks the device, in one place) to candle's CUDA ops or to CUDA kernels
-//! of its own, and `quant` gains a device-resident form of the quantized blocks. Nothing above
-//! this module needs to change.
+//! Two implementations ([`Kernels`], chosen in `crate::device`): the native one (our AVX2
+//! kernels with scalar fallbacks, and candle's CPU ops), CPU only; and candle's operations alone
+//! ([`Kernels::Candle`]: candle's `QMatMul` for quantized blocks, [`position_mask`]'s masked
+//! softmax from a mask tensor), which run on any candle device — CUDA, and the CPU, where every
+//! test run checks them against the native ones.
 
 mod exp_kernel;
 mod few_query_attention;
 pub(crate) mod huge_pages;
 mod masked_softmax;
+mod position_mask;
 pub(crate) mod quant;
 
 use candle_core::{DType, Tensor};
 
+pub use crate::device::Kernels;
 pub(crate) use crate::error::EngineError;
 
 /// Most queries attended in plain loops ([`few_query_attention::attend_few`]) instead of matmuls.
@@ -33,7 +35,7 @@ const FEW_QUERIES: usize = 8;
 /// `x · denseᵀ` for a dense weight matrix `(out_features, in_features)`, computed in the
 /// matrix's dtype; the result is f32.
 pub(crate) fn dense_matmul(dense: &Tensor, x: &Tensor) -> Result<Tensor, EngineError> {
-    let x = x.to_dtype(dense.dtype())?;
+    let x = x.to_dtype(dense.dtype())?.contiguous()?;
     Ok(x.matmul(&dense.t()?)?.to_dtype(DType::F32)?)
 }
 
@@ -49,10 +51,11 @@ pub(crate) fn attend(
     values: &Tensor,
     key_positions: &[u32],
     window: Option<usize>,
-    n_kv_heads: usize,
+    kernels: Kernels,
 ) -> Result<Tensor, EngineError> {
     let (n_queries, n_heads, head_dim) = queries.dims3()?;
-    if n_queries <= FEW_QUERIES {
+    let n_kv_heads = keys.dim(1)?;
+    if kernels == Kernels::Native && n_queries <= FEW_QUERIES {
         let few = few_query_attention::attend_few(
             queries,
             query_positions,
@@ -72,10 +75,17 @@ pub(crate) fn attend(
         .permute((1, 2, 0, 3))?
         .contiguous()?
         .reshape((n_kv_heads, group * n_queries, head_dim))?;
-    let keys = keys.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
-    let values = values.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
+    let mut keys = keys.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
+    let mut values = values.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
+    if kernels == Kernels::Candle {
+        // cuBLAS takes a batch of matrices only with rows `head_dim` apart, and the cache's
+        // slot-major rows are `n_kv_heads * head_dim` apart: one copy per call. (candle's CPU
+        // gemm takes any strides, which the native path relies on.)
+        keys = keys.contiguous()?;
+        values = values.contiguous()?;
+    }
     let scores = queries.matmul(&keys.t()?)?; // (n_kv_heads, group * n_queries, n_keys)
-    let weights = masked_softmax(&scores, query_positions, key_positions, window)?;
+    let weights = masked_softmax(&scores, query_positions, key_positions, window, kernels)?;
     let attended = weights.matmul(&values)?; // (n_kv_heads, group * n_queries, head_dim)
     Ok(attended
         .reshape((n_kv_heads, group, n_queries, head_dim))?
@@ -84,14 +94,20 @@ pub(crate) fn attend(
         .reshape((n_queries, n_heads * head_dim))?)
 }
 
-/// Attention weights under the position mask (see [`masked_softmax::masked_softmax`]).
+/// Attention weights under the position mask (see [`masked_softmax::masked_softmax`]; the
+/// candle path computes the same from a mask tensor, [`position_mask::masked_softmax_by_ops`]).
 pub(crate) fn masked_softmax(
     scores: &Tensor,
     query_positions: &[u32],
     key_positions: &[u32],
     window: Option<usize>,
+    kernels: Kernels,
 ) -> Result<Tensor, EngineError> {
-    masked_softmax::masked_softmax(scores, query_positions, key_positions, window)
+    if kernels == Kernels::Native && scores.device().is_cpu() {
+        masked_softmax::masked_softmax(scores, query_positions, key_positions, window)
+    } else {
+        position_mask::masked_softmax_by_ops(scores, query_positions, key_positions, window)
+    }
 }
 
 /// RMSNorm of `x` over its last dimension: `x / rms(x) * weight`.

@@ -24,7 +24,11 @@ pub struct LayerKv {
 impl LayerKv {
     pub(super) fn empty(layout: &KvLayout, device: &Device) -> Result<Self, KvCacheError> {
         let buffer = Tensor::zeros(
-            (0, layout.n_kv_heads, layout.head_dim),
+            (
+                allocated_rows(0, device),
+                layout.n_kv_heads,
+                layout.head_dim,
+            ),
             layout.dtype,
             device,
         )?;
@@ -184,6 +188,12 @@ impl LayerKv {
             self.positions.truncate(len);
         }
     }
+}
+
+/// Rows to allocate for a buffer of `rows`: CUDA's allocator refuses zero bytes
+/// (`cuMemAlloc`'s `CUDA_ERROR_INVALID_VALUE`), so an empty buffer off the CPU holds one spare row.
+pub(super) fn allocated_rows(rows: usize, device: &Device) -> usize {
+    if device.is_cpu() { rows } else { rows.max(1) }
 }
 
 pub(super) fn row_index(rows: &[usize], device: &Device) -> Result<Tensor, KvCacheError> {

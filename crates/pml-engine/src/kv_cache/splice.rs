@@ -13,6 +13,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::block::{KvBlock, RowSource};
+use super::layer::allocated_rows;
 use super::{KvCacheError, KvLayout};
 use crate::kernels::huge_pages;
 
@@ -31,7 +32,11 @@ pub(super) fn splice_buffers(
             .map(|layer_idx| {
                 let buffer = |values: bool| {
                     let buffer = Tensor::zeros(
-                        (capacity, layout.n_kv_heads, layout.head_dim),
+                        (
+                            allocated_rows(capacity, device),
+                            layout.n_kv_heads,
+                            layout.head_dim,
+                        ),
                         layout.dtype,
                         device,
                     )?;

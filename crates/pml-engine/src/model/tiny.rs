@@ -13,6 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use super::config::{Activation, Arch, LayerAttention, ModelConfig};
 use super::weights::{TensorMap, WeightFormat};
 use super::{EngineError, Model};
+use crate::device::Backend;
 
 /// Sliding window of the tiny Gemma's local layers: small, so tests can step past it.
 pub const TINY_SLIDING_WINDOW: usize = 8;
@@ -229,6 +230,19 @@ pub fn random_model(
     device: &Device,
 ) -> Result<Model, EngineError> {
     random_model_with(tiny_config(arch), seed, format, device)
+}
+
+/// [`random_model`] for any backend: the weights are drawn on the CPU, so every device and
+/// both kernels get the same model from the same seed.
+pub fn random_model_on(
+    arch: Arch,
+    seed: u64,
+    format: WeightFormat,
+    backend: &Backend,
+) -> Result<Model, EngineError> {
+    let config = tiny_config(arch);
+    let mut tensors = tiny_weights(&config, seed, &Device::Cpu)?;
+    Model::from_source_on(config, &mut tensors, format, backend)
 }
 
 /// A model of any `config` with random weights from `seed` (benchmarks build full-size ones).

@@ -14,6 +14,7 @@ use super::fused_rows::SplitFused;
 use super::observer::{AttentionObserver, AttentionView};
 use super::rope_rows::NeoxRows;
 use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat};
+use crate::device::{Backend, Kernels};
 use crate::gguf::GgufFile;
 use crate::kernels::{self, masked_softmax};
 use crate::kv_cache::{KvBlock, KvCache, KvLayout};
@@ -21,9 +22,23 @@ use crate::kv_cache::{KvBlock, KvCache, KvLayout};
 /// Dtype of activations and of the KV cache.
 pub const ACTIVATION_DTYPE: DType = DType::F32;
 
-/// Most attention scores one step materialises (16 MiB of f32): long prefills attend in chunks
-/// of queries, which keeps the scores in cache and avoids huge short-lived allocations.
+/// Most attention scores one step materialises on the CPU (16 MiB of f32): long prefills attend
+/// in chunks of queries, which keeps the scores in cache and avoids huge short-lived allocations.
 const ATTENTION_SCORE_BUDGET: usize = 1 << 22;
+
+/// The same off the CPU (512 MiB of f32): a GPU has no cache to keep them in, and every chunk
+/// costs kernel launches, so a 4k-token prefill of a small model attends in one piece (measured
+/// on an H200, SmolLM2, 4096 tokens: 36 chunks a layer took 790 ms of TTFT).
+const DEVICE_ATTENTION_SCORE_BUDGET: usize = 1 << 27;
+
+/// Attention scores one chunk of queries may materialise on `device`.
+fn attention_score_budget(device: &Device) -> usize {
+    if device.is_cpu() {
+        ATTENTION_SCORE_BUDGET
+    } else {
+        DEVICE_ATTENTION_SCORE_BUDGET
+    }
+}
 
 /// The tensor of Llama 3.1+ files that divides each RoPE frequency.
 const ROPE_FREQS: &str = "rope_freqs.weight";
@@ -31,8 +46,11 @@ const ROPE_FREQS: &str = "rope_freqs.weight";
 /// Tensors of Phi-3's LongRoPE, which the engine refuses.
 const LONG_ROPE_FACTORS: [&str; 2] = ["rope_factors_long.weight", "rope_factors_short.weight"];
 
-/// Rows the MLP takes at once (see [`Mlp::forward`]).
+/// Rows the MLP takes at once on the CPU (see [`Mlp::forward`]).
 const MLP_ROWS: usize = 512;
+
+/// The same off the CPU, where a block is a few kernel launches and memory is not the limit.
+const DEVICE_MLP_ROWS: usize = 8192;
 
 /// Rotary position embedding in the NEOX layout (dimension `i` pairs with `i + head_dim / 2`),
 /// as llama.cpp applies it to Qwen and Gemma (Llama files are brought to it at load,
@@ -144,11 +162,11 @@ impl Mlp {
         prefix: &str,
         activation: Activation,
         format: WeightFormat,
-        device: &Device,
+        backend: &Backend,
     ) -> Result<Self, EngineError> {
         let mut linear = |name: &str| {
             let name = format!("{prefix}.{name}.weight");
-            Linear::load(source, &name, None, MatrixRole::Projection, format, device)
+            Linear::load(source, &name, None, MatrixRole::Projection, format, backend)
         };
         Ok(Self {
             ffn_gate: linear("ffn_gate")?,
@@ -162,12 +180,17 @@ impl Mlp {
     /// `(rows, ffn_dim)` intermediates of a 4096-token prompt would otherwise take hundreds of MB.
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
         let n_rows = x.dim(0)?;
-        if n_rows <= MLP_ROWS {
+        let block_rows = if x.device().is_cpu() {
+            MLP_ROWS
+        } else {
+            DEVICE_MLP_ROWS
+        };
+        if n_rows <= block_rows {
             return self.forward_rows(x);
         }
         let blocks = (0..n_rows)
-            .step_by(MLP_ROWS)
-            .map(|start| self.forward_rows(&x.narrow(0, start, MLP_ROWS.min(n_rows - start))?))
+            .step_by(block_rows)
+            .map(|start| self.forward_rows(&x.narrow(0, start, block_rows.min(n_rows - start))?))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Tensor::cat(&blocks, 0)?)
     }
@@ -198,6 +221,7 @@ pub(crate) struct Attention {
     n_kv_heads: usize,
     head_dim: usize,
     scale: f64,
+    kernels: Kernels,
 }
 
 impl Attention {
@@ -207,8 +231,9 @@ impl Attention {
         layer_idx: usize,
         config: &ModelConfig,
         format: WeightFormat,
-        device: &Device,
+        backend: &Backend,
     ) -> Result<Self, EngineError> {
+        let device = &backend.device;
         let mut projection = |name: &str, bias: bool| {
             let bias_name = format!("{prefix}.{name}.bias");
             Linear::load(
@@ -217,7 +242,7 @@ impl Attention {
                 bias.then_some(bias_name.as_str()),
                 MatrixRole::Projection,
                 format,
-                device,
+                backend,
             )
         };
         let attn_q = projection("attn_q", config.qkv_bias)?;
@@ -265,6 +290,7 @@ impl Attention {
             n_kv_heads: config.n_kv_heads,
             head_dim: config.head_dim,
             scale: config.attention_scale,
+            kernels: backend.kernels,
         })
     }
 
@@ -303,7 +329,7 @@ impl Attention {
     /// softmax(q k^T under the position mask) v for queries `(n, n_heads, head_dim)` at `query_positions` over
     /// cached keys and values `(n_keys, n_kv_heads, head_dim)` at `key_positions`; returns
     /// `(n, n_heads * head_dim)`. Long calls go in chunks of queries so the scores of one chunk
-    /// stay within [`ATTENTION_SCORE_BUDGET`]; each chunk multiplies only the slots that can be
+    /// stay within [`attention_score_budget`]; each chunk multiplies only the slots that can be
     /// visible to it.
     pub(crate) fn attend(
         &self,
@@ -315,7 +341,7 @@ impl Attention {
     ) -> Result<Tensor, EngineError> {
         let n_queries = queries.dim(0)?;
         let scores_per_query = self.n_heads * keys.dim(0)?;
-        let chunk = (ATTENTION_SCORE_BUDGET / scores_per_query.max(1)).max(1);
+        let chunk = (attention_score_budget(queries.device()) / scores_per_query.max(1)).max(1);
         let mut outputs = Vec::with_capacity(n_queries.div_ceil(chunk));
         for start in (0..n_queries).step_by(chunk) {
             let len = chunk.min(n_queries - start);
@@ -367,7 +393,7 @@ impl Attention {
             values,
             key_positions,
             self.sliding_window,
-            self.n_kv_heads,
+            self.kernels,
         )
     }
 }
@@ -388,7 +414,8 @@ impl Attention {
         let (n_queries, _, head_dim) = queries.dims3()?;
         let n_keys = keys.dim(0)?;
         let group = self.n_heads / self.n_kv_heads;
-        let chunk = (ATTENTION_SCORE_BUDGET / (self.n_heads * n_keys).max(1)).max(1);
+        let budget = attention_score_budget(queries.device());
+        let chunk = (budget / (self.n_heads * n_keys).max(1)).max(1);
         let keys = keys.transpose(0, 1)?.contiguous()?; // (n_kv_heads, n_keys, head_dim)
         for start in (0..n_queries).step_by(chunk) {
             let len = chunk.min(n_queries - start);
@@ -404,6 +431,7 @@ impl Attention {
                 &query_positions[start..start + len],
                 key_positions,
                 self.sliding_window,
+                self.kernels,
             )?)?;
         }
         Ok(())
@@ -428,8 +456,9 @@ impl Block {
         layer_idx: usize,
         config: &ModelConfig,
         format: WeightFormat,
-        device: &Device,
+        backend: &Backend,
     ) -> Result<Self, EngineError> {
+        let device = &backend.device;
         let prefix = format!("blk.{layer_idx}");
         let mut norm = |name: &str| {
             let name = format!("{prefix}.{name}.weight");
@@ -447,10 +476,10 @@ impl Block {
         };
         Ok(Self {
             attn_norm,
-            attention: Attention::new(source, &prefix, layer_idx, config, format, device)?,
+            attention: Attention::new(source, &prefix, layer_idx, config, format, backend)?,
             post_attention_norm,
             ffn_norm,
-            mlp: Mlp::new(source, &prefix, config.activation, format, device)?,
+            mlp: Mlp::new(source, &prefix, config.activation, format, backend)?,
             post_ffw_norm,
         })
     }
@@ -552,6 +581,7 @@ pub struct Model {
     config: ModelConfig,
     format: WeightFormat,
     device: Device,
+    kernels: Kernels,
     token_embd: Linear,
     pub(crate) blocks: Vec<Block>,
     output_norm: RmsNorm,
@@ -560,20 +590,32 @@ pub struct Model {
 }
 
 impl Model {
-    /// Loads a GGUF file of a supported architecture.
+    /// Loads a GGUF file of a supported architecture onto `device`, for its default kernels.
     pub fn load(path: &Path, format: WeightFormat, device: &Device) -> Result<Self, EngineError> {
         let gguf = GgufFile::open(path)?;
         let config = ModelConfig::from_gguf(&gguf)?;
         Self::from_source(config, &mut &gguf, format, device)
     }
 
-    /// Builds a model from tensors named as llama.cpp names them in GGUF files.
+    /// [`Self::from_source_on`] `device` with its default kernels.
     pub fn from_source(
         config: ModelConfig,
         source: &mut dyn TensorSource,
         format: WeightFormat,
         device: &Device,
     ) -> Result<Self, EngineError> {
+        Self::from_source_on(config, source, format, &Backend::on(device))
+    }
+
+    /// Builds a model from tensors named as llama.cpp names them in GGUF files, on the
+    /// backend's device, for its kernels.
+    pub fn from_source_on(
+        config: ModelConfig,
+        source: &mut dyn TensorSource,
+        format: WeightFormat,
+        backend: &Backend,
+    ) -> Result<Self, EngineError> {
+        let device = &backend.device;
         let mut config = config;
         if config.rope_frequency_factors.is_none() && source.contains(ROPE_FREQS) {
             let factors = source.stored(ROPE_FREQS)?.dequantize(device)?;
@@ -622,7 +664,7 @@ impl Model {
             None,
             embedding_role,
             format,
-            device,
+            backend,
         )?;
         if token_embd.out_features() != config.vocab_size {
             return Err(EngineError::InvalidWeights(format!(
@@ -632,7 +674,7 @@ impl Model {
             )));
         }
         let blocks = (0..config.n_layers)
-            .map(|layer_idx| Block::new(source, layer_idx, &config, format, device))
+            .map(|layer_idx| Block::new(source, layer_idx, &config, format, backend))
             .collect::<Result<_, _>>()?;
         let output_norm = RmsNorm::load(
             source,
@@ -651,13 +693,14 @@ impl Model {
                 None,
                 role,
                 format,
-                device,
+                backend,
             )?)
         };
         Ok(Self {
             config,
             format,
             device: device.clone(),
+            kernels: backend.kernels,
             token_embd,
             blocks,
             output_norm,
@@ -675,6 +718,11 @@ impl Model {
 
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// The kernels this model was loaded for.
+    pub fn kernels(&self) -> Kernels {
+        self.kernels
     }
 
     /// Shape of this model's KV cache.
@@ -744,7 +792,7 @@ impl Model {
         kv: &mut KvCache,
     ) -> Result<Tensor, EngineError> {
         let block = self.block(layer_idx)?;
-        self.check_hidden(hidden, context.len())?;
+        let hidden = &self.checked_hidden(hidden, context.len())?;
         self.check_cache(kv)?;
         block.forward(hidden, context, layer_idx, kv, None)
     }
@@ -760,8 +808,8 @@ impl Model {
         positions: &[u32],
     ) -> Result<(Tensor, Tensor), EngineError> {
         let block = self.block(layer_idx)?;
-        self.check_hidden(hidden, positions.len())?;
-        block.project_kv(&hidden.to_dtype(ACTIVATION_DTYPE)?, positions)
+        let hidden = self.checked_hidden(hidden, positions.len())?;
+        block.project_kv(&hidden, positions)
     }
 
     /// [`Self::forward_layer`], showing `observer` the layer's attention (the tokens' queries and
@@ -775,7 +823,7 @@ impl Model {
         observer: &mut dyn AttentionObserver,
     ) -> Result<Tensor, EngineError> {
         let block = self.block(layer_idx)?;
-        self.check_hidden(hidden, context.len())?;
+        let hidden = &self.checked_hidden(hidden, context.len())?;
         self.check_cache(kv)?;
         block.forward(hidden, context, layer_idx, kv, Some(observer))
     }
@@ -937,7 +985,9 @@ impl Model {
         })
     }
 
-    fn check_hidden(&self, hidden: &Tensor, n_tokens: usize) -> Result<(), EngineError> {
+    /// `hidden` checked for `n_tokens` rows of the model's width, on the model's device in the
+    /// activation dtype (hidden states read from a store are f16 on the host).
+    fn checked_hidden(&self, hidden: &Tensor, n_tokens: usize) -> Result<Tensor, EngineError> {
         if hidden.dims() != [n_tokens, self.config.d_model] {
             return Err(EngineError::InvalidInput(format!(
                 "hidden states {:?} for {n_tokens} tokens of width {}",
@@ -945,7 +995,7 @@ impl Model {
                 self.config.d_model
             )));
         }
-        Ok(())
+        Ok(hidden.to_device(&self.device)?.to_dtype(ACTIVATION_DTYPE)?)
     }
 
     pub(crate) fn check_cache(&self, kv: &KvCache) -> Result<(), EngineError> {

@@ -9,6 +9,7 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use super::EngineError;
+use crate::device::{Backend, Kernels};
 use crate::gguf::GgufFile;
 use crate::kernels::quant::QuantMatrix;
 use crate::kernels::{self, dense_matmul};
@@ -162,11 +163,13 @@ enum Quantized {
 
 impl Quantized {
     /// Blocks as stored when a kernel reads them fast (ours copy them from the file straight
-    /// into their own layout), else requantized to Q8_0 (finer than the types it replaces, so
-    /// the weights barely move).
-    fn new(stored: &StoredTensor<'_>, device: &Device) -> Result<Self, EngineError> {
+    /// into their own layout; off the CPU, candle's kernels cover every type), else requantized
+    /// to Q8_0 (finer than the types it replaces, so the weights barely move).
+    fn new(stored: &StoredTensor<'_>, backend: &Backend) -> Result<Self, EngineError> {
         let (out_features, in_features) = stored.dims2()?;
-        if device.is_cpu() && QuantMatrix::supports_layout(stored.dtype(), in_features) {
+        let device = &backend.device;
+        let native = backend.kernels == Kernels::Native && device.is_cpu();
+        if native && QuantMatrix::supports_layout(stored.dtype(), in_features) {
             return Ok(Quantized::Own(Arc::new(QuantMatrix::from_bytes(
                 stored.bytes(),
                 stored.dtype(),
@@ -175,11 +178,11 @@ impl Quantized {
             )?)));
         }
         let qtensor = stored.to_qtensor(device)?;
-        if has_fast_cpu_kernel(qtensor.dtype()) {
+        if !device.is_cpu() || has_fast_cpu_kernel(qtensor.dtype()) {
             return Ok(Quantized::Candle(Arc::new(qtensor)));
         }
         let requantized = QTensor::quantize(&qtensor.dequantize(device)?, GgmlDType::Q8_0)?;
-        if device.is_cpu() && QuantMatrix::supports(&requantized) {
+        if native && QuantMatrix::supports(&requantized) {
             Ok(Quantized::Own(Arc::new(QuantMatrix::from_qtensor(
                 &requantized,
             )?)))
@@ -191,7 +194,9 @@ impl Quantized {
     fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
         match self {
             Quantized::Own(matrix) => matrix.forward(x),
-            Quantized::Candle(qtensor) => Ok(QMatMul::QTensor(qtensor.clone()).forward(x)?),
+            Quantized::Candle(qtensor) => {
+                Ok(QMatMul::QTensor(qtensor.clone()).forward(&x.contiguous()?)?)
+            }
         }
     }
 
@@ -212,15 +217,17 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// Loads `name` (and `bias_name`, if given) and holds it as `format` prescribes for `role`.
+    /// Loads `name` (and `bias_name`, if given) onto the backend's device and holds it as
+    /// `format` prescribes for `role`, for the backend's kernels.
     pub fn load(
         source: &mut dyn TensorSource,
         name: &str,
         bias_name: Option<&str>,
         role: MatrixRole,
         format: WeightFormat,
-        device: &Device,
+        backend: &Backend,
     ) -> Result<Self, EngineError> {
+        let device = &backend.device;
         let stored = source.stored(name)?;
         let (out_features, _in_features) = stored.dims2()?;
         let stored_dense = matches!(
@@ -234,12 +241,12 @@ impl Linear {
             None if role == MatrixRole::Lookup => {
                 Matrix::Quantized(Quantized::Candle(Arc::new(stored.to_qtensor(device)?)))
             }
-            None => Matrix::Quantized(Quantized::new(&stored, device)?),
+            None => Matrix::Quantized(Quantized::new(&stored, backend)?),
             Some(dtype) => {
                 let dense = stored.dequantize(device)?.to_dtype(dtype)?;
                 if format.keeps_both() && !stored_dense {
                     Matrix::Both {
-                        quantized: Quantized::new(&stored, device)?,
+                        quantized: Quantized::new(&stored, backend)?,
                         dense,
                     }
                 } else {

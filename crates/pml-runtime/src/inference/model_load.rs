@@ -1,6 +1,6 @@
 //! Opening a model file for inference: its weights and its tokenizer, built on two cores.
 
-use candle_core::Device;
+use pml_engine::device::Backend;
 use pml_engine::gguf::GgufFile;
 use pml_engine::model::{Model, ModelConfig, WeightFormat};
 use pml_engine::tokenizer::GgufTokenizer;
@@ -13,12 +13,12 @@ use super::RuntimeError;
 pub fn load_model_and_tokenizer(
     gguf: &GgufFile,
     format: WeightFormat,
-    device: &Device,
+    backend: &Backend,
 ) -> Result<(Model, GgufTokenizer), RuntimeError> {
     let config = ModelConfig::from_gguf(gguf)?;
     let (model, tokenizer) = std::thread::scope(|scope| {
         let tokenizer = scope.spawn(|| GgufTokenizer::from_gguf(gguf));
-        let model = Model::from_source(config, &mut &*gguf, format, device);
+        let model = Model::from_source_on(config, &mut &*gguf, format, backend);
         let tokenizer = tokenizer
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));

@@ -24,7 +24,7 @@ use crate::encode::{
 };
 use crate::store::{ModuleStore, StateSpec, StoreConfig, StoreError};
 use crate::tokenizer::PmlTokenizer;
-use pml_engine::device::default_device;
+use pml_engine::device::{BackendChoice, DeviceError, select_backend};
 use pml_engine::generation::{Generation, SamplingParams};
 use pml_engine::gguf::{GgufError, GgufFile};
 use pml_engine::model::{EngineError, Model, WeightFormat};
@@ -42,6 +42,8 @@ pub enum RuntimeError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Engine(#[from] EngineError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
     #[error("cannot build the tokenizer: {0}")]
     Tokenizer(#[from] TokenizerError),
     #[error(transparent)]
@@ -60,15 +62,19 @@ pub enum RuntimeError {
 /// How a runtime computes and where its store lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeOptions {
+    /// Where the model runs and which kernels run it.
+    pub backend: BackendChoice,
     pub weight_format: WeightFormat,
     pub encode_mode: EncodeMode,
     pub store: StoreConfig,
 }
 
 impl RuntimeOptions {
-    /// The default weight format and encoding mode, and the store under `$PML_HOME`.
-    pub fn from_env() -> Result<Self, StoreError> {
+    /// The default weight format and encoding mode, the device and kernels `$PML_DEVICE` and
+    /// `$PML_KERNELS` name (else the CPU's), and the store under `$PML_HOME`.
+    pub fn from_env() -> Result<Self, RuntimeError> {
         Ok(Self {
+            backend: BackendChoice::resolve(None, None)?,
             weight_format: WeightFormat::default(),
             encode_mode: EncodeMode::default(),
             store: StoreConfig::from_env()?,
@@ -92,8 +98,8 @@ impl Runtime {
     pub fn load(path: &Path, options: &RuntimeOptions) -> Result<Self, RuntimeError> {
         let gguf = GgufFile::open(path)?;
         let max_positions = u32::try_from(gguf.context_length()?).unwrap_or(u32::MAX);
-        let (model, tokenizer) =
-            load_model_and_tokenizer(&gguf, options.weight_format, &default_device())?;
+        let backend = select_backend(options.backend)?;
+        let (model, tokenizer) = load_model_and_tokenizer(&gguf, options.weight_format, &backend)?;
         let template = model_chat_template(&gguf, &tokenizer)?;
         let spec = StateSpec::new(gguf.fingerprint(), model.kv_layout())
             .with_state_dtype(options.store.state_dtype);

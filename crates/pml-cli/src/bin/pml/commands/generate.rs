@@ -6,9 +6,10 @@
 use anyhow::Context;
 use clap::Args;
 use pml_cli::model_fetch::{model_file, resolve_model};
+use pml_cli::pipeline::BackendArgs;
 use pml_compiler::chat_template::ChatTemplate;
 use pml_engine::Tokenizer;
-use pml_engine::device::default_device;
+use pml_engine::device::{BackendChoice, select_backend};
 use pml_engine::generation::{Generator, PromptInput};
 use pml_engine::gguf::GgufFile;
 use pml_engine::model::WeightFormat;
@@ -36,6 +37,8 @@ pub struct GenerateArgs {
     system: Option<String>,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// Print the answer once finished instead of as it is generated.
     #[arg(long)]
     no_stream: bool,
@@ -45,10 +48,13 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let choice = resolve_model(args.model.as_deref())?;
     let path = model_file(&choice)?;
     let id = choice.id();
+    let backend = select_backend(BackendChoice::resolve(
+        args.backend.device,
+        args.backend.kernels,
+    )?)?;
     let gguf = GgufFile::open(&path)?;
-    let (model, tokenizer) =
-        load_model_and_tokenizer(&gguf, WeightFormat::default(), &default_device())
-            .with_context(|| format!("loading {id} from {}", path.display()))?;
+    let (model, tokenizer) = load_model_and_tokenizer(&gguf, WeightFormat::default(), &backend)
+        .with_context(|| format!("loading {id} from {}", path.display()))?;
 
     let prompt_tokens = if args.chat {
         let template = model_chat_template(&gguf, &tokenizer)?;

@@ -14,7 +14,7 @@ use clap::builder::ArgPredicate;
 use pml_cli::compile_command::compile_schema;
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{
-    EncodeArg, OpenRuntime, RuntimeArgs, WeightsArg, bind, lay_out, open_runtime,
+    BackendArgs, EncodeArg, OpenRuntime, RuntimeArgs, WeightsArg, bind, lay_out, open_runtime,
 };
 use pml_compiler::plan::BoundPrompt;
 use pml_engine::generation::SamplingParams;
@@ -64,6 +64,8 @@ pub struct CacheArgs {
     /// How the weights are held in memory.
     #[arg(long, value_enum, default_value_t = WeightsArg::default())]
     weights: WeightsArg,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// Print the results as JSON on stdout instead of tables.
     #[arg(long)]
     json: bool,
@@ -114,6 +116,7 @@ pub fn run(args: CacheArgs) -> Result<(), Failure> {
         store,
         encode: EncodeArg::Scaffolded,
         weights: args.weights,
+        backend: args.backend.clone(),
     })?;
     cases.extend(document_cases(
         &document,

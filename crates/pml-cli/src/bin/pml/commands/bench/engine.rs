@@ -21,8 +21,8 @@ use anyhow::Context;
 use clap::Args;
 use pml_cli::failure::Failure;
 use pml_cli::model_fetch::{model_file, resolve_model};
-use pml_cli::pipeline::WeightsArg;
-use pml_engine::device::default_device;
+use pml_cli::pipeline::{BackendArgs, WeightsArg};
+use pml_engine::device::Backend;
 use pml_engine::generation::{Generator, SamplingParams};
 use pml_engine::gguf::GgufFile;
 use pml_engine::kv_cache::KvCache;
@@ -59,6 +59,8 @@ pub struct EngineArgs {
     /// How PML holds the weights.
     #[arg(long, value_enum, default_value_t = WeightsArg::default())]
     weights: WeightsArg,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// Threads llama.cpp uses (default: the cores candle uses).
     #[arg(long)]
     llama_threads: Option<usize>,
@@ -77,7 +79,14 @@ pub fn run(args: EngineArgs) -> Result<(), Failure> {
     let choice = resolve_model(args.model.as_deref()).map_err(Failure::Usage)?;
     let model_path = model_file(&choice)?;
     if let Some(tokens_file) = &args.child_tokens {
-        let measurement = measure_pml(&model_path, args.weights.into(), tokens_file, args.decode)?;
+        let backend = args.backend.select()?;
+        let measurement = measure_pml(
+            &model_path,
+            args.weights.into(),
+            &backend,
+            tokens_file,
+            args.decode,
+        )?;
         println!(
             "{}",
             serde_json::to_string(&measurement).context("writing JSON")?
@@ -225,6 +234,11 @@ fn measure_pml_in_child(
         .arg(args.decode.to_string())
         .arg("--child-tokens")
         .arg(tokens_file);
+    let backend = args.backend.choice()?;
+    command.arg("--device").arg(backend.device.to_string());
+    if let Some(kernels) = backend.kernels {
+        command.arg("--kernels").arg(kernels.name());
+    }
     run_measurement(command, "pml")
 }
 
@@ -287,6 +301,7 @@ fn run_measurement(mut command: Command, engine: &str) -> Result<Measurement, Fa
 fn measure_pml(
     model_path: &Path,
     format: WeightFormat,
+    backend: &Backend,
     tokens_file: &Path,
     decode: usize,
 ) -> Result<Measurement, Failure> {
@@ -295,12 +310,22 @@ fn measure_pml(
     let gguf =
         GgufFile::open(model_path).with_context(|| format!("opening {}", model_path.display()))?;
     let config = ModelConfig::from_gguf(&gguf).context("reading the model configuration")?;
-    let model = Model::from_source(config, &mut &gguf, format, &default_device())
+    let model = Model::from_source_on(config, &mut &gguf, format, backend)
         .with_context(|| format!("loading {}", model_path.display()))?;
     let load_s = started.elapsed().as_secs_f64();
     let tokenizer = GgufTokenizer::from_gguf(&gguf).context("building the tokenizer")?;
 
     let positions: Vec<u32> = (0..tokens.len() as u32).collect();
+    if !model.device().is_cpu() {
+        // A process's first calls on a GPU load candle's kernel modules and cuBLAS's handles:
+        // a one-time cost of a server's start, not of a prefill. The same shapes, untimed.
+        let mut warm = KvCache::with_capacity(model.kv_layout(), model.device(), tokens.len() + 2)
+            .context("making the warm-up cache")?;
+        model
+            .forward(&tokens, &positions, &mut warm)
+            .and_then(|_| model.forward(&tokens[..1], &[tokens.len() as u32], &mut warm))
+            .context("warm-up")?;
+    }
     // Room for the decoded tokens, as `pml run` reserves it, so no step copies the cache.
     let mut kv = KvCache::with_capacity(model.kv_layout(), model.device(), tokens.len() + decode)
         .context("making the KV cache")?;
@@ -308,6 +333,8 @@ fn measure_pml(
     let prefill_logits = model
         .forward(&tokens, &positions, &mut kv)
         .context("prefill")?;
+    // A GPU runs the pass asynchronously: the prefill ends when its last kernel does.
+    model.device().synchronize().context("synchronising")?;
     let prefill_s = started.elapsed().as_secs_f64();
     let first = greedy(&prefill_logits)?;
     let ttft_s = started.elapsed().as_secs_f64();

@@ -22,7 +22,9 @@ use anyhow::Context;
 use pml_cli::compile_command::compile_schema;
 use pml_cli::failure::Failure;
 use pml_cli::model_fetch::{model_file, resolve_model};
-use pml_cli::pipeline::{EncodeArg, RuntimeArgs, WeightsArg, bind, lay_out, open_runtime};
+use pml_cli::pipeline::{
+    BackendArgs, EncodeArg, RuntimeArgs, WeightsArg, bind, lay_out, open_runtime,
+};
 use pml_runtime::inference::SplicePlan;
 use serde::{Deserialize, Serialize};
 
@@ -284,6 +286,8 @@ fn prepare_cases(
         store: Some(store.to_owned()),
         encode: EncodeArg::Scaffolded,
         weights: options.weights,
+        // llama.cpp runs on the CPU here, so PML does too.
+        backend: BackendArgs::default(),
     })?;
     let runtime = &opened.runtime;
     let cases = document_cases(

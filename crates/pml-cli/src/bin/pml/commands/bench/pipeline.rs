@@ -16,7 +16,7 @@ use clap::Args;
 use pml_cli::compile_command::compile_schema;
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{
-    EncodeArg, OpenRuntime, RuntimeArgs, WeightsArg, bind, lay_out, open_runtime,
+    BackendArgs, EncodeArg, OpenRuntime, RuntimeArgs, WeightsArg, bind, lay_out, open_runtime,
 };
 use pml_engine::generation::SamplingParams;
 use pml_runtime::inference::{
@@ -52,6 +52,8 @@ pub struct PipelineArgs {
     /// How the weights are held in memory.
     #[arg(long, value_enum, default_value_t = WeightsArg::default())]
     weights: WeightsArg,
+    #[command(flatten)]
+    backend: BackendArgs,
 }
 
 /// The variants timed, in the order of the table.
@@ -79,6 +81,7 @@ pub fn run(args: PipelineArgs) -> Result<(), Failure> {
         store: Some(format!("ram:0,disk:{}", folder.display())),
         encode: EncodeArg::Scaffolded,
         weights: args.weights,
+        backend: args.backend.clone(),
     })?;
     cases.extend(document_cases(
         DEFAULT_DOCUMENT,

@@ -1,0 +1,184 @@
+//! The candle path of the kernels seam (the only one on CUDA) against the native CPU kernels, on
+//! the same weights: the tiny model of every family, prefill then decode, in f32 and with
+//! quantized blocks; and the real models' last-position logits.
+//!
+//! The path under test is candle's on the CPU, or on `$PML_DEVICE` when it names another
+//! device (`PML_DEVICE=cuda` on a GPU machine, scripts/gpu-check.sh); `PML_REQUIRE_GPU=1`
+//! fails the run instead of testing the CPU when no GPU was selected.
+
+use candle_core::{IndexOp, Tensor};
+use pml_engine::Tokenizer;
+use pml_engine::device::{Backend, BackendChoice, Kernels, select_backend};
+use pml_engine::gguf::GgufFile;
+use pml_engine::model::tiny::random_model_on;
+use pml_engine::model::{
+    Arch, ForwardContext, ForwardOptions, LogitRows, Model, ModelConfig, WeightFormat,
+};
+use pml_engine::testing::{argmax, last_position_logits, max_abs_diff};
+use pml_engine::tokenizer::GgufTokenizer;
+use pml_testkit::fetched_model;
+
+const SEED: u64 = 11;
+/// f32 weights: only summation order differs (matmul blocking, softmax's reductions).
+const F32_TOLERANCE: f32 = 2e-4;
+/// Quantized weights: each path quantizes the activations its own way (our kernels to 8 bits
+/// per block, candle's CPU kernels to Q8_0 too, its CUDA ones to Q8_1 or not at all), so logits
+/// move by up to a few percent of the largest logit.
+const QUANTIZED_RELATIVE_TOLERANCE: f32 = 0.03;
+
+/// The backend whose kernels are tested against the native CPU ones.
+fn backend_under_test() -> Backend {
+    let choice = BackendChoice::resolve(None, None).expect("PML_DEVICE / PML_KERNELS parse");
+    let backend = select_backend(choice).expect("the device opens");
+    if std::env::var_os("PML_REQUIRE_GPU").is_some_and(|value| value != "0") {
+        assert!(
+            !backend.device.is_cpu(),
+            "PML_REQUIRE_GPU is set but PML_DEVICE selects the CPU"
+        );
+    }
+    match backend.kernels {
+        Kernels::Candle => backend,
+        Kernels::Native => Backend::candle_cpu(),
+    }
+}
+
+fn native() -> Backend {
+    Backend::on(&candle_core::Device::Cpu)
+}
+
+/// Logits of every row of a prefill of `tokens`, then of `steps` greedy decode steps (the
+/// tokens chosen from `reference`'s logits so both models see the same input), stacked.
+fn prefill_then_decode(model: &Model, tokens: &[u32], chosen: &[u32]) -> Tensor {
+    let mut kv = model.new_kv_cache().expect("cache");
+    let context = ForwardContext::appending((0..tokens.len() as u32).collect(), &kv);
+    let options = ForwardOptions {
+        logits: LogitRows::All,
+        keep_layer_inputs: false,
+    };
+    let mut rows = vec![
+        model
+            .forward_with(tokens, &context, &mut kv, &options)
+            .expect("prefill")
+            .logits
+            .expect("logits")
+            .to_device(&candle_core::Device::Cpu)
+            .expect("to host"),
+    ];
+    for (step, &token) in chosen.iter().enumerate() {
+        let position = (tokens.len() + step) as u32;
+        let logits = model
+            .forward(&[token], &[position], &mut kv)
+            .expect("decode step")
+            .to_device(&candle_core::Device::Cpu)
+            .expect("to host");
+        rows.push(logits.reshape((1, ())).expect("one row"));
+    }
+    Tensor::cat(&rows, 0).expect("rows stack")
+}
+
+fn largest_magnitude(logits: &Tensor) -> f32 {
+    logits
+        .abs()
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.max(0))
+        .and_then(|t| t.to_scalar::<f32>())
+        .expect("max")
+}
+
+#[test]
+fn tiny_models_agree_with_the_native_kernels() {
+    let under_test = backend_under_test();
+    let tokens: Vec<u32> = (0..37u32).map(|i| (i * 53 + 7) % 256).collect();
+    for arch in Arch::ALL {
+        for format in [WeightFormat::F32, WeightFormat::Quantized] {
+            let reference = random_model_on(arch, SEED, format, &native()).expect("native model");
+            let tested = random_model_on(arch, SEED, format, &under_test).expect("tested model");
+            assert_eq!(tested.kernels(), Kernels::Candle);
+            // Decode steps feed the native model's own greedy tokens to both.
+            let prefill = prefill_then_decode(&reference, &tokens, &[]);
+            let last = prefill.i(tokens.len() - 1).expect("last row");
+            let first = argmax(&last.to_vec1::<f32>().expect("row")) as u32;
+            let chosen = [first, (first + 1) % 256, 3, 250];
+            let expected = prefill_then_decode(&reference, &tokens, &chosen);
+            let actual = prefill_then_decode(&tested, &tokens, &chosen);
+            let difference = max_abs_diff(&expected, &actual);
+            let tolerance = match format {
+                WeightFormat::F32 => F32_TOLERANCE,
+                _ => QUANTIZED_RELATIVE_TOLERANCE * largest_magnitude(&expected),
+            };
+            assert!(
+                difference <= tolerance,
+                "{arch:?} {format:?}: max |Δlogit| {difference} > {tolerance}"
+            );
+        }
+    }
+}
+
+/// A fixed text through each registered model on both paths. With f32 weights the paths agree to
+/// summation noise and on the greedy token; with the file's quantized blocks each path
+/// approximates the f32 logits its own way, and the candle path's deviation from them must stay
+/// within twice the native kernels' (both are printed).
+#[test]
+fn real_models_agree_with_the_native_kernels() {
+    let under_test = backend_under_test();
+    let text = "Prompt modules are declared once and their attention states are reused by every \
+                prompt that imports them, so only the new text is computed. The capital of \
+                France is";
+    for id in ["smollm2-135m", "qwen2.5-0.5b", "gemma3-270m"] {
+        let Some(path) = fetched_model(id) else {
+            continue;
+        };
+        let gguf = GgufFile::open(&path).expect("opens");
+        let tokenizer = GgufTokenizer::from_gguf(&gguf).expect("tokenizer");
+        let mut ids: Vec<u32> = tokenizer.bos_token().into_iter().collect();
+        ids.extend(tokenizer.encode(text, false).expect("encodes"));
+        let logits = |format: WeightFormat, backend: &Backend| {
+            let config = ModelConfig::from_gguf(&gguf).expect("config");
+            let model =
+                Model::from_source_on(config, &mut &gguf, format, backend).expect("model loads");
+            last_position_logits(&model, &ids)
+        };
+        let exact = logits(WeightFormat::F32, &native());
+        let exact_tested = logits(WeightFormat::F32, &under_test);
+        let f32_difference = max_difference(&exact, &exact_tested);
+        assert_eq!(
+            argmax(&exact),
+            argmax(&exact_tested),
+            "{id}: greedy token, f32"
+        );
+        assert!(
+            f32_difference <= F32_REAL_TOLERANCE,
+            "{id}: f32 weights, max |Δlogit| {f32_difference} > {F32_REAL_TOLERANCE}"
+        );
+        let native_deviation = max_difference(&exact, &logits(WeightFormat::default(), &native()));
+        let tested_deviation =
+            max_difference(&exact, &logits(WeightFormat::default(), &under_test));
+        let largest = exact.iter().map(|value| value.abs()).fold(0f32, f32::max);
+        eprintln!(
+            "{id}: {} tokens; f32 weights max |Δlogit| {f32_difference:.5}; quantized, max \
+             |Δlogit| from f32: native {native_deviation:.3}, {} {tested_deviation:.3} \
+             (largest logit {largest:.2})",
+            ids.len(),
+            if under_test.device.is_cpu() {
+                "candle"
+            } else {
+                "candle on the device"
+            },
+        );
+        assert!(
+            tested_deviation <= 2.0 * native_deviation,
+            "{id}: quantized logits deviate {tested_deviation} from f32, native {native_deviation}"
+        );
+    }
+}
+
+/// Weights in f32, real model: matmuls of a few hundred terms summed in other orders.
+const F32_REAL_TOLERANCE: f32 = 2e-3;
+
+fn max_difference(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max)
+}
