@@ -152,8 +152,10 @@ print(":".join(sorted(dirs)))
 EOF
 }
 
-device() {
-    local repo="$PWD" carried="${1:-}"
+# Stashes the carried folder, unpacks the binaries, puts the CUDA libraries on the loader's path
+# and reassembles the model once its last piece has arrived; sets MODEL_ARGS.
+prepare() {
+    local carried="${1:-}"
     mkdir -p "$GPU_STASH"
     # Pieces carried by earlier calls wait in the stash; this call's join them.
     [ -n "$carried" ] && cp -f "$carried"/* "$GPU_STASH"/
@@ -190,8 +192,16 @@ device() {
             log "model $name: not every piece has arrived yet"
         fi
     fi
-    local model_args=()
-    [ -n "$name" ] && [ -f "$PML_HOME/models/$name" ] && model_args=(--model "$PML_HOME/models/$name")
+    MODEL_ARGS=()
+    [ -n "$name" ] && [ -f "$PML_HOME/models/$name" ] && MODEL_ARGS=(--model "$PML_HOME/models/$name")
+    return 0
+}
+
+device() {
+    local repo="$PWD"
+    prepare "${1:-}"
+    local model_args=("${MODEL_ARGS[@]}") name
+    name="$(cat model.name 2>/dev/null || true)"
 
     log "== GPU tests"
     for test in test-*; do
@@ -218,9 +228,43 @@ device() {
     fi
 }
 
+# Time per CUDA kernel of one prefill of $PROFILE_TOKENS tokens and one decode step (Nsight
+# Compute, duration only), summed per kernel name, sorted: where a prefill's time goes.
+profile() {
+    prepare "${1:-}"
+    [ ${#MODEL_ARGS[@]} -gt 0 ] || die "the model has not arrived yet"
+    local text
+    text="$(python3 -c "print('word ' * ${PROFILE_TOKENS:-2048})")"
+    ncu --target-processes all --metrics gpu__time_duration.sum --csv --page raw \
+        ./pml generate "${MODEL_ARGS[@]}" --device cuda --max-tokens 2 "$text" >ncu.csv 2>ncu.err || {
+        tail -20 ncu.err
+        die "ncu failed"
+    }
+    python3 - ncu.csv <<'EOF'
+import csv, sys, collections
+rows = list(csv.reader(open(sys.argv[1])))
+header = next(i for i, row in enumerate(rows) if "Kernel Name" in row)
+names = rows[header]
+name_at, time_at = names.index("Kernel Name"), names.index("gpu__time_duration.sum")
+unit = rows[header + 1][time_at]
+totals, counts = collections.Counter(), collections.Counter()
+for row in rows[header + 2:]:
+    try:
+        totals[row[name_at][:70]] += float(row[time_at].replace(",", ""))
+        counts[row[name_at][:70]] += 1
+    except (ValueError, IndexError):
+        pass
+total = sum(totals.values())
+print(f"{sum(counts.values())} kernels, {total:.1f} {unit} of GPU time")
+for name, time in totals.most_common(25):
+    print(f"{time:12.1f} {unit} {100 * time / total:5.1f}%  {counts[name]:6d}x  {name}")
+EOF
+}
+
 case "${1:-}" in
 build) build ;;
 pack) pack "${2:-}" ;;
 device) device "${2:-}" ;;
-*) die "usage: $0 build | pack [MODEL] | device" ;;
+profile) profile "${2:-}" ;;
+*) die "usage: $0 build | pack [GGUF] | device DIR | profile DIR" ;;
 esac

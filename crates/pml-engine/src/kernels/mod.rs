@@ -41,9 +41,10 @@ pub(crate) fn dense_matmul(dense: &Tensor, x: &Tensor) -> Result<Tensor, EngineE
 
 /// `softmax(q k^T under the position mask) v` for `queries` `(n, n_heads, head_dim)` (already
 /// scaled) at `query_positions` over a layer's `keys`/`values` `(n_keys, n_kv_heads, head_dim)` at
-/// `key_positions`, with an optional sliding `window`; `(n, n_heads * head_dim)`. A few queries
-/// (a decode step) go through plain loops over the cache; more through matmuls, with the queries
-/// that share a KV head stacked so K and V are never repeated per head.
+/// `key_positions`, with an optional sliding `window`; `(n, n_heads * head_dim)`. Natively, a
+/// few queries (a decode step) go through plain loops over the cache; more through matmuls, with
+/// the queries that share a KV head stacked so K and V are never repeated per head. The candle
+/// path: [`position_mask::attend_by_ops`].
 pub(crate) fn attend(
     queries: &Tensor,
     query_positions: &[u32],
@@ -53,9 +54,19 @@ pub(crate) fn attend(
     window: Option<usize>,
     kernels: Kernels,
 ) -> Result<Tensor, EngineError> {
+    if kernels == Kernels::Candle {
+        return position_mask::attend_by_ops(
+            queries,
+            query_positions,
+            keys,
+            values,
+            key_positions,
+            window,
+        );
+    }
     let (n_queries, n_heads, head_dim) = queries.dims3()?;
     let n_kv_heads = keys.dim(1)?;
-    if kernels == Kernels::Native && n_queries <= FEW_QUERIES {
+    if n_queries <= FEW_QUERIES {
         let few = few_query_attention::attend_few(
             queries,
             query_positions,
@@ -75,17 +86,10 @@ pub(crate) fn attend(
         .permute((1, 2, 0, 3))?
         .contiguous()?
         .reshape((n_kv_heads, group * n_queries, head_dim))?;
-    let mut keys = keys.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
-    let mut values = values.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
-    if kernels == Kernels::Candle {
-        // cuBLAS takes a batch of matrices only with rows `head_dim` apart, and the cache's
-        // slot-major rows are `n_kv_heads * head_dim` apart: one copy per call. (candle's CPU
-        // gemm takes any strides, which the native path relies on.)
-        keys = keys.contiguous()?;
-        values = values.contiguous()?;
-    }
+    let keys = keys.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
+    let values = values.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
     let scores = queries.matmul(&keys.t()?)?; // (n_kv_heads, group * n_queries, n_keys)
-    let weights = masked_softmax(&scores, query_positions, key_positions, window, kernels)?;
+    let weights = masked_softmax::masked_softmax(&scores, query_positions, key_positions, window)?;
     let attended = weights.matmul(&values)?; // (n_kv_heads, group * n_queries, head_dim)
     Ok(attended
         .reshape((n_kv_heads, group, n_queries, head_dim))?
