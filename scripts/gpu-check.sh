@@ -45,6 +45,7 @@ die() {
 TEST_TARGETS=(
     "pml-engine:backends"
     "pml-runtime:cached_inference_real"
+    "pml-runtime:restore"
 )
 
 write_stubs() {

@@ -12,7 +12,8 @@ bash scripts/fetch-llama-cpp-testdata.sh >/dev/null
 bash scripts/setup-openai-client.sh
 PML_REQUIRE_MODELS=1 PML_REQUIRE_OPENAI=1 cargo test --workspace "$@"
 # Issue #32: the device path (candle's operations, the only kernels on CUDA) through the
-# real-model tests of cached inference and the server's real-model completions, on the CPU.
+# real-model tests of cached inference, hidden-state restore and chat resume, and the server's
+# real-model completions, on the CPU.
 export PML_KERNELS=candle PML_REQUIRE_MODELS=1
-cargo test -p pml-runtime --test cached_inference_real "$@"
+cargo test -p pml-runtime --test cached_inference_real --test restore "$@"
 cargo test -p pml-server --test real_model "$@"

@@ -4,12 +4,16 @@
 //! and through disk; a missing layer falls back to recomputing; and a saved two-turn
 //! conversation, resumed from the store, answers its second turn as one that never left memory;
 //! and the cost probe (overlap efficiency included) leaves the tier as it found it.
+//!
+//! The models run on `$PML_DEVICE` with `$PML_KERNELS` (default: the CPU's native kernels), so
+//! scripts/test.sh runs these again on the candle path and scripts/gpu-check.sh on a GPU.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
+use pml_engine::device::{Backend, BackendChoice, select_backend};
 use pml_engine::generation::SamplingParams;
 use pml_engine::kv_cache::{KvBlock, KvCache};
-use pml_engine::model::tiny::random_model;
+use pml_engine::model::tiny::random_model_on;
 use pml_engine::model::{Arch, ForwardContext, ForwardOptions, LogitRows, Model, WeightFormat};
 use pml_engine::testing::max_abs_diff;
 use pml_runtime::conversation::{ChatParts, Conversation};
@@ -24,6 +28,17 @@ use pml_testkit::fetched_model;
 use tempfile::TempDir;
 
 const ARCHES: [Arch; Arch::ALL.len()] = Arch::ALL;
+
+/// Where the models of these tests run: `$PML_DEVICE` with `$PML_KERNELS`.
+fn backend() -> Backend {
+    select_backend(BackendChoice::resolve(None, None).expect("PML_DEVICE / PML_KERNELS parse"))
+        .expect("the device opens")
+}
+
+/// The tiny model of `arch` from `seed`, f32 weights, on [`backend`].
+fn tiny(arch: Arch, seed: u64) -> Model {
+    random_model_on(arch, seed, WeightFormat::F32, &backend()).expect("tiny model")
+}
 /// Restores through f32 states: only float reassociation in recomputed or projected layers.
 const TOLERANCE: f32 = 1e-4;
 /// KV stored in f16 and copied back: each value rounded once, at most 2^-11 of its magnitude,
@@ -148,7 +163,7 @@ fn every_plan_restores_the_computed_kv_in_both_families() {
         .into_iter()
         .flat_map(|arch| [(arch, DType::F32), (arch, DType::F16)])
     {
-        let model = random_model(arch, 5, WeightFormat::F32, &Device::Cpu).expect("tiny model");
+        let model = tiny(arch, 5);
         let computed = compute(&model, 6, 11);
         for plan in plans(model.config().n_layers) {
             let manifests = TempDir::new().expect("tempdir");
@@ -207,7 +222,7 @@ fn every_plan_restores_the_computed_kv_in_both_families() {
 
 #[test]
 fn the_cost_probe_measures_an_overlap_in_range_and_cleans_up() {
-    let model = random_model(Arch::Qwen2, 5, WeightFormat::F32, &Device::Cpu).expect("tiny model");
+    let model = tiny(Arch::Qwen2, 5);
     let manifests = TempDir::new().expect("tempdir");
     let tier = MemoryTier::new(1 << 30);
     let store = store_with(&model, Box::new(MemoryTier::new(1 << 30)), &manifests);
@@ -229,7 +244,7 @@ fn the_cost_probe_measures_an_overlap_in_range_and_cleans_up() {
 #[test]
 fn hidden_layers_survive_the_disk_and_a_missing_layer_is_recomputed() {
     for arch in ARCHES {
-        let model = random_model(arch, 9, WeightFormat::F32, &Device::Cpu).expect("tiny model");
+        let model = tiny(arch, 9);
         let computed = compute(&model, 4, 7);
         let n_layers = model.config().n_layers;
         let unit = SavedUnit {
@@ -274,7 +289,10 @@ fn hidden_restore_matches_on_a_real_model() {
     let Some(path) = fetched_model("gemma3-270m") else {
         return;
     };
-    let model = Model::load(&path, WeightFormat::default(), &Device::Cpu).expect("model loads");
+    let gguf = pml_engine::gguf::GgufFile::open(&path).expect("opens");
+    let config = pml_engine::model::ModelConfig::from_gguf(&gguf).expect("config");
+    let model = Model::from_source_on(config, &mut &gguf, WeightFormat::default(), &backend())
+        .expect("model loads");
     let computed = compute(&model, 5, 12);
     let manifests = TempDir::new().expect("tempdir");
     let store = store_with(&model, Box::new(MemoryTier::new(1 << 30)), &manifests);
@@ -336,7 +354,7 @@ fn a_resumed_conversation_answers_like_one_kept_in_memory() {
     };
     let template = chat_template();
     for arch in ARCHES {
-        let model = random_model(arch, 13, WeightFormat::F32, &Device::Cpu).expect("tiny model");
+        let model = tiny(arch, 13);
         let n_layers = model.config().n_layers;
         let root = TempDir::new().expect("tempdir");
         let open_store = || {
