@@ -17,3 +17,8 @@ PML_REQUIRE_MODELS=1 PML_REQUIRE_OPENAI=1 cargo test --workspace "$@"
 export PML_KERNELS=candle PML_REQUIRE_MODELS=1
 cargo test -p pml-runtime --test cached_inference_real --test restore "$@"
 cargo test -p pml-server --test real_model "$@"
+# Issue #32: the path of a CPU without AVX2 (ARM, old x86): scalar fallbacks and candle's
+# quantized kernels, on the tiny models of every family.
+export -n PML_KERNELS
+PML_NO_AVX2=1 cargo test -p pml-engine --lib --test engine_tiny "$@"
+PML_NO_AVX2=1 cargo test -p pml-engine --test backends tiny_models "$@"

@@ -16,8 +16,8 @@ const UNDERFLOW: f32 = -87.0;
 /// be at least every finite entry, so each term is at most 1.
 pub fn exp_shifted_sum(row: &mut [f32], max: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: avx2 and fma were detected at run time just above.
+    if super::cpu_features::avx2() {
+        // SAFETY: `cpu_features::avx2` is true only where avx2 and fma were detected at run time.
         return unsafe { exp_shifted_sum_avx2(row, max) };
     }
     exp_shifted_sum_scalar(row, max)

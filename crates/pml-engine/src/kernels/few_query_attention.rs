@@ -205,8 +205,8 @@ fn attend_item(
     weights: &mut Vec<f32>,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: avx2 and fma were detected at run time just above.
+    if super::cpu_features::avx2() {
+        // SAFETY: `cpu_features::avx2` is true only where avx2 and fma were detected at run time.
         return unsafe { attend_item_avx2(shape, rows, item, output, weights) };
     }
     attend_item_body(shape, rows, item, output, weights);

@@ -17,6 +17,7 @@
 //! softmax from a mask tensor), which run on any candle device — CUDA, and the CPU, where every
 //! test run checks them against the native ones.
 
+pub(crate) mod cpu_features;
 mod exp_kernel;
 mod few_query_attention;
 pub(crate) mod huge_pages;

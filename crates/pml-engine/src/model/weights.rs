@@ -12,7 +12,7 @@ use super::EngineError;
 use crate::device::{Backend, Kernels};
 use crate::gguf::GgufFile;
 use crate::kernels::quant::QuantMatrix;
-use crate::kernels::{self, dense_matmul};
+use crate::kernels::{self, cpu_features, dense_matmul};
 use crate::stored_tensor::StoredTensor;
 
 /// How weight matrices are held in memory and multiplied.
@@ -168,7 +168,9 @@ impl Quantized {
     fn new(stored: &StoredTensor<'_>, backend: &Backend) -> Result<Self, EngineError> {
         let (out_features, in_features) = stored.dims2()?;
         let device = &backend.device;
-        let native = backend.kernels == Kernels::Native && device.is_cpu();
+        // Without AVX2 (an ARM CPU, an old x86) our kernels would run their scalar loops, and
+        // candle's run its own SIMD (NEON on aarch64).
+        let native = backend.kernels == Kernels::Native && device.is_cpu() && cpu_features::avx2();
         if native && QuantMatrix::supports_layout(stored.dtype(), in_features) {
             return Ok(Quantized::Own(Arc::new(QuantMatrix::from_bytes(
                 stored.bytes(),

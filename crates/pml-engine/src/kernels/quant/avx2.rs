@@ -10,18 +10,10 @@ use std::arch::x86_64::*;
 
 use super::blocks::{ActGroup, GroupQ4_1, GroupQ5_0, GroupQ8_0};
 
-/// Whether this CPU runs the kernels below.
+/// Whether this CPU runs the kernels below: true only where avx2, fma and f16c were detected at
+/// run time (and `PML_NO_AVX2` does not turn them off).
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::kernels::cpu_features::avx2()
 }
 
 /// `Σ w·a` of one weight row with each of `RN` activation rows, or `None` when the CPU lacks
