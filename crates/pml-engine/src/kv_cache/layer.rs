@@ -113,8 +113,13 @@ impl LayerKv {
                 return Err(KvCacheError::DuplicateSlot { slot });
             }
         }
-        let keys = keys.to_dtype(self.key_buffer.dtype())?;
-        let values = values.to_dtype(self.value_buffer.dtype())?;
+        // Rows read from a store are on the host; the cache may be on a GPU.
+        let keys = keys
+            .to_device(self.key_buffer.device())?
+            .to_dtype(self.key_buffer.dtype())?;
+        let values = values
+            .to_device(self.value_buffer.device())?
+            .to_dtype(self.value_buffer.dtype())?;
         if !append_rows.is_empty() {
             let (new_keys, new_values) = if overwrite_rows.is_empty() {
                 (keys.clone(), values.clone())
