@@ -13,12 +13,11 @@ bash scripts/setup-openai-client.sh
 PML_REQUIRE_MODELS=1 PML_REQUIRE_OPENAI=1 cargo test --workspace "$@"
 # Issue #32: the device path (candle's operations, the only kernels on CUDA) through the
 # real-model tests of cached inference, hidden-state restore and chat resume, and the server's
-# real-model completions, on the CPU.
-export PML_KERNELS=candle PML_REQUIRE_MODELS=1
-cargo test -p pml-runtime --test cached_inference_real --test restore "$@"
-cargo test -p pml-server --test real_model "$@"
+# real-model completions, on the CPU. `--workspace` keeps the features of the run above, so
+# nothing is compiled again.
+PML_KERNELS=candle PML_REQUIRE_MODELS=1 cargo test --workspace --test cached_inference_real \
+    --test restore --test real_model "$@"
 # Issue #32: the path of a CPU without AVX2 (ARM, old x86): scalar fallbacks and candle's
 # quantized kernels, on the tiny models of every family.
-export -n PML_KERNELS
-PML_NO_AVX2=1 cargo test -p pml-engine --lib --test engine_tiny "$@"
-PML_NO_AVX2=1 cargo test -p pml-engine --test backends tiny_models "$@"
+PML_NO_AVX2=1 cargo test --workspace --test engine_tiny "$@"
+PML_NO_AVX2=1 cargo test --workspace --test backends tiny_models "$@"
