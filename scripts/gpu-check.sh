@@ -201,8 +201,7 @@ prepare() {
 device() {
     local repo="$PWD"
     prepare "${1:-}"
-    local model_args=("${MODEL_ARGS[@]}") name
-    name="$(cat model.name 2>/dev/null || true)"
+    local model_args=("${MODEL_ARGS[@]}")
 
     log "== GPU tests"
     for test in test-*; do
@@ -219,7 +218,7 @@ device() {
         log "== PyTorch eager (transformers) on the same GGUF and token ids"
         if ls gguf-*.whl >/dev/null 2>&1; then
             python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site gguf-*.whl &&
-                PYTHONPATH=/tmp/site python3 "$repo/scripts/torch_engine_bench.py" --model "$PML_HOME/models/$name" \
+                PYTHONPATH=/tmp/site python3 "$repo/scripts/torch_engine_bench.py" "${model_args[@]}" \
                     --sizes "${SIZES:-512,2048,4096}" --rounds 3 --decode 32 || true
         fi
         log "== bench cache: reuse vs full on the GPU"

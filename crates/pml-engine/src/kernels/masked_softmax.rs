@@ -55,23 +55,31 @@ pub(super) fn masked_softmax(
     window: Option<usize>,
 ) -> Result<Tensor, EngineError> {
     let (_, rows, n_keys) = scores.dims3()?;
-    if n_keys != key_positions.len()
-        || query_positions.is_empty()
-        || rows % query_positions.len() != 0
-    {
-        return Err(EngineError::InvalidInput(format!(
-            "masked softmax of scores {:?} for {} queries and {} keys",
-            scores.dims(),
-            query_positions.len(),
-            key_positions.len()
-        )));
-    }
+    check_shapes(rows, n_keys, query_positions, key_positions)?;
     let op = MaskedSoftmax {
         query_positions,
         key_positions,
         window,
     };
     Ok(scores.contiguous()?.apply_op1_no_bwd(&op)?)
+}
+
+/// Scores of `rows` rows of `n_keys` fit the positions: one column per key, rows a multiple
+/// of the queries. Both masked softmaxes (native and candle's) take their scores so.
+pub(super) fn check_shapes(
+    rows: usize,
+    n_keys: usize,
+    query_positions: &[u32],
+    key_positions: &[u32],
+) -> Result<(), EngineError> {
+    let n_queries = query_positions.len();
+    if n_keys != key_positions.len() || n_queries == 0 || !rows.is_multiple_of(n_queries) {
+        return Err(EngineError::InvalidInput(format!(
+            "masked softmax of {rows}×{n_keys} scores for {n_queries} queries and {} keys",
+            key_positions.len()
+        )));
+    }
+    Ok(())
 }
 
 impl CustomOp1 for MaskedSoftmax<'_> {

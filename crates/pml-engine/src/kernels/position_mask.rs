@@ -12,6 +12,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::EngineError;
+use super::masked_softmax::check_shapes;
 
 /// Added to the scores of keys a query may not see. Finite, so a row that sees nothing stays
 /// free of NaN (its uniform weights are zeroed afterwards); far below any real score, so its
@@ -107,22 +108,6 @@ fn every_query_sees_a_key(
         at_or_before > 0
             && window.is_none_or(|window| ((query - keys[at_or_before - 1]) as usize) < window)
     })
-}
-
-fn check_shapes(
-    rows: usize,
-    n_keys: usize,
-    query_positions: &[u32],
-    key_positions: &[u32],
-) -> Result<(), EngineError> {
-    let n_queries = query_positions.len();
-    if n_keys != key_positions.len() || n_queries == 0 || !rows.is_multiple_of(n_queries) {
-        return Err(EngineError::InvalidInput(format!(
-            "masked softmax of {rows}×{n_keys} scores for {n_queries} queries and {} keys",
-            key_positions.len()
-        )));
-    }
-    Ok(())
 }
 
 /// `softmax(scores)` over the keys each row's query may see, 0 for the others; a row that
