@@ -274,3 +274,82 @@ fn gemma_logits_match_llama_cpp() {
 fn smollm_logits_match_llama_cpp() {
     compare_with_llama_cpp(SMOLLM);
 }
+
+/// Logits of a prefill of `prompt` and of `steps` greedy decode steps after it, stacked.
+fn prefill_and_decode(model: &Model, prompt: &[u32], steps: usize) -> Tensor {
+    let mut kv = model.new_kv_cache().unwrap();
+    let context = ForwardContext::appending((0..prompt.len() as u32).collect(), &kv);
+    let options = ForwardOptions {
+        logits: LogitRows::All,
+        keep_layer_inputs: false,
+    };
+    let prefill = model
+        .forward_with(prompt, &context, &mut kv, &options)
+        .unwrap()
+        .logits
+        .unwrap();
+    let mut rows = vec![prefill.clone()];
+    let mut last = prefill.i(prompt.len() - 1).unwrap();
+    for step in 0..steps {
+        let next = last.argmax(0).unwrap().to_scalar::<u32>().unwrap();
+        last = model
+            .forward(&[next], &[(prompt.len() + step) as u32], &mut kv)
+            .unwrap();
+        rows.push(last.unsqueeze(0).unwrap());
+    }
+    Tensor::cat(&rows, 0).unwrap()
+}
+
+/// The f16 KV cache (`--cache-type f16`) against the default f32 one on each real model: K and
+/// V rounded once as written, over a ~35-token prefill (the matrix-product attention) and 8
+/// decode steps (the few-query kernel). Measured: max |Δlogit| 1.9% of the largest logit on
+/// Qwen2.5-0.5B, 14.7% on Gemma-3-270M (its K reach 85 with 256-wide heads, so rounding moves
+/// its sharp attention), and the f16 paths give exactly the f32 cache's logits when K and V are
+/// rounded the same way before the write (checked by hand, 2026-11-26). The deviation is
+/// printed; the bound is below what a wrong row, head or dtype gives (unrelated logits: order
+/// 100%).
+fn f16_cache_deviation(id: &str) {
+    let Some((model, tokenizer, _)) = load(id) else {
+        return;
+    };
+    let path = fetched_model(id).unwrap();
+    let backend =
+        pml_engine::device::Backend::on(&default_device()).with_kv_dtype(candle_core::DType::F16);
+    let gguf = GgufFile::open(&path).unwrap();
+    let config = ModelConfig::from_gguf(&gguf).unwrap();
+    let rounded = Model::from_source_on(config, &mut &gguf, WeightFormat::default(), &backend)
+        .expect("model loads with an f16 cache");
+    let prompt = tokenizer
+        .encode(
+            "The observatory on the ridge above Marlow was founded in 1921 by the astronomer \
+             Edith Caldwell, who ground its first mirror by hand. Who founded it?",
+            false,
+        )
+        .unwrap();
+    let ours = prefill_and_decode(&rounded, &prompt, 8);
+    let reference = prefill_and_decode(&model, &prompt, 8);
+    let diff = (&ours - &reference)
+        .and_then(|d| d.abs())
+        .and_then(|d| d.max_all())
+        .and_then(|d| d.to_scalar::<f32>())
+        .unwrap();
+    let scale = reference
+        .abs()
+        .and_then(|d| d.max_all())
+        .and_then(|d| d.to_scalar::<f32>())
+        .unwrap();
+    println!(
+        "{id}: f16 cache against f32, {} prefill + 8 decode rows: max |Δlogit| {diff:.3e} of \
+         max |logit| {scale:.1} ({:.2e})",
+        prompt.len(),
+        diff / scale
+    );
+    assert!(diff / scale < 0.3, "{id}: f16 cache {diff} off of {scale}");
+}
+
+#[test]
+fn f16_cache_stays_close_to_f32() {
+    for id in [QWEN, GEMMA, SMOLLM] {
+        f16_cache_deviation(id);
+    }
+}

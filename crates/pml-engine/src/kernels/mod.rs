@@ -25,7 +25,8 @@ mod masked_softmax;
 mod position_mask;
 pub(crate) mod quant;
 
-use candle_core::{DType, Tensor};
+use candle_core::{CpuStorage, DType, Storage, Tensor};
+use half::slice::HalfFloatSliceExt;
 
 pub use crate::device::Kernels;
 pub(crate) use crate::error::EngineError;
@@ -87,8 +88,8 @@ pub(crate) fn attend(
         .permute((1, 2, 0, 3))?
         .contiguous()?
         .reshape((n_kv_heads, group * n_queries, head_dim))?;
-    let keys = keys.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
-    let values = values.transpose(0, 1)?; // (n_kv_heads, n_keys, head_dim)
+    let keys = heads_major(keys)?; // (n_kv_heads, n_keys, head_dim)
+    let values = heads_major(values)?;
     let scores = queries.matmul(&keys.t()?)?; // (n_kv_heads, group * n_queries, n_keys)
     let weights = masked_softmax::masked_softmax(&scores, query_positions, key_positions, window)?;
     let attended = weights.matmul(&values)?; // (n_kv_heads, group * n_queries, head_dim)
@@ -97,6 +98,41 @@ pub(crate) fn attend(
         .permute((2, 0, 1, 3))?
         .contiguous()?
         .reshape((n_queries, n_heads * head_dim))?)
+}
+
+/// A layer's cached rows `(n_keys, n_kv_heads, head_dim)`, in the cache's dtype, as contiguous
+/// f32 `(n_kv_heads, n_keys, head_dim)`: the operand of the matrix products of many queries. An
+/// f16 cache on the CPU is widened by `half`'s slice conversion (F16C where the CPU has it),
+/// head by head, in the same pass as the transpose.
+pub(crate) fn heads_major(rows: &Tensor) -> Result<Tensor, EngineError> {
+    let (n_keys, n_kv_heads, head_dim) = rows.dims3()?;
+    if rows.dtype() == DType::F16 && rows.device().is_cpu() {
+        let widened = {
+            let (storage, layout) = rows.storage_and_layout();
+            match (&*storage, layout.contiguous_offsets()) {
+                (Storage::Cpu(CpuStorage::F16(all)), Some((start, end))) => {
+                    let all = &all[start..end];
+                    let mut out = vec![0f32; all.len()];
+                    for (head, out) in out.chunks_mut(n_keys * head_dim).enumerate() {
+                        for (key, out) in out.chunks_exact_mut(head_dim).enumerate() {
+                            let at = (key * n_kv_heads + head) * head_dim;
+                            all[at..at + head_dim].convert_to_f32_slice(out);
+                        }
+                    }
+                    Some(out)
+                }
+                _ => None,
+            }
+        };
+        if let Some(widened) = widened {
+            return Ok(Tensor::from_vec(
+                widened,
+                (n_kv_heads, n_keys, head_dim),
+                rows.device(),
+            )?);
+        }
+    }
+    Ok(rows.to_dtype(DType::F32)?.transpose(0, 1)?.contiguous()?)
 }
 
 /// Attention weights under the position mask (see [`masked_softmax::masked_softmax`]; the
@@ -134,4 +170,34 @@ pub(crate) fn silu(x: &Tensor) -> Result<Tensor, EngineError> {
 /// GELU (tanh approximation), elementwise.
 pub(crate) fn gelu_tanh(x: &Tensor) -> Result<Tensor, EngineError> {
     Ok(x.gelu()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::Device;
+
+    use super::*;
+
+    #[test]
+    fn heads_major_widens_and_transposes_every_dtype_alike() -> Result<(), EngineError> {
+        let rows = Tensor::arange(0f32, 5.0 * 3.0 * 8.0, &Device::Cpu)?.reshape((5, 3, 8))?;
+        let expected = rows.transpose(0, 1)?.contiguous()?.to_vec3::<f32>()?;
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let stored = rows.to_dtype(dtype)?;
+            assert_eq!(
+                heads_major(&stored)?.to_vec3::<f32>()?,
+                expected,
+                "{dtype:?}"
+            );
+            // A cache layer is a leading slice of a larger buffer.
+            let buffer = Tensor::cat(&[&stored, &stored], 0)?;
+            let slice = buffer.narrow(0, 5, 5)?;
+            assert_eq!(
+                heads_major(&slice)?.to_vec3::<f32>()?,
+                expected,
+                "{dtype:?} slice"
+            );
+        }
+        Ok(())
+    }
 }

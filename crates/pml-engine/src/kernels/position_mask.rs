@@ -145,6 +145,9 @@ pub(super) fn attend_by_ops(
     let (n_queries, n_heads, head_dim) = queries.dims3()?;
     let (n_keys, n_kv_heads, _) = keys.dims3()?;
     check_shapes(n_queries, n_keys, query_positions, key_positions)?;
+    // The cache holds K and V in its own dtype (f16); the products run in the queries'.
+    let keys = &keys.to_dtype(queries.dtype())?;
+    let values = &values.to_dtype(queries.dtype())?;
     let group = n_heads / n_kv_heads;
     let mask = PositionMask::new(query_positions, key_positions, window, queries.device())?;
     // (n_kv_heads, group, n_queries, head_dim)

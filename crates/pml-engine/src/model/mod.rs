@@ -26,6 +26,7 @@ pub mod tiny;
 pub mod transformer;
 pub mod weights;
 
+pub use crate::device::KV_CACHE_DTYPE;
 pub use batch::DecodeSlot;
 pub use config::{Activation, Arch, LayerAttention, ModelConfig};
 pub use context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};

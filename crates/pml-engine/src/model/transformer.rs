@@ -416,7 +416,7 @@ impl Attention {
         let group = self.n_heads / self.n_kv_heads;
         let budget = attention_score_budget(queries.device());
         let chunk = (budget / (self.n_heads * n_keys).max(1)).max(1);
-        let keys = keys.transpose(0, 1)?.contiguous()?; // (n_kv_heads, n_keys, head_dim)
+        let keys = crate::kernels::heads_major(keys)?; // (n_kv_heads, n_keys, head_dim)
         for start in (0..n_queries).step_by(chunk) {
             let len = chunk.min(n_queries - start);
             let grouped = queries
@@ -582,6 +582,7 @@ pub struct Model {
     format: WeightFormat,
     device: Device,
     kernels: Kernels,
+    kv_dtype: DType,
     token_embd: Linear,
     pub(crate) blocks: Vec<Block>,
     output_norm: RmsNorm,
@@ -626,6 +627,12 @@ impl Model {
             config.rope_frequency_factors = Some(factors);
         }
         config.validate()?;
+        if !matches!(backend.kv_dtype, DType::F16 | DType::BF16 | DType::F32) {
+            return Err(EngineError::InvalidConfig(format!(
+                "a KV cache of {:?}: the cache holds f16, bf16 or f32",
+                backend.kv_dtype
+            )));
+        }
         if let Some(name) = LONG_ROPE_FACTORS.iter().find(|name| source.contains(name)) {
             // Phi-3.5's LongRoPE picks one of two factor sets by context length and rescales
             // the rotation's magnitude: not implemented, so refused rather than run wrong.
@@ -701,6 +708,7 @@ impl Model {
             format,
             device: device.clone(),
             kernels: backend.kernels,
+            kv_dtype: backend.kv_dtype,
             token_embd,
             blocks,
             output_norm,
@@ -731,7 +739,7 @@ impl Model {
             n_layers: self.config.n_layers,
             n_kv_heads: self.config.n_kv_heads,
             head_dim: self.config.head_dim,
-            dtype: ACTIVATION_DTYPE,
+            dtype: self.kv_dtype,
         }
     }
 

@@ -34,7 +34,7 @@
 
 use std::time::Instant;
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use crate::encode::UnitEncoder;
 use crate::encode::chunked::MAX_CHUNK_TOKENS;
@@ -430,7 +430,9 @@ fn kv_of(kv: &KvCache, layer_idx: usize, on: Deviation) -> Result<Tensor, Infere
 /// `||a_i − b_i||²` for every row `i` of `(n, heads, dim)` tensors (`b` may have more rows).
 fn squared_distance(a: &Tensor, b: &Tensor) -> Result<Vec<f32>, InferenceError> {
     let n = a.dim(0)?;
-    let b = b.narrow(0, 0, n)?;
+    // In f32: the cache's rows may be f16.
+    let a = a.to_dtype(DType::F32)?;
+    let b = b.narrow(0, 0, n)?.to_dtype(DType::F32)?;
     let distance = (a - b)?.sqr()?.flatten_from(1)?.sum(1)?;
     Ok(distance.to_vec1::<f32>()?)
 }

@@ -186,7 +186,8 @@ impl<'a> Binding<'a> {
 pub use pml_engine::testing::max_abs_diff;
 
 pub fn max_abs(a: &Tensor) -> f32 {
-    a.abs()
+    a.to_dtype(candle_core::DType::F32)
+        .and_then(|a| a.abs())
         .and_then(|d| d.flatten_all())
         .and_then(|d| d.max(0))
         .and_then(|d| d.to_scalar::<f32>())

@@ -48,10 +48,10 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let choice = resolve_model(args.model.as_deref())?;
     let path = model_file(&choice)?;
     let id = choice.id();
-    let backend = select_backend(BackendChoice::resolve(
-        args.backend.device,
-        args.backend.kernels,
-    )?)?;
+    let backend = select_backend(
+        BackendChoice::resolve(args.backend.device, args.backend.kernels)?
+            .with_kv_dtype(args.backend.cache_type.dtype()),
+    )?;
     let gguf = GgufFile::open(&path)?;
     let (model, tokenizer) = load_model_and_tokenizer(&gguf, WeightFormat::default(), &backend)
         .with_context(|| format!("loading {id} from {}", path.display()))?;

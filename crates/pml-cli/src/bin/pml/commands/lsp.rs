@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use pml_engine::gguf::GgufFile;
 use pml_engine::kv_cache::KvLayout;
-use pml_engine::model::{ACTIVATION_DTYPE, ModelConfig};
+use pml_engine::model::{KV_CACHE_DTYPE, ModelConfig};
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_lsp::{DEFAULT_DEBOUNCE, LayoutModel, ModelAvailability, ServerOptions, serve};
 use pml_models::{Fetcher, ModelState, PmlHome};
@@ -100,7 +100,7 @@ fn layout_model(id: &str, path: &std::path::Path) -> anyhow::Result<LayoutModel>
         n_layers: config.n_layers,
         n_kv_heads: config.n_kv_heads,
         head_dim: config.head_dim,
-        dtype: ACTIVATION_DTYPE,
+        dtype: KV_CACHE_DTYPE,
     };
     let compiled = StoreConfig::from_env().ok().map(|store| {
         let spec = StateSpec::new(gguf.fingerprint(), layout).with_state_dtype(store.state_dtype);

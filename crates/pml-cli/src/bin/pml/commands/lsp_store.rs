@@ -93,7 +93,7 @@ mod tests {
     use super::*;
     use pml_compiler::plan::{EncodeMode, UnitId, UnitKind};
     use pml_engine::kv_cache::KvLayout;
-    use pml_engine::model::ACTIVATION_DTYPE;
+    use pml_engine::model::KV_CACHE_DTYPE;
     use pml_runtime::store::{DiskTier, Manifest, ManifestUnit, StoreKey};
 
     fn unit(n_tokens: usize) -> LayoutUnit {
@@ -121,7 +121,7 @@ mod tests {
                 n_layers: 2,
                 n_kv_heads: 1,
                 head_dim: 4,
-                dtype: ACTIVATION_DTYPE,
+                dtype: KV_CACHE_DTYPE,
             },
         );
         let config = StoreConfig::local(root.path(), 1 << 20);

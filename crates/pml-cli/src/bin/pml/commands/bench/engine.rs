@@ -239,6 +239,9 @@ fn measure_pml_in_child(
     if let Some(kernels) = backend.kernels {
         command.arg("--kernels").arg(kernels.name());
     }
+    if let Some(cache_type) = clap::ValueEnum::to_possible_value(&args.backend.cache_type) {
+        command.arg("--cache-type").arg(cache_type.get_name());
+    }
     run_measurement(command, "pml")
 }
 
