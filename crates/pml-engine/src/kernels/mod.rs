@@ -100,10 +100,11 @@ pub(crate) fn attend(
         .reshape((n_queries, n_heads * head_dim))?)
 }
 
-/// A layer's cached rows `(n_keys, n_kv_heads, head_dim)`, in the cache's dtype, as contiguous
-/// f32 `(n_kv_heads, n_keys, head_dim)`: the operand of the matrix products of many queries. An
-/// f16 cache on the CPU is widened by `half`'s slice conversion (F16C where the CPU has it),
-/// head by head, in the same pass as the transpose.
+/// A layer's cached rows `(n_keys, n_kv_heads, head_dim)`, in the cache's dtype, as f32
+/// `(n_kv_heads, n_keys, head_dim)`: the operand of the matrix products of many queries. f32
+/// rows are only viewed transposed (the gemm takes the strides; a copy of a long layer per call
+/// cost a cached prompt ~20 ms); an f16 cache on the CPU is widened by `half`'s slice
+/// conversion (F16C where the CPU has it), head by head, in the same pass as the transpose.
 pub(crate) fn heads_major(rows: &Tensor) -> Result<Tensor, EngineError> {
     let (n_keys, n_kv_heads, head_dim) = rows.dims3()?;
     if rows.dtype() == DType::F16 && rows.device().is_cpu() {
@@ -132,7 +133,7 @@ pub(crate) fn heads_major(rows: &Tensor) -> Result<Tensor, EngineError> {
             )?);
         }
     }
-    Ok(rows.to_dtype(DType::F32)?.transpose(0, 1)?.contiguous()?)
+    Ok(rows.to_dtype(DType::F32)?.transpose(0, 1)?)
 }
 
 /// Attention weights under the position mask (see [`masked_softmax::masked_softmax`]; the

@@ -416,7 +416,8 @@ impl Attention {
         let group = self.n_heads / self.n_kv_heads;
         let budget = attention_score_budget(queries.device());
         let chunk = (budget / (self.n_heads * n_keys).max(1)).max(1);
-        let keys = crate::kernels::heads_major(keys)?; // (n_kv_heads, n_keys, head_dim)
+        // (n_kv_heads, n_keys, head_dim)
+        let keys = crate::kernels::heads_major(keys)?.contiguous()?;
         for start in (0..n_queries).step_by(chunk) {
             let len = chunk.min(n_queries - start);
             let grouped = queries

@@ -24,6 +24,7 @@ use super::cases::{Case, DEFAULT_DOCUMENT, DEFAULT_QUESTION, document_cases, exa
 use super::peer::{Peer, PeerOptions};
 use super::report::print_report;
 use super::report::{BenchReport, CaseResult, CompileResult, Spread};
+use pml_engine::device::{DeviceChoice, Kernels};
 
 #[derive(Args, Debug)]
 pub struct CacheArgs {
@@ -87,7 +88,17 @@ pub fn run(args: CacheArgs) -> Result<(), Failure> {
         None => DEFAULT_DOCUMENT.to_owned(),
     };
     if let Some(Peer::LlamaCpp) = args.peer {
+        // llama.cpp runs on the CPU here, so PML does too: another device is refused, not
+        // ignored.
+        let choice = args.backend.choice()?;
+        if choice.device != DeviceChoice::Cpu || choice.kernels == Some(Kernels::Candle) {
+            return Err(Failure::usage(
+                "`--peer llama-cpp` compares the CPU engines: leave out `--device` and \
+                 `--kernels` (or $PML_DEVICE / $PML_KERNELS)",
+            ));
+        }
         return super::peer::run(&PeerOptions {
+            cache_type: args.backend.cache_type,
             model: args.model.as_deref(),
             rounds: usize::from(args.runs),
             sizes: &args.sizes,

@@ -23,7 +23,7 @@ use pml_cli::compile_command::compile_schema;
 use pml_cli::failure::Failure;
 use pml_cli::model_fetch::{model_file, resolve_model};
 use pml_cli::pipeline::{
-    BackendArgs, EncodeArg, RuntimeArgs, WeightsArg, bind, lay_out, open_runtime,
+    BackendArgs, CacheType, EncodeArg, RuntimeArgs, WeightsArg, bind, lay_out, open_runtime,
 };
 use pml_runtime::inference::SplicePlan;
 use serde::{Deserialize, Serialize};
@@ -52,6 +52,8 @@ pub enum Peer {
 
 /// What the comparison takes from `pml bench cache`'s arguments.
 pub struct PeerOptions<'a> {
+    /// The KV cache's dtype in PML (`--cache-type`; llama.cpp keeps its default, f16).
+    pub cache_type: CacheType,
     pub model: Option<&'a str>,
     pub rounds: usize,
     pub sizes: &'a [usize],
@@ -233,7 +235,13 @@ pub fn run(options: &PeerOptions<'_>) -> Result<(), Failure> {
             if !pml_first {
                 llama_round = Some(llama.round()?);
             }
-            let pml = run_pml(&exe, prepared, &choice.argument(), &weights, &store)?;
+            let pml = run_pml(
+                &exe,
+                prepared,
+                &choice.argument(),
+                (&weights, options.cache_type),
+                &store,
+            )?;
             if pml_first {
                 llama_round = Some(llama.round()?);
             }
@@ -286,8 +294,11 @@ fn prepare_cases(
         store: Some(store.to_owned()),
         encode: EncodeArg::Scaffolded,
         weights: options.weights,
-        // llama.cpp runs on the CPU here, so PML does too.
-        backend: BackendArgs::default(),
+        // llama.cpp runs on the CPU here, so PML does too (the caller refused another device).
+        backend: BackendArgs {
+            cache_type: options.cache_type,
+            ..BackendArgs::default()
+        },
     })?;
     let runtime = &opened.runtime;
     let cases = document_cases(
@@ -333,9 +344,12 @@ fn run_pml(
     exe: &Path,
     prepared: &PreparedCase,
     model: &str,
-    weights: &str,
+    (weights, cache_type): (&str, CacheType),
     store: &str,
 ) -> Result<PmlRound, Failure> {
+    let cache_type = clap::ValueEnum::to_possible_value(&cache_type)
+        .map(|value| value.get_name().to_owned())
+        .context("naming the cache type")?;
     let mut command = Command::new(exe);
     command
         .arg("run")
@@ -343,6 +357,7 @@ fn run_pml(
         .arg("--schema")
         .arg(&prepared.schema_file)
         .args(["--mode", "reuse", "--model", model, "--weights", weights])
+        .args(["--cache-type", &cache_type])
         .args(["--store", store, "--max-tokens", "1", "--temperature", "0"])
         .args(["--repeat-penalty", "1", "--color", "never", "--json"]);
     let started = Instant::now();
