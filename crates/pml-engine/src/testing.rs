@@ -46,6 +46,40 @@ pub fn last_position_logits(model: &Model, ids: &[u32]) -> Vec<f32> {
     logits.to_vec1::<f32>().expect("logits")
 }
 
+/// Logits of every row of a prefill of `tokens` on a fresh cache, then of one decode step per
+/// token of `chosen` (fed whatever the model's own logits say, so two models compared see the
+/// same input), stacked on the host.
+///
+/// # Panics
+/// When a forward pass fails.
+pub fn prefill_then_decode(model: &Model, tokens: &[u32], chosen: &[u32]) -> Tensor {
+    let mut kv = model.new_kv_cache().expect("cache");
+    let context = ForwardContext::appending((0..tokens.len() as u32).collect(), &kv);
+    let options = ForwardOptions {
+        logits: LogitRows::All,
+        keep_layer_inputs: false,
+    };
+    let mut rows = vec![
+        model
+            .forward_with(tokens, &context, &mut kv, &options)
+            .expect("prefill")
+            .logits
+            .expect("logits")
+            .to_device(&candle_core::Device::Cpu)
+            .expect("to host"),
+    ];
+    for (step, &token) in chosen.iter().enumerate() {
+        let position = (tokens.len() + step) as u32;
+        let logits = model
+            .forward(&[token], &[position], &mut kv)
+            .expect("decode step")
+            .to_device(&candle_core::Device::Cpu)
+            .expect("to host");
+        rows.push(logits.reshape((1, ())).expect("one row"));
+    }
+    Tensor::cat(&rows, 0).expect("rows stack")
+}
+
 /// Index of the largest of `values` (the greedy token of a row of logits).
 ///
 /// # Panics

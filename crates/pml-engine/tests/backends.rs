@@ -11,10 +11,8 @@ use pml_engine::Tokenizer;
 use pml_engine::device::{Backend, BackendChoice, Kernels, select_backend};
 use pml_engine::gguf::GgufFile;
 use pml_engine::model::tiny::random_model_on;
-use pml_engine::model::{
-    Arch, ForwardContext, ForwardOptions, LogitRows, Model, ModelConfig, WeightFormat,
-};
-use pml_engine::testing::{argmax, last_position_logits, max_abs_diff};
+use pml_engine::model::{Arch, Model, ModelConfig, WeightFormat};
+use pml_engine::testing::{argmax, last_position_logits, max_abs_diff, prefill_then_decode};
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_testkit::fetched_model;
 
@@ -44,36 +42,6 @@ fn backend_under_test() -> Backend {
 
 fn native() -> Backend {
     Backend::on(&candle_core::Device::Cpu)
-}
-
-/// Logits of every row of a prefill of `tokens`, then of `steps` greedy decode steps (the
-/// tokens chosen from `reference`'s logits so both models see the same input), stacked.
-fn prefill_then_decode(model: &Model, tokens: &[u32], chosen: &[u32]) -> Tensor {
-    let mut kv = model.new_kv_cache().expect("cache");
-    let context = ForwardContext::appending((0..tokens.len() as u32).collect(), &kv);
-    let options = ForwardOptions {
-        logits: LogitRows::All,
-        keep_layer_inputs: false,
-    };
-    let mut rows = vec![
-        model
-            .forward_with(tokens, &context, &mut kv, &options)
-            .expect("prefill")
-            .logits
-            .expect("logits")
-            .to_device(&candle_core::Device::Cpu)
-            .expect("to host"),
-    ];
-    for (step, &token) in chosen.iter().enumerate() {
-        let position = (tokens.len() + step) as u32;
-        let logits = model
-            .forward(&[token], &[position], &mut kv)
-            .expect("decode step")
-            .to_device(&candle_core::Device::Cpu)
-            .expect("to host");
-        rows.push(logits.reshape((1, ())).expect("one row"));
-    }
-    Tensor::cat(&rows, 0).expect("rows stack")
 }
 
 fn largest_magnitude(logits: &Tensor) -> f32 {

@@ -11,6 +11,7 @@ use pml_engine::gguf::GgufFile;
 use pml_engine::model::{
     Arch, ForwardContext, ForwardOptions, LogitRows, Model, ModelConfig, WeightFormat,
 };
+use pml_engine::testing::prefill_then_decode;
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_testkit::fetched_model;
 use serde::Deserialize;
@@ -275,47 +276,20 @@ fn smollm_logits_match_llama_cpp() {
     compare_with_llama_cpp(SMOLLM);
 }
 
-/// Logits of a prefill of `prompt` and of `steps` greedy decode steps after it, stacked.
-fn prefill_and_decode(model: &Model, prompt: &[u32], steps: usize) -> Tensor {
-    let mut kv = model.new_kv_cache().unwrap();
-    let context = ForwardContext::appending((0..prompt.len() as u32).collect(), &kv);
-    let options = ForwardOptions {
-        logits: LogitRows::All,
-        keep_layer_inputs: false,
-    };
-    let prefill = model
-        .forward_with(prompt, &context, &mut kv, &options)
-        .unwrap()
-        .logits
-        .unwrap();
-    let mut rows = vec![prefill.clone()];
-    let mut last = prefill.i(prompt.len() - 1).unwrap();
-    for step in 0..steps {
-        let next = last.argmax(0).unwrap().to_scalar::<u32>().unwrap();
-        last = model
-            .forward(&[next], &[(prompt.len() + step) as u32], &mut kv)
-            .unwrap();
-        rows.push(last.unsqueeze(0).unwrap());
-    }
-    Tensor::cat(&rows, 0).unwrap()
-}
-
 /// The f16 KV cache (`--cache-type f16`) against the default f32 one on each real model: K and
 /// V rounded once as written, over a ~35-token prefill (the matrix-product attention) and 8
-/// decode steps (the few-query kernel). Measured: max |Δlogit| 1.9% of the largest logit on
+/// decode steps (the few-query kernel) fed the f32 cache's greedy tokens. Measured: max |Δlogit| 1.9% of the largest logit on
 /// Qwen2.5-0.5B, 14.7% on Gemma-3-270M (its K reach 85 with 256-wide heads, so rounding moves
 /// its sharp attention), and the f16 paths give exactly the f32 cache's logits when K and V are
 /// rounded the same way before the write (checked by hand, 2026-11-26). The deviation is
 /// printed; the bound is below what a wrong row, head or dtype gives (unrelated logits: order
 /// 100%).
 fn f16_cache_deviation(id: &str) {
-    let Some((model, tokenizer, _)) = load(id) else {
+    let Some((model, tokenizer, gguf)) = load(id) else {
         return;
     };
-    let path = fetched_model(id).unwrap();
     let backend =
         pml_engine::device::Backend::on(&default_device()).with_kv_dtype(candle_core::DType::F16);
-    let gguf = GgufFile::open(&path).unwrap();
     let config = ModelConfig::from_gguf(&gguf).unwrap();
     let rounded = Model::from_source_on(config, &mut &gguf, WeightFormat::default(), &backend)
         .expect("model loads with an f16 cache");
@@ -326,13 +300,10 @@ fn f16_cache_deviation(id: &str) {
             false,
         )
         .unwrap();
-    let ours = prefill_and_decode(&rounded, &prompt, 8);
-    let reference = prefill_and_decode(&model, &prompt, 8);
-    let diff = (&ours - &reference)
-        .and_then(|d| d.abs())
-        .and_then(|d| d.max_all())
-        .and_then(|d| d.to_scalar::<f32>())
-        .unwrap();
+    let chosen = greedy(&model, &prompt, 8);
+    let ours = prefill_then_decode(&rounded, &prompt, &chosen);
+    let reference = prefill_then_decode(&model, &prompt, &chosen);
+    let diff = pml_engine::testing::max_abs_diff(&ours, &reference);
     let scale = reference
         .abs()
         .and_then(|d| d.max_all())

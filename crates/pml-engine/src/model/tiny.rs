@@ -229,7 +229,7 @@ pub fn random_model(
     format: WeightFormat,
     device: &Device,
 ) -> Result<Model, EngineError> {
-    random_model_on(arch, seed, format, &Backend::on(device))
+    random_model_with(tiny_config(arch), seed, format, device)
 }
 
 /// [`random_model`] for any backend: the weights are drawn on the CPU, so every device and

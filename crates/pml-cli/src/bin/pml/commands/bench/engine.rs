@@ -217,9 +217,7 @@ fn measure_pml_in_child(
     tokens_file: &Path,
 ) -> Result<Measurement, Failure> {
     let exe = std::env::current_exe().context("locating the pml binary")?;
-    let weights = clap::ValueEnum::to_possible_value(&args.weights)
-        .map(|value| value.get_name().to_owned())
-        .context("naming the weight format")?;
+    let weights = super::flag_value(&args.weights, "the weight format")?;
     let mut command = Command::new(exe);
     command
         .args([
@@ -239,9 +237,10 @@ fn measure_pml_in_child(
     if let Some(kernels) = backend.kernels {
         command.arg("--kernels").arg(kernels.name());
     }
-    if let Some(cache_type) = clap::ValueEnum::to_possible_value(&args.backend.cache_type) {
-        command.arg("--cache-type").arg(cache_type.get_name());
-    }
+    command.arg("--cache-type").arg(super::flag_value(
+        &args.backend.cache_type,
+        "the cache type",
+    )?);
     run_measurement(command, "pml")
 }
 

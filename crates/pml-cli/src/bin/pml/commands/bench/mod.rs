@@ -52,3 +52,11 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         BenchCommand::Pipeline(args) => pipeline::run(args),
     }
 }
+
+/// The command-line spelling of a flag's value (`--weights`, `--cache-type`), for the `pml`
+/// processes a benchmark starts; `what` names the flag in the error.
+fn flag_value<T: clap::ValueEnum>(value: &T, what: &str) -> Result<String, Failure> {
+    clap::ValueEnum::to_possible_value(value)
+        .map(|value| value.get_name().to_owned())
+        .ok_or_else(|| Failure::Failed(anyhow::anyhow!("naming {what}")))
+}

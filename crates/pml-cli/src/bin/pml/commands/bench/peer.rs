@@ -202,9 +202,8 @@ pub fn run(options: &PeerOptions<'_>) -> Result<(), Failure> {
     let prepared = prepare_cases(options, &store, work.path())?;
 
     let exe = std::env::current_exe().context("locating the pml binary")?;
-    let weights = clap::ValueEnum::to_possible_value(&options.weights)
-        .map(|value| value.get_name().to_owned())
-        .context("naming the weight format")?;
+    let weights = super::flag_value(&options.weights, "the weight format")?;
+    let cache_type = super::flag_value(&options.cache_type, "the cache type")?;
     let threads = default_threads();
     let mut sizes = Vec::with_capacity(prepared.len());
     for prepared in &prepared {
@@ -239,7 +238,7 @@ pub fn run(options: &PeerOptions<'_>) -> Result<(), Failure> {
                 &exe,
                 prepared,
                 &choice.argument(),
-                (&weights, options.cache_type),
+                (&weights, &cache_type),
                 &store,
             )?;
             if pml_first {
@@ -344,12 +343,9 @@ fn run_pml(
     exe: &Path,
     prepared: &PreparedCase,
     model: &str,
-    (weights, cache_type): (&str, CacheType),
+    (weights, cache_type): (&str, &str),
     store: &str,
 ) -> Result<PmlRound, Failure> {
-    let cache_type = clap::ValueEnum::to_possible_value(&cache_type)
-        .map(|value| value.get_name().to_owned())
-        .context("naming the cache type")?;
     let mut command = Command::new(exe);
     command
         .arg("run")
@@ -357,7 +353,7 @@ fn run_pml(
         .arg("--schema")
         .arg(&prepared.schema_file)
         .args(["--mode", "reuse", "--model", model, "--weights", weights])
-        .args(["--cache-type", &cache_type])
+        .args(["--cache-type", cache_type])
         .args(["--store", store, "--max-tokens", "1", "--temperature", "0"])
         .args(["--repeat-penalty", "1", "--color", "never", "--json"]);
     let started = Instant::now();
