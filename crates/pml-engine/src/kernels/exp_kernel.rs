@@ -56,7 +56,7 @@ fn exp_shifted_sum_avx2(row: &mut [f32], max: f32) -> f32 {
 /// `e^x` of eight values `x <= 0` (NaN-free; `-inf` and anything below [`UNDERFLOW`] give 0).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn exp8(x: __m256) -> __m256 {
+pub(super) fn exp8(x: __m256) -> __m256 {
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
     let underflow = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(UNDERFLOW));

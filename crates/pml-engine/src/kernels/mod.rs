@@ -6,7 +6,7 @@
 //!   (dense matrices), chosen per matrix by `model::weights::Linear`;
 //! - attention of some queries over a layer's KV slots by per-token positions: [`attend`] (and
 //!   [`masked_softmax`], the attention weights alone, for attention mass);
-//! - norms, RoPE and activations: [`rms_norm`], [`rope`], [`silu`], [`gelu_tanh`].
+//! - norms, RoPE and the MLP's activation: [`rms_norm`], [`rope`], [`gated_activation`].
 //!
 //! KV gather and scatter (`kv_cache::KvCache::write`, `layer`, `from_blocks`) stay with the cache,
 //! which owns the storage.
@@ -17,19 +17,26 @@
 //! softmax from a mask tensor), which run on any candle device — CUDA, and the CPU, where every
 //! test run checks them against the native ones.
 
+mod activation;
+#[cfg(test)]
+mod attention_reference;
 pub(crate) mod cpu_features;
 mod exp_kernel;
 mod few_query_attention;
 pub(crate) mod huge_pages;
+mod kv_rows;
 mod masked_softmax;
+mod partial_softmax;
 mod position_mask;
 pub(crate) mod quant;
+mod tiled_attention;
 
 use candle_core::{CpuStorage, DType, Storage, Tensor};
 use half::slice::HalfFloatSliceExt;
 
 pub use crate::device::Kernels;
 pub(crate) use crate::error::EngineError;
+use crate::model::config::Activation;
 
 /// Most queries attended in plain loops ([`few_query_attention::attend_few`]) instead of matmuls.
 const FEW_QUERIES: usize = 8;
@@ -80,6 +87,17 @@ pub(crate) fn attend(
         if let Some(attended) = few {
             return Ok(attended);
         }
+    }
+    let tiled = tiled_attention::attend_tiled(
+        queries,
+        query_positions,
+        keys,
+        values,
+        key_positions,
+        window,
+    )?;
+    if let Some(attended) = tiled {
+        return Ok(attended);
     }
     let group = n_heads / n_kv_heads;
     // (n_kv_heads, group * n_queries, head_dim)
@@ -163,14 +181,24 @@ pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor, Eng
     Ok(candle_nn::rotary_emb::rope_thd(x, cos, sin)?)
 }
 
-/// SiLU, elementwise.
-pub(crate) fn silu(x: &Tensor) -> Result<Tensor, EngineError> {
-    Ok(candle_nn::ops::silu(x)?)
-}
-
-/// GELU (tanh approximation), elementwise.
-pub(crate) fn gelu_tanh(x: &Tensor) -> Result<Tensor, EngineError> {
-    Ok(x.gelu()?)
+/// The gated MLP's `act(gate) · up`: natively in one pass ([`activation::gated`]), else by
+/// candle's ops.
+pub(crate) fn gated_activation(
+    gate: &Tensor,
+    up: &Tensor,
+    activation: Activation,
+    kernels: Kernels,
+) -> Result<Tensor, EngineError> {
+    if kernels == Kernels::Native
+        && let Some(out) = activation::gated(gate, up, activation)?
+    {
+        return Ok(out);
+    }
+    let activated = match activation {
+        Activation::Silu => candle_nn::ops::silu(gate)?,
+        Activation::GeluTanh => gate.gelu()?,
+    };
+    Ok((activated * up)?)
 }
 
 #[cfg(test)]

@@ -154,6 +154,7 @@ pub(crate) struct Mlp {
     ffn_up: Linear,
     ffn_down: Linear,
     activation: Activation,
+    kernels: Kernels,
 }
 
 impl Mlp {
@@ -173,6 +174,7 @@ impl Mlp {
             ffn_up: linear("ffn_up")?,
             ffn_down: linear("ffn_down")?,
             activation,
+            kernels: backend.kernels,
         })
     }
 
@@ -197,12 +199,9 @@ impl Mlp {
 
     fn forward_rows(&self, x: &Tensor) -> Result<Tensor, EngineError> {
         let gate = self.ffn_gate.forward(x)?; // (n_tokens, ffn_dim)
-        let gate = match self.activation {
-            Activation::Silu => kernels::silu(&gate)?,
-            Activation::GeluTanh => kernels::gelu_tanh(&gate)?,
-        };
         let up = self.ffn_up.forward(x)?;
-        self.ffn_down.forward(&(gate * up)?)
+        let gated = kernels::gated_activation(&gate, &up, self.activation, self.kernels)?;
+        self.ffn_down.forward(&gated)
     }
 }
 

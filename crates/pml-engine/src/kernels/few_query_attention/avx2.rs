@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use super::ItemShape;
-use super::rows::KvRows;
+use super::KvRows;
 
 /// Whether [`attend_item`] takes these rows.
 pub(super) fn handles(shape: &ItemShape, keys: KvRows, values: KvRows) -> bool {

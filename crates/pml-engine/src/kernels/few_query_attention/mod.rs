@@ -21,8 +21,9 @@ use candle_core::{DType, Tensor};
 
 use super::EngineError;
 use super::exp_kernel::exp_shifted_sum;
+use super::kv_rows::KvRows;
 use super::masked_softmax::Visibility;
-use rows::KvRows;
+use super::partial_softmax::{HEADER, merge_parts};
 
 /// Items per pool thread the keys are cut into, so a thread that finishes early takes more.
 const ITEMS_PER_THREAD: usize = 8;
@@ -45,7 +46,7 @@ struct ItemShape {
 
 impl ItemShape {
     fn item_stride(&self) -> usize {
-        self.head_dim + 2
+        self.head_dim + HEADER
     }
 
     /// Key `key`'s slice of this item's KV head (bounds-checked).
@@ -151,7 +152,7 @@ fn attend_cut(
         })
         .collect();
     let items = plan_items(&visible, n_kv_heads, cut.keys_per_item);
-    let stride = group * (head_dim + 2);
+    let stride = group * (head_dim + HEADER);
     let mut partials = vec![0f32; items.len() * stride];
     let done = KvRows::with(&queries, |q| {
         KvRows::with(keys, |k| {
@@ -254,7 +255,7 @@ fn merge(
     (n_queries, n_heads, head_dim): (usize, usize, usize),
     group: usize,
 ) -> Vec<f32> {
-    let stride = head_dim + 2;
+    let stride = head_dim + HEADER;
     let mut out = vec![0f32; n_queries * n_heads * head_dim];
     let mut first = 0;
     while first < items.len() {
@@ -269,21 +270,7 @@ fn merge(
         for h in 0..group {
             let head = kv_head * group + h;
             let target = &mut out[(row * n_heads + head) * head_dim..][..head_dim];
-            let parts = runs.iter().map(|run| &run[h * stride..][..stride]);
-            let max = parts
-                .clone()
-                .map(|part| part[0])
-                .fold(f32::NEG_INFINITY, f32::max);
-            let mut denominator = 0f32;
-            for part in parts {
-                let scale = (part[0] - max).exp();
-                denominator += scale * part[1];
-                for (t, o) in target.iter_mut().zip(&part[2..]) {
-                    *t += scale * o;
-                }
-            }
-            let inverse = denominator.recip();
-            target.iter_mut().for_each(|t| *t *= inverse);
+            merge_parts(runs.iter().map(|run| &run[h * stride..][..stride]), target);
         }
         first += count;
     }

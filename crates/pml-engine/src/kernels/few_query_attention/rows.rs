@@ -1,71 +1,8 @@
-//! The cached K or V rows one call reads, in the cache's own dtype, and the portable item
-//! kernel over them (the fallback of the AVX2 one, and its reference in the tests).
-
-use candle_core::{CpuStorage, Storage, Tensor};
-use half::{bf16, f16};
+//! The portable item kernel (the fallback of the AVX2 one, and its reference in the tests).
 
 use super::ItemShape;
-
-/// A contiguous CPU tensor's elements, `(n_keys, n_kv_heads, head_dim)` row-major.
-#[derive(Clone, Copy)]
-pub(super) enum KvRows<'a> {
-    F32(&'a [f32]),
-    F16(&'a [f16]),
-    Bf16(&'a [bf16]),
-}
-
-impl KvRows<'_> {
-    /// Calls `f` with `tensor`'s elements, or gives `None` where it is not a contiguous CPU
-    /// tensor of f32, f16 or bf16.
-    pub(super) fn with<R>(tensor: &Tensor, f: impl FnOnce(KvRows) -> R) -> Option<R> {
-        let (storage, layout) = tensor.storage_and_layout();
-        let (start, end) = layout.contiguous_offsets()?;
-        let Storage::Cpu(cpu) = &*storage else {
-            return None;
-        };
-        let rows = match cpu {
-            CpuStorage::F32(all) => KvRows::F32(all.get(start..end)?),
-            CpuStorage::F16(all) => KvRows::F16(all.get(start..end)?),
-            CpuStorage::BF16(all) => KvRows::Bf16(all.get(start..end)?),
-            _ => return None,
-        };
-        Some(f(rows))
-    }
-
-    pub(super) fn len(self) -> usize {
-        match self {
-            KvRows::F32(all) => all.len(),
-            KvRows::F16(all) => all.len(),
-            KvRows::Bf16(all) => all.len(),
-        }
-    }
-}
-
-/// An element of the cache, read as f32.
-trait Element: Copy {
-    fn f32(self) -> f32;
-}
-
-impl Element for f32 {
-    #[inline(always)]
-    fn f32(self) -> f32 {
-        self
-    }
-}
-
-impl Element for f16 {
-    #[inline(always)]
-    fn f32(self) -> f32 {
-        self.to_f32()
-    }
-}
-
-impl Element for bf16 {
-    #[inline(always)]
-    fn f32(self) -> f32 {
-        self.to_f32()
-    }
-}
+use super::KvRows;
+use crate::kernels::kv_rows::Element;
 
 /// One item in plain loops: see [`super::ItemShape`] for what `out` receives.
 pub(super) fn attend_item_portable(

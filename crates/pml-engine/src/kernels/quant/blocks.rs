@@ -229,6 +229,32 @@ fn int_dot(a: &[i8; BLOCK], b: &[i8; BLOCK]) -> f32 {
         .sum::<i32>() as f32
 }
 
+/// Quantizes `block` into `out` (the same length) scaled so its largest magnitude maps to 127,
+/// rounding to nearest even as GGML's AVX2 `quantize_row_q8_0` does; returns the scale. Written
+/// so it vectorizes: eight running maxima, and a rounding with an instruction (`round()` rounds
+/// half away from zero, a libm call per value, which made quantizing a cached prompt's new rows
+/// a tenth of its matrix products).
+pub(super) fn quantize_block(block: &[f32], out: &mut [i8]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let mut chunks = block.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane = lane.max(v.abs());
+        }
+    }
+    let amax = chunks
+        .remainder()
+        .iter()
+        .chain(&lanes)
+        .fold(0f32, |max, &v| max.max(v.abs()));
+    let d = amax / 127.0;
+    let inverse = if d > 0.0 { 1.0 / d } else { 0.0 };
+    for (q, &v) in out.iter_mut().zip(block) {
+        *q = (v * inverse).round_ties_even() as i8;
+    }
+    d
+}
+
 /// Quantizes `x` (whole groups long) into `out`, each block of 32 scaled so its largest
 /// magnitude maps to 127, as GGML's `quantize_row_q8_0` does.
 pub fn quantize_activations(x: &[f32], out: &mut Vec<ActGroup>) {
@@ -240,12 +266,7 @@ pub fn quantize_activations(x: &[f32], out: &mut Vec<ActGroup>) {
             qs: [[0; BLOCK]; GROUP],
         };
         for (b, block) in group.chunks_exact(BLOCK).enumerate() {
-            let amax = block.iter().fold(0f32, |max, &v| max.max(v.abs()));
-            let d = amax / 127.0;
-            let inverse = if d > 0.0 { 1.0 / d } else { 0.0 };
-            for (q, &v) in acts.qs[b].iter_mut().zip(block) {
-                *q = (v * inverse).round() as i8;
-            }
+            let d = quantize_block(block, &mut acts.qs[b]);
             let sum: i32 = acts.qs[b].iter().map(|&q| i32::from(q)).sum();
             acts.d[b] = d;
             acts.offset[b] = 16.0 * d * sum as f32;

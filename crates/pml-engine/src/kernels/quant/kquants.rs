@@ -9,6 +9,8 @@
 
 use half::f16;
 
+use super::blocks::quantize_block;
+
 /// Weights per super-block.
 pub const SUPER: usize = 256;
 pub const Q4K_BYTES: usize = 144;
@@ -185,18 +187,13 @@ impl BlockQ6K {
 pub fn quantize_activations(x: &[f32], out: &mut Vec<ActQ8K>) {
     out.clear();
     out.extend(x.chunks_exact(SUPER).map(|block| {
-        let amax = block.iter().fold(0f32, |max, &v| max.max(v.abs()));
-        let d = amax / 127.0;
-        let inverse = if d > 0.0 { 1.0 / d } else { 0.0 };
         let mut acts = ActQ8K {
-            d,
+            d: 0.0,
             qs: [0; SUPER],
             bsums16: [0; 16],
             bsums32: [0; 8],
         };
-        for (q, &v) in acts.qs.iter_mut().zip(block) {
-            *q = (v * inverse).round() as i8;
-        }
+        acts.d = quantize_block(block, &mut acts.qs);
         for (k, chunk) in acts.qs.chunks_exact(16).enumerate() {
             // At most 16 * 127: well inside i16, as is the sum of two.
             let sum: i16 = chunk.iter().map(|&q| i16::from(q)).sum();

@@ -1,0 +1,53 @@
+//! The attention kernels' reference in the tests: straightforward f64 attention, every head,
+//! every visible key.
+
+use super::masked_softmax::Visibility;
+
+/// Straightforward f64 attention: every head, every visible key.
+pub(super) fn reference(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    dims: (usize, usize, usize, usize, usize),
+    query_positions: &[u32],
+    key_positions: &[u32],
+    window: Option<usize>,
+) -> Vec<f32> {
+    let (n_queries, n_heads, n_kv_heads, n_keys, d) = dims;
+    let mut out = vec![0f32; n_queries * n_heads * d];
+    for row in 0..n_queries {
+        for head in 0..n_heads {
+            let kv = head / (n_heads / n_kv_heads);
+            let q = &q[(row * n_heads + head) * d..][..d];
+            let seen: Vec<usize> = (0..n_keys)
+                .filter(|&key| {
+                    Visibility::new(window).sees(query_positions[row], key_positions[key])
+                })
+                .collect();
+            let scores: Vec<f64> = seen
+                .iter()
+                .map(|&key| {
+                    let k = &k[(key * n_kv_heads + kv) * d..][..d];
+                    q.iter()
+                        .zip(k)
+                        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                        .sum()
+                })
+                .collect();
+            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let total: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+            for (&key, score) in seen.iter().zip(&scores) {
+                let weight = (score - max).exp() / total;
+                let v = &v[(key * n_kv_heads + kv) * d..][..d];
+                for (o, &v) in out[(row * n_heads + head) * d..][..d].iter_mut().zip(v) {
+                    *o += (weight * f64::from(v)) as f32;
+                }
+            }
+        }
+    }
+    out
+}
+
+pub(super) fn values(n: usize, phase: f32) -> Vec<f32> {
+    (0..n).map(|i| (i as f32 * 0.37 + phase).sin()).collect()
+}
