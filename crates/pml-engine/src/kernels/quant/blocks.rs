@@ -231,9 +231,9 @@ fn int_dot(a: &[i8; BLOCK], b: &[i8; BLOCK]) -> f32 {
 
 /// Quantizes `block` into `out` (the same length) scaled so its largest magnitude maps to 127,
 /// rounding to nearest even as GGML's AVX2 `quantize_row_q8_0` does; returns the scale. Written
-/// so it vectorizes: eight running maxima, and a rounding with an instruction (`round()` rounds
-/// half away from zero, a libm call per value, which made quantizing a cached prompt's new rows
-/// a tenth of its matrix products).
+/// so it vectorizes: eight running maxima, and a rounding by arithmetic ([`round_small`];
+/// `round()` was a libm call per value, which made quantizing a cached prompt's new rows a tenth
+/// of its matrix products).
 pub(super) fn quantize_block(block: &[f32], out: &mut [i8]) -> f32 {
     let mut lanes = [0f32; 8];
     let mut chunks = block.chunks_exact(8);
@@ -250,9 +250,19 @@ pub(super) fn quantize_block(block: &[f32], out: &mut [i8]) -> f32 {
     let d = amax / 127.0;
     let inverse = if d > 0.0 { 1.0 / d } else { 0.0 };
     for (q, &v) in out.iter_mut().zip(block) {
-        *q = (v * inverse).round_ties_even() as i8;
+        *q = round_small(v * inverse) as i8;
     }
     d
+}
+
+/// `x` (|x| ≤ 127) rounded to the nearest integer, ties to even: adding 1.5·2²³ leaves no bits
+/// below the units, so the sum is rounded by the FPU's own rounding (to nearest even), and
+/// subtracting it back is exact. Plain arithmetic, so the loop vectorizes on any x86-64, where
+/// `round_ties_even` is a libm call per value without SSE4.1.
+#[inline(always)]
+fn round_small(x: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0;
+    (x + SHIFT) - SHIFT
 }
 
 /// Quantizes `x` (whole groups long) into `out`, each block of 32 scaled so its largest
@@ -273,4 +283,32 @@ pub fn quantize_activations(x: &[f32], out: &mut Vec<ActGroup>) {
         }
         acts
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_values_round_to_nearest_even() {
+        // Quarter steps hit every tie; the odd fractions the values in between.
+        let values = (-1016..=1016)
+            .map(|i| i as f32 * 0.125)
+            .chain((0..1000).map(|i| (i as f32 * 0.731).sin() * 127.0));
+        for x in values {
+            assert_eq!(round_small(x), x.round_ties_even(), "{x}");
+        }
+    }
+
+    #[test]
+    fn a_block_maps_its_largest_magnitude_to_127() {
+        let block: Vec<f32> = (0..32).map(|i| (i as f32 - 20.0) * 0.5).collect();
+        let mut out = [0i8; 32];
+        let d = quantize_block(&block, &mut out);
+        assert_eq!(d, 10.0 / 127.0);
+        assert_eq!(out[0], -127);
+        for (&q, &x) in out.iter().zip(&block) {
+            assert!((f32::from(q) * d - x).abs() <= d / 2.0 + 1e-6, "{x} → {q}");
+        }
+    }
 }
