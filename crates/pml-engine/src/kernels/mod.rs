@@ -51,9 +51,9 @@ pub(crate) fn dense_matmul(dense: &Tensor, x: &Tensor) -> Result<Tensor, EngineE
 /// `softmax(q k^T under the position mask) v` for `queries` `(n, n_heads, head_dim)` (already
 /// scaled) at `query_positions` over a layer's `keys`/`values` `(n_keys, n_kv_heads, head_dim)` at
 /// `key_positions`, with an optional sliding `window`; `(n, n_heads * head_dim)`. Natively, a
-/// few queries (a decode step) go through plain loops over the cache; more through matmuls, with
-/// the queries that share a KV head stacked so K and V are never repeated per head. The candle
-/// path: [`position_mask::attend_by_ops`].
+/// few queries (a decode step) go through plain loops over the cache
+/// ([`few_query_attention`]), more through register tiles over runs of keys
+/// ([`tiled_attention`]). The candle path: [`position_mask::attend_by_ops`].
 pub(crate) fn attend(
     queries: &Tensor,
     query_positions: &[u32],
@@ -73,9 +73,7 @@ pub(crate) fn attend(
             window,
         );
     }
-    let (n_queries, n_heads, head_dim) = queries.dims3()?;
-    let n_kv_heads = keys.dim(1)?;
-    if n_queries <= FEW_QUERIES {
+    if queries.dim(0)? <= FEW_QUERIES {
         let few = few_query_attention::attend_few(
             queries,
             query_positions,
@@ -99,27 +97,20 @@ pub(crate) fn attend(
     if let Some(attended) = tiled {
         return Ok(attended);
     }
-    let group = n_heads / n_kv_heads;
-    // (n_kv_heads, group * n_queries, head_dim)
-    let queries = queries
-        .reshape((n_queries, n_kv_heads, group, head_dim))?
-        .permute((1, 2, 0, 3))?
-        .contiguous()?
-        .reshape((n_kv_heads, group * n_queries, head_dim))?;
-    let keys = heads_major(keys)?; // (n_kv_heads, n_keys, head_dim)
-    let values = heads_major(values)?;
-    let scores = queries.matmul(&keys.t()?)?; // (n_kv_heads, group * n_queries, n_keys)
-    let weights = masked_softmax::masked_softmax(&scores, query_positions, key_positions, window)?;
-    let attended = weights.matmul(&values)?; // (n_kv_heads, group * n_queries, head_dim)
-    Ok(attended
-        .reshape((n_kv_heads, group, n_queries, head_dim))?
-        .permute((2, 0, 1, 3))?
-        .contiguous()?
-        .reshape((n_queries, n_heads * head_dim))?)
+    // Tensors the native kernels do not read (not contiguous, another dtype): candle's ops.
+    position_mask::attend_by_ops(
+        queries,
+        query_positions,
+        keys,
+        values,
+        key_positions,
+        window,
+    )
 }
 
 /// A layer's cached rows `(n_keys, n_kv_heads, head_dim)`, in the cache's dtype, as f32
-/// `(n_kv_heads, n_keys, head_dim)`: the operand of the matrix products of many queries. f32
+/// `(n_kv_heads, n_keys, head_dim)`: the operand of the attention observer's matrix products
+/// (`Attention::for_each_weights`). f32
 /// rows are only viewed transposed (the gemm takes the strides; a copy of a long layer per call
 /// cost a cached prompt ~20 ms); an f16 cache on the CPU is widened by `half`'s slice
 /// conversion (F16C where the CPU has it), head by head, in the same pass as the transpose.
