@@ -204,5 +204,6 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         "model {} | {stats} | finish {}",
         opened.id, generation.finish_reason
     );
+    opened.release_at_exit();
     Ok(())
 }
