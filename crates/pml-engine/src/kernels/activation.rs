@@ -9,7 +9,14 @@ use std::arch::x86_64::*;
 use candle_core::{DType, Tensor};
 
 use super::EngineError;
-use crate::model::config::Activation;
+
+/// The MLP's gate activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// GELU with the tanh approximation (`gelu_pytorch_tanh`).
+    GeluTanh,
+}
 
 /// Fewest values worth spreading over the worker pool.
 const PARALLEL_MIN_VALUES: usize = 1 << 14;

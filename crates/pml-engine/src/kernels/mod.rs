@@ -36,7 +36,7 @@ use half::slice::HalfFloatSliceExt;
 
 pub use crate::device::Kernels;
 pub(crate) use crate::error::EngineError;
-use crate::model::config::Activation;
+pub use activation::Activation;
 
 /// Most queries attended in plain loops ([`few_query_attention::attend_few`]) instead of matmuls.
 const FEW_QUERIES: usize = 8;

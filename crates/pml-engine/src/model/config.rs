@@ -59,13 +59,8 @@ impl Arch {
     }
 }
 
-/// The MLP's gate activation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    Silu,
-    /// GELU with the tanh approximation (`gelu_pytorch_tanh`).
-    GeluTanh,
-}
+/// The MLP's gate activation (defined beside its kernel).
+pub use crate::kernels::Activation;
 
 /// What differs between the layers of one model.
 #[derive(Clone, Copy, Debug, PartialEq)]
