@@ -1,6 +1,9 @@
 //! The attention kernels' reference in the tests: straightforward f64 attention, every head,
 //! every visible key.
 
+use candle_core::{DType, Device, Tensor};
+
+use super::EngineError;
 use super::masked_softmax::Visibility;
 
 /// Straightforward f64 attention: every head, every visible key.
@@ -50,4 +53,21 @@ pub(super) fn reference(
 
 pub(super) fn values(n: usize, phase: f32) -> Vec<f32> {
     (0..n).map(|i| (i as f32 * 0.37 + phase).sin()).collect()
+}
+
+/// Cache rows `(n_keys, n_kv_heads, d)` of `dtype` from [`values`], and the same rows read back
+/// as f32: the reference reads the rows as the cache holds them, rounded to the dtype.
+pub(super) fn stored_rows(
+    (n_keys, n_kv_heads, d): (usize, usize, usize),
+    dtype: DType,
+    phase: f32,
+) -> Result<(Tensor, Vec<f32>), EngineError> {
+    let rows = Tensor::from_vec(
+        values(n_keys * n_kv_heads * d, phase),
+        (n_keys, n_kv_heads, d),
+        &Device::Cpu,
+    )?
+    .to_dtype(dtype)?;
+    let read = rows.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    Ok((rows, read))
 }

@@ -1,9 +1,41 @@
 //! A layer's cached K or V rows as the cache holds them (f32, f16 or bf16), borrowed from a
-//! contiguous CPU tensor: what the attention kernels read, widening each element as they go.
+//! contiguous CPU tensor: what the attention kernels read, widening each element as they go;
+//! and the shapes of one attention call, checked once for both kernels.
 
 use candle_core::{CpuStorage, Storage, Tensor};
+
+use super::EngineError;
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
+
+/// `(n_queries, n_heads, head_dim, n_keys, n_kv_heads)` of one attention call: `queries`
+/// `(n_queries, n_heads, head_dim)` at `query_positions` over `keys` and `values` (one shape,
+/// `(n_keys, n_kv_heads, head_dim)`) at `key_positions`; an error naming every shape when they
+/// do not fit together.
+pub(super) fn attention_dims(
+    queries: &Tensor,
+    query_positions: &[u32],
+    (keys, values, key_positions): (&Tensor, &Tensor, &[u32]),
+) -> Result<(usize, usize, usize, usize, usize), EngineError> {
+    let (n_queries, n_heads, head_dim) = queries.dims3()?;
+    let (n_keys, n_kv_heads, _) = keys.dims3()?;
+    if values.dims() != keys.dims()
+        || keys.dim(2)? != head_dim
+        || n_keys != key_positions.len()
+        || n_queries != query_positions.len()
+    {
+        return Err(EngineError::InvalidInput(format!(
+            "attention of queries {:?} at {} positions over keys {:?} and values {:?} at {} \
+             positions",
+            queries.dims(),
+            query_positions.len(),
+            keys.dims(),
+            values.dims(),
+            key_positions.len()
+        )));
+    }
+    Ok((n_queries, n_heads, head_dim, n_keys, n_kv_heads))
+}
 
 /// A contiguous CPU tensor's elements, `(n_keys, n_kv_heads, head_dim)` row-major.
 #[derive(Clone, Copy)]

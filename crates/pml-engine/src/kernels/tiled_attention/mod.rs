@@ -24,7 +24,7 @@ use std::sync::Mutex;
 use candle_core::{DType, Tensor};
 
 use super::EngineError;
-use super::kv_rows::KvRows;
+use super::kv_rows::{self, KvRows};
 use super::masked_softmax::Visibility;
 use super::partial_softmax::{HEADER, merge_parts};
 use item::{Call, run_item};
@@ -134,23 +134,8 @@ fn attend_cut(
     window: Option<usize>,
     cut: Cut,
 ) -> Result<Option<Tensor>, EngineError> {
-    let (n_queries, n_heads, head_dim) = queries.dims3()?;
-    let (n_keys, n_kv_heads, _) = keys.dims3()?;
-    if values.dims() != keys.dims()
-        || keys.dim(2)? != head_dim
-        || n_keys != key_positions.len()
-        || n_queries != query_positions.len()
-    {
-        return Err(EngineError::InvalidInput(format!(
-            "attention of queries {:?} at {} positions over keys {:?} and values {:?} at {} \
-             positions",
-            queries.dims(),
-            query_positions.len(),
-            keys.dims(),
-            values.dims(),
-            key_positions.len()
-        )));
-    }
+    let (n_queries, n_heads, head_dim, n_keys, n_kv_heads) =
+        kv_rows::attention_dims(queries, query_positions, (keys, values, key_positions))?;
     if n_kv_heads == 0
         || n_heads % n_kv_heads != 0
         || head_dim == 0

@@ -1,7 +1,7 @@
 use candle_core::Device;
 
 use super::*;
-use crate::kernels::attention_reference::{reference, values};
+use crate::kernels::attention_reference::{reference, stored_rows, values};
 
 /// Every cut (runs of 16, 32 and 64 keys and the default; chunks of 1, 5 and 96 rows), both
 /// tile kernels, with and without a window, f32, f16 and bf16 rows, against the f64
@@ -15,18 +15,8 @@ fn check_against_reference(
     let device = Device::Cpu;
     let q = values(n_queries * n_heads * d, 0.1);
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        let stored = |phase| -> Result<(Tensor, Vec<f32>), EngineError> {
-            let rows = Tensor::from_vec(
-                values(n_keys * n_kv_heads * d, phase),
-                (n_keys, n_kv_heads, d),
-                &device,
-            )?
-            .to_dtype(dtype)?;
-            let read = rows.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-            Ok((rows, read))
-        };
-        let (k_tensor, k) = stored(1.3)?;
-        let (v_tensor, v) = stored(2.9)?;
+        let (k_tensor, k) = stored_rows((n_keys, n_kv_heads, d), dtype, 1.3)?;
+        let (v_tensor, v) = stored_rows((n_keys, n_kv_heads, d), dtype, 2.9)?;
         let dims = (n_queries, n_heads, n_kv_heads, n_keys, d);
         let expected = reference(&q, &k, &v, dims, query_positions, key_positions, window);
         for keys_per_run in [None, Some(16), Some(32), Some(64)] {
