@@ -1,6 +1,11 @@
 //! Support for tests of the engine and of the layers above it. Test-only: it panics.
 
-use candle_core::{IndexOp, Tensor};
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, IndexOp, Tensor};
+
+use crate::model::Arch;
+use crate::model::tiny::{tiny_config, tiny_weights};
 
 use crate::model::{ForwardContext, ForwardOptions, LogitRows, Model};
 
@@ -91,4 +96,59 @@ pub fn argmax(values: &[f32]) -> usize {
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map(|(index, _)| index)
         .expect("non-empty")
+}
+
+/// Writes the tiny model of `arch` (weights from seed 7) as a GGUF file with llama.cpp's
+/// metadata keys and tensor names, its matrices as GGML blocks or (`f32`) dequantized.
+pub fn write_tiny_gguf(arch: Arch, path: &std::path::Path, f32: bool) {
+    let config = tiny_config(arch);
+    let mut tensors = tiny_weights(&config, 7, &Device::Cpu)
+        .expect("tiny weights")
+        .0;
+    if f32 {
+        for tensor in tensors.values_mut() {
+            let dense = tensor.dequantize(&Device::Cpu).expect("dequantized");
+            *tensor = QTensor::quantize(&dense, GgmlDType::F32).expect("f32");
+        }
+    }
+    let name = arch.gguf_name();
+    let key = |suffix: &str| format!("{name}.{suffix}");
+    let u32_value = |value: usize| Value::U32(value as u32);
+    let metadata = vec![
+        (
+            "general.architecture".to_string(),
+            Value::String(name.into()),
+        ),
+        // candle's Qwen3 computes in f16 unless told f32 (0).
+        ("general.dtype".to_string(), Value::U32(0)),
+        (key("block_count"), u32_value(config.n_layers)),
+        (key("embedding_length"), u32_value(config.d_model)),
+        (key("feed_forward_length"), u32_value(config.ffn_dim)),
+        (key("attention.head_count"), u32_value(config.n_heads)),
+        (key("attention.head_count_kv"), u32_value(config.n_kv_heads)),
+        (key("attention.key_length"), u32_value(config.head_dim)),
+        (key("attention.value_length"), u32_value(config.head_dim)),
+        (
+            key("attention.layer_norm_rms_epsilon"),
+            Value::F32(config.rms_norm_eps as f32),
+        ),
+        (
+            key("rope.freq_base"),
+            Value::F32(config.layers[0].rope_base as f32),
+        ),
+        (key("rope.dimension_count"), u32_value(config.head_dim)),
+        (key("context_length"), u32_value(256)),
+    ];
+    let metadata: Vec<(&str, &Value)> = metadata
+        .iter()
+        .map(|(key, value)| (key.as_str(), value))
+        .collect();
+    let mut names: Vec<&String> = tensors.keys().collect();
+    names.sort();
+    let tensors: Vec<(&str, &_)> = names
+        .into_iter()
+        .map(|name| (name.as_str(), &tensors[name]))
+        .collect();
+    let mut file = std::fs::File::create(path).expect("create");
+    gguf_file::write(&mut file, &metadata, &tensors).expect("GGUF written");
 }

@@ -59,6 +59,13 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     pml_cli::logging::init(false);
+    let code = run(cli);
+    // A model file's first load writes its layout cache in the background.
+    pml_engine::model::layout_cache::wait_for_writes();
+    code
+}
+
+fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Check {
             files,

@@ -25,6 +25,7 @@ mod exp_kernel;
 mod few_query_attention;
 pub(crate) mod huge_pages;
 mod kv_rows;
+pub(crate) mod mapped;
 mod masked_softmax;
 mod partial_softmax;
 mod position_mask;

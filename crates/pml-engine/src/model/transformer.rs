@@ -11,9 +11,10 @@ use super::EngineError;
 use super::config::{Activation, LayerAttention, ModelConfig};
 use super::context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};
 use super::fused_rows::SplitFused;
+use super::layout_cache::{LayoutCache, LayoutCached};
 use super::observer::{AttentionObserver, AttentionView};
 use super::rope_rows::NeoxRows;
-use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat};
+use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat, native_layouts};
 use crate::device::{Backend, Kernels};
 use crate::gguf::GgufFile;
 use crate::kernels::{self, masked_softmax};
@@ -616,6 +617,34 @@ impl Model {
         format: WeightFormat,
         backend: &Backend,
     ) -> Result<Self, EngineError> {
+        Self::from_source_cached(config, source, format, backend, None)
+    }
+
+    /// Loads `gguf` on the backend, its matrices' layouts read in place from the layout cache
+    /// in `layout_cache_dir` where an earlier load wrote them (and written there where not):
+    /// see `layout_cache`. The cache serves only our kernels' layouts (the quantized format,
+    /// native kernels on an AVX2 CPU); otherwise, or with no directory, this is
+    /// [`Self::from_source_on`].
+    pub fn from_gguf_on(
+        gguf: &GgufFile,
+        format: WeightFormat,
+        backend: &Backend,
+        layout_cache_dir: Option<&Path>,
+    ) -> Result<Self, EngineError> {
+        let config = ModelConfig::from_gguf(gguf)?;
+        let cache = layout_cache_dir
+            .filter(|_| format == WeightFormat::Quantized && native_layouts(backend))
+            .map(|dir| LayoutCache::open(dir, gguf));
+        Self::from_source_cached(config, &mut &*gguf, format, backend, cache)
+    }
+
+    fn from_source_cached(
+        config: ModelConfig,
+        source: &mut dyn TensorSource,
+        format: WeightFormat,
+        backend: &Backend,
+        cache: Option<LayoutCache>,
+    ) -> Result<Self, EngineError> {
         let device = &backend.device;
         let mut config = config;
         if config.rope_frequency_factors.is_none() && source.contains(ROPE_FREQS) {
@@ -659,6 +688,29 @@ impl Model {
         } else {
             source
         };
+        match cache {
+            Some(cache) => {
+                let mut cached = LayoutCached {
+                    inner: source,
+                    cache,
+                };
+                let model = Self::from_layers_of(config, &mut cached, format, backend)?;
+                cached.cache.finish();
+                Ok(model)
+            }
+            None => Self::from_layers_of(config, source, format, backend),
+        }
+    }
+
+    /// The embedding, layers, norm and head from `source`, whose tensors are as every family's
+    /// (fused matrices split, Q/K rows in the RoPE pairing).
+    fn from_layers_of(
+        config: ModelConfig,
+        source: &mut dyn TensorSource,
+        format: WeightFormat,
+        backend: &Backend,
+    ) -> Result<Self, EngineError> {
+        let device = &backend.device;
         let tied = !source.contains("output.weight");
         let embedding_role = if tied {
             MatrixRole::OutputHead
@@ -749,6 +801,16 @@ impl Model {
 
     /// Bytes held by the weights (every copy the format keeps).
     pub fn weights_size_in_bytes(&self) -> usize {
+        self.linears().map(Linear::size_in_bytes).sum()
+    }
+
+    /// Bytes of the weights read in place from the layout cache's file (see
+    /// [`Self::from_gguf_on`]) rather than built in memory.
+    pub fn weights_in_place_bytes(&self) -> usize {
+        self.linears().map(Linear::in_place_bytes).sum()
+    }
+
+    fn linears(&self) -> impl Iterator<Item = &Linear> {
         let linears = self.blocks.iter().flat_map(|block| {
             let attention = &block.attention;
             let mlp = &block.mlp;
@@ -765,8 +827,6 @@ impl Model {
         std::iter::once(&self.token_embd)
             .chain(self.output.as_ref())
             .chain(linears)
-            .map(Linear::size_in_bytes)
-            .sum()
     }
 
     /// Token embeddings `(n_tokens, d_model)`, scaled as the family requires.

@@ -9,6 +9,7 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use super::EngineError;
+use super::stored_rows::StoredRows;
 use crate::device::{Backend, Kernels};
 use crate::gguf::GgufFile;
 use crate::kernels::quant::QuantMatrix;
@@ -112,6 +113,28 @@ pub trait TensorSource {
     fn contains(&self, name: &str) -> bool;
     /// Tensor `name` as stored; the loader asks for each once.
     fn stored(&mut self, name: &str) -> Result<StoredTensor<'_>, EngineError>;
+    /// Matrix `name` in the layout the loader would build from it, where a cache of an
+    /// earlier load holds it (`layout_cache`); the loader asks before [`Self::stored`].
+    fn cached_layout(&mut self, _name: &str) -> Option<CachedLayout> {
+        None
+    }
+    /// Hands a cache the layout the loader built for `name` from a tensor stored as
+    /// `stored_dtype`.
+    fn built_layout(&mut self, _name: &str, _stored_dtype: GgmlDType, _layout: CachedLayout) {}
+}
+
+/// A matrix layout the layout cache keeps: our kernels' blocks, or a lookup table's rows.
+#[derive(Clone, Debug)]
+pub enum CachedLayout {
+    Quant(Arc<QuantMatrix>),
+    Rows(Arc<StoredRows>),
+}
+
+/// Whether matrices get our kernels' layouts: the native kernels on a CPU with AVX2. Without
+/// AVX2 (an ARM CPU, an old x86) our kernels would run their scalar loops, and candle's run its
+/// own SIMD (NEON on aarch64).
+pub(crate) fn native_layouts(backend: &Backend) -> bool {
+    backend.kernels == Kernels::Native && backend.device.is_cpu() && cpu_features::avx2()
 }
 
 /// A file is read through a shared reference (reading needs no `&mut`), so the weights can load
@@ -150,7 +173,31 @@ impl TensorSource for TensorMap {
 enum Matrix {
     Quantized(Quantized),
     Dense(Tensor),
-    Both { quantized: Quantized, dense: Tensor },
+    Both {
+        quantized: Quantized,
+        dense: Tensor,
+    },
+    /// A lookup table read by rows only, as stored (native kernels).
+    Rows(Arc<StoredRows>),
+}
+
+impl Matrix {
+    fn out_features(&self) -> Result<usize, EngineError> {
+        Ok(match self {
+            Matrix::Quantized(Quantized::Own(matrix))
+            | Matrix::Both {
+                quantized: Quantized::Own(matrix),
+                ..
+            } => matrix.out_features(),
+            Matrix::Quantized(Quantized::Candle(qtensor))
+            | Matrix::Both {
+                quantized: Quantized::Candle(qtensor),
+                ..
+            } => qtensor.shape().dims2()?.0,
+            Matrix::Dense(dense) => dense.dims2()?.0,
+            Matrix::Rows(rows) => rows.dims().0,
+        })
+    }
 }
 
 /// Quantized blocks and the kernel that multiplies them: ours (`quant`) for the types it
@@ -168,9 +215,7 @@ impl Quantized {
     fn new(stored: &StoredTensor<'_>, backend: &Backend) -> Result<Self, EngineError> {
         let (out_features, in_features) = stored.dims2()?;
         let device = &backend.device;
-        // Without AVX2 (an ARM CPU, an old x86) our kernels would run their scalar loops, and
-        // candle's run its own SIMD (NEON on aarch64).
-        let native = backend.kernels == Kernels::Native && device.is_cpu() && cpu_features::avx2();
+        let native = native_layouts(backend);
         if native && QuantMatrix::supports_layout(stored.dtype(), in_features) {
             return Ok(Quantized::Own(Arc::new(QuantMatrix::from_bytes(
                 stored.bytes(),
@@ -230,33 +275,8 @@ impl Linear {
         backend: &Backend,
     ) -> Result<Self, EngineError> {
         let device = &backend.device;
-        let stored = source.stored(name)?;
-        let (out_features, _in_features) = stored.dims2()?;
-        let stored_dense = matches!(
-            stored.dtype(),
-            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
-        );
-        let weight = match format.dense_dtype(role) {
-            // Plain float tensors gain nothing from the quantized kernels.
-            None if stored_dense => Matrix::Dense(stored.dequantize(device)?),
-            // Lookups only read rows, which candle does for every block type.
-            None if role == MatrixRole::Lookup => {
-                Matrix::Quantized(Quantized::Candle(Arc::new(stored.to_qtensor(device)?)))
-            }
-            None => Matrix::Quantized(Quantized::new(&stored, backend)?),
-            Some(dtype) => {
-                let dense = stored.dequantize(device)?.to_dtype(dtype)?;
-                if format.keeps_both() && !stored_dense {
-                    Matrix::Both {
-                        quantized: Quantized::new(&stored, backend)?,
-                        dense,
-                    }
-                } else {
-                    Matrix::Dense(dense)
-                }
-            }
-        };
-        drop(stored);
+        let weight = Self::load_matrix(source, name, role, format, backend)?;
+        let out_features = weight.out_features()?;
         let bias = bias_name
             .map(|bias_name| -> Result<Tensor, EngineError> {
                 let bias = source.stored(bias_name)?.dequantize(device)?;
@@ -276,6 +296,70 @@ impl Linear {
         })
     }
 
+    /// Matrix `name` from the source's layout cache, else built from the stored tensor (and
+    /// handed to the cache when it is one of our layouts made from the stored blocks).
+    fn load_matrix(
+        source: &mut dyn TensorSource,
+        name: &str,
+        role: MatrixRole,
+        format: WeightFormat,
+        backend: &Backend,
+    ) -> Result<Matrix, EngineError> {
+        match source.cached_layout(name) {
+            Some(CachedLayout::Quant(matrix)) => {
+                return Ok(Matrix::Quantized(Quantized::Own(matrix)));
+            }
+            Some(CachedLayout::Rows(rows)) => return Ok(Matrix::Rows(rows)),
+            None => {}
+        }
+        let device = &backend.device;
+        let stored = source.stored(name)?;
+        let (stored_dtype, (_, in_features)) = (stored.dtype(), stored.dims2()?);
+        let stored_dense = matches!(
+            stored_dtype,
+            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
+        );
+        let weight = match format.dense_dtype(role) {
+            // Plain float tensors gain nothing from the quantized kernels.
+            None if stored_dense => Matrix::Dense(stored.dequantize(device)?),
+            // Lookups only read rows: kept as stored, and on other devices as candle's blocks.
+            None if role == MatrixRole::Lookup && native_layouts(backend) => {
+                Matrix::Rows(Arc::new(StoredRows::copy_of(&stored)?))
+            }
+            None if role == MatrixRole::Lookup => {
+                Matrix::Quantized(Quantized::Candle(Arc::new(stored.to_qtensor(device)?)))
+            }
+            None => Matrix::Quantized(Quantized::new(&stored, backend)?),
+            Some(dtype) => {
+                let dense = stored.dequantize(device)?.to_dtype(dtype)?;
+                if format.keeps_both() && !stored_dense {
+                    Matrix::Both {
+                        quantized: Quantized::new(&stored, backend)?,
+                        dense,
+                    }
+                } else {
+                    Matrix::Dense(dense)
+                }
+            }
+        };
+        drop(stored);
+        // Only layouts made from the stored blocks as they are (not requantized ones): the
+        // cache checks its files by building some of them again that way.
+        let built = match &weight {
+            Matrix::Quantized(Quantized::Own(matrix))
+                if QuantMatrix::supports_layout(stored_dtype, in_features) =>
+            {
+                Some(CachedLayout::Quant(matrix.clone()))
+            }
+            Matrix::Rows(rows) => Some(CachedLayout::Rows(rows.clone())),
+            _ => None,
+        };
+        if let Some(layout) = built {
+            source.built_layout(name, stored_dtype, layout);
+        }
+        Ok(weight)
+    }
+
     pub fn out_features(&self) -> usize {
         self.out_features
     }
@@ -287,6 +371,11 @@ impl Linear {
             Matrix::Quantized(quantized) => quantized.forward(x)?,
             Matrix::Both { quantized, .. } if n_rows <= FEW_ROWS => quantized.forward(x)?,
             Matrix::Dense(dense) | Matrix::Both { dense, .. } => dense_matmul(dense, x)?,
+            Matrix::Rows(_) => {
+                return Err(EngineError::InvalidInput(
+                    "a lookup table is read by rows, never multiplied".to_string(),
+                ));
+            }
         };
         Ok(match &self.bias {
             Some(bias) => y.broadcast_add(bias)?,
@@ -305,7 +394,19 @@ impl Linear {
             Matrix::Quantized(Quantized::Own(matrix)) => {
                 matrix.dequantize_rows(&ids.to_vec1::<u32>()?, ids.device())?
             }
+            Matrix::Rows(rows) => rows.rows(&ids.to_vec1::<u32>()?, ids.device())?,
         })
+    }
+
+    /// Bytes of this matrix read in place from a mapped file (the layout cache).
+    pub fn in_place_bytes(&self) -> usize {
+        match &self.weight {
+            Matrix::Quantized(Quantized::Own(matrix)) if matrix.is_mapped() => {
+                matrix.size_in_bytes()
+            }
+            Matrix::Rows(rows) if rows.is_mapped() => rows.size_in_bytes(),
+            _ => 0,
+        }
     }
 
     /// Bytes held for this matrix (all copies) and its bias.
@@ -315,6 +416,7 @@ impl Linear {
             Matrix::Quantized(quantized) => quantized.size_in_bytes(),
             Matrix::Dense(dense) => dense_bytes(dense),
             Matrix::Both { quantized, dense } => quantized.size_in_bytes() + dense_bytes(dense),
+            Matrix::Rows(rows) => rows.size_in_bytes(),
         };
         weight + self.bias.as_ref().map_or(0, dense_bytes)
     }

@@ -1,24 +1,40 @@
 //! Opening a model file for inference: its weights and its tokenizer, built on two cores.
 
+use std::path::PathBuf;
+
 use pml_engine::device::Backend;
 use pml_engine::gguf::GgufFile;
-use pml_engine::model::{Model, ModelConfig, WeightFormat};
+use pml_engine::model::{Model, WeightFormat};
 use pml_engine::tokenizer::GgufTokenizer;
 
 use super::RuntimeError;
 
+/// Environment variable naming the layout cache's directory, or `off` for none.
+pub const LAYOUT_CACHE_ENV: &str = "PML_LAYOUT_CACHE";
+
+/// The layout cache's directory (`pml_engine::model::layout_cache`): `$PML_LAYOUT_CACHE`, else
+/// `layouts/` in the PML home; none where the variable says `off` (or `0`) or there is no home.
+pub fn layout_cache_dir() -> Option<PathBuf> {
+    match std::env::var_os(LAYOUT_CACHE_ENV) {
+        Some(value) if value == "off" || value == "0" => None,
+        Some(value) if !value.is_empty() => Some(PathBuf::from(value)),
+        _ => pml_home::pml_home().map(|home| home.join("layouts")),
+    }
+}
+
 /// The model and the tokenizer of `gguf`. A large vocabulary (Qwen's 151k tokens and merges)
 /// takes about as long to build as the weights' layouts, so the tokenizer is built on another
-/// thread while this one loads the weights.
+/// thread while this one loads the weights (read in place from the layout cache
+/// ([`layout_cache_dir`]) after the file's first load).
 pub fn load_model_and_tokenizer(
     gguf: &GgufFile,
     format: WeightFormat,
     backend: &Backend,
 ) -> Result<(Model, GgufTokenizer), RuntimeError> {
-    let config = ModelConfig::from_gguf(gguf)?;
+    let layout_cache = layout_cache_dir();
     let (model, tokenizer) = std::thread::scope(|scope| {
         let tokenizer = scope.spawn(|| GgufTokenizer::from_gguf(gguf));
-        let model = Model::from_source_on(config, &mut &*gguf, format, backend);
+        let model = Model::from_gguf_on(gguf, format, backend, layout_cache.as_deref());
         let tokenizer = tokenizer
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));

@@ -56,6 +56,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::run(args),
         Command::Chat(args) => commands::chat::run(args),
     };
+    // A model file's first load writes its layout cache in the background.
+    pml_engine::model::layout_cache::wait_for_writes();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => ExitCode::from(failure.report()),

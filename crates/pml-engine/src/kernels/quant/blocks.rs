@@ -18,7 +18,7 @@ pub const GROUP_WEIGHTS: usize = BLOCK * GROUP;
 
 /// Four Q8_0 blocks: weight `j` of block `b` is `d[b] * qs[b][j]`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable, bytemuck::Pod)]
 pub struct GroupQ8_0 {
     /// f16 bits of the scales.
     pub d: [u16; GROUP],
@@ -29,7 +29,7 @@ pub struct GroupQ8_0 {
 /// a nibble of `qs[b]` (low nibbles: weights 0..16, high nibbles: 16..32) and bit `j` of
 /// `qh[b]` (little-endian) as fifth bit.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable, bytemuck::Pod)]
 pub struct GroupQ5_0 {
     pub d: [u16; GROUP],
     pub qh: [[u8; 4]; GROUP],
@@ -39,7 +39,7 @@ pub struct GroupQ5_0 {
 /// Four Q4_1 blocks: weight `j` of block `b` is `d[b] * q + m[b]` with the 4-bit `q` a nibble
 /// of `qs[b]` (low nibbles: weights 0..16, high nibbles: 16..32).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable, bytemuck::Pod)]
 pub struct GroupQ4_1 {
     pub d: [u16; GROUP],
     /// f16 bits of the mins.

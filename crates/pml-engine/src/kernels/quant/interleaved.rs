@@ -23,12 +23,15 @@ pub const PANEL: usize = 8;
 const CHUNK: usize = 4;
 
 #[repr(C, align(32))]
-#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable, bytemuck::Pod)]
 pub struct PanelQ5_0 {
     pub packed: [[u8; 32]; 4],
     pub high: [u32; 8],
     /// f16 bits of the eight rows' scales.
     pub d: [u16; PANEL],
+    /// The alignment's padding, spelled out so that a panel is plain bytes (the layout cache
+    /// writes and maps panels as they are).
+    pub pad: [u8; 16],
 }
 
 impl PanelQ5_0 {
@@ -39,6 +42,7 @@ impl PanelQ5_0 {
             packed: [[0; 32]; 4],
             high: [0; 8],
             d: [0; PANEL],
+            pad: [0; 16],
         };
         for (r, block) in rows.iter().enumerate() {
             panel.d[r] = u16::from_le_bytes([block[0], block[1]]);

@@ -17,7 +17,7 @@ use super::kquants::{ActQ8K, BlockQ4K, Q4K_BYTES, SUPER};
 pub const PANEL: usize = 8;
 
 #[repr(C, align(32))]
-#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable, bytemuck::Pod)]
 pub struct PanelQ4K {
     /// `qs[g][k]`: weights `64g + 4k + j` (low nibbles) and `64g + 32 + 4k + j` (high) of row
     /// `r` in byte `4r + j`.

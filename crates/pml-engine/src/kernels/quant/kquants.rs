@@ -19,7 +19,7 @@ pub const Q6K_BYTES: usize = 210;
 /// Q4_K: weight `j` of sub-block `s` (32 weights) is `d * scales[s] * q - dmin * mins[s]` with
 /// the 4-bit `q` the low nibble of `qs[32 * (s / 2) + j]` for even `s`, the high nibble for odd.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable, bytemuck::Pod)]
 pub struct BlockQ4K {
     pub d: u16,
     pub dmin: u16,
@@ -31,7 +31,7 @@ pub struct BlockQ4K {
 /// Q6_K, as GGML stores it: weight `i` is `d * scales[i / 16] * (q - 32)` with the 6-bit `q`
 /// split into four low bits in `ql` and two high bits in `qh` (see [`BlockQ6K::values`]).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable, bytemuck::Pod)]
 pub struct BlockQ6K {
     pub ql: [u8; 128],
     pub qh: [u8; 64],

@@ -44,6 +44,7 @@ use self::kquants::{BlockQ4K, BlockQ6K, Q4K_BYTES, Q6K_BYTES};
 use self::panels::multiply_by_panels;
 use super::EngineError;
 use super::huge_pages::collect_on_huge_pages;
+use super::mapped::{MappedSlice, Slab};
 
 /// Output rows one work item computes: large enough that handing out items costs little,
 /// small enough that the two workers finish together and an item's weights stay in L2.
@@ -77,15 +78,86 @@ pub struct QuantMatrix {
 
 #[derive(Debug)]
 enum Blocks {
-    Q8_0(Vec<GroupQ8_0>),
-    Q5_0(Vec<GroupQ5_0>),
-    Q4_1(Vec<GroupQ4_1>),
-    Q4K(Vec<BlockQ4K>),
-    Q6K(Vec<BlockQ6K>),
+    Q8_0(Slab<GroupQ8_0>),
+    Q5_0(Slab<GroupQ5_0>),
+    Q4_1(Slab<GroupQ4_1>),
+    Q4K(Slab<BlockQ4K>),
+    Q6K(Slab<BlockQ6K>),
     /// Q5_0 matrices of a multiple of eight rows, interleaved by eight rows.
-    Q5_0x8(Vec<PanelQ5_0>),
+    Q5_0x8(Slab<PanelQ5_0>),
     /// Q4_K matrices of a multiple of eight rows, interleaved by eight rows.
-    Q4Kx8(Vec<PanelQ4K>),
+    Q4Kx8(Slab<PanelQ4K>),
+}
+
+/// Which of our layouts a matrix is in: the tag the layout cache stores beside its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LayoutKind {
+    Q8_0,
+    Q5_0,
+    Q4_1,
+    Q4K,
+    Q6K,
+    Q5_0x8,
+    Q4Kx8,
+}
+
+impl LayoutKind {
+    pub const ALL: [LayoutKind; 7] = [
+        LayoutKind::Q8_0,
+        LayoutKind::Q5_0,
+        LayoutKind::Q4_1,
+        LayoutKind::Q4K,
+        LayoutKind::Q6K,
+        LayoutKind::Q5_0x8,
+        LayoutKind::Q4Kx8,
+    ];
+
+    /// Weights a stored row is padded to a multiple of (`QuantMatrix::columns`), weights of
+    /// one row in one stored unit (group, super-block or panel column), and the rows a unit
+    /// spans.
+    fn unit(self) -> (usize, usize, usize) {
+        let group = GroupQ8_0::WEIGHTS;
+        match self {
+            LayoutKind::Q8_0 | LayoutKind::Q5_0 | LayoutKind::Q4_1 => (group, group, 1),
+            LayoutKind::Q4K | LayoutKind::Q6K => (BlockQ4K::WEIGHTS, BlockQ4K::WEIGHTS, 1),
+            LayoutKind::Q5_0x8 => (group, group / GROUP, PANEL),
+            LayoutKind::Q4Kx8 => (BlockQ4K::WEIGHTS, BlockQ4K::WEIGHTS, PANEL),
+        }
+    }
+
+    fn unit_bytes(self) -> usize {
+        match self {
+            LayoutKind::Q8_0 => std::mem::size_of::<GroupQ8_0>(),
+            LayoutKind::Q5_0 => std::mem::size_of::<GroupQ5_0>(),
+            LayoutKind::Q4_1 => std::mem::size_of::<GroupQ4_1>(),
+            LayoutKind::Q4K => std::mem::size_of::<BlockQ4K>(),
+            LayoutKind::Q6K => std::mem::size_of::<BlockQ6K>(),
+            LayoutKind::Q5_0x8 => std::mem::size_of::<PanelQ5_0>(),
+            LayoutKind::Q4Kx8 => std::mem::size_of::<PanelQ4K>(),
+        }
+    }
+}
+
+/// A matrix's layout as plain bytes and the shape that reads them back
+/// ([`QuantMatrix::layout`], [`QuantMatrix::from_layout`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayoutShape {
+    pub kind: LayoutKind,
+    pub out_features: usize,
+    pub in_features: usize,
+    pub columns: usize,
+}
+
+impl LayoutShape {
+    /// Bytes of a layout of this shape, if the shape is one [`QuantMatrix::from_bytes`] makes.
+    pub fn expected_bytes(&self) -> Option<usize> {
+        let (granule, unit_weights, unit_rows) = self.kind.unit();
+        let valid = self.columns == self.in_features.next_multiple_of(granule)
+            && self.out_features.is_multiple_of(unit_rows);
+        valid.then(|| {
+            self.out_features / unit_rows * (self.columns / unit_weights) * self.kind.unit_bytes()
+        })
+    }
 }
 
 /// Applies `$body` to the typed blocks of a row-by-row [`Blocks`], bound as `$blocks`, and
@@ -194,16 +266,16 @@ impl QuantMatrix {
         let units = bytes.chunks_exact(unit_bytes);
         let blocks = match dtype {
             GgmlDType::Q5_0 if out_features.is_multiple_of(PANEL) => {
-                Blocks::Q5_0x8(interleave(&bytes, out_features, columns))
+                Blocks::Q5_0x8(interleave(&bytes, out_features, columns).into())
             }
             GgmlDType::Q4K if out_features.is_multiple_of(PANEL) => {
-                Blocks::Q4Kx8(interleave_q4k(&bytes, out_features, columns))
+                Blocks::Q4Kx8(interleave_q4k(&bytes, out_features, columns).into())
             }
-            GgmlDType::Q8_0 => Blocks::Q8_0(on_huge_pages(units.map(GroupQ8_0::parse))),
-            GgmlDType::Q5_0 => Blocks::Q5_0(on_huge_pages(units.map(GroupQ5_0::parse))),
-            GgmlDType::Q4_1 => Blocks::Q4_1(on_huge_pages(units.map(GroupQ4_1::parse))),
-            GgmlDType::Q4K => Blocks::Q4K(on_huge_pages(units.map(BlockQ4K::parse))),
-            _ => Blocks::Q6K(on_huge_pages(units.map(BlockQ6K::parse))),
+            GgmlDType::Q8_0 => Blocks::Q8_0(on_huge_pages(units.map(GroupQ8_0::parse)).into()),
+            GgmlDType::Q5_0 => Blocks::Q5_0(on_huge_pages(units.map(GroupQ5_0::parse)).into()),
+            GgmlDType::Q4_1 => Blocks::Q4_1(on_huge_pages(units.map(GroupQ4_1::parse)).into()),
+            GgmlDType::Q4K => Blocks::Q4K(on_huge_pages(units.map(BlockQ4K::parse)).into()),
+            _ => Blocks::Q6K(on_huge_pages(units.map(BlockQ6K::parse)).into()),
         };
         Ok(Self {
             blocks,
@@ -214,9 +286,75 @@ impl QuantMatrix {
     }
 
     pub fn size_in_bytes(&self) -> usize {
-        with_blocks!(&self.blocks,
-            blocks => std::mem::size_of_val(blocks.as_slice()),
-            panels => std::mem::size_of_val(panels.as_slice()))
+        self.layout().1.len()
+    }
+
+    pub fn out_features(&self) -> usize {
+        self.out_features
+    }
+
+    /// Whether the blocks are read in place from a mapped file (the layout cache).
+    pub fn is_mapped(&self) -> bool {
+        with_blocks!(&self.blocks, blocks => blocks.is_mapped(), panels => panels.is_mapped())
+    }
+
+    /// The layout's shape and its bytes, as [`Self::from_layout`] reads them back.
+    pub fn layout(&self) -> (LayoutShape, &[u8]) {
+        let kind = match self.blocks {
+            Blocks::Q8_0(_) => LayoutKind::Q8_0,
+            Blocks::Q5_0(_) => LayoutKind::Q5_0,
+            Blocks::Q4_1(_) => LayoutKind::Q4_1,
+            Blocks::Q4K(_) => LayoutKind::Q4K,
+            Blocks::Q6K(_) => LayoutKind::Q6K,
+            Blocks::Q5_0x8(_) => LayoutKind::Q5_0x8,
+            Blocks::Q4Kx8(_) => LayoutKind::Q4Kx8,
+        };
+        let shape = LayoutShape {
+            kind,
+            out_features: self.out_features,
+            in_features: self.in_features,
+            columns: self.columns,
+        };
+        let bytes = with_blocks!(&self.blocks,
+            blocks => blocks.as_bytes(),
+            panels => panels.as_bytes());
+        (shape, bytes)
+    }
+
+    /// A matrix read in place from `bytes`, a layout of `shape` that [`Self::layout`] gave.
+    /// Refused unless the bytes are exactly what the shape takes, aligned for its blocks: the
+    /// kernels index rows by the shape alone.
+    pub fn from_layout(shape: LayoutShape, bytes: MappedSlice) -> Result<Self, EngineError> {
+        let invalid = || {
+            EngineError::InvalidWeights(format!(
+                "a cached layout of {} bytes does not hold a {shape:?} matrix",
+                bytes.bytes().len()
+            ))
+        };
+        if shape.expected_bytes() != Some(bytes.bytes().len()) {
+            return Err(invalid());
+        }
+        fn slab<T: bytemuck::Pod>(
+            bytes: &MappedSlice,
+            invalid: impl Fn() -> EngineError,
+        ) -> Result<Slab<T>, EngineError> {
+            Slab::mapped(bytes.clone()).ok_or_else(invalid)
+        }
+        let blocks = match shape.kind {
+            LayoutKind::Q8_0 => Blocks::Q8_0(slab(&bytes, invalid)?),
+            LayoutKind::Q5_0 => Blocks::Q5_0(slab(&bytes, invalid)?),
+            LayoutKind::Q4_1 => Blocks::Q4_1(slab(&bytes, invalid)?),
+            LayoutKind::Q4K => Blocks::Q4K(slab(&bytes, invalid)?),
+            LayoutKind::Q6K => Blocks::Q6K(slab(&bytes, invalid)?),
+            LayoutKind::Q5_0x8 => Blocks::Q5_0x8(slab(&bytes, invalid)?),
+            LayoutKind::Q4Kx8 => Blocks::Q4Kx8(slab(&bytes, invalid)?),
+        };
+        Ok(Self {
+            blocks,
+            out_features: shape.out_features,
+            in_features: shape.in_features,
+            columns: shape.columns,
+        })
     }
 
     /// `x W^T` for `x` `(n_rows, in_features)` f32 → `(n_rows, out_features)` f32.
