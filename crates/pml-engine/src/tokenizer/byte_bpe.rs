@@ -26,17 +26,27 @@ pub fn build(vocab: &GgufVocab) -> Result<Tokenizer, TokenizerError> {
     let merges = vocab.merges.as_ref().ok_or_else(|| {
         TokenizerError::Unsupported("byte-level BPE without tokenizer.ggml.merges".to_owned())
     })?;
-    let merges = merges
-        .iter()
-        .map(|merge| {
-            merge
-                .split_once(' ')
-                .map(|(left, right)| (left.to_owned(), right.to_owned()))
-                .ok_or_else(|| TokenizerError::Build(format!("malformed merge {merge:?}")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    // The merge pairs and the token map are independent: built side by side.
+    let (merges, vocab_map) = std::thread::scope(|scope| {
+        let split = scope.spawn(|| {
+            merges
+                .iter()
+                .map(|merge| {
+                    merge
+                        .split_once(' ')
+                        .map(|(left, right)| (left.to_owned(), right.to_owned()))
+                        .ok_or_else(|| TokenizerError::Build(format!("malformed merge {merge:?}")))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        });
+        let vocab_map = super::vocab_map(vocab);
+        let merges = split
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (merges, vocab_map)
+    });
     let model = BPE::builder()
-        .vocab_and_merges(super::vocab_map(vocab)?, merges)
+        .vocab_and_merges(vocab_map?, merges?)
         .ignore_merges(ignore_merges)
         .build()
         .map_err(|error| TokenizerError::Build(format!("BPE model: {error}")))?;
