@@ -5,7 +5,7 @@
 //! · 127 < 2^15), widened once by `madd`. Per panel and activation row, one conversion, one
 //! fused add with the eight rows' scales times the block's, and one for the activations'
 //! `offset` (turning the unsigned values back into `q - 16`). The scalar `tile_scalar` in
-//! `interleaved` is the reference.
+//! `interleaved` is the reference. Q8_0 panels (`interleaved_q8`) likewise, with signed weights.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -14,6 +14,7 @@ use std::arch::x86_64::*;
 use super::avx2::{available, fifth_bits};
 use super::blocks::{ActGroup, GROUP};
 use super::interleaved::{PANEL, PanelQ5_0};
+use super::interleaved_q8::PanelQ8_0;
 
 /// `Σ w·a` of eight weight rows with each of `RN` activation rows, or `None` without AVX2.
 pub fn tile_panels<const RN: usize>(
@@ -98,6 +99,60 @@ fn tile_panels_avx2<const RN: usize>(
             let scale = _mm256_mul_ps(scales, _mm256_set1_ps(a.d[b]));
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, *acc);
             *acc = _mm256_fnmadd_ps(scales, _mm256_set1_ps(a.offset[b]), *acc);
+        }
+    }
+    acc.map(|lanes| {
+        let mut out = [0f32; PANEL];
+        // SAFETY: `out` is 8 writable f32; storeu has no alignment requirement.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), lanes) };
+        out
+    })
+}
+
+/// [`tile_panels`] for Q8_0 panels, or `None` without AVX2. Per chunk of four weights of the
+/// eight rows, per activation row: `maddubs` of the weights' magnitudes with the activations
+/// carrying the weights' signs (GGML's trick for two signed operands; each i16 pair sum is at
+/// most 2 · 128 · 127 < 2^15), widened by `madd`.
+pub fn tile_q8_0_panels<const RN: usize>(
+    panels: &[PanelQ8_0],
+    acts: [&[ActGroup]; RN],
+) -> Option<[[f32; PANEL]; RN]> {
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        // SAFETY: avx2, fma and f16c were detected at run time by `available`.
+        return Some(unsafe { tile_q8_0_panels_avx2(panels, acts) });
+    }
+    let _ = (panels, acts);
+    None
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile_q8_0_panels_avx2<const RN: usize>(
+    panels: &[PanelQ8_0],
+    acts: [&[ActGroup]; RN],
+) -> [[f32; PANEL]; RN] {
+    let acts = acts.map(|row| &row[..panels.len().div_ceil(GROUP)]);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); RN];
+    for (column, panel) in panels.iter().enumerate() {
+        let (group, b) = (column / GROUP, column % GROUP);
+        // SAFETY: `d` is 16 readable bytes; loadu has no alignment requirement.
+        let scales = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(panel.d.as_ptr().cast()) });
+        let mut sums = [_mm256_setzero_si256(); RN];
+        for (chunk, weights) in panel.qs.iter().enumerate() {
+            // SAFETY: `weights` is 32 readable bytes; loadu has no alignment requirement.
+            let weights = unsafe { _mm256_loadu_si256(weights.as_ptr().cast()) };
+            let magnitudes = _mm256_sign_epi8(weights, weights);
+            for (sum, row) in sums.iter_mut().zip(&acts) {
+                let signed = _mm256_sign_epi8(broadcast4(&row[group].qs[b], 4 * chunk), weights);
+                let pairs = _mm256_maddubs_epi16(magnitudes, signed);
+                *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, ones));
+            }
+        }
+        for ((acc, sum), row) in acc.iter_mut().zip(sums).zip(&acts) {
+            let scale = _mm256_mul_ps(scales, _mm256_set1_ps(row[group].d[b]));
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, *acc);
         }
     }
     acc.map(|lanes| {

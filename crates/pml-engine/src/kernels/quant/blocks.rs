@@ -222,7 +222,7 @@ impl GroupQ4_1 {
     }
 }
 
-fn int_dot(a: &[i8; BLOCK], b: &[i8; BLOCK]) -> f32 {
+pub(super) fn int_dot(a: &[i8; BLOCK], b: &[i8; BLOCK]) -> f32 {
     a.iter()
         .zip(b)
         .map(|(&a, &b)| i32::from(a) * i32::from(b))

@@ -1,13 +1,14 @@
-//! Products of fewer than [`super::INTERLEAVED_PANEL_MIN_ROWS`] rows with an interleaved matrix (Q5_0, Q4_K):
+//! Products of fewer than [`super::INTERLEAVED_PANEL_MIN_ROWS`] rows with an interleaved matrix (Q5_0, Q8_0, Q4_K):
 //! the activations are quantized once; the pool's workers take items of
 //! [`PANELS_PER_ITEM`] panel rows, walk the activation rows in tiles of [`TILE`], and write each
 //! tile's eight outputs per panel straight into the row-major result.
 
-use super::avx2_interleaved::{dequantize_panel, tile_panels};
+use super::avx2_interleaved::{dequantize_panel, tile_panels, tile_q8_0_panels};
 use super::avx2_interleaved_kquants::tile_q4k_panels;
 use super::blocks::{self, ActGroup, GROUP_WEIGHTS};
 use super::interleaved::{PANEL, PanelQ5_0, tile_scalar};
 use super::interleaved_kquants::PanelQ4K;
+use super::interleaved_q8::{PanelQ8_0, tile_scalar_q8_0};
 use super::kernel::TILE;
 use super::kquants::{self, ActQ8K, SUPER};
 use super::panels::Output;
@@ -40,14 +41,22 @@ pub trait PanelKernel: Sized + Sync {
     }
 }
 
-impl PanelKernel for PanelQ5_0 {
-    const COLUMN_WEIGHTS: usize = blocks::BLOCK;
-    const ACT_WEIGHTS: usize = GROUP_WEIGHTS;
-    type Act = ActGroup;
+/// The items shared by the panel types of one GGML block per column whose activations are
+/// quantized in groups of blocks (Q5_0's and Q8_0's).
+macro_rules! block_column_with_group_activations {
+    () => {
+        const COLUMN_WEIGHTS: usize = blocks::BLOCK;
+        const ACT_WEIGHTS: usize = GROUP_WEIGHTS;
+        type Act = ActGroup;
 
-    fn quantize(x: &[f32], out: &mut Vec<ActGroup>) {
-        blocks::quantize_activations(x, out);
-    }
+        fn quantize(x: &[f32], out: &mut Vec<ActGroup>) {
+            blocks::quantize_activations(x, out);
+        }
+    };
+}
+
+impl PanelKernel for PanelQ5_0 {
+    block_column_with_group_activations!();
 
     fn tile<const RN: usize>(panels: &[Self], acts: [&[ActGroup]; RN]) -> [[f32; PANEL]; RN] {
         tile_panels(panels, acts).unwrap_or_else(|| tile_scalar(panels, acts))
@@ -59,6 +68,19 @@ impl PanelKernel for PanelQ5_0 {
 
     fn dequantize_panel(&self, out: &mut [f32], stride: usize) -> bool {
         dequantize_panel(self, out, stride)
+    }
+}
+
+impl PanelKernel for PanelQ8_0 {
+    block_column_with_group_activations!();
+
+    fn tile<const RN: usize>(panels: &[Self], acts: [&[ActGroup]; RN]) -> [[f32; PANEL]; RN] {
+        tile_q8_0_panels(panels, acts)
+            .unwrap_or_else(|| acts.map(|row| tile_scalar_q8_0(panels, row)))
+    }
+
+    fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        PanelQ8_0::dequantize_row(self, r, out);
     }
 }
 

@@ -8,9 +8,10 @@ use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::avx2_interleaved::tile_panels;
 use super::blocks::{ActGroup, GROUP_WEIGHTS, quantize_activations};
 use super::interleaved::{PANEL, tile_scalar};
+use super::interleaved_product::PanelKernel;
+use super::interleaved_q8::tile_scalar_q8_0;
 use super::kernel::BlockKernel;
 use super::{Blocks, QuantMatrix, avx2};
 
@@ -96,7 +97,7 @@ fn simd_tiles_agree_with_scalar_dots() {
             Blocks::Q4_1(b) => check_tiles(b, &x, b.len(), &label),
             Blocks::Q4K(b) => check_tiles(b, &x, b.len(), &label),
             Blocks::Q6K(b) => check_tiles(b, &x, b.len(), &label),
-            Blocks::Q5_0x8(_) | Blocks::Q4Kx8(_) => {
+            Blocks::Q5_0x8(_) | Blocks::Q4Kx8(_) | Blocks::Q8_0x8(_) => {
                 unreachable!("one row is not a panel of eight")
             }
         }
@@ -131,14 +132,24 @@ fn interleaved_panels_hold_the_rows_and_their_simd_tiles_agree_with_scalar_dots(
         .iter()
         .map(|row| tile_scalar(panels, [*row])[0])
         .collect::<Vec<_>>();
+    assert_panel_tiles_match(panels, &act_rows, &scalar);
+}
+
+/// `P::tile` at widths 1, 2 and 4 over five activation rows against `scalar`, the reference
+/// outputs of each row.
+fn assert_panel_tiles_match<P: PanelKernel<Act = ActGroup>>(
+    panels: &[P],
+    act_rows: &[&[ActGroup]],
+    scalar: &[[f32; PANEL]],
+) {
     let simd = [
-        tile_panels(panels, [act_rows[0]]).map(|t| t.to_vec()),
-        tile_panels(panels, [act_rows[1], act_rows[2]]).map(|t| t.to_vec()),
-        tile_panels(panels, [act_rows[3], act_rows[4], act_rows[0], act_rows[1]])
-            .map(|t| t.to_vec()),
+        P::tile(panels, [act_rows[0]]).to_vec(),
+        P::tile(panels, [act_rows[1], act_rows[2]]).to_vec(),
+        P::tile(panels, [act_rows[3], act_rows[4], act_rows[0], act_rows[1]]).to_vec(),
     ];
-    let simd: Vec<[f32; PANEL]> = simd.into_iter().flatten().flatten().collect();
+    let simd: Vec<[f32; PANEL]> = simd.into_iter().flatten().collect();
     let order = [0, 1, 2, 3, 4, 0, 1];
+    assert_eq!(simd.len(), order.len());
     for (k, (values, &row)) in simd.iter().zip(&order).enumerate() {
         for (lane, (&s, &r)) in values.iter().zip(&scalar[row]).enumerate() {
             assert!(
@@ -182,11 +193,11 @@ fn products_match_dense_matmul_of_dequantized_weights() {
     // 70 output rows: two full work items and a partial one; 72 (Q5_0: interleaved panels of
     // eight rows), two full items and a partial one. Input rows 1 (decode), 3 and 6 (a full
     // tile and a partial one), 9 (two full tiles and one row).
-    for (dtype, out_features) in TYPES
-        .map(|t| (t, 70))
-        .into_iter()
-        .chain([(GgmlDType::Q5_0, 72), (GgmlDType::Q4K, 72)])
-    {
+    for (dtype, out_features) in TYPES.map(|t| (t, 70)).into_iter().chain([
+        (GgmlDType::Q5_0, 72),
+        (GgmlDType::Q4K, 72),
+        (GgmlDType::Q8_0, 72),
+    ]) {
         for n_rows in [1, 3, 6, 9] {
             let (ours, reference) = product_and_reference(dtype, out_features, n_rows, 4);
             // Quantizing the activations to 8 bits moves each product by well under 1% of the
@@ -239,6 +250,7 @@ fn panel_products_match_dense_matmul_of_the_same_weights() {
         .chain([
             (GgmlDType::Q5_0, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
             (GgmlDType::Q4K, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
+            (GgmlDType::Q8_0, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
         ]);
     for (dtype, out_features, threshold) in cases {
         for n_rows in [threshold, threshold + 33] {
@@ -288,6 +300,39 @@ fn interleaved_q4k_panels_hold_the_rows_and_their_simd_tiles_agree_with_the_refe
             );
         }
     }
+}
+
+#[test]
+fn interleaved_q8_0_panels_hold_the_rows_and_their_simd_tiles_agree_with_scalar_dots() {
+    let (cols, n_act_rows) = (4864, 5);
+    let qtensor = quantized(PANEL, cols, GgmlDType::Q8_0, 16);
+    let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
+    let Blocks::Q8_0x8(panels) = &matrix.blocks else {
+        panic!("eight Q8_0 rows are interleaved");
+    };
+    assert_dequantizes_as_candle(&matrix, &qtensor);
+    let x = to_vec(&random_matrix(n_act_rows, cols, 17));
+    let mut acts = Vec::new();
+    quantize_activations(&x, &mut acts);
+    let act_rows: Vec<&[ActGroup]> = acts.chunks_exact(cols / GROUP_WEIGHTS).collect();
+    // The interleaved reference equals the row-by-row one: the same rows, the same sums.
+    let rows = QuantMatrix::from_qtensor(&quantized(1, cols, GgmlDType::Q8_0, 16))
+        .expect("one row stays row by row");
+    let Blocks::Q8_0(first_row) = &rows.blocks else {
+        panic!("one Q8_0 row is not interleaved");
+    };
+    let scalar: Vec<[f32; PANEL]> = act_rows
+        .iter()
+        .map(|row| tile_scalar_q8_0(panels, row))
+        .collect();
+    for (row, values) in act_rows.iter().zip(&scalar) {
+        let by_rows: f32 = first_row.iter().zip(*row).map(|(w, a)| w.dot(a)).sum();
+        assert!((values[0] - by_rows).abs() <= 1e-4 * by_rows.abs().max(1.0));
+    }
+    if !avx2::available() {
+        return;
+    }
+    assert_panel_tiles_match(panels, &act_rows, &scalar);
 }
 
 #[test]
