@@ -5,7 +5,9 @@
 //! · 127 < 2^15), widened once by `madd`. Per panel and activation row, one conversion, one
 //! fused add with the eight rows' scales times the block's, and one for the activations'
 //! `offset` (turning the unsigned values back into `q - 16`). The scalar `tile_scalar` in
-//! `interleaved` is the reference. Q8_0 panels (`interleaved_q8`) likewise, with signed weights.
+//! `interleaved` is the reference. Q4_1 panels take the same tile without fifth bits and with
+//! their mins for the offset; Q8_0 panels (`interleaved_q8`) a tile of their own for signed
+//! weights.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -14,11 +16,58 @@ use std::arch::x86_64::*;
 use super::avx2::{available, fifth_bits};
 use super::blocks::{ActGroup, GROUP};
 use super::interleaved::{PANEL, PanelQ5_0};
+use super::interleaved_q4_1::PanelQ4_1;
 use super::interleaved_q8::PanelQ8_0;
 
+/// A panel of unsigned 4-bit values (`packed`, chunks 0..4 in the low nibbles, 4..8 in the high
+/// ones), with fifth bits (Q5_0) or without (Q4_1), for [`tile_panels`].
+pub trait NibblePanel {
+    const FIFTH_BITS: bool;
+    fn packed(&self) -> &[[u8; 32]; 4];
+    /// Bit `4r + j` of chunk `chunk`'s fifth bits (unused without them).
+    fn high(&self, chunk: usize) -> u32;
+    /// f16 bits of the rows' scales.
+    fn scales(&self) -> &[u16; PANEL];
+    /// The f16 factors of the rows by which the activations' `offset` enters, and a multiplier:
+    /// Q5_0's `- d` (its values are `q + 16`), Q4_1's `m / 16` (its mins).
+    fn offset_factors(&self) -> (&[u16; PANEL], f32);
+}
+
+impl NibblePanel for PanelQ5_0 {
+    const FIFTH_BITS: bool = true;
+    fn packed(&self) -> &[[u8; 32]; 4] {
+        &self.packed
+    }
+    fn high(&self, chunk: usize) -> u32 {
+        self.high[chunk]
+    }
+    fn scales(&self) -> &[u16; PANEL] {
+        &self.d
+    }
+    fn offset_factors(&self) -> (&[u16; PANEL], f32) {
+        (&self.d, -1.0)
+    }
+}
+
+impl NibblePanel for PanelQ4_1 {
+    const FIFTH_BITS: bool = false;
+    fn packed(&self) -> &[[u8; 32]; 4] {
+        &self.packed
+    }
+    fn high(&self, _chunk: usize) -> u32 {
+        0
+    }
+    fn scales(&self) -> &[u16; PANEL] {
+        &self.d
+    }
+    fn offset_factors(&self) -> (&[u16; PANEL], f32) {
+        (&self.m, 1.0 / 16.0)
+    }
+}
+
 /// `Σ w·a` of eight weight rows with each of `RN` activation rows, or `None` without AVX2.
-pub fn tile_panels<const RN: usize>(
-    panels: &[PanelQ5_0],
+pub fn tile_panels<P: NibblePanel, const RN: usize>(
+    panels: &[P],
     acts: [&[ActGroup]; RN],
 ) -> Option<[[f32; PANEL]; RN]> {
     #[cfg(target_arch = "x86_64")]
@@ -45,10 +94,18 @@ fn load(bytes: &[u8; 32]) -> __m256i {
     unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
 }
 
+/// Eight f16 values in f32 lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn tile_panels_avx2<const RN: usize>(
-    panels: &[PanelQ5_0],
+fn widen(halves: &[u16; PANEL]) -> __m256 {
+    // SAFETY: `halves` is 16 readable bytes; loadu has no alignment requirement.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(halves.as_ptr().cast()) })
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile_panels_avx2<P: NibblePanel, const RN: usize>(
+    panels: &[P],
     acts: [&[ActGroup]; RN],
 ) -> [[f32; PANEL]; RN] {
     let acts = acts.map(|row| &row[..panels.len().div_ceil(GROUP)]);
@@ -56,14 +113,13 @@ fn tile_panels_avx2<const RN: usize>(
     let mut acc = [_mm256_setzero_ps(); RN];
     for (column, panel) in panels.iter().enumerate() {
         let (group, b) = (column / GROUP, column % GROUP);
-        // SAFETY: `d` is 16 readable bytes; loadu has no alignment requirement.
-        let scales = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(panel.d.as_ptr().cast()) });
+        let scales = widen(panel.scales());
+        let (factors, multiplier) = panel.offset_factors();
+        let offset_factors = _mm256_mul_ps(widen(factors), _mm256_set1_ps(multiplier));
+        let packed = panel.packed();
         let mut sums = [_mm256_setzero_si256(); RN];
         for half in 0..2 {
-            let (first, second) = (
-                load(&panel.packed[2 * half]),
-                load(&panel.packed[2 * half + 1]),
-            );
+            let (first, second) = (load(&packed[2 * half]), load(&packed[2 * half + 1]));
             // Chunks 2h, 2h + 1 (low nibbles) and 2h + 4, 2h + 5 (high nibbles).
             let weights = [
                 (_mm256_and_si256(first, low), 2 * half),
@@ -78,10 +134,12 @@ fn tile_panels_avx2<const RN: usize>(
                 ),
             ]
             .map(|(nibbles, chunk)| {
-                (
-                    _mm256_or_si256(nibbles, fifth_bits(panel.high[chunk])),
-                    4 * chunk,
-                )
+                let values = if P::FIFTH_BITS {
+                    _mm256_or_si256(nibbles, fifth_bits(panel.high(chunk)))
+                } else {
+                    nibbles
+                };
+                (values, 4 * chunk)
             });
             for (sum, row) in sums.iter_mut().zip(&acts) {
                 let qs = &row[group].qs[b];
@@ -98,7 +156,7 @@ fn tile_panels_avx2<const RN: usize>(
             let a = &row[group];
             let scale = _mm256_mul_ps(scales, _mm256_set1_ps(a.d[b]));
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, *acc);
-            *acc = _mm256_fnmadd_ps(scales, _mm256_set1_ps(a.offset[b]), *acc);
+            *acc = _mm256_fmadd_ps(offset_factors, _mm256_set1_ps(a.offset[b]), *acc);
         }
     }
     acc.map(|lanes| {
@@ -137,8 +195,7 @@ fn tile_q8_0_panels_avx2<const RN: usize>(
     let mut acc = [_mm256_setzero_ps(); RN];
     for (column, panel) in panels.iter().enumerate() {
         let (group, b) = (column / GROUP, column % GROUP);
-        // SAFETY: `d` is 16 readable bytes; loadu has no alignment requirement.
-        let scales = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(panel.d.as_ptr().cast()) });
+        let scales = widen(&panel.d);
         let mut sums = [_mm256_setzero_si256(); RN];
         for (chunk, weights) in panel.qs.iter().enumerate() {
             // SAFETY: `weights` is 32 readable bytes; loadu has no alignment requirement.
@@ -183,8 +240,7 @@ pub fn dequantize_panel(panel: &PanelQ5_0, out: &mut [f32], stride: usize) -> bo
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn dequantize_panel_avx2(panel: &PanelQ5_0, out: &mut [f32], stride: usize) {
-    // SAFETY: `d` is 16 readable bytes; loadu has no alignment requirement.
-    let scales = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(panel.d.as_ptr().cast()) });
+    let scales = widen(&panel.d);
     // Rows 2p and 2p + 1 take lanes 0..4 and 4..8 of one conversion: their scales side by side.
     let pair_scales: [__m256; 4] = std::array::from_fn(|p| {
         let (first, second) = (2 * p as i32, 2 * p as i32 + 1);

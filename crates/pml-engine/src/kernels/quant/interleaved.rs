@@ -133,14 +133,22 @@ pub fn tile_scalar<const RN: usize>(
     panels: &[PanelQ5_0],
     acts: [&[ActGroup]; RN],
 ) -> [[f32; PANEL]; RN] {
-    acts.map(|row| {
-        let mut out = [0f32; PANEL];
-        for (column, panel) in panels.iter().enumerate() {
-            let partial = panel.dot(&row[column / GROUP], column % GROUP);
-            for (out, partial) in out.iter_mut().zip(partial) {
-                *out += partial;
-            }
+    acts.map(|row| tile_scalar_by(panels, row, PanelQ5_0::dot))
+}
+
+/// Scalar `Σ w·a` of one row of panels with one activation row, each panel's block column
+/// multiplied by `dot` (a panel type's scalar reference).
+pub fn tile_scalar_by<P>(
+    panels: &[P],
+    acts: &[ActGroup],
+    dot: impl Fn(&P, &ActGroup, usize) -> [f32; PANEL],
+) -> [f32; PANEL] {
+    let mut out = [0f32; PANEL];
+    for (column, panel) in panels.iter().enumerate() {
+        let partial = dot(panel, &acts[column / GROUP], column % GROUP);
+        for (out, partial) in out.iter_mut().zip(partial) {
+            *out += partial;
         }
-        out
-    })
+    }
+    out
 }

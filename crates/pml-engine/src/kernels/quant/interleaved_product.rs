@@ -1,4 +1,4 @@
-//! Products of fewer than [`super::INTERLEAVED_PANEL_MIN_ROWS`] rows with an interleaved matrix (Q5_0, Q8_0, Q4_K):
+//! Products of fewer than [`super::INTERLEAVED_PANEL_MIN_ROWS`] rows with an interleaved matrix (Q5_0, Q4_1, Q8_0, Q4_K):
 //! the activations are quantized once; the pool's workers take items of
 //! [`PANELS_PER_ITEM`] panel rows, walk the activation rows in tiles of [`TILE`], and write each
 //! tile's eight outputs per panel straight into the row-major result.
@@ -6,9 +6,10 @@
 use super::avx2_interleaved::{dequantize_panel, tile_panels, tile_q8_0_panels};
 use super::avx2_interleaved_kquants::tile_q4k_panels;
 use super::blocks::{self, ActGroup, GROUP_WEIGHTS};
-use super::interleaved::{PANEL, PanelQ5_0, tile_scalar};
+use super::interleaved::{PANEL, PanelQ5_0, tile_scalar, tile_scalar_by};
 use super::interleaved_kquants::PanelQ4K;
-use super::interleaved_q8::{PanelQ8_0, tile_scalar_q8_0};
+use super::interleaved_q4_1::PanelQ4_1;
+use super::interleaved_q8::PanelQ8_0;
 use super::kernel::TILE;
 use super::kquants::{self, ActQ8K, SUPER};
 use super::panels::Output;
@@ -76,11 +77,24 @@ impl PanelKernel for PanelQ8_0 {
 
     fn tile<const RN: usize>(panels: &[Self], acts: [&[ActGroup]; RN]) -> [[f32; PANEL]; RN] {
         tile_q8_0_panels(panels, acts)
-            .unwrap_or_else(|| acts.map(|row| tile_scalar_q8_0(panels, row)))
+            .unwrap_or_else(|| acts.map(|row| tile_scalar_by(panels, row, PanelQ8_0::dot)))
     }
 
     fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         PanelQ8_0::dequantize_row(self, r, out);
+    }
+}
+
+impl PanelKernel for PanelQ4_1 {
+    block_column_with_group_activations!();
+
+    fn tile<const RN: usize>(panels: &[Self], acts: [&[ActGroup]; RN]) -> [[f32; PANEL]; RN] {
+        tile_panels(panels, acts)
+            .unwrap_or_else(|| acts.map(|row| tile_scalar_by(panels, row, PanelQ4_1::dot)))
+    }
+
+    fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        PanelQ4_1::dequantize_row(self, r, out);
     }
 }
 

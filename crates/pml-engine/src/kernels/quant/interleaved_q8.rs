@@ -80,16 +80,3 @@ pub fn interleave_q8_0(bytes: &[u8], out_features: usize, in_features: usize) ->
         PanelQ8_0::parse,
     )
 }
-
-/// Scalar `Σ w·a` of one row of panels (eight output rows) with one activation row.
-pub fn tile_scalar_q8_0(panels: &[PanelQ8_0], acts: &[ActGroup]) -> [f32; PANEL] {
-    let mut out = [0f32; PANEL];
-    for (column, panel) in panels.iter().enumerate() {
-        let group = super::blocks::GROUP;
-        let partial = panel.dot(&acts[column / group], column % group);
-        for (out, partial) in out.iter_mut().zip(partial) {
-            *out += partial;
-        }
-    }
-    out
-}

@@ -9,9 +9,9 @@
 //! - `blocks`: Q8_0 / Q5_0 / Q4_1 layouts (Q4_0 becomes Q5_0 without loss), their
 //!   activations, scalar reference dots.
 //! - `kquants`: Q4_K / Q6_K layouts, Q8_K activations, scalar reference dots.
-//! - `interleaved`, `interleaved_q8`, `interleaved_kquants`: Q5_0 (and Q4_0 as Q5_0), Q8_0 and
-//!   Q4_K interleaved by eight output rows; `interleaved_product` their products.
-//! - `avx2`, `avx2_kquants`, `avx2_interleaved` (Q5_0 and Q8_0 panels),
+//! - `interleaved`, `interleaved_q4_1`, `interleaved_q8`, `interleaved_kquants`: Q5_0 (and Q4_0
+//!   as Q5_0), Q4_1, Q8_0 and Q4_K interleaved by eight output rows; `interleaved_product` their products.
+//! - `avx2`, `avx2_kquants`, `avx2_interleaved` (Q5_0, Q4_1 and Q8_0 panels),
 //!   `avx2_interleaved_kquants`: the SIMD tiles, `unsafe` behind run-time
 //!   CPU-feature detection.
 //! - `kernel`: one trait over the four row-by-row block types, dispatching to SIMD or scalar.
@@ -25,6 +25,7 @@ mod blocks;
 mod interleaved;
 mod interleaved_kquants;
 mod interleaved_product;
+mod interleaved_q4_1;
 mod interleaved_q8;
 mod kernel;
 mod kquants;
@@ -42,6 +43,7 @@ use self::blocks::{
 use self::interleaved::{PANEL, PanelQ5_0, interleave};
 use self::interleaved_kquants::{PanelQ4K, interleave_q4k};
 use self::interleaved_product::{PanelKernel, multiply_interleaved};
+use self::interleaved_q4_1::{PanelQ4_1, interleave_q4_1};
 use self::interleaved_q8::{PanelQ8_0, interleave_q8_0};
 use self::kernel::{BlockKernel, TILE};
 use self::kquants::{BlockQ4K, BlockQ6K, Q4K_BYTES, Q6K_BYTES};
@@ -93,6 +95,8 @@ enum Blocks {
     Q4Kx8(Slab<PanelQ4K>),
     /// Q8_0 matrices of a multiple of eight rows, interleaved by eight rows.
     Q8_0x8(Slab<PanelQ8_0>),
+    /// Q4_1 matrices of a multiple of eight rows, interleaved by eight rows.
+    Q4_1x8(Slab<PanelQ4_1>),
 }
 
 /// Which of our layouts a matrix is in: the tag the layout cache stores beside its bytes.
@@ -106,10 +110,11 @@ pub enum LayoutKind {
     Q5_0x8,
     Q4Kx8,
     Q8_0x8,
+    Q4_1x8,
 }
 
 impl LayoutKind {
-    pub const ALL: [LayoutKind; 8] = [
+    pub const ALL: [LayoutKind; 9] = [
         LayoutKind::Q8_0,
         LayoutKind::Q5_0,
         LayoutKind::Q4_1,
@@ -118,6 +123,7 @@ impl LayoutKind {
         LayoutKind::Q5_0x8,
         LayoutKind::Q4Kx8,
         LayoutKind::Q8_0x8,
+        LayoutKind::Q4_1x8,
     ];
 
     /// Weights a stored row is padded to a multiple of (`QuantMatrix::columns`), weights of
@@ -128,7 +134,9 @@ impl LayoutKind {
         match self {
             LayoutKind::Q8_0 | LayoutKind::Q5_0 | LayoutKind::Q4_1 => (group, group, 1),
             LayoutKind::Q4K | LayoutKind::Q6K => (BlockQ4K::WEIGHTS, BlockQ4K::WEIGHTS, 1),
-            LayoutKind::Q5_0x8 | LayoutKind::Q8_0x8 => (group, group / GROUP, PANEL),
+            LayoutKind::Q5_0x8 | LayoutKind::Q8_0x8 | LayoutKind::Q4_1x8 => {
+                (group, group / GROUP, PANEL)
+            }
             LayoutKind::Q4Kx8 => (BlockQ4K::WEIGHTS, BlockQ4K::WEIGHTS, PANEL),
         }
     }
@@ -143,6 +151,7 @@ impl LayoutKind {
             LayoutKind::Q5_0x8 => std::mem::size_of::<PanelQ5_0>(),
             LayoutKind::Q4Kx8 => std::mem::size_of::<PanelQ4K>(),
             LayoutKind::Q8_0x8 => std::mem::size_of::<PanelQ8_0>(),
+            LayoutKind::Q4_1x8 => std::mem::size_of::<PanelQ4_1>(),
         }
     }
 }
@@ -182,6 +191,7 @@ macro_rules! with_blocks {
             Blocks::Q5_0x8($panels) => $interleaved,
             Blocks::Q4Kx8($panels) => $interleaved,
             Blocks::Q8_0x8($panels) => $interleaved,
+            Blocks::Q4_1x8($panels) => $interleaved,
         }
     };
 }
@@ -284,6 +294,9 @@ impl QuantMatrix {
             GgmlDType::Q8_0 if out_features.is_multiple_of(PANEL) => {
                 Blocks::Q8_0x8(interleave_q8_0(&bytes, out_features, columns).into())
             }
+            GgmlDType::Q4_1 if out_features.is_multiple_of(PANEL) => {
+                Blocks::Q4_1x8(interleave_q4_1(&bytes, out_features, columns).into())
+            }
             GgmlDType::Q8_0 => Blocks::Q8_0(on_huge_pages(units.map(GroupQ8_0::parse)).into()),
             GgmlDType::Q5_0 => Blocks::Q5_0(on_huge_pages(units.map(GroupQ5_0::parse)).into()),
             GgmlDType::Q4_1 => Blocks::Q4_1(on_huge_pages(units.map(GroupQ4_1::parse)).into()),
@@ -322,6 +335,7 @@ impl QuantMatrix {
             Blocks::Q5_0x8(_) => LayoutKind::Q5_0x8,
             Blocks::Q4Kx8(_) => LayoutKind::Q4Kx8,
             Blocks::Q8_0x8(_) => LayoutKind::Q8_0x8,
+            Blocks::Q4_1x8(_) => LayoutKind::Q4_1x8,
         };
         let shape = LayoutShape {
             kind,
@@ -363,6 +377,7 @@ impl QuantMatrix {
             LayoutKind::Q5_0x8 => Blocks::Q5_0x8(slab(&bytes, invalid)?),
             LayoutKind::Q4Kx8 => Blocks::Q4Kx8(slab(&bytes, invalid)?),
             LayoutKind::Q8_0x8 => Blocks::Q8_0x8(slab(&bytes, invalid)?),
+            LayoutKind::Q4_1x8 => Blocks::Q4_1x8(slab(&bytes, invalid)?),
         };
         Ok(Self {
             blocks,
@@ -387,7 +402,9 @@ impl QuantMatrix {
         }
         let shape = (self.out_features, self.columns);
         let panel_min_rows = match self.blocks {
-            Blocks::Q5_0x8(_) | Blocks::Q4Kx8(_) | Blocks::Q8_0x8(_) => INTERLEAVED_PANEL_MIN_ROWS,
+            Blocks::Q5_0x8(_) | Blocks::Q4Kx8(_) | Blocks::Q8_0x8(_) | Blocks::Q4_1x8(_) => {
+                INTERLEAVED_PANEL_MIN_ROWS
+            }
             _ => PANEL_MIN_ROWS,
         };
         let output = if n_rows >= panel_min_rows {

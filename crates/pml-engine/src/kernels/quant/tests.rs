@@ -9,9 +9,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::blocks::{ActGroup, GROUP_WEIGHTS, quantize_activations};
-use super::interleaved::{PANEL, tile_scalar};
+use super::interleaved::{PANEL, tile_scalar, tile_scalar_by};
 use super::interleaved_product::PanelKernel;
-use super::interleaved_q8::tile_scalar_q8_0;
+use super::interleaved_q4_1::PanelQ4_1;
+use super::interleaved_q8::PanelQ8_0;
 use super::kernel::BlockKernel;
 use super::{Blocks, QuantMatrix, avx2};
 
@@ -97,7 +98,7 @@ fn simd_tiles_agree_with_scalar_dots() {
             Blocks::Q4_1(b) => check_tiles(b, &x, b.len(), &label),
             Blocks::Q4K(b) => check_tiles(b, &x, b.len(), &label),
             Blocks::Q6K(b) => check_tiles(b, &x, b.len(), &label),
-            Blocks::Q5_0x8(_) | Blocks::Q4Kx8(_) | Blocks::Q8_0x8(_) => {
+            Blocks::Q5_0x8(_) | Blocks::Q4Kx8(_) | Blocks::Q8_0x8(_) | Blocks::Q4_1x8(_) => {
                 unreachable!("one row is not a panel of eight")
             }
         }
@@ -251,6 +252,7 @@ fn panel_products_match_dense_matmul_of_the_same_weights() {
             (GgmlDType::Q5_0, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
             (GgmlDType::Q4K, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
             (GgmlDType::Q8_0, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
+            (GgmlDType::Q4_1, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
         ]);
     for (dtype, out_features, threshold) in cases {
         for n_rows in [threshold, threshold + 33] {
@@ -323,8 +325,41 @@ fn interleaved_q8_0_panels_hold_the_rows_and_their_simd_tiles_agree_with_scalar_
     };
     let scalar: Vec<[f32; PANEL]> = act_rows
         .iter()
-        .map(|row| tile_scalar_q8_0(panels, row))
+        .map(|row| tile_scalar_by(panels, row, PanelQ8_0::dot))
         .collect();
+    for (row, values) in act_rows.iter().zip(&scalar) {
+        let by_rows: f32 = first_row.iter().zip(*row).map(|(w, a)| w.dot(a)).sum();
+        assert!((values[0] - by_rows).abs() <= 1e-4 * by_rows.abs().max(1.0));
+    }
+    if !avx2::available() {
+        return;
+    }
+    assert_panel_tiles_match(panels, &act_rows, &scalar);
+}
+
+#[test]
+fn interleaved_q4_1_panels_hold_the_rows_and_their_simd_tiles_agree_with_scalar_dots() {
+    let (cols, n_act_rows) = (4864, 5);
+    let qtensor = quantized(PANEL, cols, GgmlDType::Q4_1, 18);
+    let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
+    let Blocks::Q4_1x8(panels) = &matrix.blocks else {
+        panic!("eight Q4_1 rows are interleaved");
+    };
+    assert_dequantizes_as_candle(&matrix, &qtensor);
+    let x = to_vec(&random_matrix(n_act_rows, cols, 19));
+    let mut acts = Vec::new();
+    quantize_activations(&x, &mut acts);
+    let act_rows: Vec<&[ActGroup]> = acts.chunks_exact(cols / GROUP_WEIGHTS).collect();
+    let scalar: Vec<[f32; PANEL]> = act_rows
+        .iter()
+        .map(|row| tile_scalar_by(panels, row, PanelQ4_1::dot))
+        .collect();
+    // The interleaved reference equals the row-by-row one on the first row.
+    let rows = QuantMatrix::from_qtensor(&quantized(1, cols, GgmlDType::Q4_1, 18))
+        .expect("one row stays row by row");
+    let Blocks::Q4_1(first_row) = &rows.blocks else {
+        panic!("one Q4_1 row is not interleaved");
+    };
     for (row, values) in act_rows.iter().zip(&scalar) {
         let by_rows: f32 = first_row.iter().zip(*row).map(|(w, a)| w.dot(a)).sum();
         assert!((values[0] - by_rows).abs() <= 1e-4 * by_rows.abs().max(1.0));
