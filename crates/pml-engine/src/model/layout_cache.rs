@@ -164,6 +164,17 @@ impl LayoutCache {
             self.finished(touch(&self.path));
             return;
         }
+        let mut pending = PENDING_WRITES
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Writers that are done have logged their result: nothing left to wait for.
+        pending.retain(|(_, writer)| !writer.is_finished());
+        // Models of one file loaded side by side (a test binary's threads) write it once.
+        if pending.iter().any(|(path, _)| *path == self.path) {
+            tracing::debug!(path = %self.path.display(), "layout cache already being written");
+            return;
+        }
+        let path = self.path.clone();
         let writer = std::thread::Builder::new()
             .name("pml-layout-cache".to_string())
             .spawn(move || {
@@ -171,10 +182,7 @@ impl LayoutCache {
                 self.finished(result);
             });
         match writer {
-            Ok(writer) => PENDING_WRITES
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .push(writer),
+            Ok(writer) => pending.push((path, writer)),
             Err(error) => tracing::warn!(%error, "layout cache not written: no thread"),
         }
     }
@@ -201,8 +209,8 @@ impl LayoutCache {
     }
 }
 
-/// Cache files being written by [`LayoutCache::finish`].
-static PENDING_WRITES: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
+/// Cache files being written by [`LayoutCache::finish`], and their writers.
+static PENDING_WRITES: Mutex<Vec<(PathBuf, JoinHandle<()>)>> = Mutex::new(Vec::new());
 
 /// Waits until every layout cache file this process started writing is written (or has
 /// failed): a program calls it before it exits, or the file is not written.
@@ -212,7 +220,7 @@ pub fn wait_for_writes() {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()),
     );
-    for writer in writers {
+    for (_, writer) in writers {
         if writer.join().is_err() {
             tracing::warn!("a layout cache writer panicked");
         }
