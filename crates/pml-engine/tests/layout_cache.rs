@@ -2,40 +2,33 @@
 //! and computes the very same logits as a load without the cache; a damaged or malformed cache
 //! file is never served but rebuilt; the directory keeps a bounded number of files.
 //!
-//! The cache holds our kernels' layouts, which a CPU without AVX2 does not use: there these
-//! tests check only that nothing is read in place.
+//! The cache holds our kernels' layouts, which a CPU without AVX2 (or a run with
+//! `PML_NO_AVX2`) does not use: there these tests check only that nothing is cached.
 
 use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 use pml_engine::device::Backend;
 use pml_engine::gguf::GgufFile;
-use pml_engine::model::layout_cache::{KEPT_FILES, wait_for_writes};
+use pml_engine::model::layout_cache::{KEPT_FILES, LayoutCache, wait_for_writes};
 use pml_engine::model::{Arch, Model, WeightFormat};
 use pml_engine::testing::{last_position_logits, write_tiny_gguf};
 
 const PROMPT: [u32; 9] = [1, 17, 200, 45, 3, 99, 128, 7, 255];
 
-fn avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+/// Whether the engine uses the layout cache here (the one answer the loader itself asks).
+fn cached_here() -> bool {
+    LayoutCache::serves(WeightFormat::Quantized, &backend())
+}
+
+fn backend() -> Backend {
+    Backend::on(&Device::Cpu)
 }
 
 fn load(path: &Path, cache: Option<&Path>) -> Model {
     let gguf = GgufFile::open(path).expect("GGUF opens");
-    let model = Model::from_gguf_on(
-        &gguf,
-        WeightFormat::Quantized,
-        &Backend::on(&Device::Cpu),
-        cache,
-    )
-    .expect("model loads");
+    let model = Model::from_gguf_on(&gguf, WeightFormat::Quantized, &backend(), cache)
+        .expect("model loads");
     wait_for_writes();
     model
 }
@@ -71,7 +64,7 @@ fn second_load_reads_in_place(arch: Arch) {
     let first = load(&path, Some(&cache));
     assert_eq!(last_position_logits(&first, &PROMPT), expected);
     assert_eq!(first.weights_in_place_bytes(), 0, "the first load builds");
-    if !avx2() {
+    if !cached_here() {
         assert!(layout_files(&cache).is_empty(), "no layouts to cache");
         return;
     }
@@ -115,13 +108,43 @@ fn phi3_second_load_reads_its_layouts_in_place() {
     second_load_reads_in_place(Arch::Phi3);
 }
 
-#[test]
-fn a_damaged_cache_is_rebuilt_not_served() {
-    let (_dir, path, cache) = tiny_file(Arch::Llama);
+/// The tiny model of `arch`, the cache file its first load wrote, and its logits without
+/// the cache; `None` (after checking that nothing was written) where the cache is not used.
+struct Written {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    cache: PathBuf,
+    file: PathBuf,
+    expected: Vec<f32>,
+}
+
+fn written_cache(arch: Arch) -> Option<Written> {
+    let (dir, path, cache) = tiny_file(arch);
     let expected = last_position_logits(&load(&path, None), &PROMPT);
     load(&path, Some(&cache));
     let Some(file) = layout_files(&cache).pop() else {
-        assert!(!avx2(), "a file was written");
+        assert!(!cached_here(), "a file was written");
+        return None;
+    };
+    Some(Written {
+        _dir: dir,
+        path,
+        cache,
+        file,
+        expected,
+    })
+}
+
+#[test]
+fn a_damaged_cache_is_rebuilt_not_served() {
+    let Some(Written {
+        _dir,
+        path,
+        cache,
+        file,
+        expected,
+    }) = written_cache(Arch::Llama)
+    else {
         return;
     };
     // Every byte after the table changed: the check must notice before serving anything.
@@ -148,11 +171,14 @@ fn a_damaged_cache_is_rebuilt_not_served() {
 
 #[test]
 fn a_malformed_cache_file_is_ignored_and_replaced() {
-    let (_dir, path, cache) = tiny_file(Arch::Qwen3);
-    let expected = last_position_logits(&load(&path, None), &PROMPT);
-    load(&path, Some(&cache));
-    let Some(file) = layout_files(&cache).pop() else {
-        assert!(!avx2(), "a file was written");
+    let Some(Written {
+        _dir,
+        path,
+        cache,
+        file,
+        expected,
+    }) = written_cache(Arch::Qwen3)
+    else {
         return;
     };
     for garbage in [
@@ -189,7 +215,7 @@ fn the_directory_keeps_the_most_recently_used_files() {
         load(&path, Some(&cache));
     }
     let kept = layout_files(&cache).len();
-    if avx2() {
+    if cached_here() {
         assert_eq!(kept, KEPT_FILES);
     } else {
         assert_eq!(kept, 0);

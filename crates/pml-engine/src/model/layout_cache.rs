@@ -28,7 +28,8 @@ use sha2::{Digest, Sha256};
 use super::EngineError;
 use super::layout_file::{CacheFile, Entry, Layout, read_file, touch, trim_dir, write_file};
 use super::stored_rows::StoredRows;
-use super::weights::{CachedLayout, TensorSource};
+use super::weights::{CachedLayout, TensorSource, WeightFormat, native_layouts};
+use crate::device::Backend;
 use crate::gguf::GgufFile;
 use crate::kernels::mapped::MappedSlice;
 use crate::kernels::quant::QuantMatrix;
@@ -56,6 +57,12 @@ pub struct LayoutCache {
 }
 
 impl LayoutCache {
+    /// Whether a model loaded in `format` on `backend` has matrices the cache holds: our
+    /// kernels' layouts, made for the quantized format on the native CPU path.
+    pub fn serves(format: WeightFormat, backend: &Backend) -> bool {
+        format == WeightFormat::Quantized && native_layouts(backend)
+    }
+
     /// The cache in `dir` for `gguf`: its file mapped if an earlier load wrote one.
     pub fn open(dir: &Path, gguf: &GgufFile) -> Self {
         let path = dir.join(format!("{}.layout", cache_key(gguf)));

@@ -192,37 +192,42 @@ pub fn write_file(
             }
         })
         .collect();
-    let mut table = Vec::new();
-    table.extend_from_slice(MAGIC);
-    let put = |table: &mut Vec<u8>, value: u64| table.extend_from_slice(&value.to_le_bytes());
-    let put_str = |table: &mut Vec<u8>, value: &str| {
-        put(table, value.len() as u64);
-        table.extend_from_slice(value.as_bytes());
-    };
-    put(&mut table, described.len() as u64);
-    // The table's length is known before the offsets it holds: 2 u64s per entry follow.
-    let table_len = described
-        .iter()
-        .map(|(name, dtype, kind, ..)| {
-            8 * 3 + name.len() + format!("{dtype:?}").len() + kind.len() + 8 * 3 + 8 * 2
-        })
-        .sum::<usize>()
-        + table.len();
-    let mut offset = (table_len as u64).next_multiple_of(ALIGN);
-    let mut placed = Vec::with_capacity(described.len());
-    for (name, dtype, kind, dims, bytes) in &described {
-        put_str(&mut table, name);
-        put_str(&mut table, &format!("{dtype:?}"));
-        put_str(&mut table, kind);
-        for dim in dims {
-            put(&mut table, *dim as u64);
+    // Entries are fixed-size but for their strings, so a table encoded with placeholder
+    // offsets has the real one's length: where the first layout can start.
+    let encode = |offsets: &[u64]| {
+        let mut table = Vec::new();
+        table.extend_from_slice(MAGIC);
+        let put = |table: &mut Vec<u8>, value: u64| table.extend_from_slice(&value.to_le_bytes());
+        let put_str = |table: &mut Vec<u8>, value: &str| {
+            put(table, value.len() as u64);
+            table.extend_from_slice(value.as_bytes());
+        };
+        put(&mut table, described.len() as u64);
+        for ((name, dtype, kind, dims, bytes), &offset) in described.iter().zip(offsets) {
+            put_str(&mut table, name);
+            put_str(&mut table, &format!("{dtype:?}"));
+            put_str(&mut table, kind);
+            for dim in dims {
+                put(&mut table, *dim as u64);
+            }
+            put(&mut table, offset);
+            put(&mut table, bytes.len() as u64);
         }
-        put(&mut table, offset);
-        put(&mut table, bytes.len() as u64);
-        placed.push((offset, *bytes));
+        table
+    };
+    let table_len = encode(&vec![0; described.len()]).len() as u64;
+    let mut offsets = Vec::with_capacity(described.len());
+    let mut offset = table_len.next_multiple_of(ALIGN);
+    for (.., bytes) in &described {
+        offsets.push(offset);
         offset = (offset + bytes.len() as u64).next_multiple_of(ALIGN);
     }
-    debug_assert_eq!(table.len(), table_len);
+    let table = encode(&offsets);
+    let placed: Vec<(u64, &[u8])> = offsets
+        .iter()
+        .zip(&described)
+        .map(|(&offset, (.., bytes))| (offset, *bytes))
+        .collect();
 
     let temporary = dir.join(format!(
         ".{}.{}.tmp",

@@ -4,10 +4,11 @@
 
 use std::borrow::Cow;
 
-use candle_core::quantized::{GgmlDType, QStorage, QTensor};
+use candle_core::quantized::GgmlDType;
 use candle_core::{Device, Tensor};
 
 use super::EngineError;
+use super::row_gather::gather_rows;
 use crate::kernels::mapped::{MappedSlice, Slab};
 use crate::stored_tensor::StoredTensor;
 
@@ -44,25 +45,31 @@ impl StoredRows {
         Self::checked(bytes, dtype, rows, columns)
     }
 
+    /// Refused unless `bytes` are exactly the whole-block rows of the shape (`StoredTensor`'s
+    /// rule).
     fn checked(
         bytes: Slab<u8>,
         dtype: GgmlDType,
         rows: usize,
         columns: usize,
     ) -> Result<Self, EngineError> {
-        let whole_blocks = columns.is_multiple_of(dtype.block_size());
-        if !whole_blocks || bytes.len() != rows * row_bytes(dtype, columns) {
-            return Err(EngineError::InvalidWeights(format!(
-                "{} bytes are not {rows} rows of {columns} {dtype:?} weights",
-                bytes.len()
-            )));
-        }
-        Ok(Self {
+        let table = Self {
             bytes,
             dtype,
             rows,
             columns,
-        })
+        };
+        table.stored()?;
+        Ok(table)
+    }
+
+    /// The table as a stored tensor borrowing its bytes.
+    fn stored(&self) -> Result<StoredTensor<'_>, EngineError> {
+        Ok(StoredTensor::new(
+            Cow::Borrowed(&self.bytes),
+            self.dtype,
+            vec![self.rows, self.columns],
+        )?)
     }
 
     pub fn dtype(&self) -> GgmlDType {
@@ -79,23 +86,13 @@ impl StoredRows {
 
     /// Rows `ids` in f32, `(ids.len(), columns)` on `device`.
     pub fn rows(&self, ids: &[u32], device: &Device) -> Result<Tensor, EngineError> {
-        let row_bytes = row_bytes(self.dtype, self.columns);
-        // candle reads the bytes in place as blocks, which must be aligned for their scales.
-        let mut words = vec![0u32; (ids.len() * row_bytes).div_ceil(4)];
-        let gathered =
-            &mut bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..ids.len() * row_bytes];
-        for (&id, out) in ids.iter().zip(gathered.chunks_exact_mut(row_bytes.max(1))) {
-            let row = id as usize;
-            if row >= self.rows {
-                return Err(EngineError::InvalidInput(format!(
-                    "row {row} of a matrix of {}",
-                    self.rows
-                )));
-            }
-            out.copy_from_slice(&self.bytes[row * row_bytes..][..row_bytes]);
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.rows) {
+            return Err(EngineError::InvalidInput(format!(
+                "row {id} of a matrix of {}",
+                self.rows
+            )));
         }
-        let storage = QStorage::from_data(Cow::Borrowed(gathered), &Device::Cpu, self.dtype)?;
-        let rows = QTensor::new(storage, (ids.len(), self.columns))?;
+        let rows = gather_rows(&self.stored()?, ids.iter().map(|&id| id as usize))?;
         Ok(rows.dequantize(device)?)
     }
 
@@ -107,8 +104,4 @@ impl StoredRows {
     pub fn is_mapped(&self) -> bool {
         self.bytes.is_mapped()
     }
-}
-
-fn row_bytes(dtype: GgmlDType, columns: usize) -> usize {
-    columns / dtype.block_size() * dtype.type_size()
 }

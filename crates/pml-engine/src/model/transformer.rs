@@ -14,7 +14,7 @@ use super::fused_rows::SplitFused;
 use super::layout_cache::{LayoutCache, LayoutCached};
 use super::observer::{AttentionObserver, AttentionView};
 use super::rope_rows::NeoxRows;
-use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat, native_layouts};
+use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat};
 use crate::device::{Backend, Kernels};
 use crate::gguf::GgufFile;
 use crate::kernels::{self, masked_softmax};
@@ -633,7 +633,7 @@ impl Model {
     ) -> Result<Self, EngineError> {
         let config = ModelConfig::from_gguf(gguf)?;
         let cache = layout_cache_dir
-            .filter(|_| format == WeightFormat::Quantized && native_layouts(backend))
+            .filter(|_| LayoutCache::serves(format, backend))
             .map(|dir| LayoutCache::open(dir, gguf));
         Self::from_source_cached(config, &mut &*gguf, format, backend, cache)
     }

@@ -27,8 +27,8 @@ pub fn build(vocab: &GgufVocab) -> Result<Tokenizer, TokenizerError> {
         TokenizerError::Unsupported("byte-level BPE without tokenizer.ggml.merges".to_owned())
     })?;
     // The merge pairs and the token map are independent: built side by side.
-    let (merges, vocab_map) = std::thread::scope(|scope| {
-        let split = scope.spawn(|| {
+    let (merges, vocab_map) = rayon::join(
+        || {
             merges
                 .iter()
                 .map(|merge| {
@@ -38,13 +38,9 @@ pub fn build(vocab: &GgufVocab) -> Result<Tokenizer, TokenizerError> {
                         .ok_or_else(|| TokenizerError::Build(format!("malformed merge {merge:?}")))
                 })
                 .collect::<Result<Vec<_>, _>>()
-        });
-        let vocab_map = super::vocab_map(vocab);
-        let merges = split
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (merges, vocab_map)
-    });
+        },
+        || super::vocab_map(vocab),
+    );
     let model = BPE::builder()
         .vocab_and_merges(vocab_map?, merges?)
         .ignore_merges(ignore_merges)

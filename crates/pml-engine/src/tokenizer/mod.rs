@@ -96,21 +96,17 @@ impl GgufTokenizer {
         // llama.cpp's defaults when the file does not say: SentencePiece adds BOS and a space
         // before the text, byte-level BPE neither.
         // Each token's bytes (for decoding) are independent of the model built beside them: a
-        // second thread takes them (Qwen's 151k tokens: ~35 ms of a ~300 ms build).
-        let (built, token_bytes) = std::thread::scope(|scope| {
-            let token_bytes = scope.spawn(|| token_bytes::vocab_token_bytes(vocab));
-            let built = match vocab.model.as_str() {
+        // second worker takes them (Qwen's 151k tokens: ~35 ms of a ~300 ms build).
+        let (built, token_bytes) = rayon::join(
+            || match vocab.model.as_str() {
                 "gpt2" => byte_bpe::build(vocab).map(|inner| (inner, false, false)),
                 "llama" => sentencepiece::build(vocab).map(|inner| (inner, true, true)),
                 other => Err(TokenizerError::Unsupported(format!(
                     "tokenizer.ggml.model = {other:?}"
                 ))),
-            };
-            let token_bytes = token_bytes
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (built, token_bytes)
-        });
+            },
+            || token_bytes::vocab_token_bytes(vocab),
+        );
         let (mut inner, default_add_bos, default_space_prefix) = built?;
         register_added_tokens(&mut inner, vocab);
         let spm = match vocab.model.as_str() {

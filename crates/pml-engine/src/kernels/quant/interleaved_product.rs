@@ -43,7 +43,7 @@ pub trait PanelKernel: Sized + Sync {
 }
 
 /// The items shared by the panel types of one GGML block per column whose activations are
-/// quantized in groups of blocks (Q5_0's and Q8_0's).
+/// quantized in groups of blocks (Q5_0's, Q4_1's and Q8_0's).
 macro_rules! block_column_with_group_activations {
     () => {
         const COLUMN_WEIGHTS: usize = blocks::BLOCK;

@@ -191,13 +191,14 @@ fn product_and_reference_of_width(
 
 #[test]
 fn products_match_dense_matmul_of_dequantized_weights() {
-    // 70 output rows: two full work items and a partial one; 72 (Q5_0: interleaved panels of
+    // 70 output rows: two full work items and a partial one; 72 (the interleaved types: panels of
     // eight rows), two full items and a partial one. Input rows 1 (decode), 3 and 6 (a full
     // tile and a partial one), 9 (two full tiles and one row).
     for (dtype, out_features) in TYPES.map(|t| (t, 70)).into_iter().chain([
         (GgmlDType::Q5_0, 72),
         (GgmlDType::Q4K, 72),
         (GgmlDType::Q8_0, 72),
+        (GgmlDType::Q4_1, 72),
     ]) {
         for n_rows in [1, 3, 6, 9] {
             let (ours, reference) = product_and_reference(dtype, out_features, n_rows, 4);
@@ -304,29 +305,37 @@ fn interleaved_q4k_panels_hold_the_rows_and_their_simd_tiles_agree_with_the_refe
     }
 }
 
-#[test]
-fn interleaved_q8_0_panels_hold_the_rows_and_their_simd_tiles_agree_with_scalar_dots() {
+/// Eight rows of `dtype` are interleaved into panels (`panels_of`) that dequantize as candle
+/// does; their scalar reference (`dot`) equals the row-by-row layout's (`rows_of`, one row of
+/// the same weights) on the first row, and their SIMD tiles agree with it.
+fn check_interleaved_group_panels<P, W>(
+    dtype: GgmlDType,
+    seed: u64,
+    panels_of: impl Fn(&Blocks) -> Option<&[P]>,
+    rows_of: impl Fn(&Blocks) -> Option<&[W]>,
+    dot: impl Fn(&P, &ActGroup, usize) -> [f32; PANEL] + Copy,
+) where
+    P: PanelKernel<Act = ActGroup>,
+    W: BlockKernel<Act = ActGroup>,
+{
     let (cols, n_act_rows) = (4864, 5);
-    let qtensor = quantized(PANEL, cols, GgmlDType::Q8_0, 16);
+    let qtensor = quantized(PANEL, cols, dtype, seed);
     let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
-    let Blocks::Q8_0x8(panels) = &matrix.blocks else {
-        panic!("eight Q8_0 rows are interleaved");
-    };
+    let panels =
+        panels_of(&matrix.blocks).unwrap_or_else(|| panic!("eight {dtype:?} rows are interleaved"));
     assert_dequantizes_as_candle(&matrix, &qtensor);
-    let x = to_vec(&random_matrix(n_act_rows, cols, 17));
+    let x = to_vec(&random_matrix(n_act_rows, cols, seed + 1));
     let mut acts = Vec::new();
     quantize_activations(&x, &mut acts);
     let act_rows: Vec<&[ActGroup]> = acts.chunks_exact(cols / GROUP_WEIGHTS).collect();
-    // The interleaved reference equals the row-by-row one: the same rows, the same sums.
-    let rows = QuantMatrix::from_qtensor(&quantized(1, cols, GgmlDType::Q8_0, 16))
-        .expect("one row stays row by row");
-    let Blocks::Q8_0(first_row) = &rows.blocks else {
-        panic!("one Q8_0 row is not interleaved");
-    };
     let scalar: Vec<[f32; PANEL]> = act_rows
         .iter()
-        .map(|row| tile_scalar_by(panels, row, PanelQ8_0::dot))
+        .map(|row| tile_scalar_by(panels, row, dot))
         .collect();
+    let rows = QuantMatrix::from_qtensor(&quantized(1, cols, dtype, seed))
+        .expect("one row stays row by row");
+    let first_row =
+        rows_of(&rows.blocks).unwrap_or_else(|| panic!("one {dtype:?} row is not interleaved"));
     for (row, values) in act_rows.iter().zip(&scalar) {
         let by_rows: f32 = first_row.iter().zip(*row).map(|(w, a)| w.dot(a)).sum();
         assert!((values[0] - by_rows).abs() <= 1e-4 * by_rows.abs().max(1.0));
@@ -338,36 +347,37 @@ fn interleaved_q8_0_panels_hold_the_rows_and_their_simd_tiles_agree_with_scalar_
 }
 
 #[test]
+fn interleaved_q8_0_panels_hold_the_rows_and_their_simd_tiles_agree_with_scalar_dots() {
+    check_interleaved_group_panels(
+        GgmlDType::Q8_0,
+        16,
+        |blocks| match blocks {
+            Blocks::Q8_0x8(panels) => Some(&panels[..]),
+            _ => None,
+        },
+        |blocks| match blocks {
+            Blocks::Q8_0(groups) => Some(&groups[..]),
+            _ => None,
+        },
+        PanelQ8_0::dot,
+    );
+}
+
+#[test]
 fn interleaved_q4_1_panels_hold_the_rows_and_their_simd_tiles_agree_with_scalar_dots() {
-    let (cols, n_act_rows) = (4864, 5);
-    let qtensor = quantized(PANEL, cols, GgmlDType::Q4_1, 18);
-    let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
-    let Blocks::Q4_1x8(panels) = &matrix.blocks else {
-        panic!("eight Q4_1 rows are interleaved");
-    };
-    assert_dequantizes_as_candle(&matrix, &qtensor);
-    let x = to_vec(&random_matrix(n_act_rows, cols, 19));
-    let mut acts = Vec::new();
-    quantize_activations(&x, &mut acts);
-    let act_rows: Vec<&[ActGroup]> = acts.chunks_exact(cols / GROUP_WEIGHTS).collect();
-    let scalar: Vec<[f32; PANEL]> = act_rows
-        .iter()
-        .map(|row| tile_scalar_by(panels, row, PanelQ4_1::dot))
-        .collect();
-    // The interleaved reference equals the row-by-row one on the first row.
-    let rows = QuantMatrix::from_qtensor(&quantized(1, cols, GgmlDType::Q4_1, 18))
-        .expect("one row stays row by row");
-    let Blocks::Q4_1(first_row) = &rows.blocks else {
-        panic!("one Q4_1 row is not interleaved");
-    };
-    for (row, values) in act_rows.iter().zip(&scalar) {
-        let by_rows: f32 = first_row.iter().zip(*row).map(|(w, a)| w.dot(a)).sum();
-        assert!((values[0] - by_rows).abs() <= 1e-4 * by_rows.abs().max(1.0));
-    }
-    if !avx2::available() {
-        return;
-    }
-    assert_panel_tiles_match(panels, &act_rows, &scalar);
+    check_interleaved_group_panels(
+        GgmlDType::Q4_1,
+        18,
+        |blocks| match blocks {
+            Blocks::Q4_1x8(panels) => Some(&panels[..]),
+            _ => None,
+        },
+        |blocks| match blocks {
+            Blocks::Q4_1(groups) => Some(&groups[..]),
+            _ => None,
+        },
+        PanelQ4_1::dot,
+    );
 }
 
 #[test]
