@@ -56,4 +56,26 @@ pub enum KvCacheError {
     Shape(String),
     #[error("layers hold different slots ({0}); finish the layer-by-layer pass first")]
     LayersDisagree(String),
+    /// The cache was spliced for queries at or after a position, and a sliding-window layer
+    /// left out the rows none of them can see (see `KvCache::from_blocks_for`).
+    #[error(
+        "slot {slot} of layer {layer_idx} is not held: this cache was spliced for queries at \
+         position {horizon} or later, and the layer's sliding window hides slots below \
+         {first_held} from all of them"
+    )]
+    NotHeld {
+        slot: usize,
+        layer_idx: usize,
+        first_held: usize,
+        horizon: u32,
+    },
+    #[error(
+        "a row at position {position} written to layer {layer_idx}, whose cache was spliced for \
+         queries at position {horizon} or later: it would attend rows the splice left out"
+    )]
+    BeforeHorizon {
+        position: u32,
+        layer_idx: usize,
+        horizon: u32,
+    },
 }

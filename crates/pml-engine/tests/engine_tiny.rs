@@ -299,6 +299,70 @@ fn gemma_local_layers_ignore_tokens_beyond_the_window() {
     );
 }
 
+/// A prefix spliced for the queries that follow it: Gemma's local layers hold only the window
+/// those queries see, and the new tokens and the decoding after them get the logits of the
+/// cache holding every row.
+#[test]
+fn a_splice_for_later_queries_holds_the_window_and_answers_alike() {
+    let model = model(Arch::Gemma3);
+    let (n_prefix, n_new) = (4 * TINY_SLIDING_WINDOW, TINY_SLIDING_WINDOW);
+    let tokens = random_tokens(n_prefix + n_new + 3, 11);
+    let positions: Vec<u32> = (0..tokens.len() as u32).collect();
+    let mut prefix_kv = model.new_kv_cache().unwrap();
+    model
+        .forward(&tokens[..n_prefix], &positions[..n_prefix], &mut prefix_kv)
+        .unwrap();
+    let block = prefix_kv.to_block().unwrap();
+
+    let mut every_row =
+        KvCache::from_blocks(model.kv_layout(), &Device::Cpu, &[&block], n_new + 3).unwrap();
+    let mut windowed = model
+        .splice_for_queries(&[&block], n_new + 3, n_prefix as u32)
+        .unwrap();
+    for (layer_idx, layer) in model.config().layers.iter().enumerate() {
+        let held = windowed.layer(layer_idx).unwrap();
+        let expected = match layer.sliding_window {
+            Some(window) => n_prefix + 1 - window,
+            None => 0,
+        };
+        assert_eq!(held.first_held(), expected, "layer {layer_idx}");
+    }
+    assert!(windowed.size_in_bytes() < every_row.size_in_bytes());
+
+    let new = n_prefix..n_prefix + n_new;
+    let expected = model
+        .forward(
+            &tokens[new.clone()],
+            &positions[new.clone()],
+            &mut every_row,
+        )
+        .unwrap();
+    let got = model
+        .forward(&tokens[new.clone()], &positions[new], &mut windowed)
+        .unwrap();
+    assert_close(&got, &expected, TOLERANCE, "the new tokens' logits");
+    for step in n_prefix + n_new..tokens.len() {
+        let expected = model
+            .forward(
+                &tokens[step..=step],
+                &positions[step..=step],
+                &mut every_row,
+            )
+            .unwrap();
+        let got = model
+            .forward(&tokens[step..=step], &positions[step..=step], &mut windowed)
+            .unwrap();
+        assert_close(&got, &expected, TOLERANCE, &format!("decode step {step}"));
+    }
+    // A row before the horizon is refused, not computed over missing rows.
+    let earlier = n_prefix - 1;
+    assert!(
+        model
+            .forward(&tokens[..1], &[earlier as u32], &mut windowed)
+            .is_err()
+    );
+}
+
 #[test]
 fn kv_projected_from_layer_inputs_equals_the_stored_kv() {
     for arch in ARCHES {

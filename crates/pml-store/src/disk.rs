@@ -188,7 +188,7 @@ impl DiskTier {
         // unlinked, and docs/architecture.md ("Stored states") tells users not to edit them in
         // place. Whatever the bytes hold, the checksum over the whole map is verified before
         // any state is built on it.
-        let map = unsafe { memmap2::MmapOptions::new().populate().map(file) }
+        let map = unsafe { memmap2::MmapOptions::new().map(file) }
             .map_err(|error| StoreError::io("map", path, error))?;
         let state = ModuleState::from_safetensors(Arc::new(map), key, &self.spec)?;
         self.counters.bytes_read.fetch_add(len, Ordering::Relaxed);

@@ -1,5 +1,6 @@
 //! [`LayerKv`]: one layer's K and V buffers with spare rows, appended in place and copied on
-//! write.
+//! write; a sliding-window layer of a spliced cache may leave out the slots before the first
+//! one its queries can see.
 
 use std::sync::Arc;
 
@@ -10,19 +11,32 @@ use super::{KvCacheError, KvLayout};
 /// One layer of the cache.
 #[derive(Clone, Debug)]
 pub struct LayerKv {
-    /// `(capacity, kv_heads, head_dim)`; rows `0..positions.len()` are live.
+    layer_idx: usize,
+    /// `(rows, kv_heads, head_dim)`: row `r` holds slot `first_held + r`; rows up to the last
+    /// slot are live, the others spare.
     pub(super) key_buffer: Tensor,
     pub(super) value_buffer: Tensor,
+    /// The position of every slot, held or not.
     pub(super) positions: Vec<u32>,
-    /// Rows below this may be visible through views taken before a truncation, so they are
-    /// never written in place. Views of live rows need no such guard: appends write past them.
+    /// Slots below this are not held (0 unless a splice left them out, see
+    /// [`super::KvCache::from_blocks_for`]); no query at [`Self::horizon`] or later sees them.
+    pub(super) first_held: usize,
+    /// Rows written here must be at this position or later (0: any).
+    pub(super) horizon: u32,
+    /// Buffer rows below this may be visible through views taken before a truncation, so they
+    /// are never written in place. Views of live rows need no such guard: appends write past
+    /// them.
     exposed_rows: usize,
     /// Shared by clones of this layer; a clone must not append into a buffer another owns.
     owner: Arc<()>,
 }
 
 impl LayerKv {
-    pub(super) fn empty(layout: &KvLayout, device: &Device) -> Result<Self, KvCacheError> {
+    pub(super) fn empty(
+        layout: &KvLayout,
+        device: &Device,
+        layer_idx: usize,
+    ) -> Result<Self, KvCacheError> {
         let buffer = Tensor::zeros(
             (
                 allocated_rows(0, device),
@@ -33,9 +47,12 @@ impl LayerKv {
             device,
         )?;
         Ok(Self {
+            layer_idx,
             key_buffer: buffer.clone(),
             value_buffer: buffer,
             positions: Vec::new(),
+            first_held: 0,
+            horizon: 0,
             exposed_rows: 0,
             owner: Arc::new(()),
         })
@@ -49,24 +66,56 @@ impl LayerKv {
         self.positions.is_empty()
     }
 
-    /// Position of every live slot.
+    /// Position of every live slot, held or not.
     pub fn positions(&self) -> &[u32] {
         &self.positions
     }
 
-    /// K of every live slot, `(n_slots, kv_heads, head_dim)`, after RoPE. The view keeps its
-    /// contents whatever is written later, so K before and after a recompute can be compared.
-    pub fn keys(&self) -> Result<Tensor, KvCacheError> {
-        Ok(self.key_buffer.narrow(0, 0, self.len())?)
+    /// The first slot this layer holds: 0 unless a splice left out slots no query at
+    /// [`Self::horizon`] or later can see.
+    pub fn first_held(&self) -> usize {
+        self.first_held
     }
 
-    /// V of every live slot, `(n_slots, kv_heads, head_dim)`.
+    /// The earliest position a row written to this layer may have (0 when every slot is held).
+    pub fn horizon(&self) -> u32 {
+        self.horizon
+    }
+
+    /// Positions of the held slots, `first_held()..len()`: what [`Self::keys`] holds.
+    pub fn held_positions(&self) -> &[u32] {
+        &self.positions[self.first_held.min(self.len())..]
+    }
+
+    fn held_len(&self) -> usize {
+        self.len().saturating_sub(self.first_held)
+    }
+
+    /// K of every held slot (`first_held()..len()`, all of them unless a splice left some
+    /// out), `(n_held, kv_heads, head_dim)`, after RoPE. The view keeps its contents whatever is
+    /// written later, so K before and after a recompute can be compared.
+    pub fn keys(&self) -> Result<Tensor, KvCacheError> {
+        Ok(self.key_buffer.narrow(0, 0, self.held_len())?)
+    }
+
+    /// V of every held slot, `(n_held, kv_heads, head_dim)`.
     pub fn values(&self) -> Result<Tensor, KvCacheError> {
-        Ok(self.value_buffer.narrow(0, 0, self.len())?)
+        Ok(self.value_buffer.narrow(0, 0, self.held_len())?)
     }
 
     pub(super) fn capacity(&self) -> usize {
-        self.key_buffer.dims()[0]
+        self.first_held + self.key_buffer.dims()[0]
+    }
+
+    /// The buffer row of `slot`, or why it has none.
+    pub(super) fn held_row(&self, slot: usize) -> Result<usize, KvCacheError> {
+        slot.checked_sub(self.first_held)
+            .ok_or(KvCacheError::NotHeld {
+                slot,
+                layer_idx: self.layer_idx,
+                first_held: self.first_held,
+                horizon: self.horizon,
+            })
     }
 
     /// Writes `keys`/`values` rows (`(n, kv_heads, head_dim)`) at `slots`: a slot below `len()`
@@ -94,12 +143,20 @@ impl LayerKv {
                 positions.len()
             )));
         }
+        if let Some(&position) = positions.iter().find(|&&position| position < self.horizon) {
+            return Err(KvCacheError::BeforeHorizon {
+                position,
+                layer_idx: self.layer_idx,
+                horizon: self.horizon,
+            });
+        }
         let old_len = self.len();
         let mut overwrite_rows = Vec::new();
         let mut append_rows = Vec::new();
         let mut seen = vec![false; old_len + n_rows];
         for (row, &slot) in slots.iter().enumerate() {
             if slot < old_len {
+                self.held_row(slot)?;
                 overwrite_rows.push(row);
             } else if slot == old_len + append_rows.len() {
                 append_rows.push(row);
@@ -149,14 +206,16 @@ impl LayerKv {
         values: &Tensor,
         positions: &[u32],
     ) -> Result<(), KvCacheError> {
-        let old_len = self.len();
+        // In buffer rows: the held ones, then the new.
+        let old_len = self.held_len();
         let needed = old_len + positions.len();
+        let rows = self.key_buffer.dims()[0];
         let shared = Arc::strong_count(&self.owner) > 1;
-        if needed > self.capacity() || shared || self.exposed_rows > old_len {
+        if needed > rows || shared || self.exposed_rows > old_len {
             // Grow geometrically so decoding costs amortised O(1) copies per token.
-            let capacity = needed.max(2 * self.capacity()).max(64);
-            self.key_buffer = reallocate(&self.key_buffer, old_len, capacity)?;
-            self.value_buffer = reallocate(&self.value_buffer, old_len, capacity)?;
+            let rows = needed.max(2 * rows).max(64);
+            self.key_buffer = reallocate(&self.key_buffer, old_len, rows)?;
+            self.value_buffer = reallocate(&self.value_buffer, old_len, rows)?;
             self.owner = Arc::new(());
             self.exposed_rows = 0;
         }
@@ -175,7 +234,10 @@ impl LayerKv {
         values: &Tensor,
     ) -> Result<(), KvCacheError> {
         let (n_rows, kv_heads, head_dim) = keys.dims3()?;
-        let slot_ids: Vec<u32> = slots.iter().map(|&slot| slot as u32).collect();
+        let slot_ids = slots
+            .iter()
+            .map(|&slot| Ok(self.held_row(slot)? as u32))
+            .collect::<Result<Vec<u32>, KvCacheError>>()?;
         let index = Tensor::from_vec(slot_ids, (n_rows, 1, 1), keys.device())?
             .broadcast_as((n_rows, kv_heads, head_dim))?
             .contiguous()?;
@@ -189,8 +251,10 @@ impl LayerKv {
     pub(super) fn truncate(&mut self, len: usize) {
         if len < self.len() {
             // Views of the dropped rows may still be alive; never append over them in place.
-            self.exposed_rows = self.exposed_rows.max(self.len());
+            self.exposed_rows = self.exposed_rows.max(self.held_len());
             self.positions.truncate(len);
+            // No held slot is left: the buffer's first row is the next slot.
+            self.first_held = self.first_held.min(len);
         }
     }
 }

@@ -52,7 +52,7 @@ pub struct KvCache {
 impl KvCache {
     pub fn new(layout: KvLayout, device: &Device) -> Result<Self, KvCacheError> {
         let layers = (0..layout.n_layers)
-            .map(|_| LayerKv::empty(&layout, device))
+            .map(|layer_idx| LayerKv::empty(&layout, device, layer_idx))
             .collect::<Result<_, _>>()?;
         Ok(Self {
             layout,
@@ -81,20 +81,46 @@ impl KvCache {
         blocks: &[&KvBlock],
         reserve: usize,
     ) -> Result<Self, KvCacheError> {
+        Self::from_blocks_for(layout, device, blocks, reserve, None)
+    }
+
+    /// [`Self::from_blocks`] for a cache whose every later row (query) is at `horizon`'s
+    /// position or later, with the blocks' rows in position order (stable) rather than block
+    /// by block: a sliding-window layer then leaves out the leading slots none of those
+    /// queries can see (Gemma-3's local layers keep 512 of a 4k-token prompt), so they are
+    /// never copied nor allocated. The cache refuses, with [`KvCacheError::BeforeHorizon`], a row
+    /// written before that position, and with [`KvCacheError::NotHeld`] any use of a slot
+    /// left out.
+    pub fn from_blocks_for(
+        layout: KvLayout,
+        device: &Device,
+        blocks: &[&KvBlock],
+        reserve: usize,
+        horizon: Option<QueryHorizon<'_>>,
+    ) -> Result<Self, KvCacheError> {
         let mut cache = Self::new(layout, device)?;
         let total: usize = blocks.iter().map(|block| block.len()).sum();
         for block in blocks {
             cache.check_block(block)?;
         }
-        let buffers = splice::splice_buffers(blocks, total + reserve, &layout, device)?;
-        let positions: Vec<u32> = blocks
-            .iter()
-            .flat_map(|block| block.positions().iter().copied())
-            .collect();
-        for (layer, (key_buffer, value_buffer)) in cache.layers.iter_mut().zip(buffers) {
+        let runs = match horizon {
+            Some(_) => splice::Runs::by_position(blocks),
+            None => splice::Runs::in_order(blocks),
+        };
+        let positions = runs.positions();
+        let first_held: Vec<usize> = match &horizon {
+            Some(horizon) => horizon.first_held(&positions, layout.n_layers)?,
+            None => vec![0; layout.n_layers],
+        };
+        let buffers = splice::splice_buffers(&runs, total + reserve, &first_held, &layout, device)?;
+        for ((layer, (key_buffer, value_buffer)), first_held) in
+            cache.layers.iter_mut().zip(buffers).zip(first_held)
+        {
             layer.key_buffer = key_buffer;
             layer.value_buffer = value_buffer;
             layer.positions = positions.clone();
+            layer.first_held = first_held;
+            layer.horizon = horizon.as_ref().map_or(0, |horizon| horizon.first_query);
         }
         Ok(cache)
     }
@@ -203,11 +229,15 @@ impl KvCache {
         if let Some(&slot) = slots.iter().find(|&&slot| slot >= len) {
             return Err(KvCacheError::SlotOutOfRange { slot, len });
         }
-        let index = row_index(slots, &self.device)?;
         let layers = self
             .layers
             .iter()
             .map(|layer| {
+                let rows = slots
+                    .iter()
+                    .map(|&slot| layer.held_row(slot))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let index = row_index(&rows, &self.device)?;
                 Ok((
                     layer.keys()?.index_select(&index, 0)?,
                     layer.values()?.index_select(&index, 0)?,
@@ -232,9 +262,14 @@ impl KvCache {
             .layers
             .iter()
             .map(|layer| {
+                let rows = if slots.is_empty() {
+                    0..0
+                } else {
+                    layer.held_row(slots.start)?..layer.held_row(slots.end)?
+                };
                 Ok((
-                    layer.key_buffer.i(slots.clone())?.contiguous()?,
-                    layer.value_buffer.i(slots.clone())?.contiguous()?,
+                    layer.key_buffer.i(rows.clone())?.contiguous()?,
+                    layer.value_buffer.i(rows)?.contiguous()?,
                 ))
             })
             .collect::<Result<_, KvCacheError>>()?;
@@ -276,13 +311,47 @@ impl KvCache {
         }
     }
 
-    /// Bytes of the live K and V rows.
+    /// Bytes of the live K and V rows held.
     pub fn size_in_bytes(&self) -> usize {
         let row_bytes =
             2 * self.layout.n_kv_heads * self.layout.head_dim * self.layout.dtype.size_in_bytes();
         self.layers
             .iter()
-            .map(|layer| layer.len() * row_bytes)
+            .map(|layer| layer.held_positions().len() * row_bytes)
             .sum()
+    }
+}
+
+/// The earliest position any later query of a spliced cache will have, and each layer's
+/// sliding window (`None`: the layer sees every earlier key): what a splice may leave out
+/// ([`KvCache::from_blocks_for`]).
+#[derive(Clone, Copy, Debug)]
+pub struct QueryHorizon<'a> {
+    pub first_query: u32,
+    pub windows: &'a [Option<usize>],
+}
+
+impl QueryHorizon<'_> {
+    /// Per layer, the first slot some query at `first_query` or later may see; a query at `q`
+    /// sees a key at `k` when `k <= q` and `q - k < window` (the kernels' rule), so a key with
+    /// `k + window <= first_query` is hidden from all of them.
+    fn first_held(&self, positions: &[u32], n_layers: usize) -> Result<Vec<usize>, KvCacheError> {
+        if self.windows.len() != n_layers {
+            return Err(KvCacheError::Shape(format!(
+                "{} sliding windows for a cache of {n_layers} layers",
+                self.windows.len()
+            )));
+        }
+        Ok(self
+            .windows
+            .iter()
+            .map(|window| match window {
+                Some(window) => positions
+                    .iter()
+                    .position(|&key| u64::from(key) + *window as u64 > u64::from(self.first_query))
+                    .unwrap_or(positions.len()),
+                None => 0,
+            })
+            .collect())
     }
 }

@@ -350,3 +350,167 @@ fn blocks_on_shared_bytes_refuse_ranges_that_do_not_fit() {
     // Not a K/V dtype.
     assert!(block(vec![good], 2, DType::U32).is_err());
 }
+
+/// A splice for queries at position 8 or later over slots at positions 0..=7: layer 1's window
+/// of 3 sees positions 6 and 7 only, so it holds slots 6.. and refuses every use of the others.
+#[test]
+fn sliding_window_layers_hold_only_the_slots_later_queries_see() {
+    let windows = [None, Some(3)];
+    let horizon = QueryHorizon {
+        first_query: 8,
+        windows: &windows,
+    };
+    let flat = |t: Tensor| {
+        t.to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    };
+    // f16 and f32 bytes, aligned (the direct conversion) or not (candle's), into f32 and f16
+    // caches; a bf16 cache takes the general path devices take.
+    for (stored, cache_dtype) in [
+        (DType::F16, DType::F32),
+        (DType::F32, DType::F32),
+        (DType::F32, DType::F16),
+        (DType::F16, DType::BF16),
+    ] {
+        for lead in [0, 1] {
+            let layout = KvLayout {
+                dtype: cache_dtype,
+                ..LAYOUT
+            };
+            let tensors: Vec<Tensor> = [0.5, 100.5, 20.5, 120.5]
+                .iter()
+                .map(|&first| rows(first, 6).to_dtype(stored).unwrap())
+                .collect();
+            let (bytes, ranges) = bytes_of(&tensors, lead);
+            let layer_ranges = vec![
+                (ranges[0].clone(), ranges[1].clone()),
+                (ranges[2].clone(), ranges[3].clone()),
+            ];
+            let mapped =
+                KvBlock::from_bytes(bytes, stored, (2, 3), layer_ranges, (2..8).collect()).unwrap();
+            let computed =
+                KvBlock::new(vec![(rows(7.0, 2), rows(107.0, 2)); 2], vec![0, 1]).unwrap();
+            let blocks = [&computed, &mapped];
+            let full = KvCache::from_blocks(layout, &Device::Cpu, &blocks, 2).unwrap();
+            let held =
+                KvCache::from_blocks_for(layout, &Device::Cpu, &blocks, 2, Some(horizon)).unwrap();
+            let case = format!("{stored:?} into {cache_dtype:?}, lead {lead}");
+
+            assert_eq!(held.positions(), full.positions(), "{case}");
+            held.check_consistent().unwrap();
+            let (whole, windowed) = (held.layer(0).unwrap(), held.layer(1).unwrap());
+            assert_eq!(
+                (whole.first_held(), windowed.first_held()),
+                (0, 6),
+                "{case}"
+            );
+            assert_eq!(windowed.held_positions(), &[6, 7], "{case}");
+            let full_windowed = full.layer(1).unwrap();
+            assert_eq!(
+                flat(windowed.keys().unwrap()),
+                flat(full_windowed.keys().unwrap().narrow(0, 6, 2).unwrap()),
+                "{case}"
+            );
+            assert_eq!(
+                flat(windowed.values().unwrap()),
+                flat(full_windowed.values().unwrap().narrow(0, 6, 2).unwrap()),
+                "{case}"
+            );
+            assert_eq!(
+                flat(whole.keys().unwrap()),
+                flat(full.layer(0).unwrap().keys().unwrap()),
+                "{case}"
+            );
+            assert_eq!(
+                held.capacity(),
+                10,
+                "{case}: room for the reserve in every layer"
+            );
+            let row_bytes = 2 * 6 * cache_dtype.size_in_bytes();
+            assert_eq!(held.size_in_bytes(), (8 + 2) * row_bytes, "{case}");
+        }
+    }
+
+    let mut held =
+        KvCache::from_blocks_for(LAYOUT, &Device::Cpu, &[&rows_block(8)], 2, Some(horizon))
+            .unwrap();
+    // A row before the horizon would attend rows that were left out.
+    assert!(matches!(
+        held.write(1, &[8], &rows(50.0, 1), &rows(150.0, 1), &[7]),
+        Err(KvCacheError::BeforeHorizon { position: 7, .. })
+    ));
+    assert!(matches!(
+        held.write(1, &[5], &rows(50.0, 1), &rows(150.0, 1), &[9]),
+        Err(KvCacheError::NotHeld { slot: 5, .. })
+    ));
+    for layer_idx in 0..2 {
+        held.write(layer_idx, &[8], &rows(50.0, 1), &rows(150.0, 1), &[8])
+            .unwrap();
+    }
+    assert_eq!(held.layer(1).unwrap().held_positions(), &[6, 7, 8]);
+    assert!(matches!(
+        held.gather(&[5, 8]),
+        Err(KvCacheError::NotHeld { slot: 5, .. })
+    ));
+    assert!(held.slice(0..9).is_err());
+    let tail = held.gather(&[6, 8]).unwrap();
+    assert_eq!(tail.positions(), &[6, 8]);
+    assert_eq!(row_values(&tail.layer(1).unwrap().0), vec![6.0, 50.0]);
+    assert_eq!(held.slice(7..9).unwrap().positions(), &[7, 8]);
+
+    // Cut below the first held slot, the layer holds nothing and appends from its first row.
+    held.truncate(4);
+    for layer_idx in 0..2 {
+        held.write(layer_idx, &[4], &rows(60.0, 1), &rows(160.0, 1), &[9])
+            .unwrap();
+    }
+    let windowed = held.layer(1).unwrap();
+    assert_eq!(
+        (windowed.first_held(), windowed.held_positions()),
+        (4, &[9][..])
+    );
+    assert_eq!(row_values(&windowed.keys().unwrap()), vec![60.0]);
+    assert_eq!(held.positions(), &[0, 1, 2, 3, 9]);
+}
+
+/// Spliced for later queries, a block whose rows sit before and after another's (a scaffold
+/// around a document) is laid out in position order, so the window's rows are the last slots.
+#[test]
+fn a_splice_for_later_queries_orders_rows_by_position() {
+    let windows = [None, Some(3)];
+    let horizon = QueryHorizon {
+        first_query: 8,
+        windows: &windows,
+    };
+    let around = KvBlock::new(vec![(rows(0.0, 2), rows(100.0, 2)); 2], vec![0, 7]).unwrap();
+    let inside = KvBlock::new(vec![(rows(11.0, 6), rows(111.0, 6)); 2], (1..7).collect()).unwrap();
+    let held =
+        KvCache::from_blocks_for(LAYOUT, &Device::Cpu, &[&around, &inside], 1, Some(horizon))
+            .unwrap();
+    assert_eq!(held.positions(), &[0, 1, 2, 3, 4, 5, 6, 7]);
+    let whole = held.layer(0).unwrap();
+    assert_eq!(
+        row_values(&whole.keys().unwrap()),
+        vec![0.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 1.0]
+    );
+    let windowed = held.layer(1).unwrap();
+    assert_eq!(windowed.first_held(), 6);
+    assert_eq!(row_values(&windowed.keys().unwrap()), vec![16.0, 1.0]);
+    assert_eq!(row_values(&windowed.values().unwrap()), vec![116.0, 101.0]);
+    // Without a horizon the blocks stay block by block.
+    let in_order = KvCache::from_blocks(LAYOUT, &Device::Cpu, &[&around, &inside], 1).unwrap();
+    assert_eq!(in_order.positions(), &[0, 7, 1, 2, 3, 4, 5, 6]);
+}
+
+/// `n` slots at positions `0..n` whose key rows hold their slot index.
+fn rows_block(n: usize) -> KvBlock {
+    KvBlock::new(
+        vec![(rows(0.0, n), rows(100.0, n)); LAYOUT.n_layers],
+        (0..n as u32).collect(),
+    )
+    .unwrap()
+}

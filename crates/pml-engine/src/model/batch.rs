@@ -78,7 +78,7 @@ impl Block {
                 context.positions(),
                 &layer_kv.keys()?,
                 &layer_kv.values()?,
-                layer_kv.positions(),
+                layer_kv.held_positions(),
             )?);
         }
         let attended = Tensor::cat(&attended, 0)?;

@@ -18,7 +18,7 @@ use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat};
 use crate::device::{Backend, Kernels};
 use crate::gguf::GgufFile;
 use crate::kernels::{self, masked_softmax};
-use crate::kv_cache::{KvBlock, KvCache, KvLayout};
+use crate::kv_cache::{KvBlock, KvCache, KvCacheError, KvLayout, QueryHorizon};
 
 /// Dtype of activations and of the KV cache.
 pub const ACTIVATION_DTYPE: DType = DType::F32;
@@ -506,6 +506,16 @@ impl Block {
         let layer_keys = layer_kv.keys()?;
         let layer_values = layer_kv.values()?;
         if let Some(observer) = observer {
+            // An observer ranks every slot; a splice that left some out has no weights for them.
+            if layer_kv.first_held() > 0 {
+                return Err(KvCacheError::NotHeld {
+                    slot: 0,
+                    layer_idx,
+                    first_held: layer_kv.first_held(),
+                    horizon: layer_kv.horizon(),
+                }
+                .into());
+            }
             let weights = |each: &mut dyn FnMut(&Tensor) -> Result<(), EngineError>| {
                 self.attention.for_each_weights(
                     &queries,
@@ -527,7 +537,7 @@ impl Block {
             positions,
             &layer_keys,
             &layer_values,
-            layer_kv.positions(),
+            layer_kv.held_positions(),
         )?;
         self.finish(hidden, &attended)
     }
@@ -797,6 +807,33 @@ impl Model {
 
     pub fn new_kv_cache(&self) -> Result<KvCache, EngineError> {
         Ok(KvCache::new(self.kv_layout(), &self.device)?)
+    }
+
+    /// `blocks` spliced into a cache for queries at `first_query` or later, with room for
+    /// `reserve` more slots: the sliding-window layers hold only the slots such a query can
+    /// see (see [`KvCache::from_blocks_for`]).
+    pub fn splice_for_queries(
+        &self,
+        blocks: &[&KvBlock],
+        reserve: usize,
+        first_query: u32,
+    ) -> Result<KvCache, EngineError> {
+        let windows: Vec<Option<usize>> = self
+            .config
+            .layers
+            .iter()
+            .map(|layer| layer.sliding_window)
+            .collect();
+        Ok(KvCache::from_blocks_for(
+            self.kv_layout(),
+            &self.device,
+            blocks,
+            reserve,
+            Some(QueryHorizon {
+                first_query,
+                windows: &windows,
+            }),
+        )?)
     }
 
     /// Bytes held by the weights (every copy the format keeps).

@@ -97,7 +97,8 @@ pub(super) fn with_cached_layers<T>(
         extra, first_layer, ..
     } = layers;
     if !should_stream(encoder, plan, layers.pipelining)? {
-        let mut kv = splice(model, encoder, plan, extra, stats)?;
+        // Blend recomputes cached rows at their own positions: every row stays.
+        let mut kv = splice(model, encoder, plan, extra, None, stats)?;
         let mut source = Spliced {
             load_per_layer: stats.store_reads / n_layers.max(1) as u32,
         };

@@ -159,6 +159,12 @@ impl SplicePlan {
     pub fn n_cached(&self) -> usize {
         self.spans.iter().map(|span| span.rows.len()).sum()
     }
+
+    /// The lowest position of a new token (they are sorted): no row computed after the splice
+    /// is earlier. `None` without new tokens.
+    pub fn first_new_position(&self) -> Option<u32> {
+        self.new_positions.first().copied()
+    }
 }
 
 /// Tokens and positions of `pairs`, stably sorted by position.

@@ -31,6 +31,7 @@ pub fn prefill_reuse(
         encoder,
         plan,
         plan.new_tokens.len() + reserve,
+        plan.first_new_position(),
         &mut stats,
     )?;
     stats.tokens_reused = kv.len();
@@ -45,12 +46,16 @@ pub fn prefill_reuse(
 
 /// The cache holding every cached span's rows, in `plan.spans` order (slot `i` is the `i`-th
 /// cached row), moved rows re-rotated to their positions in this prompt, with room for `extra`
-/// more slots. Fills in the load and splice parts of `stats`.
+/// more slots. With `first_query`, every row computed later is at that position or after
+/// (mode `reuse`, not `blend`, which recomputes cached rows at theirs), and sliding-window
+/// layers leave out the rows none of them can see. Fills in the load and splice parts of
+/// `stats`.
 pub(super) fn splice(
     model: &Model,
     encoder: &mut UnitEncoder<'_>,
     plan: &SplicePlan,
     extra: usize,
+    first_query: Option<u32>,
     stats: &mut PrefillStats,
 ) -> Result<KvCache, InferenceError> {
     let warnings_before = encoder.warnings().len();
@@ -64,7 +69,10 @@ pub(super) fn splice(
 
     let splice_start = Instant::now();
     let block_refs: Vec<&KvBlock> = blocks.iter().collect();
-    let kv = KvCache::from_blocks(model.kv_layout(), model.device(), &block_refs, extra)?;
+    let kv = match first_query {
+        Some(first_query) => model.splice_for_queries(&block_refs, extra, first_query)?,
+        None => KvCache::from_blocks(model.kv_layout(), model.device(), &block_refs, extra)?,
+    };
     stats.splice = splice_start.elapsed();
     Ok(kv)
 }

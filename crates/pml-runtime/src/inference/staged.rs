@@ -46,7 +46,8 @@ pub fn stage(
         InferenceMode::Reuse => {
             let mut stats = PrefillStats::new(mode);
             let extra = plan.new_tokens.len() + reserve;
-            let kv = splice(model, encoder, plan, extra, &mut stats)?;
+            let first_query = plan.first_new_position();
+            let kv = splice(model, encoder, plan, extra, first_query, &mut stats)?;
             stats.tokens_reused = kv.len();
             (
                 kv,
