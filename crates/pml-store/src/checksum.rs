@@ -1,9 +1,12 @@
-//! The checksum sealed inside a state file: the BLAKE3 hash of the whole file with the checksum's
-//! own 64 hex digits written as `0`s, stored in the safetensors metadata as `checksum_blake3`.
+//! The checksum sealed inside a state file: a digest of the whole file with the checksum's own
+//! 32 hex digits written as `0`s, stored in the safetensors metadata as `checksum_xxh3`.
 //!
-//! BLAKE3 rather than sha256 (store format 1) because every load verifies every byte: over a
-//! 4k-token f16 state (50 MB) on this project's 2-core AVX2 machine, sha256 (with SHA-NI) took
-//! 36 ms, BLAKE3 20 ms on one core and 12 ms on both (docs/results/history.md, "Module store").
+//! The digest is XXH3-128 of the XXH3-128s (little-endian) of the file's chunks: the header,
+//! then the data in 8 MiB pieces, hashed side by side. Every load verifies every byte, and this
+//! is an integrity check (torn or damaged files), not a defence against someone who can write
+//! the store (they could seal any file with any hash): XXH3 hashes ~10 GB/s on one core of this
+//! project's AVX2 machine, where BLAKE3 (store format 2) took 22 ms on both cores for Gemma's
+//! 73 MB state, and sha256 (format 1) 36 ms for 50 MB (docs/results/history.md).
 //!
 //! Keeping it inside the file (rather than in a sidecar) makes an entry one file, so a single
 //! atomic rename publishes it and there is never a data file without its checksum or the reverse;
@@ -14,15 +17,18 @@ use std::ops::Range;
 
 use super::StoreError;
 
-/// Metadata entry holding the checksum.
-pub(super) const CHECKSUM_FIELD: &str = "checksum_blake3";
+use rayon::prelude::*;
+use xxhash_rust::xxh3::xxh3_128;
 
-/// Inputs at least this long are hashed on every core (rayon): below it the threads cost more
-/// than they save (the blake3 crate's own advice is 128 KiB).
-const PARALLEL_BYTES: usize = 1 << 20;
+/// Metadata entry holding the checksum.
+pub(super) const CHECKSUM_FIELD: &str = "checksum_xxh3";
+
+/// The pieces hashed side by side: large enough that a thread's start-up is noise, small enough
+/// that a 4k-token state keeps both cores busy.
+const CHUNK_BYTES: usize = 8 << 20;
 
 /// What the checksum field holds while the checksum is computed.
-const PLACEHOLDER: [u8; 64] = [b'0'; 64];
+const PLACEHOLDER: [u8; 32] = [b'0'; 32];
 
 /// The placeholder value to put in the metadata before serialising.
 pub(super) fn placeholder() -> String {
@@ -37,7 +43,8 @@ pub(super) fn seal(bytes: &mut [u8]) -> Result<(), StoreError> {
             "checksum field is already filled in".to_string(),
         ));
     }
-    let digest = hash_parts(&[bytes]);
+    let header_end = header_end(bytes)?;
+    let digest = digest_hex(&[&bytes[..header_end], &bytes[header_end..]]);
     bytes[range].copy_from_slice(digest.as_bytes());
     Ok(())
 }
@@ -45,7 +52,10 @@ pub(super) fn seal(bytes: &mut [u8]) -> Result<(), StoreError> {
 /// Checks the checksum sealed in `bytes`.
 pub(super) fn verify(bytes: &[u8]) -> Result<(), StoreError> {
     let range = locate(bytes)?;
-    let digest = hash_parts(&[&bytes[..range.start], &PLACEHOLDER, &bytes[range.end..]]);
+    let header_end = header_end(bytes)?;
+    let mut header = bytes[..header_end].to_vec();
+    header[range.clone()].copy_from_slice(&PLACEHOLDER);
+    let digest = digest_hex(&[&header, &bytes[header_end..]]);
     let stored = &bytes[range];
     if stored == digest.as_bytes() {
         Ok(())
@@ -57,32 +67,49 @@ pub(super) fn verify(bytes: &[u8]) -> Result<(), StoreError> {
     }
 }
 
-/// The hex BLAKE3 hash of `parts` concatenated.
-fn hash_parts(parts: &[&[u8]]) -> String {
-    let mut hasher = blake3::Hasher::new();
-    for part in parts {
-        if part.len() >= PARALLEL_BYTES {
-            hasher.update_rayon(part);
-        } else {
-            hasher.update(part);
-        }
-    }
-    hasher.finalize().to_hex().to_string()
+/// The 32 hex digits of the digest of `parts`: each part cut into [`CHUNK_BYTES`] pieces, every
+/// piece hashed (in parallel), then the pieces' hashes in order. (Where the parts split is part
+/// of the digest: a file is always split at the end of its header.)
+pub(super) fn digest_hex(parts: &[&[u8]]) -> String {
+    let pieces: Vec<&[u8]> = parts
+        .iter()
+        .flat_map(|part| {
+            let empty: &[u8] = &[];
+            let pieces: Vec<&[u8]> = part.chunks(CHUNK_BYTES).collect();
+            if pieces.is_empty() {
+                vec![empty]
+            } else {
+                pieces
+            }
+        })
+        .collect();
+    let hashes: Vec<u128> = if pieces.len() > 1 {
+        pieces.par_iter().map(|piece| xxh3_128(piece)).collect()
+    } else {
+        pieces.iter().map(|piece| xxh3_128(piece)).collect()
+    };
+    let concatenated: Vec<u8> = hashes.iter().flat_map(|hash| hash.to_le_bytes()).collect();
+    format!("{:032x}", xxh3_128(&concatenated))
 }
 
-/// Byte range of the checksum's 64 hex digits, searched for in the safetensors header only.
-fn locate(bytes: &[u8]) -> Result<Range<usize>, StoreError> {
+/// Where the safetensors header ends (8 length bytes, then the JSON).
+fn header_end(bytes: &[u8]) -> Result<usize, StoreError> {
     let truncated = || StoreError::Malformed(format!("truncated: only {} bytes", bytes.len()));
     let header_len = bytes
         .get(..8)
         .and_then(|prefix| prefix.try_into().ok())
         .map(u64::from_le_bytes)
         .ok_or_else(truncated)?;
-    let header_end = usize::try_from(header_len)
+    usize::try_from(header_len)
         .ok()
         .and_then(|len| len.checked_add(8))
         .filter(|&end| end <= bytes.len())
-        .ok_or_else(truncated)?;
+        .ok_or_else(truncated)
+}
+
+/// Byte range of the checksum's 32 hex digits, searched for in the safetensors header only.
+fn locate(bytes: &[u8]) -> Result<Range<usize>, StoreError> {
+    let header_end = header_end(bytes)?;
     let header = &bytes[8..header_end];
     // serde_json writes compact JSON, which is what the store wrote.
     let needle = format!("\"{CHECKSUM_FIELD}\":\"");
@@ -103,7 +130,7 @@ fn locate(bytes: &[u8]) -> Result<Range<usize>, StoreError> {
         && bytes[start..end].iter().all(u8::is_ascii_hexdigit);
     if !well_formed {
         return Err(StoreError::Malformed(format!(
-            "`{CHECKSUM_FIELD}` is not 64 hex digits"
+            "`{CHECKSUM_FIELD}` is not 32 hex digits"
         )));
     }
     Ok(start..end)
@@ -136,25 +163,41 @@ mod tests {
     }
 
     #[test]
-    fn large_files_hash_in_parallel_to_plain_blake3_and_catch_a_flip() {
-        let payload: Vec<u8> = (0..3 * PARALLEL_BYTES + 5)
-            .map(|i| (i % 251) as u8)
-            .collect();
+    fn large_files_hash_in_pieces_and_catch_a_flip_in_any() {
+        let payload: Vec<u8> = (0..3 * CHUNK_BYTES + 5).map(|i| (i % 251) as u8).collect();
         let bytes = sealed_with(&payload);
         verify(&bytes).unwrap();
-        // The sealed value is what any BLAKE3 tool computes over the file with the placeholder.
+        // The sealed value is the XXH3-128 of the pieces' XXH3-128s, the header one piece, the
+        // data in 8 MiB pieces (the last short), computed here one by one.
         let range = locate(&bytes).unwrap();
         let mut unsealed = bytes.clone();
         unsealed[range.clone()].copy_from_slice(&PLACEHOLDER);
+        let header_end = header_end(&bytes).unwrap();
+        let mut pieces = vec![&unsealed[..header_end]];
+        pieces.extend(unsealed[header_end..].chunks(CHUNK_BYTES));
+        assert_eq!(pieces.len(), 5);
+        let hashes: Vec<u8> = pieces
+            .iter()
+            .flat_map(|piece| xxh3_128(piece).to_le_bytes())
+            .collect();
         assert_eq!(
             &bytes[range],
-            blake3::hash(&unsealed).to_hex().as_bytes(),
-            "the rayon path must hash like the serial one"
+            format!("{:032x}", xxh3_128(&hashes)).as_bytes(),
+            "the parallel path must hash as the definition"
         );
-        let mut flipped = bytes.clone();
-        let deep = bytes.len() - 2 * PARALLEL_BYTES;
-        flipped[deep] ^= 0x80;
-        assert!(verify(&flipped).is_err(), "flip at byte {deep} undetected");
+        for deep in [header_end, header_end + CHUNK_BYTES + 7, bytes.len() - 1] {
+            let mut flipped = bytes.clone();
+            flipped[deep] ^= 0x80;
+            assert!(verify(&flipped).is_err(), "flip at byte {deep} undetected");
+        }
+        // Two pieces swapped keep every piece's hash, not their order.
+        let mut swapped = bytes.clone();
+        let (first, second) = (header_end, header_end + CHUNK_BYTES);
+        let piece: Vec<u8> = swapped[first..second].to_vec();
+        swapped.copy_within(second..second + CHUNK_BYTES, first);
+        swapped[second..second + CHUNK_BYTES].copy_from_slice(&piece);
+        assert_ne!(swapped, bytes);
+        assert!(verify(&swapped).is_err(), "swapped pieces undetected");
     }
 
     #[test]

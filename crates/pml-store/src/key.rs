@@ -16,8 +16,9 @@ use pml_engine::model::WeightFormat;
 
 /// Version of the key derivation and of the stored file layout. Bumping it makes every old entry a
 /// miss instead of a misread. 2: states stored in f16 by default (the stored dtype is part of the
-/// key) and sealed with BLAKE3 instead of sha256 (`checksum_blake3`).
-pub const STORE_FORMAT_VERSION: u32 = 2;
+/// key) and sealed with BLAKE3 instead of sha256 (`checksum_blake3`). 3: sealed with XXH3-128
+/// over 8 MiB pieces (`checksum_xxh3`, see `checksum.rs`).
+pub const STORE_FORMAT_VERSION: u32 = 3;
 
 /// A key: 64 lowercase hex digits.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -4,7 +4,7 @@
 //! Layout under a namespace of the store format, the model fingerprint, the KV layout and the
 //! stored dtype ([`RedisTier::namespace`]), so two models, layouts or dtypes never read each
 //! other's entries:
-//! - `<ns>:m:<key>` — the entry's meta: `<chunks> <bytes> <BLAKE3 of the value>`; published last,
+//! - `<ns>:m:<key>` — the entry's meta: `<chunks> <bytes> <digest of the value>`; published last,
 //!   with `SET NX`, so its presence means every chunk was written;
 //! - `<ns>:c:<key>:<value hash prefix>:<i>` — the value (the same sealed safetensors bytes the disk tier writes) cut
 //!   into chunks of at most [`RedisConfig::chunk_bytes`], so no single command moves an unbounded
@@ -14,7 +14,7 @@
 //!   whatever the clients' clocks or two accesses in one millisecond), `<ns>:bytes` — bytes held:
 //!   the tier's budget is shared by every process of the namespace and evicted oldest first.
 //!
-//! A read is verified twice: the reassembled value against the meta's BLAKE3 (a chunk of another
+//! A read is verified twice: the reassembled value against the meta's digest (a chunk of another
 //! write or a truncated value) and then by [`ModuleState::from_safetensors`] (the sealed checksum
 //! and every structural check). A damaged entry is deleted and reported as
 //! [`StoreError::Corrupt`]; a half-evicted one is a miss.
@@ -92,7 +92,7 @@ enum Link {
 struct Meta {
     chunks: usize,
     bytes: u64,
-    /// BLAKE3 of the value, 64 hex digits.
+    /// The store's digest of the value (`checksum::digest_hex`), 32 hex digits.
     checksum: String,
 }
 
@@ -112,7 +112,7 @@ impl Meta {
             bytes: fields.next()?.parse().ok()?,
             checksum: fields.next()?.to_string(),
         };
-        let sane = fields.next().is_none() && meta.chunks > 0 && meta.checksum.len() == 64;
+        let sane = fields.next().is_none() && meta.chunks > 0 && meta.checksum.len() == 32;
         sane.then_some(meta)
     }
 
@@ -540,10 +540,10 @@ impl Tier for RedisTier {
     }
 }
 
-/// BLAKE3 in hex: the whole value is hashed on every read, so the fast hash (see
+/// The store's digest in hex: the whole value is hashed on every read, so the fast hash (see
 /// [`super::checksum`]).
 fn checksum_hex(bytes: &[u8]) -> String {
-    blake3::hash(bytes).to_hex().to_string()
+    super::checksum::digest_hex(&[bytes])
 }
 
 #[cfg(test)]
@@ -561,7 +561,9 @@ mod tests {
             "3 2500",
             "0 0 abc",
             "x 1 2",
-            &format!("1 2 {} x", "a".repeat(64)),
+            &format!("1 2 {} x", "a".repeat(32)),
+            // A format 2 meta (BLAKE3, 64 digits).
+            &format!("1 2 {}", "a".repeat(64)),
         ] {
             assert_eq!(Meta::parse(text), None, "{text:?}");
         }

@@ -337,12 +337,12 @@ impl ModuleState {
         let empty = HashMap::new();
         let metadata = Metadata(header.metadata().as_ref().unwrap_or(&empty));
         // The version first: a file of an older format lacks this format's checksum field, and
-        // "re-encode" says more than "no checksum_blake3".
+        // "re-encode" says more than "no checksum_xxh3".
         let version = metadata.get("format_version")?;
         if version != STORE_FORMAT_VERSION.to_string() {
             return Err(malformed(format!(
                 "written in store format {version}, this build reads format \
-                 {STORE_FORMAT_VERSION} (f16 states, BLAKE3 checksums): re-encode it with \
+                 {STORE_FORMAT_VERSION} (f16 states, XXH3 checksums): re-encode it with \
                  `pml compile`"
             )));
         }

@@ -1,6 +1,6 @@
 //! The module store end to end in one process: states through bytes and through the disk tier
 //! (tiny-model KV and hand-made tensors of every stored dtype), refusal of states for another
-//! model, layout or stored dtype, corruption (BLAKE3 checksum, truncation, old formats) detected
+//! model, layout or stored dtype, corruption (XXH3 checksum, truncation, old formats) detected
 //! and removed, memory-mapped loads that own their tensors, failed writes leaving nothing
 //! behind, and the RAM-over-disk stack (read-through, promotion, write-through, f16 conversion,
 //! manifests).
@@ -469,13 +469,13 @@ fn f16_and_f32_states_live_apart_and_an_f32_file_is_a_mismatch_for_an_f16_store(
 }
 
 #[test]
-fn a_flipped_byte_fails_the_blake3_check_and_a_truncated_file_is_malformed() {
+fn a_flipped_byte_fails_the_checksum_and_a_truncated_file_is_malformed() {
     let state = state(13, 7);
     let key = key_of(13, 7);
     let bytes = state.to_safetensors(&key, &spec()).expect("encode");
     let header_len = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
     let header = std::str::from_utf8(&bytes[8..8 + header_len]).expect("JSON header");
-    assert!(header.contains("\"checksum_blake3\":\""), "{header}");
+    assert!(header.contains("\"checksum_xxh3\":\""), "{header}");
     assert!(!header.contains("sha256"), "{header}");
     // A value byte: the structure still parses, only the checksum can tell.
     for index in [8 + header_len, 8 + header_len + 100, bytes.len() - 1] {
@@ -514,22 +514,30 @@ fn files_of_the_previous_format_say_re_encode() {
     let disk = DiskTier::open(root.path(), spec()).expect("disk tier");
     let key = key_of(14, 3);
     let current = state(14, 3).to_safetensors(&key, &spec()).expect("encode");
-    // Format 1 as it was written: version 1, a sha256 field in place of the BLAKE3 one (same
-    // lengths, so the header keeps its size).
+    // Format 2 as it was written: version 2, a BLAKE3 field of 64 hex digits in place of the
+    // XXH3 one (the data offsets are relative to the header's end, so its length may change).
     let header_len = u64::from_le_bytes(current[..8].try_into().expect("8 bytes")) as usize;
     let header = std::str::from_utf8(&current[8..8 + header_len]).expect("JSON header");
-    let old_header = header
-        .replace("\"format_version\":\"2\"", "\"format_version\":\"1\"")
-        .replace("checksum_blake3", "checksum_sha256");
-    assert_ne!(old_header, header);
-    assert_eq!(old_header.len(), header.len());
-    let mut old = current[..8].to_vec();
+    let field = "\"checksum_xxh3\":\"";
+    let start = header.find(field).expect("checksum field") + field.len();
+    let old_header = format!(
+        "{}\"checksum_blake3\":\"{}{}",
+        &header[..start - field.len()],
+        "0".repeat(64),
+        &header[start + 32..]
+    )
+    .replace("\"format_version\":\"3\"", "\"format_version\":\"2\"");
+    assert!(
+        old_header.contains("\"format_version\":\"2\""),
+        "{old_header}"
+    );
+    let mut old = (old_header.len() as u64).to_le_bytes().to_vec();
     old.extend_from_slice(old_header.as_bytes());
     old.extend_from_slice(&current[8 + header_len..]);
 
     match decode(&old, &key, &spec()) {
         Err(StoreError::Malformed(reason)) => {
-            assert!(reason.contains("store format 1"), "{reason}");
+            assert!(reason.contains("store format 2"), "{reason}");
             assert!(reason.contains("re-encode"), "{reason}");
         }
         other => panic!("expected Malformed, got {other:?}"),
@@ -539,7 +547,7 @@ fn files_of_the_previous_format_say_re_encode() {
     std::fs::write(&path, &old).expect("old file");
     let message = disk.get(&key).expect_err("old format").to_string();
     assert!(
-        message.contains("store format 1") && message.contains("re-encode"),
+        message.contains("store format 2") && message.contains("re-encode"),
         "{message}"
     );
     assert!(
