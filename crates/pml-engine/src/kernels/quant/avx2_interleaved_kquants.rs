@@ -4,7 +4,8 @@
 //! time and summed in i16 over the eight (at most 8 · 2 · 15 · 127 < 2^15), then one `madd` with
 //! the rows' sub-block scales into the exact i32 sum of the super-block, as the row-by-row
 //! kernel keeps it. Per super-block and activation row: the mins through the activations'
-//! sums per 32, one conversion and two fused adds. `PanelQ4K::dot` is the reference.
+//! sums per 32, one conversion and two fused adds. `PanelQ4K::dot` is the reference. The Q6_K
+//! tile below works the same way on six-bit values rebuilt from a nibble and two top bits.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -12,6 +13,7 @@ use std::arch::x86_64::*;
 #[cfg(target_arch = "x86_64")]
 use super::avx2::available;
 use super::interleaved_kquants::{PANEL, PanelQ4K};
+use super::interleaved_q6k::PanelQ6K;
 use super::kquants::ActQ8K;
 
 /// `Σ w·a` of eight Q4_K rows with each of `RN` activation rows, or `None` without AVX2.
@@ -23,6 +25,20 @@ pub fn tile_q4k_panels<const RN: usize>(
     if available() {
         // SAFETY: avx2, fma and f16c were detected at run time by `available`.
         return Some(unsafe { tile_q4k_panels_avx2(panels, acts) });
+    }
+    let _ = (panels, acts);
+    None
+}
+
+/// `Σ w·a` of eight Q6_K rows with each of `RN` activation rows, or `None` without AVX2.
+pub fn tile_q6k_panels<const RN: usize>(
+    panels: &[PanelQ6K],
+    acts: [&[ActQ8K]; RN],
+) -> Option<[[f32; PANEL]; RN]> {
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        // SAFETY: avx2, fma and f16c were detected at run time by `available`.
+        return Some(unsafe { tile_q6k_panels_avx2(panels, acts) });
     }
     let _ = (panels, acts);
     None
@@ -119,6 +135,121 @@ fn tile_q4k_panels_avx2<const RN: usize>(
             let scale = _mm256_set1_ps(a.d);
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, scale), *acc);
             *acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, scale), *acc);
+        }
+    }
+    acc.map(|lanes| {
+        let mut out = [0f32; PANEL];
+        // SAFETY: `out` is 8 writable f32; storeu has no alignment requirement.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), lanes) };
+        out
+    })
+}
+
+/// Eight i8 values widened to i16, each twice: lanes `2r` and `2r + 1` hold `first[r]`, or,
+/// with `second`, lane `2r` `first[r]` and lane `2r + 1` `second[r]`: what `madd` multiplies
+/// by one or two of a row's sub-block sums.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scale_lanes(first: &[i8; PANEL], second: &[i8; PANEL]) -> __m256i {
+    // SAFETY: each array is 8 readable bytes; loadl reads exactly 8 and needs no alignment.
+    let (a, b) = unsafe {
+        (
+            _mm_loadl_epi64(first.as_ptr().cast()),
+            _mm_loadl_epi64(second.as_ptr().cast()),
+        )
+    };
+    _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b))
+}
+
+/// Per column: each pair of vectors `(g, 2m)`, `(g, 2m + 1)` shares one vector of top bits and
+/// lies in one sub-block per nibble, so their `maddubs` sums (at most 2 · 2 · 63 · 127 < 2^15)
+/// add in i16 before one `madd` with that sub-block's scales; the offset of 32 is taken off
+/// through the activations' sums per 16, paired as Q4_K's mins. `PanelQ6K::dot` is the
+/// reference.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile_q6k_panels_avx2<const RN: usize>(
+    panels: &[PanelQ6K],
+    acts: [&[ActQ8K]; RN],
+) -> [[f32; PANEL]; RN] {
+    let acts = acts.map(|row| &row[..panels.len()]);
+    let (nibble, two_bits, upper_two) = (
+        _mm256_set1_epi8(0x0f),
+        _mm256_set1_epi8(0x03),
+        _mm256_set1_epi8(0x0c),
+    );
+    let mut acc = [_mm256_setzero_ps(); RN];
+    for (column, panel) in panels.iter().enumerate() {
+        let mut sums = [_mm256_setzero_si256(); RN];
+        for (g, (low_vectors, high_vectors)) in panel.ql.iter().zip(&panel.qh).enumerate() {
+            for (m, top_bits) in high_vectors.iter().enumerate() {
+                let top_bits = load_bytes(top_bits);
+                let mut lows = [_mm256_setzero_si256(); RN];
+                let mut highs = [_mm256_setzero_si256(); RN];
+                for half in 0..2 {
+                    let k = 2 * m + half;
+                    let packed = load_bytes(&low_vectors[k]);
+                    let top = if half == 0 {
+                        top_bits
+                    } else {
+                        _mm256_srli_epi16::<4>(top_bits)
+                    };
+                    // Masked before each shift, so no bit crosses into the next byte.
+                    let low_values = _mm256_or_si256(
+                        _mm256_and_si256(packed, nibble),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(top, two_bits)),
+                    );
+                    let high_values = _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(packed), nibble),
+                        _mm256_slli_epi16::<2>(_mm256_and_si256(top, upper_two)),
+                    );
+                    for ((lows, highs), row) in lows.iter_mut().zip(&mut highs).zip(&acts) {
+                        let qs = &row[column].qs;
+                        let at = 64 * g + 4 * k;
+                        *lows = _mm256_add_epi16(
+                            *lows,
+                            _mm256_maddubs_epi16(low_values, broadcast4(qs, at)),
+                        );
+                        *highs = _mm256_add_epi16(
+                            *highs,
+                            _mm256_maddubs_epi16(high_values, broadcast4(qs, at + 32)),
+                        );
+                    }
+                }
+                let low_block = 4 * g + m / 2;
+                let (low_scales, high_scales) = (
+                    scale_lanes(&panel.scales[low_block], &panel.scales[low_block]),
+                    scale_lanes(&panel.scales[low_block + 2], &panel.scales[low_block + 2]),
+                );
+                for ((sum, lows), highs) in sums.iter_mut().zip(lows).zip(highs) {
+                    *sum = _mm256_add_epi32(
+                        *sum,
+                        _mm256_add_epi32(
+                            _mm256_madd_epi16(lows, low_scales),
+                            _mm256_madd_epi16(highs, high_scales),
+                        ),
+                    );
+                }
+            }
+        }
+        let d = f16x8(&panel.d);
+        for ((acc, sum), row) in acc.iter_mut().zip(sums).zip(&acts) {
+            let a = &row[column];
+            let mut offsets = _mm256_setzero_si256();
+            for t in 0..8 {
+                let pair = scale_lanes(&panel.scales[2 * t], &panel.scales[2 * t + 1]);
+                let broadcast = _mm256_set1_epi32(
+                    i32::from(a.bsums16[2 * t] as u16)
+                        | (i32::from(a.bsums16[2 * t + 1] as u16) << 16),
+                );
+                offsets = _mm256_add_epi32(offsets, _mm256_madd_epi16(pair, broadcast));
+            }
+            let exact = _mm256_sub_epi32(sum, _mm256_slli_epi32::<5>(offsets));
+            *acc = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(exact),
+                _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
+                *acc,
+            );
         }
     }
     acc.map(|lanes| {

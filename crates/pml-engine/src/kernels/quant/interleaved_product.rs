@@ -1,14 +1,15 @@
-//! Products of fewer than [`super::INTERLEAVED_PANEL_MIN_ROWS`] rows with an interleaved matrix (Q5_0, Q4_1, Q8_0, Q4_K):
+//! Products of fewer than [`super::INTERLEAVED_PANEL_MIN_ROWS`] rows with an interleaved matrix (Q5_0, Q4_1, Q8_0, Q4_K, Q6_K):
 //! the activations are quantized once; the pool's workers take items of
 //! [`PANELS_PER_ITEM`] panel rows, walk the activation rows in tiles of [`TILE`], and write each
 //! tile's eight outputs per panel straight into the row-major result.
 
 use super::avx2_interleaved::{dequantize_panel, tile_panels, tile_q8_0_panels};
-use super::avx2_interleaved_kquants::tile_q4k_panels;
+use super::avx2_interleaved_kquants::{tile_q4k_panels, tile_q6k_panels};
 use super::blocks::{self, ActGroup, GROUP_WEIGHTS};
 use super::interleaved::{PANEL, PanelQ5_0, tile_scalar, tile_scalar_by};
 use super::interleaved_kquants::PanelQ4K;
 use super::interleaved_q4_1::PanelQ4_1;
+use super::interleaved_q6k::PanelQ6K;
 use super::interleaved_q8::PanelQ8_0;
 use super::kernel::TILE;
 use super::kquants::{self, ActQ8K, SUPER};
@@ -98,31 +99,58 @@ impl PanelKernel for PanelQ4_1 {
     }
 }
 
-impl PanelKernel for PanelQ4K {
-    const COLUMN_WEIGHTS: usize = SUPER;
-    const ACT_WEIGHTS: usize = SUPER;
-    type Act = ActQ8K;
+/// The items shared by the K-quant panel types: one super-block per column, Q8_K activations.
+macro_rules! super_block_column_with_q8k_activations {
+    () => {
+        const COLUMN_WEIGHTS: usize = SUPER;
+        const ACT_WEIGHTS: usize = SUPER;
+        type Act = ActQ8K;
 
-    fn quantize(x: &[f32], out: &mut Vec<ActQ8K>) {
-        kquants::quantize_activations(x, out);
+        fn quantize(x: &[f32], out: &mut Vec<ActQ8K>) {
+            kquants::quantize_activations(x, out);
+        }
+    };
+}
+
+/// Scalar `Σ w·a` of one row of K-quant panels (one super-block per column) with one row of
+/// activations.
+fn tile_scalar_super<P>(
+    panels: &[P],
+    acts: &[ActQ8K],
+    dot: impl Fn(&P, &ActQ8K) -> [f32; PANEL],
+) -> [f32; PANEL] {
+    let mut out = [0f32; PANEL];
+    for (panel, act) in panels.iter().zip(acts) {
+        for (out, partial) in out.iter_mut().zip(dot(panel, act)) {
+            *out += partial;
+        }
     }
+    out
+}
+
+impl PanelKernel for PanelQ4K {
+    super_block_column_with_q8k_activations!();
 
     fn tile<const RN: usize>(panels: &[Self], acts: [&[ActQ8K]; RN]) -> [[f32; PANEL]; RN] {
-        tile_q4k_panels(panels, acts).unwrap_or_else(|| {
-            acts.map(|row| {
-                let mut out = [0f32; PANEL];
-                for (panel, act) in panels.iter().zip(row) {
-                    for (out, partial) in out.iter_mut().zip(panel.dot(act)) {
-                        *out += partial;
-                    }
-                }
-                out
-            })
-        })
+        tile_q4k_panels(panels, acts)
+            .unwrap_or_else(|| acts.map(|row| tile_scalar_super(panels, row, PanelQ4K::dot)))
     }
 
     fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         PanelQ4K::dequantize_row(self, r, out);
+    }
+}
+
+impl PanelKernel for PanelQ6K {
+    super_block_column_with_q8k_activations!();
+
+    fn tile<const RN: usize>(panels: &[Self], acts: [&[ActQ8K]; RN]) -> [[f32; PANEL]; RN] {
+        tile_q6k_panels(panels, acts)
+            .unwrap_or_else(|| acts.map(|row| tile_scalar_super(panels, row, PanelQ6K::dot)))
+    }
+
+    fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        PanelQ6K::dequantize_row(self, r, out);
     }
 }
 

@@ -9,10 +9,11 @@
 //! - `blocks`: Q8_0 / Q5_0 / Q4_1 layouts (Q4_0 becomes Q5_0 without loss), their
 //!   activations, scalar reference dots.
 //! - `kquants`: Q4_K / Q6_K layouts, Q8_K activations, scalar reference dots.
-//! - `interleaved`, `interleaved_q4_1`, `interleaved_q8`, `interleaved_kquants`: Q5_0 (and Q4_0
-//!   as Q5_0), Q4_1, Q8_0 and Q4_K interleaved by eight output rows; `interleaved_product` their products.
+//! - `interleaved`, `interleaved_q4_1`, `interleaved_q8`, `interleaved_kquants`,
+//!   `interleaved_q6k`: Q5_0 (and Q4_0 as Q5_0), Q4_1, Q8_0, Q4_K and Q6_K interleaved by eight
+//!   output rows; `interleaved_product` their products.
 //! - `avx2`, `avx2_kquants`, `avx2_interleaved` (Q5_0, Q4_1 and Q8_0 panels),
-//!   `avx2_interleaved_kquants`: the SIMD tiles, `unsafe` behind run-time
+//!   `avx2_interleaved_kquants` (Q4_K and Q6_K panels): the SIMD tiles, `unsafe` behind run-time
 //!   CPU-feature detection.
 //! - `kernel`: one trait over the four row-by-row block types, dispatching to SIMD or scalar.
 //! - `panels`: products of many rows as f32 gemm on dequantized panels of the matrix.
@@ -26,6 +27,7 @@ mod interleaved;
 mod interleaved_kquants;
 mod interleaved_product;
 mod interleaved_q4_1;
+mod interleaved_q6k;
 mod interleaved_q8;
 mod kernel;
 mod kquants;
@@ -44,6 +46,7 @@ use self::interleaved::{PANEL, PanelQ5_0, interleave};
 use self::interleaved_kquants::{PanelQ4K, interleave_q4k};
 use self::interleaved_product::{PanelKernel, multiply_interleaved};
 use self::interleaved_q4_1::{PanelQ4_1, interleave_q4_1};
+use self::interleaved_q6k::{PanelQ6K, interleave_q6k};
 use self::interleaved_q8::{PanelQ8_0, interleave_q8_0};
 use self::kernel::{BlockKernel, TILE};
 use self::kquants::{BlockQ4K, BlockQ6K, Q4K_BYTES, Q6K_BYTES};
@@ -97,6 +100,8 @@ enum Blocks {
     Q8_0x8(Slab<PanelQ8_0>),
     /// Q4_1 matrices of a multiple of eight rows, interleaved by eight rows.
     Q4_1x8(Slab<PanelQ4_1>),
+    /// Q6_K matrices of a multiple of eight rows, interleaved by eight rows.
+    Q6Kx8(Slab<PanelQ6K>),
 }
 
 /// Which of our layouts a matrix is in: the tag the layout cache stores beside its bytes.
@@ -111,10 +116,11 @@ pub enum LayoutKind {
     Q4Kx8,
     Q8_0x8,
     Q4_1x8,
+    Q6Kx8,
 }
 
 impl LayoutKind {
-    pub const ALL: [LayoutKind; 9] = [
+    pub const ALL: [LayoutKind; 10] = [
         LayoutKind::Q8_0,
         LayoutKind::Q5_0,
         LayoutKind::Q4_1,
@@ -124,6 +130,7 @@ impl LayoutKind {
         LayoutKind::Q4Kx8,
         LayoutKind::Q8_0x8,
         LayoutKind::Q4_1x8,
+        LayoutKind::Q6Kx8,
     ];
 
     /// Weights a stored row is padded to a multiple of (`QuantMatrix::columns`), weights of
@@ -137,7 +144,7 @@ impl LayoutKind {
             LayoutKind::Q5_0x8 | LayoutKind::Q8_0x8 | LayoutKind::Q4_1x8 => {
                 (group, group / GROUP, PANEL)
             }
-            LayoutKind::Q4Kx8 => (BlockQ4K::WEIGHTS, BlockQ4K::WEIGHTS, PANEL),
+            LayoutKind::Q4Kx8 | LayoutKind::Q6Kx8 => (BlockQ4K::WEIGHTS, BlockQ4K::WEIGHTS, PANEL),
         }
     }
 
@@ -152,6 +159,7 @@ impl LayoutKind {
             LayoutKind::Q4Kx8 => std::mem::size_of::<PanelQ4K>(),
             LayoutKind::Q8_0x8 => std::mem::size_of::<PanelQ8_0>(),
             LayoutKind::Q4_1x8 => std::mem::size_of::<PanelQ4_1>(),
+            LayoutKind::Q6Kx8 => std::mem::size_of::<PanelQ6K>(),
         }
     }
 }
@@ -192,6 +200,7 @@ macro_rules! with_blocks {
             Blocks::Q4Kx8($panels) => $interleaved,
             Blocks::Q8_0x8($panels) => $interleaved,
             Blocks::Q4_1x8($panels) => $interleaved,
+            Blocks::Q6Kx8($panels) => $interleaved,
         }
     };
 }
@@ -297,6 +306,9 @@ impl QuantMatrix {
             GgmlDType::Q4_1 if out_features.is_multiple_of(PANEL) => {
                 Blocks::Q4_1x8(interleave_q4_1(&bytes, out_features, columns).into())
             }
+            GgmlDType::Q6K if out_features.is_multiple_of(PANEL) => {
+                Blocks::Q6Kx8(interleave_q6k(&bytes, out_features, columns).into())
+            }
             GgmlDType::Q8_0 => Blocks::Q8_0(on_huge_pages(units.map(GroupQ8_0::parse)).into()),
             GgmlDType::Q5_0 => Blocks::Q5_0(on_huge_pages(units.map(GroupQ5_0::parse)).into()),
             GgmlDType::Q4_1 => Blocks::Q4_1(on_huge_pages(units.map(GroupQ4_1::parse)).into()),
@@ -336,6 +348,7 @@ impl QuantMatrix {
             Blocks::Q4Kx8(_) => LayoutKind::Q4Kx8,
             Blocks::Q8_0x8(_) => LayoutKind::Q8_0x8,
             Blocks::Q4_1x8(_) => LayoutKind::Q4_1x8,
+            Blocks::Q6Kx8(_) => LayoutKind::Q6Kx8,
         };
         let shape = LayoutShape {
             kind,
@@ -378,6 +391,7 @@ impl QuantMatrix {
             LayoutKind::Q4Kx8 => Blocks::Q4Kx8(slab(&bytes, invalid)?),
             LayoutKind::Q8_0x8 => Blocks::Q8_0x8(slab(&bytes, invalid)?),
             LayoutKind::Q4_1x8 => Blocks::Q4_1x8(slab(&bytes, invalid)?),
+            LayoutKind::Q6Kx8 => Blocks::Q6Kx8(slab(&bytes, invalid)?),
         };
         Ok(Self {
             blocks,
@@ -402,9 +416,11 @@ impl QuantMatrix {
         }
         let shape = (self.out_features, self.columns);
         let panel_min_rows = match self.blocks {
-            Blocks::Q5_0x8(_) | Blocks::Q4Kx8(_) | Blocks::Q8_0x8(_) | Blocks::Q4_1x8(_) => {
-                INTERLEAVED_PANEL_MIN_ROWS
-            }
+            Blocks::Q5_0x8(_)
+            | Blocks::Q4Kx8(_)
+            | Blocks::Q8_0x8(_)
+            | Blocks::Q4_1x8(_)
+            | Blocks::Q6Kx8(_) => INTERLEAVED_PANEL_MIN_ROWS,
             _ => PANEL_MIN_ROWS,
         };
         let output = if n_rows >= panel_min_rows {

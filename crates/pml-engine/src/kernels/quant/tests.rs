@@ -98,9 +98,11 @@ fn simd_tiles_agree_with_scalar_dots() {
             Blocks::Q4_1(b) => check_tiles(b, &x, b.len(), &label),
             Blocks::Q4K(b) => check_tiles(b, &x, b.len(), &label),
             Blocks::Q6K(b) => check_tiles(b, &x, b.len(), &label),
-            Blocks::Q5_0x8(_) | Blocks::Q4Kx8(_) | Blocks::Q8_0x8(_) | Blocks::Q4_1x8(_) => {
-                unreachable!("one row is not a panel of eight")
-            }
+            Blocks::Q5_0x8(_)
+            | Blocks::Q4Kx8(_)
+            | Blocks::Q8_0x8(_)
+            | Blocks::Q4_1x8(_)
+            | Blocks::Q6Kx8(_) => unreachable!("one row is not a panel of eight"),
         }
     }
 }
@@ -199,6 +201,7 @@ fn products_match_dense_matmul_of_dequantized_weights() {
         (GgmlDType::Q4K, 72),
         (GgmlDType::Q8_0, 72),
         (GgmlDType::Q4_1, 72),
+        (GgmlDType::Q6K, 72),
     ]) {
         for n_rows in [1, 3, 6, 9] {
             let (ours, reference) = product_and_reference(dtype, out_features, n_rows, 4);
@@ -254,6 +257,7 @@ fn panel_products_match_dense_matmul_of_the_same_weights() {
             (GgmlDType::Q4K, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
             (GgmlDType::Q8_0, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
             (GgmlDType::Q4_1, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
+            (GgmlDType::Q6K, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
         ]);
     for (dtype, out_features, threshold) in cases {
         for n_rows in [threshold, threshold + 33] {
@@ -270,39 +274,91 @@ fn panel_products_match_dense_matmul_of_the_same_weights() {
 
 #[test]
 fn interleaved_q4k_panels_hold_the_rows_and_their_simd_tiles_agree_with_the_reference() {
+    check_kquant_panels(
+        GgmlDType::Q4K,
+        14,
+        |blocks| match blocks {
+            Blocks::Q4Kx8(panels) => Some(panels),
+            _ => None,
+        },
+        super::interleaved_kquants::PanelQ4K::dot,
+        super::avx2_interleaved_kquants::tile_q4k_panels,
+    );
+}
+
+#[test]
+fn interleaved_q6k_panels_hold_the_rows_and_their_simd_tiles_agree_with_the_reference() {
+    let panels = check_kquant_panels(
+        GgmlDType::Q6K,
+        16,
+        |blocks| match blocks {
+            Blocks::Q6Kx8(panels) => Some(panels),
+            _ => None,
+        },
+        super::interleaved_q6k::PanelQ6K::dot,
+        super::avx2_interleaved_kquants::tile_q6k_panels,
+    );
+    // The panel's scalar reference is the row-by-row block's, row for row: the same 6-bit
+    // values, scales and integer sums.
+    let cols = 2 * 256;
+    let qtensor = quantized(PANEL, cols, GgmlDType::Q6K, 17);
+    let bytes = qtensor.data().expect("bytes");
+    let x = to_vec(&random_matrix(1, cols, 18));
+    let mut acts = Vec::new();
+    super::kquants::quantize_activations(&x, &mut acts);
+    let row_bytes = bytes.len() / PANEL;
+    let panels_of_these = super::interleaved_q6k::interleave_q6k(&bytes, PANEL, cols);
+    for (column, (panel, act)) in panels_of_these.iter().zip(&acts).enumerate() {
+        let by_panel = panel.dot(act);
+        for (r, &value) in by_panel.iter().enumerate() {
+            let at = r * row_bytes + column * super::kquants::Q6K_BYTES;
+            let block = super::kquants::BlockQ6K::parse(&bytes[at..]);
+            assert_eq!(value, block.dot(act), "row {r}, column {column}");
+        }
+    }
+    assert!(panels > 0);
+}
+
+/// Eight rows of a K-quant `dtype` (a width of 19 super-blocks) are interleaved into panels
+/// (`panels_of`) that dequantize as candle does, and their SIMD tile (`simd`, where the CPU has
+/// AVX2) agrees with their scalar reference (`dot`) for one to four activation rows. Returns the
+/// number of panels.
+fn check_kquant_panels<P>(
+    dtype: GgmlDType,
+    seed: u64,
+    panels_of: impl Fn(&Blocks) -> Option<&[P]>,
+    dot: impl Fn(&P, &super::kquants::ActQ8K) -> [f32; PANEL] + Copy,
+    simd: impl Fn(&[P], [&[super::kquants::ActQ8K]; 4]) -> Option<[[f32; PANEL]; 4]>,
+) -> usize {
     let cols = 4864 / 256 * 256;
-    let qtensor = quantized(PANEL, cols, GgmlDType::Q4K, 14);
+    let qtensor = quantized(PANEL, cols, dtype, seed);
     let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
-    let Blocks::Q4Kx8(panels) = &matrix.blocks else {
-        panic!("eight Q4_K rows are interleaved");
-    };
+    let panels =
+        panels_of(&matrix.blocks).unwrap_or_else(|| panic!("eight {dtype:?} rows are interleaved"));
     assert_dequantizes_as_candle(&matrix, &qtensor);
     if !avx2::available() {
-        return;
+        return panels.len();
     }
-    let x = to_vec(&random_matrix(3, cols, 15));
+    let x = to_vec(&random_matrix(4, cols, seed + 1));
     let mut acts = Vec::new();
     super::kquants::quantize_activations(&x, &mut acts);
     let act_rows: Vec<&[super::kquants::ActQ8K]> = acts.chunks_exact(cols / 256).collect();
-    let simd = super::avx2_interleaved_kquants::tile_q4k_panels(
-        panels,
-        [act_rows[0], act_rows[1], act_rows[2]],
-    )
-    .expect("avx2");
-    for (row, values) in act_rows.iter().zip(simd) {
+    let values = simd(panels, [act_rows[0], act_rows[1], act_rows[2], act_rows[3]]).expect("avx2");
+    for (row, values) in act_rows.iter().zip(values) {
         let mut reference = [0f32; PANEL];
         for (panel, act) in panels.iter().zip(*row) {
-            for (total, partial) in reference.iter_mut().zip(panel.dot(act)) {
+            for (total, partial) in reference.iter_mut().zip(dot(panel, act)) {
                 *total += partial;
             }
         }
         for (lane, (&s, &r)) in values.iter().zip(&reference).enumerate() {
             assert!(
                 (s - r).abs() <= 1e-4 * r.abs().max(1.0),
-                "row {lane}: simd {s} reference {r}"
+                "{dtype:?} row {lane}: simd {s} reference {r}"
             );
         }
     }
+    panels.len()
 }
 
 /// Eight rows of `dtype` are interleaved into panels (`panels_of`) that dequantize as candle
