@@ -114,7 +114,7 @@ macro_rules! super_block_column_with_q8k_activations {
 
 /// Scalar `Σ w·a` of one row of K-quant panels (one super-block per column) with one row of
 /// activations.
-fn tile_scalar_super<P>(
+pub(super) fn tile_scalar_super<P>(
     panels: &[P],
     acts: &[ActQ8K],
     dot: impl Fn(&P, &ActQ8K) -> [f32; PANEL],

@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::blocks::{ActGroup, GROUP_WEIGHTS, quantize_activations};
 use super::interleaved::{PANEL, tile_scalar, tile_scalar_by};
-use super::interleaved_product::PanelKernel;
+use super::interleaved_product::{PanelKernel, tile_scalar_super};
 use super::interleaved_q4_1::PanelQ4_1;
 use super::interleaved_q8::PanelQ8_0;
 use super::kernel::BlockKernel;
@@ -140,9 +140,9 @@ fn interleaved_panels_hold_the_rows_and_their_simd_tiles_agree_with_scalar_dots(
 
 /// `P::tile` at widths 1, 2 and 4 over five activation rows against `scalar`, the reference
 /// outputs of each row.
-fn assert_panel_tiles_match<P: PanelKernel<Act = ActGroup>>(
+fn assert_panel_tiles_match<P: PanelKernel>(
     panels: &[P],
-    act_rows: &[&[ActGroup]],
+    act_rows: &[&[P::Act]],
     scalar: &[[f32; PANEL]],
 ) {
     let simd = [
@@ -282,13 +282,12 @@ fn interleaved_q4k_panels_hold_the_rows_and_their_simd_tiles_agree_with_the_refe
             _ => None,
         },
         super::interleaved_kquants::PanelQ4K::dot,
-        super::avx2_interleaved_kquants::tile_q4k_panels,
     );
 }
 
 #[test]
 fn interleaved_q6k_panels_hold_the_rows_and_their_simd_tiles_agree_with_the_reference() {
-    let panels = check_kquant_panels(
+    check_kquant_panels(
         GgmlDType::Q6K,
         16,
         |blocks| match blocks {
@@ -296,7 +295,6 @@ fn interleaved_q6k_panels_hold_the_rows_and_their_simd_tiles_agree_with_the_refe
             _ => None,
         },
         super::interleaved_q6k::PanelQ6K::dot,
-        super::avx2_interleaved_kquants::tile_q6k_panels,
     );
     // The panel's scalar reference is the row-by-row block's, row for row: the same 6-bit
     // values, scales and integer sums.
@@ -316,20 +314,17 @@ fn interleaved_q6k_panels_hold_the_rows_and_their_simd_tiles_agree_with_the_refe
             assert_eq!(value, block.dot(act), "row {r}, column {column}");
         }
     }
-    assert!(panels > 0);
 }
 
 /// Eight rows of a K-quant `dtype` (a width of 19 super-blocks) are interleaved into panels
-/// (`panels_of`) that dequantize as candle does, and their SIMD tile (`simd`, where the CPU has
-/// AVX2) agrees with their scalar reference (`dot`) for one to four activation rows. Returns the
-/// number of panels.
-fn check_kquant_panels<P>(
+/// (`panels_of`) that dequantize as candle does, and their SIMD tiles (where the CPU has AVX2)
+/// agree with their scalar reference (`dot`) at widths 1, 2 and 4.
+fn check_kquant_panels<P: PanelKernel<Act = super::kquants::ActQ8K>>(
     dtype: GgmlDType,
     seed: u64,
     panels_of: impl Fn(&Blocks) -> Option<&[P]>,
     dot: impl Fn(&P, &super::kquants::ActQ8K) -> [f32; PANEL] + Copy,
-    simd: impl Fn(&[P], [&[super::kquants::ActQ8K]; 4]) -> Option<[[f32; PANEL]; 4]>,
-) -> usize {
+) {
     let cols = 4864 / 256 * 256;
     let qtensor = quantized(PANEL, cols, dtype, seed);
     let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
@@ -337,28 +332,17 @@ fn check_kquant_panels<P>(
         panels_of(&matrix.blocks).unwrap_or_else(|| panic!("eight {dtype:?} rows are interleaved"));
     assert_dequantizes_as_candle(&matrix, &qtensor);
     if !avx2::available() {
-        return panels.len();
+        return;
     }
-    let x = to_vec(&random_matrix(4, cols, seed + 1));
+    let x = to_vec(&random_matrix(5, cols, seed + 1));
     let mut acts = Vec::new();
     super::kquants::quantize_activations(&x, &mut acts);
     let act_rows: Vec<&[super::kquants::ActQ8K]> = acts.chunks_exact(cols / 256).collect();
-    let values = simd(panels, [act_rows[0], act_rows[1], act_rows[2], act_rows[3]]).expect("avx2");
-    for (row, values) in act_rows.iter().zip(values) {
-        let mut reference = [0f32; PANEL];
-        for (panel, act) in panels.iter().zip(*row) {
-            for (total, partial) in reference.iter_mut().zip(dot(panel, act)) {
-                *total += partial;
-            }
-        }
-        for (lane, (&s, &r)) in values.iter().zip(&reference).enumerate() {
-            assert!(
-                (s - r).abs() <= 1e-4 * r.abs().max(1.0),
-                "{dtype:?} row {lane}: simd {s} reference {r}"
-            );
-        }
-    }
-    panels.len()
+    let scalar: Vec<[f32; PANEL]> = act_rows
+        .iter()
+        .map(|row| tile_scalar_super(panels, row, dot))
+        .collect();
+    assert_panel_tiles_match(panels, &act_rows, &scalar);
 }
 
 /// Eight rows of `dtype` are interleaved into panels (`panels_of`) that dequantize as candle
