@@ -21,3 +21,7 @@ PML_KERNELS=candle PML_REQUIRE_MODELS=1 cargo test --workspace --test cached_inf
 # quantized kernels, on the tiny models of every family.
 PML_NO_AVX2=1 cargo test --workspace --test engine_tiny "$@"
 PML_NO_AVX2=1 cargo test --workspace --test backends tiny_models "$@"
+# Issue #32: the AVX2 tiles, which a CPU with AVX-512 VNNI (this project's machines) passes over
+# for its `vpdpbusd` ones, and the f32 panels they hand large products to.
+PML_NO_AVX512=1 cargo test --workspace --lib kernels::quant "$@"
+PML_NO_AVX512=1 cargo test --workspace --test engine_tiny "$@"

@@ -7,7 +7,8 @@
 //! `offset` (turning the unsigned values back into `q - 16`). The scalar `tile_scalar` in
 //! `interleaved` is the reference. Q4_1 panels take the same tile without fifth bits and with
 //! their mins for the offset; Q8_0 panels (`interleaved_q8`) a tile of their own for signed
-//! weights.
+//! weights. Where the CPU has AVX-512 VNNI, the same tiles run with `vpdpbusd` (`mac`), with
+//! identical results.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -18,6 +19,9 @@ use super::blocks::{ActGroup, GROUP};
 use super::interleaved::{PANEL, PanelQ5_0};
 use super::interleaved_q4_1::PanelQ4_1;
 use super::interleaved_q8::PanelQ8_0;
+use super::mac::Simd;
+#[cfg(target_arch = "x86_64")]
+use super::mac::{Dpbusd, Level, Mac, Maddubs};
 
 /// A panel of unsigned 4-bit values (`packed`, chunks 0..4 in the low nibbles, 4..8 in the high
 /// ones), with fifth bits (Q5_0) or without (Q4_1), for [`tile_panels`].
@@ -67,15 +71,19 @@ impl NibblePanel for PanelQ4_1 {
 
 /// `Σ w·a` of eight weight rows with each of `RN` activation rows, or `None` without AVX2.
 pub fn tile_panels<P: NibblePanel, const RN: usize>(
+    simd: Option<Simd>,
     panels: &[P],
     acts: [&[ActGroup]; RN],
 ) -> Option<[[f32; PANEL]; RN]> {
     #[cfg(target_arch = "x86_64")]
-    if available() {
-        // SAFETY: avx2, fma and f16c were detected at run time by `available`.
-        return Some(unsafe { tile_panels_avx2(panels, acts) });
+    match simd.map(Simd::level) {
+        // SAFETY: a `Simd` of a level exists only where the CPU was found to have it.
+        Some(Level::Avx512Vnni) => return Some(unsafe { tile_panels_vnni(panels, acts) }),
+        // SAFETY: as above.
+        Some(Level::Avx2) => return Some(unsafe { tile_panels_avx2(panels, acts) }),
+        None => {}
     }
-    let _ = (panels, acts);
+    let _ = (simd, panels, acts);
     None
 }
 
@@ -108,63 +116,89 @@ fn tile_panels_avx2<P: NibblePanel, const RN: usize>(
     panels: &[P],
     acts: [&[ActGroup]; RN],
 ) -> [[f32; PANEL]; RN] {
-    let acts = acts.map(|row| &row[..panels.len().div_ceil(GROUP)]);
-    let (low, ones) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi16(1));
-    let mut acc = [_mm256_setzero_ps(); RN];
-    for (column, panel) in panels.iter().enumerate() {
-        let (group, b) = (column / GROUP, column % GROUP);
-        let scales = widen(panel.scales());
-        let (factors, multiplier) = panel.offset_factors();
-        let offset_factors = _mm256_mul_ps(widen(factors), _mm256_set1_ps(multiplier));
-        let packed = panel.packed();
-        let mut sums = [_mm256_setzero_si256(); RN];
-        for half in 0..2 {
-            let (first, second) = (load(&packed[2 * half]), load(&packed[2 * half + 1]));
-            // Chunks 2h, 2h + 1 (low nibbles) and 2h + 4, 2h + 5 (high nibbles).
-            let weights = [
-                (_mm256_and_si256(first, low), 2 * half),
-                (_mm256_and_si256(second, low), 2 * half + 1),
-                (
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(first), low),
-                    2 * half + 4,
-                ),
-                (
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(second), low),
-                    2 * half + 5,
-                ),
-            ]
-            .map(|(nibbles, chunk)| {
-                let values = if P::FIFTH_BITS {
-                    _mm256_or_si256(nibbles, fifth_bits(panel.high(chunk)))
-                } else {
-                    nibbles
-                };
-                (values, 4 * chunk)
-            });
-            for (sum, row) in sums.iter_mut().zip(&acts) {
-                let qs = &row[group].qs[b];
-                let products =
-                    weights.map(|(values, at)| _mm256_maddubs_epi16(values, broadcast4(qs, at)));
-                let pairs = _mm256_add_epi16(
-                    _mm256_add_epi16(products[0], products[1]),
-                    _mm256_add_epi16(products[2], products[3]),
-                );
-                *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, ones));
+    // SAFETY: this function's features are those `Maddubs` needs.
+    unsafe { tile_nibbles::<P, Maddubs, RN>(panels, acts) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile_panels_vnni<P: NibblePanel, const RN: usize>(
+    panels: &[P],
+    acts: [&[ActGroup]; RN],
+) -> [[f32; PANEL]; RN] {
+    // SAFETY: this function's features are those `Dpbusd` needs.
+    unsafe { tile_nibbles::<P, Dpbusd, RN>(panels, acts) }
+}
+
+/// The Q5_0 / Q4_1 tile, inlined into each of the functions above so that it is compiled with
+/// their features.
+///
+/// # Safety
+/// The CPU has avx2, fma, f16c and the features `M` needs.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn tile_nibbles<P: NibblePanel, M: Mac, const RN: usize>(
+    panels: &[P],
+    acts: [&[ActGroup]; RN],
+) -> [[f32; PANEL]; RN] {
+    // SAFETY: the caller guarantees the features of every intrinsic and helper called here.
+    unsafe {
+        let acts = acts.map(|row| &row[..panels.len().div_ceil(GROUP)]);
+        let low = _mm256_set1_epi8(0x0f);
+        let mut acc = [_mm256_setzero_ps(); RN];
+        for (column, panel) in panels.iter().enumerate() {
+            let (group, b) = (column / GROUP, column % GROUP);
+            let scales = widen(panel.scales());
+            let (factors, multiplier) = panel.offset_factors();
+            let offset_factors = _mm256_mul_ps(widen(factors), _mm256_set1_ps(multiplier));
+            let packed = panel.packed();
+            let mut sums = [_mm256_setzero_si256(); RN];
+            for half in 0..2 {
+                let (first, second) = (load(&packed[2 * half]), load(&packed[2 * half + 1]));
+                // Chunks 2h, 2h + 1 (low nibbles) and 2h + 4, 2h + 5 (high nibbles). Loops,
+                // not closures, here and below: a closure would not have the caller's features.
+                let mut weights = [
+                    (_mm256_and_si256(first, low), 2 * half),
+                    (_mm256_and_si256(second, low), 2 * half + 1),
+                    (
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(first), low),
+                        2 * half + 4,
+                    ),
+                    (
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(second), low),
+                        2 * half + 5,
+                    ),
+                ];
+                for (values, chunk) in &mut weights {
+                    if P::FIFTH_BITS {
+                        *values = _mm256_or_si256(*values, fifth_bits(panel.high(*chunk)));
+                    }
+                    *chunk *= 4;
+                }
+                for (sum, row) in sums.iter_mut().zip(&acts) {
+                    let qs = &row[group].qs[b];
+                    let mut steps = [(_mm256_setzero_si256(), _mm256_setzero_si256()); 4];
+                    for (step, &(values, at)) in steps.iter_mut().zip(&weights) {
+                        *step = (values, broadcast4(qs, at));
+                    }
+                    *sum = M::add_steps(*sum, steps);
+                }
+            }
+            for ((acc, sum), row) in acc.iter_mut().zip(sums).zip(&acts) {
+                let a = &row[group];
+                let scale = _mm256_mul_ps(scales, _mm256_set1_ps(a.d[b]));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, *acc);
+                *acc = _mm256_fmadd_ps(offset_factors, _mm256_set1_ps(a.offset[b]), *acc);
             }
         }
-        for ((acc, sum), row) in acc.iter_mut().zip(sums).zip(&acts) {
-            let a = &row[group];
-            let scale = _mm256_mul_ps(scales, _mm256_set1_ps(a.d[b]));
-            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, *acc);
-            *acc = _mm256_fmadd_ps(offset_factors, _mm256_set1_ps(a.offset[b]), *acc);
+        // A loop, not a closure: a closure here would not have the caller's features.
+        let mut out = [[0f32; PANEL]; RN];
+        for (out, lanes) in out.iter_mut().zip(acc) {
+            // `out` is 8 writable f32; storeu has no alignment requirement.
+            _mm256_storeu_ps(out.as_mut_ptr(), lanes);
         }
-    }
-    acc.map(|lanes| {
-        let mut out = [0f32; PANEL];
-        // SAFETY: `out` is 8 writable f32; storeu has no alignment requirement.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), lanes) };
         out
-    })
+    }
 }
 
 /// [`tile_panels`] for Q8_0 panels, or `None` without AVX2. Per chunk of four weights of the
@@ -172,15 +206,19 @@ fn tile_panels_avx2<P: NibblePanel, const RN: usize>(
 /// carrying the weights' signs (GGML's trick for two signed operands; each i16 pair sum is at
 /// most 2 · 128 · 127 < 2^15), widened by `madd`.
 pub fn tile_q8_0_panels<const RN: usize>(
+    simd: Option<Simd>,
     panels: &[PanelQ8_0],
     acts: [&[ActGroup]; RN],
 ) -> Option<[[f32; PANEL]; RN]> {
     #[cfg(target_arch = "x86_64")]
-    if available() {
-        // SAFETY: avx2, fma and f16c were detected at run time by `available`.
-        return Some(unsafe { tile_q8_0_panels_avx2(panels, acts) });
+    match simd.map(Simd::level) {
+        // SAFETY: a `Simd` of a level exists only where the CPU was found to have it.
+        Some(Level::Avx512Vnni) => return Some(unsafe { tile_q8_0_panels_vnni(panels, acts) }),
+        // SAFETY: as above.
+        Some(Level::Avx2) => return Some(unsafe { tile_q8_0_panels_avx2(panels, acts) }),
+        None => {}
     }
-    let _ = (panels, acts);
+    let _ = (simd, panels, acts);
     None
 }
 
@@ -190,34 +228,61 @@ fn tile_q8_0_panels_avx2<const RN: usize>(
     panels: &[PanelQ8_0],
     acts: [&[ActGroup]; RN],
 ) -> [[f32; PANEL]; RN] {
-    let acts = acts.map(|row| &row[..panels.len().div_ceil(GROUP)]);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); RN];
-    for (column, panel) in panels.iter().enumerate() {
-        let (group, b) = (column / GROUP, column % GROUP);
-        let scales = widen(&panel.d);
-        let mut sums = [_mm256_setzero_si256(); RN];
-        for (chunk, weights) in panel.qs.iter().enumerate() {
-            // SAFETY: `weights` is 32 readable bytes; loadu has no alignment requirement.
-            let weights = unsafe { _mm256_loadu_si256(weights.as_ptr().cast()) };
-            let magnitudes = _mm256_sign_epi8(weights, weights);
-            for (sum, row) in sums.iter_mut().zip(&acts) {
-                let signed = _mm256_sign_epi8(broadcast4(&row[group].qs[b], 4 * chunk), weights);
-                let pairs = _mm256_maddubs_epi16(magnitudes, signed);
-                *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, ones));
+    // SAFETY: this function's features are those `Maddubs` needs.
+    unsafe { tile_q8_0::<Maddubs, RN>(panels, acts) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile_q8_0_panels_vnni<const RN: usize>(
+    panels: &[PanelQ8_0],
+    acts: [&[ActGroup]; RN],
+) -> [[f32; PANEL]; RN] {
+    // SAFETY: this function's features are those `Dpbusd` needs.
+    unsafe { tile_q8_0::<Dpbusd, RN>(panels, acts) }
+}
+
+/// The Q8_0 tile, inlined as [`tile_nibbles`].
+///
+/// # Safety
+/// The CPU has avx2, fma, f16c and the features `M` needs.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn tile_q8_0<M: Mac, const RN: usize>(
+    panels: &[PanelQ8_0],
+    acts: [&[ActGroup]; RN],
+) -> [[f32; PANEL]; RN] {
+    // SAFETY: the caller guarantees the features of every intrinsic and helper called here.
+    unsafe {
+        let acts = acts.map(|row| &row[..panels.len().div_ceil(GROUP)]);
+        let mut acc = [_mm256_setzero_ps(); RN];
+        for (column, panel) in panels.iter().enumerate() {
+            let (group, b) = (column / GROUP, column % GROUP);
+            let scales = widen(&panel.d);
+            let mut sums = [_mm256_setzero_si256(); RN];
+            for (chunk, weights) in panel.qs.iter().enumerate() {
+                // `weights` is 32 readable bytes; loadu has no alignment requirement.
+                let weights = _mm256_loadu_si256(weights.as_ptr().cast());
+                let magnitudes = _mm256_sign_epi8(weights, weights);
+                for (sum, row) in sums.iter_mut().zip(&acts) {
+                    let signed =
+                        _mm256_sign_epi8(broadcast4(&row[group].qs[b], 4 * chunk), weights);
+                    *sum = M::add_steps(*sum, [(magnitudes, signed)]);
+                }
+            }
+            for ((acc, sum), row) in acc.iter_mut().zip(sums).zip(&acts) {
+                let scale = _mm256_mul_ps(scales, _mm256_set1_ps(row[group].d[b]));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, *acc);
             }
         }
-        for ((acc, sum), row) in acc.iter_mut().zip(sums).zip(&acts) {
-            let scale = _mm256_mul_ps(scales, _mm256_set1_ps(row[group].d[b]));
-            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, *acc);
+        // A loop, not a closure: a closure here would not have the caller's features.
+        let mut out = [[0f32; PANEL]; RN];
+        for (out, lanes) in out.iter_mut().zip(acc) {
+            // `out` is 8 writable f32; storeu has no alignment requirement.
+            _mm256_storeu_ps(out.as_mut_ptr(), lanes);
         }
-    }
-    acc.map(|lanes| {
-        let mut out = [0f32; PANEL];
-        // SAFETY: `out` is 8 writable f32; storeu has no alignment requirement.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), lanes) };
         out
-    })
+    }
 }
 
 /// Writes the eight rows × 32 weights of `panel` in f32 into `out`: row `r` at

@@ -6,41 +6,54 @@
 //! kernel keeps it. Per super-block and activation row: the mins through the activations'
 //! sums per 32, one conversion and two fused adds. `PanelQ4K::dot` is the reference. The Q6_K
 //! tile below works the same way on six-bit values rebuilt from a nibble and two top bits.
+//!
+//! Where the CPU has AVX-512 VNNI (`cpu_features::avx512_vnni`), the same tiles run with
+//! `vpdpbusd` in place of `maddubs` + add: the sums of a sub-block are kept in i32 and scaled
+//! with one `mullo`. The integer sums are the same, so the results are identical to the bit.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-#[cfg(target_arch = "x86_64")]
-use super::avx2::available;
 use super::interleaved_kquants::{PANEL, PanelQ4K};
 use super::interleaved_q6k::PanelQ6K;
 use super::kquants::ActQ8K;
+use super::mac::Simd;
+#[cfg(target_arch = "x86_64")]
+use super::mac::{Dpbusd, Level, Mac, Maddubs};
 
 /// `Σ w·a` of eight Q4_K rows with each of `RN` activation rows, or `None` without AVX2.
 pub fn tile_q4k_panels<const RN: usize>(
+    simd: Option<Simd>,
     panels: &[PanelQ4K],
     acts: [&[ActQ8K]; RN],
 ) -> Option<[[f32; PANEL]; RN]> {
     #[cfg(target_arch = "x86_64")]
-    if available() {
-        // SAFETY: avx2, fma and f16c were detected at run time by `available`.
-        return Some(unsafe { tile_q4k_panels_avx2(panels, acts) });
+    match simd.map(Simd::level) {
+        // SAFETY: a `Simd` of a level exists only where the CPU was found to have it.
+        Some(Level::Avx512Vnni) => return Some(unsafe { tile_q4k_panels_vnni(panels, acts) }),
+        // SAFETY: as above.
+        Some(Level::Avx2) => return Some(unsafe { tile_q4k_panels_avx2(panels, acts) }),
+        None => {}
     }
-    let _ = (panels, acts);
+    let _ = (simd, panels, acts);
     None
 }
 
 /// `Σ w·a` of eight Q6_K rows with each of `RN` activation rows, or `None` without AVX2.
 pub fn tile_q6k_panels<const RN: usize>(
+    simd: Option<Simd>,
     panels: &[PanelQ6K],
     acts: [&[ActQ8K]; RN],
 ) -> Option<[[f32; PANEL]; RN]> {
     #[cfg(target_arch = "x86_64")]
-    if available() {
-        // SAFETY: avx2, fma and f16c were detected at run time by `available`.
-        return Some(unsafe { tile_q6k_panels_avx2(panels, acts) });
+    match simd.map(Simd::level) {
+        // SAFETY: a `Simd` of a level exists only where the CPU was found to have it.
+        Some(Level::Avx512Vnni) => return Some(unsafe { tile_q6k_panels_vnni(panels, acts) }),
+        // SAFETY: as above.
+        Some(Level::Avx2) => return Some(unsafe { tile_q6k_panels_avx2(panels, acts) }),
+        None => {}
     }
-    let _ = (panels, acts);
+    let _ = (simd, panels, acts);
     None
 }
 
@@ -80,69 +93,92 @@ fn tile_q4k_panels_avx2<const RN: usize>(
     panels: &[PanelQ4K],
     acts: [&[ActQ8K]; RN],
 ) -> [[f32; PANEL]; RN] {
-    let acts = acts.map(|row| &row[..panels.len()]);
-    let low = _mm256_set1_epi8(0x0f);
-    let mut acc = [_mm256_setzero_ps(); RN];
-    for (column, panel) in panels.iter().enumerate() {
-        let mut sums = [_mm256_setzero_si256(); RN];
-        for (g, vectors) in panel.qs.iter().enumerate() {
-            let mut lows = [_mm256_setzero_si256(); RN];
-            let mut highs = [_mm256_setzero_si256(); RN];
-            for (k, vector) in vectors.iter().enumerate() {
-                let packed = load_bytes(vector);
-                let (low_values, high_values) = (
-                    _mm256_and_si256(packed, low),
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(packed), low),
-                );
-                for ((lows, highs), row) in lows.iter_mut().zip(&mut highs).zip(&acts) {
-                    let qs = &row[column].qs;
-                    let at = 64 * g + 4 * k;
-                    *lows = _mm256_add_epi16(
-                        *lows,
-                        _mm256_maddubs_epi16(low_values, broadcast4(qs, at)),
+    // SAFETY: this function's features are those `Maddubs` needs.
+    unsafe { tile_q4k::<Maddubs, RN>(panels, acts) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile_q4k_panels_vnni<const RN: usize>(
+    panels: &[PanelQ4K],
+    acts: [&[ActQ8K]; RN],
+) -> [[f32; PANEL]; RN] {
+    // SAFETY: this function's features are those `Dpbusd` needs.
+    unsafe { tile_q4k::<Dpbusd, RN>(panels, acts) }
+}
+
+/// The Q4_K tile, inlined into each of the functions above so that it is compiled with their
+/// features.
+///
+/// # Safety
+/// The CPU has avx2, fma, f16c and the features `M` needs.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn tile_q4k<M: Mac, const RN: usize>(
+    panels: &[PanelQ4K],
+    acts: [&[ActQ8K]; RN],
+) -> [[f32; PANEL]; RN] {
+    // SAFETY: the caller guarantees the features of every intrinsic and helper called here.
+    unsafe {
+        let acts = acts.map(|row| &row[..panels.len()]);
+        let low = _mm256_set1_epi8(0x0f);
+        let mut acc = [_mm256_setzero_ps(); RN];
+        for (column, panel) in panels.iter().enumerate() {
+            let mut sums = [_mm256_setzero_si256(); RN];
+            for (g, vectors) in panel.qs.iter().enumerate() {
+                let mut lows = [_mm256_setzero_si256(); RN];
+                let mut highs = [_mm256_setzero_si256(); RN];
+                for (k, vector) in vectors.iter().enumerate() {
+                    let packed = load_bytes(vector);
+                    let (low_values, high_values) = (
+                        _mm256_and_si256(packed, low),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(packed), low),
                     );
-                    *highs = _mm256_add_epi16(
-                        *highs,
-                        _mm256_maddubs_epi16(high_values, broadcast4(qs, at + 32)),
+                    for ((lows, highs), row) in lows.iter_mut().zip(&mut highs).zip(&acts) {
+                        let qs = &row[column].qs;
+                        let at = 64 * g + 4 * k;
+                        *lows = M::step(*lows, low_values, broadcast4(qs, at));
+                        *highs = M::step(*highs, high_values, broadcast4(qs, at + 32));
+                    }
+                }
+                let (low_scales, high_scales) = (
+                    load_i16(&panel.scales[2 * g]),
+                    load_i16(&panel.scales[2 * g + 1]),
+                );
+                for ((sum, lows), highs) in sums.iter_mut().zip(lows).zip(highs) {
+                    *sum = _mm256_add_epi32(
+                        *sum,
+                        _mm256_add_epi32(
+                            M::scaled(lows, low_scales),
+                            M::scaled(highs, high_scales),
+                        ),
                     );
                 }
             }
-            let (low_scales, high_scales) = (
-                load_i16(&panel.scales[2 * g]),
-                load_i16(&panel.scales[2 * g + 1]),
-            );
-            for ((sum, lows), highs) in sums.iter_mut().zip(lows).zip(highs) {
-                *sum = _mm256_add_epi32(
-                    *sum,
-                    _mm256_add_epi32(
-                        _mm256_madd_epi16(lows, low_scales),
-                        _mm256_madd_epi16(highs, high_scales),
-                    ),
-                );
+            let (d, dmin) = (f16x8(&panel.d), f16x8(&panel.dmin));
+            for ((acc, sum), row) in acc.iter_mut().zip(sums).zip(&acts) {
+                let a = &row[column];
+                let mut mins = _mm256_setzero_si256();
+                for (t, pair) in panel.mins.iter().enumerate() {
+                    let sums32 = [a.bsums32[2 * t], a.bsums32[2 * t + 1]];
+                    let broadcast = _mm256_set1_epi32(
+                        i32::from(sums32[0] as u16) | (i32::from(sums32[1] as u16) << 16),
+                    );
+                    mins = _mm256_add_epi32(mins, _mm256_madd_epi16(load_i16(pair), broadcast));
+                }
+                let scale = _mm256_set1_ps(a.d);
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, scale), *acc);
+                *acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, scale), *acc);
             }
         }
-        let (d, dmin) = (f16x8(&panel.d), f16x8(&panel.dmin));
-        for ((acc, sum), row) in acc.iter_mut().zip(sums).zip(&acts) {
-            let a = &row[column];
-            let mut mins = _mm256_setzero_si256();
-            for (t, pair) in panel.mins.iter().enumerate() {
-                let sums32 = [a.bsums32[2 * t], a.bsums32[2 * t + 1]];
-                let broadcast = _mm256_set1_epi32(
-                    i32::from(sums32[0] as u16) | (i32::from(sums32[1] as u16) << 16),
-                );
-                mins = _mm256_add_epi32(mins, _mm256_madd_epi16(load_i16(pair), broadcast));
-            }
-            let scale = _mm256_set1_ps(a.d);
-            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, scale), *acc);
-            *acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, scale), *acc);
+        // A loop, not a closure: a closure here would not have the caller's features.
+        let mut out = [[0f32; PANEL]; RN];
+        for (out, lanes) in out.iter_mut().zip(acc) {
+            // `out` is 8 writable f32; storeu has no alignment requirement.
+            _mm256_storeu_ps(out.as_mut_ptr(), lanes);
         }
-    }
-    acc.map(|lanes| {
-        let mut out = [0f32; PANEL];
-        // SAFETY: `out` is 8 writable f32; storeu has no alignment requirement.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), lanes) };
         out
-    })
+    }
 }
 
 /// Eight i8 values widened to i16, each twice: lanes `2r` and `2r + 1` hold `first[r]`, or,
@@ -172,90 +208,112 @@ fn tile_q6k_panels_avx2<const RN: usize>(
     panels: &[PanelQ6K],
     acts: [&[ActQ8K]; RN],
 ) -> [[f32; PANEL]; RN] {
-    let acts = acts.map(|row| &row[..panels.len()]);
-    let (nibble, two_bits, upper_two) = (
-        _mm256_set1_epi8(0x0f),
-        _mm256_set1_epi8(0x03),
-        _mm256_set1_epi8(0x0c),
-    );
-    let mut acc = [_mm256_setzero_ps(); RN];
-    for (column, panel) in panels.iter().enumerate() {
-        let mut sums = [_mm256_setzero_si256(); RN];
-        for (g, (low_vectors, high_vectors)) in panel.ql.iter().zip(&panel.qh).enumerate() {
-            for (m, top_bits) in high_vectors.iter().enumerate() {
-                let top_bits = load_bytes(top_bits);
-                let mut lows = [_mm256_setzero_si256(); RN];
-                let mut highs = [_mm256_setzero_si256(); RN];
-                for half in 0..2 {
-                    let k = 2 * m + half;
-                    let packed = load_bytes(&low_vectors[k]);
-                    let top = if half == 0 {
-                        top_bits
-                    } else {
-                        _mm256_srli_epi16::<4>(top_bits)
-                    };
-                    // Masked before each shift, so no bit crosses into the next byte.
-                    let low_values = _mm256_or_si256(
-                        _mm256_and_si256(packed, nibble),
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(top, two_bits)),
-                    );
-                    let high_values = _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(packed), nibble),
-                        _mm256_slli_epi16::<2>(_mm256_and_si256(top, upper_two)),
-                    );
-                    for ((lows, highs), row) in lows.iter_mut().zip(&mut highs).zip(&acts) {
-                        let qs = &row[column].qs;
-                        let at = 64 * g + 4 * k;
-                        *lows = _mm256_add_epi16(
-                            *lows,
-                            _mm256_maddubs_epi16(low_values, broadcast4(qs, at)),
+    // SAFETY: this function's features are those `Maddubs` needs.
+    unsafe { tile_q6k::<Maddubs, RN>(panels, acts) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile_q6k_panels_vnni<const RN: usize>(
+    panels: &[PanelQ6K],
+    acts: [&[ActQ8K]; RN],
+) -> [[f32; PANEL]; RN] {
+    // SAFETY: this function's features are those `Dpbusd` needs.
+    unsafe { tile_q6k::<Dpbusd, RN>(panels, acts) }
+}
+
+/// The Q6_K tile, inlined as [`tile_q4k`].
+///
+/// # Safety
+/// The CPU has avx2, fma, f16c and the features `M` needs.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn tile_q6k<M: Mac, const RN: usize>(
+    panels: &[PanelQ6K],
+    acts: [&[ActQ8K]; RN],
+) -> [[f32; PANEL]; RN] {
+    // SAFETY: the caller guarantees the features of every intrinsic and helper called here.
+    unsafe {
+        let acts = acts.map(|row| &row[..panels.len()]);
+        let (nibble, two_bits, upper_two) = (
+            _mm256_set1_epi8(0x0f),
+            _mm256_set1_epi8(0x03),
+            _mm256_set1_epi8(0x0c),
+        );
+        let mut acc = [_mm256_setzero_ps(); RN];
+        for (column, panel) in panels.iter().enumerate() {
+            let mut sums = [_mm256_setzero_si256(); RN];
+            for (g, (low_vectors, high_vectors)) in panel.ql.iter().zip(&panel.qh).enumerate() {
+                for (m, top_bits) in high_vectors.iter().enumerate() {
+                    let top_bits = load_bytes(top_bits);
+                    let mut lows = [_mm256_setzero_si256(); RN];
+                    let mut highs = [_mm256_setzero_si256(); RN];
+                    for half in 0..2 {
+                        let k = 2 * m + half;
+                        let packed = load_bytes(&low_vectors[k]);
+                        let top = if half == 0 {
+                            top_bits
+                        } else {
+                            _mm256_srli_epi16::<4>(top_bits)
+                        };
+                        // Masked before each shift, so no bit crosses into the next byte.
+                        let low_values = _mm256_or_si256(
+                            _mm256_and_si256(packed, nibble),
+                            _mm256_slli_epi16::<4>(_mm256_and_si256(top, two_bits)),
                         );
-                        *highs = _mm256_add_epi16(
-                            *highs,
-                            _mm256_maddubs_epi16(high_values, broadcast4(qs, at + 32)),
+                        let high_values = _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(packed), nibble),
+                            _mm256_slli_epi16::<2>(_mm256_and_si256(top, upper_two)),
+                        );
+                        for ((lows, highs), row) in lows.iter_mut().zip(&mut highs).zip(&acts) {
+                            let qs = &row[column].qs;
+                            let at = 64 * g + 4 * k;
+                            *lows = M::step(*lows, low_values, broadcast4(qs, at));
+                            *highs = M::step(*highs, high_values, broadcast4(qs, at + 32));
+                        }
+                    }
+                    let low_block = 4 * g + m / 2;
+                    let (low_scales, high_scales) = (
+                        scale_lanes(&panel.scales[low_block], &panel.scales[low_block]),
+                        scale_lanes(&panel.scales[low_block + 2], &panel.scales[low_block + 2]),
+                    );
+                    for ((sum, lows), highs) in sums.iter_mut().zip(lows).zip(highs) {
+                        *sum = _mm256_add_epi32(
+                            *sum,
+                            _mm256_add_epi32(
+                                M::scaled(lows, low_scales),
+                                M::scaled(highs, high_scales),
+                            ),
                         );
                     }
                 }
-                let low_block = 4 * g + m / 2;
-                let (low_scales, high_scales) = (
-                    scale_lanes(&panel.scales[low_block], &panel.scales[low_block]),
-                    scale_lanes(&panel.scales[low_block + 2], &panel.scales[low_block + 2]),
-                );
-                for ((sum, lows), highs) in sums.iter_mut().zip(lows).zip(highs) {
-                    *sum = _mm256_add_epi32(
-                        *sum,
-                        _mm256_add_epi32(
-                            _mm256_madd_epi16(lows, low_scales),
-                            _mm256_madd_epi16(highs, high_scales),
-                        ),
+            }
+            let d = f16x8(&panel.d);
+            for ((acc, sum), row) in acc.iter_mut().zip(sums).zip(&acts) {
+                let a = &row[column];
+                let mut offsets = _mm256_setzero_si256();
+                for t in 0..8 {
+                    let pair = scale_lanes(&panel.scales[2 * t], &panel.scales[2 * t + 1]);
+                    let broadcast = _mm256_set1_epi32(
+                        i32::from(a.bsums16[2 * t] as u16)
+                            | (i32::from(a.bsums16[2 * t + 1] as u16) << 16),
                     );
+                    offsets = _mm256_add_epi32(offsets, _mm256_madd_epi16(pair, broadcast));
                 }
-            }
-        }
-        let d = f16x8(&panel.d);
-        for ((acc, sum), row) in acc.iter_mut().zip(sums).zip(&acts) {
-            let a = &row[column];
-            let mut offsets = _mm256_setzero_si256();
-            for t in 0..8 {
-                let pair = scale_lanes(&panel.scales[2 * t], &panel.scales[2 * t + 1]);
-                let broadcast = _mm256_set1_epi32(
-                    i32::from(a.bsums16[2 * t] as u16)
-                        | (i32::from(a.bsums16[2 * t + 1] as u16) << 16),
+                let exact = _mm256_sub_epi32(sum, _mm256_slli_epi32::<5>(offsets));
+                *acc = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(exact),
+                    _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
+                    *acc,
                 );
-                offsets = _mm256_add_epi32(offsets, _mm256_madd_epi16(pair, broadcast));
             }
-            let exact = _mm256_sub_epi32(sum, _mm256_slli_epi32::<5>(offsets));
-            *acc = _mm256_fmadd_ps(
-                _mm256_cvtepi32_ps(exact),
-                _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-                *acc,
-            );
         }
-    }
-    acc.map(|lanes| {
-        let mut out = [0f32; PANEL];
-        // SAFETY: `out` is 8 writable f32; storeu has no alignment requirement.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), lanes) };
+        // A loop, not a closure: a closure here would not have the caller's features.
+        let mut out = [[0f32; PANEL]; RN];
+        for (out, lanes) in out.iter_mut().zip(acc) {
+            // `out` is 8 writable f32; storeu has no alignment requirement.
+            _mm256_storeu_ps(out.as_mut_ptr(), lanes);
+        }
         out
-    })
+    }
 }

@@ -13,10 +13,14 @@ use super::interleaved_q6k::PanelQ6K;
 use super::interleaved_q8::PanelQ8_0;
 use super::kernel::TILE;
 use super::kquants::{self, ActQ8K, SUPER};
+use super::mac::Simd;
 use super::panels::Output;
 
 /// Panel rows (of eight output rows) per work item: 32 output rows, as the row-by-row path.
 const PANELS_PER_ITEM: usize = 4;
+
+/// Bytes of quantized activations one pass over the matrix reads: a quarter of a core's L2.
+const ACT_BLOCK_BYTES: usize = 256 << 10;
 
 /// A block type interleaved by [`PANEL`] rows: its activations and its tile of eight rows.
 pub trait PanelKernel: Sized + Sync {
@@ -28,9 +32,14 @@ pub trait PanelKernel: Sized + Sync {
 
     fn quantize(x: &[f32], out: &mut Vec<Self::Act>);
 
-    /// `Σ w·a` of a row of panels with each of `RN` activation rows: SIMD where the CPU has it,
-    /// the scalar reference elsewhere.
-    fn tile<const RN: usize>(panels: &[Self], acts: [&[Self::Act]; RN]) -> [[f32; PANEL]; RN];
+    /// `Σ w·a` of a row of panels with each of `RN` activation rows: at the SIMD level `simd`
+    /// (in `Simd::best`, the fastest this CPU has), the scalar reference for `None` or where the
+    /// type has no tile at that level.
+    fn tile<const RN: usize>(
+        simd: Option<Simd>,
+        panels: &[Self],
+        acts: [&[Self::Act]; RN],
+    ) -> [[f32; PANEL]; RN];
 
     /// Row `r`'s [`Self::COLUMN_WEIGHTS`] weights in f32.
     fn dequantize_row(&self, r: usize, out: &mut [f32]);
@@ -60,8 +69,12 @@ macro_rules! block_column_with_group_activations {
 impl PanelKernel for PanelQ5_0 {
     block_column_with_group_activations!();
 
-    fn tile<const RN: usize>(panels: &[Self], acts: [&[ActGroup]; RN]) -> [[f32; PANEL]; RN] {
-        tile_panels(panels, acts).unwrap_or_else(|| tile_scalar(panels, acts))
+    fn tile<const RN: usize>(
+        simd: Option<Simd>,
+        panels: &[Self],
+        acts: [&[ActGroup]; RN],
+    ) -> [[f32; PANEL]; RN] {
+        tile_panels(simd, panels, acts).unwrap_or_else(|| tile_scalar(panels, acts))
     }
 
     fn dequantize_row(&self, r: usize, out: &mut [f32]) {
@@ -76,8 +89,12 @@ impl PanelKernel for PanelQ5_0 {
 impl PanelKernel for PanelQ8_0 {
     block_column_with_group_activations!();
 
-    fn tile<const RN: usize>(panels: &[Self], acts: [&[ActGroup]; RN]) -> [[f32; PANEL]; RN] {
-        tile_q8_0_panels(panels, acts)
+    fn tile<const RN: usize>(
+        simd: Option<Simd>,
+        panels: &[Self],
+        acts: [&[ActGroup]; RN],
+    ) -> [[f32; PANEL]; RN] {
+        tile_q8_0_panels(simd, panels, acts)
             .unwrap_or_else(|| acts.map(|row| tile_scalar_by(panels, row, PanelQ8_0::dot)))
     }
 
@@ -89,8 +106,12 @@ impl PanelKernel for PanelQ8_0 {
 impl PanelKernel for PanelQ4_1 {
     block_column_with_group_activations!();
 
-    fn tile<const RN: usize>(panels: &[Self], acts: [&[ActGroup]; RN]) -> [[f32; PANEL]; RN] {
-        tile_panels(panels, acts)
+    fn tile<const RN: usize>(
+        simd: Option<Simd>,
+        panels: &[Self],
+        acts: [&[ActGroup]; RN],
+    ) -> [[f32; PANEL]; RN] {
+        tile_panels(simd, panels, acts)
             .unwrap_or_else(|| acts.map(|row| tile_scalar_by(panels, row, PanelQ4_1::dot)))
     }
 
@@ -131,8 +152,12 @@ pub(super) fn tile_scalar_super<P>(
 impl PanelKernel for PanelQ4K {
     super_block_column_with_q8k_activations!();
 
-    fn tile<const RN: usize>(panels: &[Self], acts: [&[ActQ8K]; RN]) -> [[f32; PANEL]; RN] {
-        tile_q4k_panels(panels, acts)
+    fn tile<const RN: usize>(
+        simd: Option<Simd>,
+        panels: &[Self],
+        acts: [&[ActQ8K]; RN],
+    ) -> [[f32; PANEL]; RN] {
+        tile_q4k_panels(simd, panels, acts)
             .unwrap_or_else(|| acts.map(|row| tile_scalar_super(panels, row, PanelQ4K::dot)))
     }
 
@@ -144,8 +169,12 @@ impl PanelKernel for PanelQ4K {
 impl PanelKernel for PanelQ6K {
     super_block_column_with_q8k_activations!();
 
-    fn tile<const RN: usize>(panels: &[Self], acts: [&[ActQ8K]; RN]) -> [[f32; PANEL]; RN] {
-        tile_q6k_panels(panels, acts)
+    fn tile<const RN: usize>(
+        simd: Option<Simd>,
+        panels: &[Self],
+        acts: [&[ActQ8K]; RN],
+    ) -> [[f32; PANEL]; RN] {
+        tile_q6k_panels(simd, panels, acts)
             .unwrap_or_else(|| acts.map(|row| tile_scalar_super(panels, row, PanelQ6K::dot)))
     }
 
@@ -155,15 +184,20 @@ impl PanelKernel for PanelQ6K {
 }
 
 /// `out[i]` = the eight outputs of activation row `acts[i]`, for up to [`TILE`] rows.
-fn tile_into<P: PanelKernel>(panels: &[P], acts: &[&[P::Act]], out: &mut [[f32; PANEL]; TILE]) {
+fn tile_into<P: PanelKernel>(
+    simd: Option<Simd>,
+    panels: &[P],
+    acts: &[&[P::Act]],
+    out: &mut [[f32; PANEL]; TILE],
+) {
     match *acts {
-        [a] => out[..1].copy_from_slice(&P::tile(panels, [a])),
-        [a, b] => out[..2].copy_from_slice(&P::tile(panels, [a, b])),
-        [a, b, c] => out[..3].copy_from_slice(&P::tile(panels, [a, b, c])),
-        [a, b, c, d] => out.copy_from_slice(&P::tile(panels, [a, b, c, d])),
+        [a] => out[..1].copy_from_slice(&P::tile(simd, panels, [a])),
+        [a, b] => out[..2].copy_from_slice(&P::tile(simd, panels, [a, b])),
+        [a, b, c] => out[..3].copy_from_slice(&P::tile(simd, panels, [a, b, c])),
+        [a, b, c, d] => out.copy_from_slice(&P::tile(simd, panels, [a, b, c, d])),
         _ => {
             for (out, row) in out.iter_mut().zip(acts) {
-                *out = P::tile(panels, [*row])[0];
+                *out = P::tile(simd, panels, [*row])[0];
             }
         }
     }
@@ -182,34 +216,46 @@ pub fn multiply_interleaved<P: PanelKernel>(
     let act_rows: Vec<&[P::Act]> = acts.chunks_exact(in_features / P::ACT_WEIGHTS).collect();
     let columns = in_features / P::COLUMN_WEIGHTS;
     let panel_rows = out_features / PANEL;
+    let simd = Simd::best();
     let mut output = vec![0f32; n_rows * out_features];
     let shared = Output(output.as_mut_ptr());
-    let compute = |item: usize| {
-        let first = item * PANELS_PER_ITEM;
-        let last = (first + PANELS_PER_ITEM).min(panel_rows);
-        let out = &shared;
-        let mut results = [[0f32; PANEL]; TILE];
-        for (tile_idx, acts) in act_rows.chunks(TILE).enumerate() {
-            for panel_row in first..last {
-                tile_into(
-                    &panels[panel_row * columns..][..columns],
-                    acts,
-                    &mut results,
-                );
-                for (offset, values) in results[..acts.len()].iter().enumerate() {
-                    let row = tile_idx * TILE + offset;
-                    let at = row * out_features + panel_row * PANEL;
-                    // SAFETY: row < n_rows and panel_row * PANEL + PANEL <= out_features, so
-                    // the eight values lie inside the output; this item is the only writer of
-                    // its panel rows' columns (see `Output`).
-                    unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), out.0.add(at), PANEL) };
+    // Blocks of activation rows, so that the items a worker takes in turn read the same block
+    // from its L2 instead of every row from L3; the weights are read once per block.
+    let row_bytes = std::mem::size_of_val(act_rows.first().map_or(&[][..], |row| *row));
+    let block_rows = (ACT_BLOCK_BYTES / row_bytes.max(1))
+        .max(1)
+        .next_multiple_of(TILE);
+    for (block_idx, block) in act_rows.chunks(block_rows).enumerate() {
+        let compute = |item: usize| {
+            let first = item * PANELS_PER_ITEM;
+            let last = (first + PANELS_PER_ITEM).min(panel_rows);
+            let out = &shared;
+            let mut results = [[0f32; PANEL]; TILE];
+            for (tile_idx, acts) in block.chunks(TILE).enumerate() {
+                for panel_row in first..last {
+                    tile_into(
+                        simd,
+                        &panels[panel_row * columns..][..columns],
+                        acts,
+                        &mut results,
+                    );
+                    for (offset, values) in results[..acts.len()].iter().enumerate() {
+                        let row = block_idx * block_rows + tile_idx * TILE + offset;
+                        let at = row * out_features + panel_row * PANEL;
+                        // SAFETY: row < n_rows and panel_row * PANEL + PANEL <= out_features,
+                        // so the eight values lie inside the output; this item is the only
+                        // writer of its panel rows' columns (see `Output`).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(values.as_ptr(), out.0.add(at), PANEL)
+                        };
+                    }
                 }
             }
-        }
-    };
-    candle_core::utils::barrier_pool()
-        .execute_chunked(panel_rows.div_ceil(PANELS_PER_ITEM), |range| {
-            range.for_each(compute)
-        });
+        };
+        candle_core::utils::barrier_pool()
+            .execute_chunked(panel_rows.div_ceil(PANELS_PER_ITEM), |range| {
+                range.for_each(compute)
+            });
+    }
     output
 }

@@ -31,6 +31,7 @@ mod interleaved_q6k;
 mod interleaved_q8;
 mod kernel;
 mod kquants;
+mod mac;
 mod panels;
 
 use std::sync::Mutex;
@@ -67,6 +68,18 @@ pub const PANEL_MIN_ROWS: usize = 64;
 /// The same threshold for interleaved Q5_0, whose tiles run at about 1.4–1.8× the row-by-row
 /// ones and stay ahead of the f32 gemm up to a few hundred rows.
 pub const INTERLEAVED_PANEL_MIN_ROWS: usize = 256;
+
+/// Row count from which products with interleaved panels dequantize and run the f32 gemm:
+/// [`INTERLEAVED_PANEL_MIN_ROWS`] with the AVX2 tiles; never with the AVX-512 VNNI ones, which
+/// multiply at about twice the f32 gemm's rate at every row count (`examples/kernel_probe`,
+/// docs/results/history.md, "AVX-512 VNNI tiles").
+fn interleaved_panel_min_rows() -> usize {
+    if crate::kernels::cpu_features::avx512_vnni() {
+        usize::MAX
+    } else {
+        INTERLEAVED_PANEL_MIN_ROWS
+    }
+}
 
 /// Every item of `items`, in a buffer on huge pages.
 fn on_huge_pages<T: bytemuck::Zeroable + Clone>(items: impl ExactSizeIterator<Item = T>) -> Vec<T> {
@@ -420,7 +433,7 @@ impl QuantMatrix {
             | Blocks::Q4Kx8(_)
             | Blocks::Q8_0x8(_)
             | Blocks::Q4_1x8(_)
-            | Blocks::Q6Kx8(_) => INTERLEAVED_PANEL_MIN_ROWS,
+            | Blocks::Q6Kx8(_) => interleaved_panel_min_rows(),
             _ => PANEL_MIN_ROWS,
         };
         let output = if n_rows >= panel_min_rows {

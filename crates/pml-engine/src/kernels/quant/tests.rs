@@ -14,6 +14,7 @@ use super::interleaved_product::{PanelKernel, tile_scalar_super};
 use super::interleaved_q4_1::PanelQ4_1;
 use super::interleaved_q8::PanelQ8_0;
 use super::kernel::BlockKernel;
+use super::mac::Simd;
 use super::{Blocks, QuantMatrix, avx2};
 
 fn random_matrix(rows: usize, cols: usize, seed: u64) -> Tensor {
@@ -139,26 +140,42 @@ fn interleaved_panels_hold_the_rows_and_their_simd_tiles_agree_with_scalar_dots(
 }
 
 /// `P::tile` at widths 1, 2 and 4 over five activation rows against `scalar`, the reference
-/// outputs of each row.
+/// outputs of each row, at every SIMD level this CPU has; the levels' outputs are identical
+/// to the bit (the same integer sums, scaled alike).
 fn assert_panel_tiles_match<P: PanelKernel>(
     panels: &[P],
     act_rows: &[&[P::Act]],
     scalar: &[[f32; PANEL]],
 ) {
-    let simd = [
-        P::tile(panels, [act_rows[0]]).to_vec(),
-        P::tile(panels, [act_rows[1], act_rows[2]]).to_vec(),
-        P::tile(panels, [act_rows[3], act_rows[4], act_rows[0], act_rows[1]]).to_vec(),
-    ];
-    let simd: Vec<[f32; PANEL]> = simd.into_iter().flatten().collect();
-    let order = [0, 1, 2, 3, 4, 0, 1];
-    assert_eq!(simd.len(), order.len());
-    for (k, (values, &row)) in simd.iter().zip(&order).enumerate() {
-        for (lane, (&s, &r)) in values.iter().zip(&scalar[row]).enumerate() {
-            assert!(
-                (s - r).abs() <= 1e-4 * r.abs().max(1.0),
-                "tile output {k} row {lane}: simd {s} scalar {r}"
-            );
+    let levels = Simd::available();
+    eprintln!("panel tiles at the SIMD levels {levels:?}");
+    let mut first_level: Option<Vec<[f32; PANEL]>> = None;
+    for simd in levels {
+        let simd = Some(simd);
+        let outputs = [
+            P::tile(simd, panels, [act_rows[0]]).to_vec(),
+            P::tile(simd, panels, [act_rows[1], act_rows[2]]).to_vec(),
+            P::tile(
+                simd,
+                panels,
+                [act_rows[3], act_rows[4], act_rows[0], act_rows[1]],
+            )
+            .to_vec(),
+        ];
+        let outputs: Vec<[f32; PANEL]> = outputs.into_iter().flatten().collect();
+        let order = [0, 1, 2, 3, 4, 0, 1];
+        assert_eq!(outputs.len(), order.len());
+        for (k, (values, &row)) in outputs.iter().zip(&order).enumerate() {
+            for (lane, (&s, &r)) in values.iter().zip(&scalar[row]).enumerate() {
+                assert!(
+                    (s - r).abs() <= 1e-4 * r.abs().max(1.0),
+                    "{simd:?} tile output {k} row {lane}: simd {s} scalar {r}"
+                );
+            }
+        }
+        match &first_level {
+            None => first_level = Some(outputs),
+            Some(first) => assert_eq!(first, &outputs, "{simd:?} against the slower level"),
         }
     }
 }
@@ -244,21 +261,59 @@ fn rows_of_whole_blocks_but_not_whole_groups_are_padded() {
     }
 }
 
+/// The types whose matrices of whole panels are interleaved.
+const INTERLEAVED: [GgmlDType; 5] = [
+    GgmlDType::Q5_0,
+    GgmlDType::Q4K,
+    GgmlDType::Q8_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q6K,
+];
+
+#[test]
+fn interleaved_products_of_many_rows_equal_their_rows_products() {
+    // 4864 inputs: an activation row of about 5 KB, so 300 rows span several blocks of
+    // activations (`ACT_BLOCK_BYTES`), the last one partial, and a partial tile. Each output
+    // row is the same tiles' sums in the same order whether computed among many or alone.
+    let (out_features, in_features, n_rows) = (16, 4864, 300);
+    for dtype in INTERLEAVED {
+        let qtensor = quantized(out_features, in_features, dtype, 23);
+        let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
+        let x = random_matrix(n_rows, in_features, 24);
+        let all = to_vec(&matrix.forward(&x).expect("multiplies"));
+        if super::interleaved_panel_min_rows() <= n_rows {
+            eprintln!("{dtype:?}: {n_rows} rows take the panels on this CPU");
+            continue;
+        }
+        for row in [0, 1, 47, 48, 49, 150, 298, 299] {
+            let one = matrix
+                .forward(&x.narrow(0, row, 1).expect("row"))
+                .expect("multiplies");
+            assert_eq!(
+                &all[row * out_features..][..out_features],
+                &to_vec(&one)[..],
+                "{dtype:?} row {row}"
+            );
+        }
+    }
+}
+
 #[test]
 fn panel_products_match_dense_matmul_of_the_same_weights() {
     // 150 output rows: two full panels and a partial one (152 for Q5_0's interleaved rows);
     // input rows from the panel threshold up. The panels multiply the dequantized weights with
     // the activations in f32, so they agree with candle's matmul up to summation order.
+    // With the AVX-512 VNNI tiles interleaved matrices never take the panels (scripts/test.sh
+    // runs these tests again with PML_NO_AVX512=1, where they do).
+    let interleaved = (super::interleaved_panel_min_rows() != usize::MAX)
+        .then_some(INTERLEAVED)
+        .into_iter()
+        .flatten()
+        .map(|t| (t, 152, super::INTERLEAVED_PANEL_MIN_ROWS));
     let cases = TYPES
         .map(|t| (t, 150, super::PANEL_MIN_ROWS))
         .into_iter()
-        .chain([
-            (GgmlDType::Q5_0, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
-            (GgmlDType::Q4K, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
-            (GgmlDType::Q8_0, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
-            (GgmlDType::Q4_1, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
-            (GgmlDType::Q6K, 152, super::INTERLEAVED_PANEL_MIN_ROWS),
-        ]);
+        .chain(interleaved);
     for (dtype, out_features, threshold) in cases {
         for n_rows in [threshold, threshold + 33] {
             let (ours, reference) = product_and_reference(dtype, out_features, n_rows, 10);
