@@ -41,11 +41,13 @@ die() {
 }
 
 # The GPU tests: the engine's candle path against the native kernels (tiny models of every
-# family and the real ones), and the runtime's cached inference on the real models.
+# family and the real ones), the runtime's cached inference on the real models, and the store's
+# device tier in the GPU's memory.
 TEST_TARGETS=(
     "pml-engine:backends"
     "pml-runtime:cached_inference_real"
     "pml-runtime:restore"
+    "pml-store:store"
 )
 
 write_stubs() {

@@ -119,7 +119,8 @@ pub struct RuntimeArgs {
     /// to a GGUF file; the default model when absent.
     #[arg(long, short = 'm', value_name = "MODEL")]
     pub model: Option<String>,
-    /// Module store tiers, fastest first: a comma-separated list of `ram:SIZE`,
+    /// Module store tiers, fastest first: a comma-separated list of `device:SIZE` (the
+    /// model's device memory: a GPU's, or on the CPU host memory), `ram:SIZE`,
     /// `disk:PATH[?max=SIZE]` and `redis://HOST:PORT[?max=SIZE&timeout_ms=N]`, or a folder
     /// (RAM over disk there), plus `dtype:f32` to store states exactly instead of in f16.
     /// Default: `$PML_STORE`, else RAM over disk at `$PML_HOME/store`, f16.

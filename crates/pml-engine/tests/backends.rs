@@ -11,7 +11,9 @@ use pml_engine::Tokenizer;
 use pml_engine::device::{Backend, BackendChoice, Kernels, select_backend};
 use pml_engine::gguf::GgufFile;
 use pml_engine::model::tiny::random_model_on;
-use pml_engine::model::{Arch, Model, ModelConfig, WeightFormat};
+use pml_engine::model::{
+    Arch, Linear, MatrixRole, Model, ModelConfig, Multiplier, TensorMap, WeightFormat,
+};
 use pml_engine::testing::{argmax, last_position_logits, max_abs_diff, prefill_then_decode};
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_testkit::fetched_model;
@@ -38,6 +40,63 @@ fn backend_under_test() -> Backend {
         Kernels::Candle => backend,
         Kernels::Native => Backend::candle_cpu(),
     }
+}
+
+/// The native backend's quantized matrices: our kernels where the CPU has AVX2 (and they are
+/// not turned off), else candle's SIMD kernels (NEON on aarch64), never our scalar loops. On an
+/// aarch64 build (scripts/test-aarch64.sh, under qemu) this must be candle's.
+#[test]
+fn quantized_matrices_take_our_kernels_only_with_avx2() {
+    use candle_core::quantized::{GgmlDType, QTensor};
+    let weights = Tensor::randn(0f32, 1.0, (64, 256), &candle_core::Device::Cpu).expect("randn");
+    for dtype in [
+        GgmlDType::Q5_0,
+        GgmlDType::Q4K,
+        GgmlDType::Q8_0,
+        GgmlDType::Q6K,
+    ] {
+        let mut source = TensorMap::default();
+        let qtensor = QTensor::quantize(&weights, dtype).expect("quantize");
+        source.0.insert("w".to_string(), qtensor);
+        let linear = Linear::load(
+            &mut source,
+            "w",
+            None,
+            MatrixRole::Projection,
+            WeightFormat::Quantized,
+            &native(),
+        )
+        .expect("loads");
+        let avx2 = std::env::var_os("PML_NO_AVX2")
+            .is_none_or(|value| value.is_empty() || value == "0")
+            && cpu_has_avx2();
+        let expected = if avx2 {
+            Multiplier::Ours
+        } else {
+            Multiplier::Candle
+        };
+        eprintln!("{dtype:?}: {:?}", linear.multiplied_by());
+        assert_eq!(linear.multiplied_by(), expected, "{dtype:?}");
+        if cfg!(target_arch = "aarch64") {
+            assert_eq!(
+                linear.multiplied_by(),
+                Multiplier::Candle,
+                "{dtype:?} on ARM"
+            );
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_avx2() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_has_avx2() -> bool {
+    false
 }
 
 fn native() -> Backend {

@@ -1,6 +1,9 @@
 //! Which tiers a store stacks and how each is bounded ([`StoreConfig`], [`TierConfig`]), and the
 //! one parser of store specifications that `--store` and `PML_STORE` take ([`StoreConfig::parse`]):
 //! a comma-separated list of
+//! - `device[:SIZE]` — the model's device memory (a GPU's; on the CPU, host memory), a byte
+//!   budget (default [`DEFAULT_DEVICE_BUDGET_BYTES`]): states moved there once, spliced from there
+//!   with a copy inside the device;
 //! - `ram[:SIZE]` — host RAM with a byte budget (`ram:0` turns it off);
 //! - `disk[:PATH][?max=SIZE]` — the disk tier (default `$PML_HOME/store`), optionally bounded;
 //! - `redis://HOST:PORT[/DB][?max=SIZE&timeout_ms=N&chunk=SIZE]` — a shared Redis server;
@@ -8,7 +11,7 @@
 //! - `dtype:f16` (the default) or `dtype:f32` — the dtype every tier stores states in, not a tier:
 //!   f32 keeps cached KV bit-exact at twice the bytes (see [`super::state`]).
 //!
-//! RAM comes first whether named or not (default budget [`DEFAULT_RAM_BUDGET_BYTES`]), then disk,
+//! The device tier, where named, comes first; RAM next whether named or not (default budget [`DEFAULT_RAM_BUDGET_BYTES`]), then disk,
 //! then Redis: tiers are ordered fastest first whatever order the list uses. Sizes are bytes with
 //! an optional `KB`/`MB`/`GB` (powers of 1000) or `KiB`/`MiB`/`GiB` (powers of 1024) suffix.
 
@@ -25,12 +28,19 @@ use super::state::DEFAULT_STATE_DTYPE;
 /// Default RAM budget: 2 GiB holds about 170k tokens of the default model's KV in f16 (85k in f32).
 pub const DEFAULT_RAM_BUDGET_BYTES: u64 = 2 << 30;
 
+/// Default device budget: 1 GiB, a small part of a GPU's memory beside the model and its caches.
+pub const DEFAULT_DEVICE_BUDGET_BYTES: u64 = 1 << 30;
+
 /// Environment variable holding a store specification (overridden by `--store`).
 pub const STORE_ENV: &str = "PML_STORE";
 
 /// One tier of a store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TierConfig {
+    /// The model's device memory ([`super::MemoryTier::on_device`]).
+    Device {
+        budget_bytes: u64,
+    },
     Ram {
         budget_bytes: u64,
     },
@@ -45,14 +55,15 @@ impl TierConfig {
     /// Position in the stack: faster tiers first.
     fn rank(&self) -> u8 {
         match self {
-            TierConfig::Ram { .. } => 0,
-            TierConfig::Disk { .. } => 1,
-            TierConfig::Redis(_) => 2,
+            TierConfig::Device { .. } => 0,
+            TierConfig::Ram { .. } => 1,
+            TierConfig::Disk { .. } => 2,
+            TierConfig::Redis(_) => 3,
         }
     }
 
     fn kind(&self) -> &'static str {
-        ["ram", "disk", "redis"][usize::from(self.rank())]
+        ["device", "ram", "disk", "redis"][usize::from(self.rank())]
     }
 }
 
@@ -150,7 +161,12 @@ impl StoreConfig {
                 budget_bytes: DEFAULT_RAM_BUDGET_BYTES,
             });
         }
-        tiers.retain(|tier| !matches!(tier, TierConfig::Ram { budget_bytes: 0 }));
+        tiers.retain(|tier| {
+            !matches!(
+                tier,
+                TierConfig::Ram { budget_bytes: 0 } | TierConfig::Device { budget_bytes: 0 }
+            )
+        });
         tiers.sort_by_key(TierConfig::rank);
         let root = tiers
             .iter()
@@ -168,6 +184,16 @@ impl StoreConfig {
 }
 
 fn parse_tier(item: &str, default_root: &Path) -> Result<TierConfig, StoreError> {
+    if item == "device" {
+        return Ok(TierConfig::Device {
+            budget_bytes: DEFAULT_DEVICE_BUDGET_BYTES,
+        });
+    }
+    if let Some(size) = item.strip_prefix("device:") {
+        return Ok(TierConfig::Device {
+            budget_bytes: parse_size(size).map_err(|error| invalid(item, &error.to_string()))?,
+        });
+    }
     if item == "ram" {
         return Ok(TierConfig::Ram {
             budget_bytes: DEFAULT_RAM_BUDGET_BYTES,
@@ -329,6 +355,41 @@ mod tests {
                 TierConfig::Redis(redis),
             ]
         );
+    }
+
+    #[test]
+    fn the_device_tier_comes_first() {
+        let config = parse("disk, device:256MiB").unwrap();
+        assert_eq!(
+            config.tiers,
+            vec![
+                TierConfig::Device {
+                    budget_bytes: 256 << 20
+                },
+                TierConfig::Ram {
+                    budget_bytes: DEFAULT_RAM_BUDGET_BYTES
+                },
+                TierConfig::Disk {
+                    root: PathBuf::from("/home/store"),
+                    budget_bytes: None
+                },
+            ]
+        );
+        assert_eq!(
+            parse("device,ram:0").unwrap().tiers,
+            vec![TierConfig::Device {
+                budget_bytes: DEFAULT_DEVICE_BUDGET_BYTES
+            }]
+        );
+        assert_eq!(
+            parse("device:0,ram:0,disk").unwrap().tiers.len(),
+            1,
+            "device:0 turns it off"
+        );
+        for spec in ["device:lots", "device,device:1MB"] {
+            let error = parse(spec).expect_err(spec).to_string();
+            assert!(error.contains("store"), "{spec}: {error}");
+        }
     }
 
     #[test]

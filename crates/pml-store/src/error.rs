@@ -32,7 +32,7 @@ pub enum StoreError {
     Unsupported(String),
     /// A store specification (`--store`, `PML_STORE`) that does not parse.
     #[error(
-        "invalid store {0}; expected a comma-separated list of `ram:SIZE`, `disk:PATH[?max=SIZE]` and `redis://HOST:PORT[?max=SIZE]`, optionally with `dtype:f16` or `dtype:f32`"
+        "invalid store {0}; expected a comma-separated list of `device:SIZE`, `ram:SIZE`, `disk:PATH[?max=SIZE]` and `redis://HOST:PORT[?max=SIZE]`, optionally with `dtype:f16` or `dtype:f32`"
     )]
     InvalidSpec(String),
     #[error("`{0}` is not a store key (expected 64 lowercase hex digits)")]

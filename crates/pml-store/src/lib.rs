@@ -9,18 +9,18 @@
 //! - [`state`]: [`ModuleState`] and its checked safetensors form; [`StateSpec`] of a model
 //!   (f16 states by default).
 //! - [`tier`]: the [`Tier`] interface and its counters.
-//! - [`memory`]: host RAM, byte budget, LRU.
+//! - [`memory`]: host RAM or the model's device memory, byte budget, LRU.
 //! - [`disk`]: one checksummed, atomically written file per key; optional byte budget, LRU by
 //!   modification time.
 //! - [`redis`]: a shared Redis server; chunked, checksummed values; warns and degrades when down.
 //! - [`config`]: which tiers a store stacks, parsed from `--store` / `PML_STORE` specifications.
 //! - [`manifest`]: per-schema manifests of what compiling stored.
-//! - [`module_store`]: [`ModuleStore`], the tiers stacked (RAM over disk over Redis).
+//! - [`module_store`]: [`ModuleStore`], the tiers stacked (device over RAM over disk over Redis).
 //! - [`unit_lock`]: per-key locks so processes sharing a store encode a unit once.
 //! - [`atomic_file`]: temp file + rename, for every file the store and its users write.
 //!
-//! Device memory slots in as a further [`Tier`]; the byte form in [`state`] is what the disk and
-//! Redis tiers hold.
+//! The byte form in [`state`] is what the disk and Redis tiers hold; the memory tiers hold
+//! states as tensors.
 
 pub mod atomic_file;
 mod checksum;
@@ -37,7 +37,8 @@ pub mod tier;
 pub mod unit_lock;
 
 pub use config::{
-    DEFAULT_RAM_BUDGET_BYTES, STORE_ENV, SizeError, StoreConfig, TierConfig, parse_size,
+    DEFAULT_DEVICE_BUDGET_BYTES, DEFAULT_RAM_BUDGET_BYTES, STORE_ENV, SizeError, StoreConfig,
+    TierConfig, parse_size,
 };
 pub use disk::DiskTier;
 pub use error::StoreError;

@@ -1,5 +1,8 @@
-//! The host-RAM tier: states shared as `Arc`s in a concurrent map, charged against a byte budget
-//! and evicted least recently used first.
+//! The host-RAM tier, and the device tier: states shared as `Arc`s in a concurrent map, charged
+//! against a byte budget and evicted least recently used first. The device tier
+//! ([`MemoryTier::on_device`], `--store device:SIZE`) moves each state it takes onto the model's
+//! device (a GPU's memory), so a hit splices with a copy inside the device; on the CPU the device
+//! is host memory and the tier holds states as the RAM tier does.
 //!
 //! Recency is a global access counter stamped on an entry at every put and hit, so a hit takes
 //! no lock beyond the map's shard; eviction scans for the smallest stamp. Modules number in the
@@ -9,6 +12,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use candle_core::Device;
 use dashmap::DashMap;
 
 use super::StoreError;
@@ -19,6 +23,9 @@ use super::tier::{PutOutcome, Tier, TierCounters, TierStats};
 /// Host-RAM tier with a byte budget and LRU eviction.
 #[derive(Debug)]
 pub struct MemoryTier {
+    name: &'static str,
+    /// Where states are held: `None` for host RAM (as they come), else moved onto this device.
+    device: Option<Device>,
     entries: DashMap<StoreKey, MemoryEntry>,
     budget_bytes: u64,
     resident_bytes: AtomicU64,
@@ -38,12 +45,24 @@ struct MemoryEntry {
 impl MemoryTier {
     pub fn new(budget_bytes: u64) -> Self {
         Self {
+            name: "ram",
+            device: None,
             entries: DashMap::new(),
             budget_bytes,
             resident_bytes: AtomicU64::new(0),
             clock: AtomicU64::new(0),
             eviction: Mutex::new(()),
             counters: TierCounters::default(),
+        }
+    }
+
+    /// The device tier: states moved onto `device` as they are put, up to `budget_bytes` of
+    /// them there (LRU by bytes, as in RAM).
+    pub fn on_device(budget_bytes: u64, device: Device) -> Self {
+        Self {
+            name: "device",
+            device: Some(device),
+            ..Self::new(budget_bytes)
         }
     }
 
@@ -100,7 +119,11 @@ impl MemoryTier {
 
 impl Tier for MemoryTier {
     fn name(&self) -> &'static str {
-        "ram"
+        self.name
+    }
+
+    fn is_memory(&self) -> bool {
+        true
     }
 
     fn get(&self, key: &StoreKey) -> Result<Option<Arc<ModuleState>>, StoreError> {
@@ -129,8 +152,12 @@ impl Tier for MemoryTier {
                 budget_bytes: self.budget_bytes,
             });
         }
+        let state = match &self.device {
+            Some(device) => Arc::new(state.to_device(device)?),
+            None => Arc::clone(state),
+        };
         let entry = MemoryEntry {
-            state: Arc::clone(state),
+            state,
             bytes,
             last_access: AtomicU64::new(self.tick()),
         };

@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use candle_core::Device;
+
 use super::StoreError;
 use super::config::{StoreConfig, TierConfig};
 use super::disk::DiskTier;
@@ -51,13 +53,26 @@ pub struct ModuleStore {
 }
 
 impl ModuleStore {
-    /// The tiers `config` lists, manifests under `config.root`.
+    /// The tiers `config` lists, manifests under `config.root`; a device tier holds its states
+    /// in host memory (see [`Self::open_on`]).
     pub fn open(config: &StoreConfig, spec: StateSpec) -> Result<Self, StoreError> {
+        Self::open_on(config, spec, &Device::Cpu)
+    }
+
+    /// [`Self::open`] for a model on `device`, where a device tier holds its states.
+    pub fn open_on(
+        config: &StoreConfig,
+        spec: StateSpec,
+        device: &Device,
+    ) -> Result<Self, StoreError> {
         let tiers = config
             .tiers
             .iter()
             .map(|tier| -> Result<Box<dyn Tier>, StoreError> {
                 Ok(match tier {
+                    TierConfig::Device { budget_bytes } => {
+                        Box::new(MemoryTier::on_device(*budget_bytes, device.clone()))
+                    }
                     TierConfig::Ram { budget_bytes } => Box::new(MemoryTier::new(*budget_bytes)),
                     TierConfig::Disk { root, budget_bytes } => {
                         Box::new(DiskTier::open(root, spec.clone())?.with_budget(*budget_bytes)?)

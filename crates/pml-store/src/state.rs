@@ -203,6 +203,30 @@ impl ModuleState {
         })
     }
 
+    /// The same state with its tensors on `device`. On the CPU nothing moves (a state read from
+    /// a file stays on the file's bytes).
+    pub fn to_device(&self, device: &Device) -> Result<Self, StoreError> {
+        if device.is_cpu() {
+            return Ok(self.clone());
+        }
+        let layers = self
+            .kv
+            .layers()?
+            .iter()
+            .map(|(keys, values)| Ok((keys.to_device(device)?, values.to_device(device)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let hidden = match &self.hidden {
+            Some(hidden) => Some(hidden.to_device(device)?),
+            None => None,
+        };
+        Ok(Self {
+            kind: self.kind,
+            kv: KvBlock::new(layers, self.kv.positions().to_vec())?,
+            hidden,
+            tokens: self.tokens.clone(),
+        })
+    }
+
     /// The layers a state of `kind` holds K/V for, in a store of `layout`.
     fn kv_layers(kind: StateKind, layout: &KvLayout) -> Vec<usize> {
         match kind {

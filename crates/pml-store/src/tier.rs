@@ -11,8 +11,14 @@ use super::state::ModuleState;
 /// One storage level of the [`super::ModuleStore`]. Implementations are shared between threads
 /// (`&self` everywhere) and keep their own counters.
 pub trait Tier: Send + Sync {
-    /// Short name for statistics and reports (`"ram"`, `"disk"`, `"redis"`).
+    /// Short name for statistics and reports (`"device"`, `"ram"`, `"disk"`, `"redis"`).
     fn name(&self) -> &'static str;
+
+    /// Whether a hit hands out a state already in memory (device or host RAM), with nothing to
+    /// read or decode: what makes streaming its layers pointless.
+    fn is_memory(&self) -> bool {
+        false
+    }
 
     /// The state under `key`, `None` on a miss. A damaged entry is dropped by the tier and
     /// reported as [`StoreError::Corrupt`].

@@ -281,6 +281,54 @@ fn stale_temporaries_of_crashed_writers_are_swept() {
     );
 }
 
+/// The device tier (`device:SIZE`) over RAM over disk: a put lands in all three, a new process
+/// finds the state on disk and promotes it into both memory tiers, and the next get is the
+/// device tier's. On the CPU the device is host memory; scripts/gpu-check.sh runs this file on
+/// CUDA too (`PML_DEVICE`), where the device tier's copy lives in the GPU's memory.
+#[test]
+fn the_device_tier_holds_states_on_the_models_device() {
+    let device = pml_engine::device::select_backend(
+        pml_engine::device::BackendChoice::resolve(None, None).expect("PML_DEVICE parses"),
+    )
+    .expect("the device opens")
+    .device;
+    let root = tempfile::tempdir().expect("tempdir");
+    let spec_text = format!("device:1MiB,ram:1MiB,disk:{}", root.path().display());
+    let config = StoreConfig::parse(&spec_text, root.path()).expect("spec");
+    let key = key_of(6, 5);
+    let state = state(6, 5);
+    {
+        let store = ModuleStore::open_on(&config, spec(), &device).expect("store");
+        let tiers: Vec<_> = store
+            .put(&key, state.clone())
+            .expect("put")
+            .iter()
+            .map(|put| put.tier)
+            .collect();
+        assert_eq!(tiers, ["device", "ram", "disk"]);
+        let hit = store.get(&key).expect("get").expect("hit");
+        assert_eq!(hit.tier, "device");
+        assert!(
+            hit.state.kv().layers().expect("layers")[0]
+                .0
+                .device()
+                .same_device(&device)
+        );
+        assert_same_state(&hit.state, &state);
+    }
+    let store = ModuleStore::open_on(&config, spec(), &device).expect("store");
+    assert_eq!(store.get(&key).expect("get").expect("hit").tier, "disk");
+    let again = store.get(&key).expect("get").expect("hit");
+    assert_eq!(again.tier, "device");
+    assert_same_state(&again.state, &state);
+    let device_stats = &store.stats().tiers[0];
+    assert_eq!(
+        (device_stats.tier, device_stats.hits, device_stats.misses),
+        ("device", 1, 1)
+    );
+    assert!(device_stats.resident_bytes.is_some_and(|bytes| bytes > 0));
+}
+
 #[test]
 fn ram_over_disk_reads_through_promotes_and_writes_through() {
     let root = tempfile::tempdir().expect("tempdir");

@@ -10,6 +10,7 @@ use std::arch::x86_64::*;
 
 /// Below this, `e^x` is under f32's smallest normal and taken as 0: next to the row's largest
 /// score (whose term is 1) it cannot move the sum.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const UNDERFLOW: f32 = -87.0;
 
 /// `row[k] = e^(row[k] - max)` in place (`-inf` entries become 0); returns the sum. `max` must

@@ -35,7 +35,9 @@ pub use config::{Activation, Arch, LayerAttention, ModelConfig};
 pub use context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};
 pub use observer::{AttentionObserver, AttentionView};
 pub use transformer::{ACTIVATION_DTYPE, Model};
-pub use weights::{FEW_ROWS, Linear, MatrixRole, RmsNorm, TensorMap, TensorSource, WeightFormat};
+pub use weights::{
+    FEW_ROWS, Linear, MatrixRole, Multiplier, RmsNorm, TensorMap, TensorSource, WeightFormat,
+};
 
 pub use crate::error::EngineError;
 

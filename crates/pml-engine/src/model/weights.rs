@@ -255,6 +255,19 @@ impl Quantized {
     }
 }
 
+/// Whose kernels multiply a matrix ([`Linear::multiplied_by`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Multiplier {
+    /// Our quantized kernels, on their own layouts of GGML's blocks.
+    Ours,
+    /// candle's quantized matmul (its SIMD: AVX2 on x86-64, NEON on aarch64; CUDA on a GPU).
+    Candle,
+    /// A dense matmul of float weights.
+    Dense,
+    /// None: a lookup table, read by rows.
+    NotMultiplied,
+}
+
 /// `y = x W^T (+ b)` for `x` of shape `(n_rows, in_features)` in f32.
 #[derive(Clone, Debug)]
 pub struct Linear {
@@ -362,6 +375,16 @@ impl Linear {
 
     pub fn out_features(&self) -> usize {
         self.out_features
+    }
+
+    /// Whose kernels multiply this matrix by a few rows (a decode step's).
+    pub fn multiplied_by(&self) -> Multiplier {
+        match &self.weight {
+            Matrix::Quantized(Quantized::Own(_)) | Matrix::Both { .. } => Multiplier::Ours,
+            Matrix::Quantized(Quantized::Candle(_)) => Multiplier::Candle,
+            Matrix::Dense(_) => Multiplier::Dense,
+            Matrix::Rows(_) => Multiplier::NotMultiplied,
+        }
     }
 
     /// `x`: `(n_rows, in_features)` f32 → `(n_rows, out_features)` f32.

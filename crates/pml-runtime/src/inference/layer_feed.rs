@@ -266,13 +266,20 @@ fn should_stream(
         Pipelining::Never => Ok(false),
         Pipelining::Always => Ok(!plan.spans.is_empty()),
         Pipelining::Auto => {
-            let Some(fastest) = encoder.store().tiers().first() else {
-                return Ok(false);
-            };
+            // The memory tiers come first (device, then RAM): a unit one of them holds is
+            // handed out as it is, with nothing to stream.
+            let memory: Vec<_> = encoder
+                .store()
+                .tiers()
+                .iter()
+                .take_while(|tier| tier.is_memory())
+                .collect();
             for span in &plan.spans {
-                let in_ram = fastest.name() == "ram"
-                    && fastest.contains(&encoder.key(span.unit)?).unwrap_or(false);
-                if !in_ram {
+                let key = encoder.key(span.unit)?;
+                let in_memory = memory
+                    .iter()
+                    .any(|tier| tier.contains(&key).unwrap_or(false));
+                if !in_memory {
                     return Ok(true);
                 }
             }

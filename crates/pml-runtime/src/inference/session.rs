@@ -103,7 +103,7 @@ impl Runtime {
         let template = model_chat_template(&gguf, &tokenizer)?;
         let spec = StateSpec::new(gguf.fingerprint(), model.kv_layout())
             .with_state_dtype(options.store.state_dtype);
-        let store = ModuleStore::open(&options.store, spec)?;
+        let store = ModuleStore::open_on(&options.store, spec, &backend.device)?;
         Ok(Self::from_parts(
             model,
             PmlTokenizer::from(tokenizer),

@@ -228,7 +228,7 @@ fn run_kernel(
         // run time, and `handles` accepted the head size and the rows' dtypes.
         return unsafe { avx2::attend_item(shape, queries, kv, visible, scores, out) };
     }
-    let _ = cut;
+    let _ = cut.portable;
     rows::attend_item_portable(shape, queries, kv, visible, scores, out);
 }
 

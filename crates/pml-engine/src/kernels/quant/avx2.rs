@@ -12,6 +12,7 @@ use super::blocks::{ActGroup, GroupQ4_1, GroupQ5_0, GroupQ8_0};
 
 /// Whether this CPU runs the kernels below: true only where avx2, fma and f16c were detected at
 /// run time (and `PML_NO_AVX2` does not turn them off).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub fn available() -> bool {
     crate::kernels::cpu_features::avx2()
 }

@@ -15,7 +15,9 @@ use std::arch::x86_64::*;
 
 #[cfg(target_arch = "x86_64")]
 use super::avx2::{available, fifth_bits};
-use super::blocks::{ActGroup, GROUP};
+use super::blocks::ActGroup;
+#[cfg(target_arch = "x86_64")]
+use super::blocks::GROUP;
 use super::interleaved::{PANEL, PanelQ5_0};
 use super::interleaved_q4_1::PanelQ4_1;
 use super::interleaved_q8::PanelQ8_0;
@@ -25,6 +27,7 @@ use super::mac::{Dpbusd, Level, Mac, Maddubs};
 
 /// A panel of unsigned 4-bit values (`packed`, chunks 0..4 in the low nibbles, 4..8 in the high
 /// ones), with fifth bits (Q5_0) or without (Q4_1), for [`tile_panels`].
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub trait NibblePanel {
     const FIFTH_BITS: bool;
     fn packed(&self) -> &[[u8; 32]; 4];
@@ -299,6 +302,7 @@ pub fn dequantize_panel(panel: &PanelQ5_0, out: &mut [f32], stride: usize) -> bo
         unsafe { dequantize_panel_avx2(panel, out, stride) };
         return true;
     }
+    let _ = (panel, stride);
     false
 }
 

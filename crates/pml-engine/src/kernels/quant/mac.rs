@@ -44,6 +44,7 @@ impl Simd {
         levels
     }
 
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(super) fn level(self) -> Level {
         self.0
     }

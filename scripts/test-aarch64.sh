@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Issue #32: the ARM path. Cross-builds the engine's tiny-model tests for aarch64 Linux and runs
+# them under qemu's user-mode emulator: no AVX2 there, so the quantized matmuls take candle's
+# kernels (NEON) and everything else the portable code. Needs Debian's gcc-aarch64-linux-gnu
+# and qemu-user (installed here when absent, as `.ci/run` installs its other tools) and the
+# rustup target (added when absent).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TARGET=aarch64-unknown-linux-gnu
+
+need_apt=()
+command -v aarch64-linux-gnu-gcc >/dev/null || need_apt+=(gcc-aarch64-linux-gnu)
+command -v qemu-aarch64 >/dev/null || need_apt+=(qemu-user)
+if [ "${#need_apt[@]}" -gt 0 ]; then
+    echo "== installing ${need_apt[*]}"
+    { apt-get install -y "${need_apt[@]}" || { apt-get update && apt-get install -y "${need_apt[@]}"; }; } >/dev/null
+fi
+rustup target list --installed | grep -qx "$TARGET" || rustup target add "$TARGET"
+
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
+export CXX_aarch64_unknown_linux_gnu=aarch64-linux-gnu-g++
+export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
+
+# The whole workspace cross-builds (every library and binary), and the engine's tiny-model
+# tests run: every family against the native path, which on ARM is our portable code with
+# candle's quantized kernels (`backends`' `quantized_matrices_take_our_kernels_only_with_avx2`
+# asserts the latter). The real-model comparison is left to the native runs: under emulation
+# it takes minutes.
+cargo build --target "$TARGET" --workspace
+cargo test --target "$TARGET" -p pml-engine --test engine_tiny --test backends -- --skip real_models
