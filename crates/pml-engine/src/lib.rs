@@ -15,4 +15,5 @@ pub mod stored_tensor;
 pub mod testing;
 pub mod tokenizer;
 
+pub use kernels::allocator::keep_freed_memory;
 pub use tokenizer::{TokenizeError, Tokenizer};

@@ -57,6 +57,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    pml_engine::keep_freed_memory();
     let cli = Cli::parse();
     pml_cli::logging::init(false);
     let code = run(cli);

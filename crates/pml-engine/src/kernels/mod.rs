@@ -18,6 +18,7 @@
 //! test run checks them against the native ones.
 
 mod activation;
+pub mod allocator;
 #[cfg(test)]
 mod attention_reference;
 pub(crate) mod cpu_features;

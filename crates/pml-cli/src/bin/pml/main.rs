@@ -42,6 +42,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    pml_engine::keep_freed_memory();
     let cli = Cli::parse();
     // The server's log is read later and next to other logs: it gets timestamps.
     pml_cli::logging::init(matches!(cli.command, Command::Serve(_)));
