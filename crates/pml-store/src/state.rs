@@ -185,22 +185,7 @@ impl ModuleState {
             // A state read from a file stays on the file's bytes.
             return Ok(self.clone());
         }
-        let layers = self
-            .kv
-            .layers()?
-            .iter()
-            .map(|(keys, values)| Ok((keys.to_dtype(dtype)?, values.to_dtype(dtype)?)))
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let hidden = match &self.hidden {
-            Some(hidden) => Some(hidden.to_dtype(dtype)?),
-            None => None,
-        };
-        Ok(Self {
-            kind: self.kind,
-            kv: KvBlock::new(layers, self.kv.positions().to_vec())?,
-            hidden,
-            tokens: self.tokens.clone(),
-        })
+        self.map_tensors(|tensor| tensor.to_dtype(dtype))
     }
 
     /// The same state with its tensors on `device`. On the CPU nothing moves (a state read from
@@ -209,16 +194,21 @@ impl ModuleState {
         if device.is_cpu() {
             return Ok(self.clone());
         }
+        self.map_tensors(|tensor| tensor.to_device(device))
+    }
+
+    /// The same state with `f` applied to every K, V and hidden tensor.
+    fn map_tensors(
+        &self,
+        f: impl Fn(&Tensor) -> candle_core::Result<Tensor>,
+    ) -> Result<Self, StoreError> {
         let layers = self
             .kv
             .layers()?
             .iter()
-            .map(|(keys, values)| Ok((keys.to_device(device)?, values.to_device(device)?)))
+            .map(|(keys, values)| Ok((f(keys)?, f(values)?)))
             .collect::<Result<Vec<_>, StoreError>>()?;
-        let hidden = match &self.hidden {
-            Some(hidden) => Some(hidden.to_device(device)?),
-            None => None,
-        };
+        let hidden = self.hidden.as_ref().map(&f).transpose()?;
         Ok(Self {
             kind: self.kind,
             kv: KvBlock::new(layers, self.kv.positions().to_vec())?,
