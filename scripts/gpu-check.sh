@@ -5,6 +5,7 @@
 #   scripts/gpu-check.sh pack [GGUF]  # here: .gpu/call-N/ folders of at most 56 MiB (a call carries 64 with the tree) holding the
 #                                     #   binaries (stripped, gzip) and the GGUF (default:
 #                                     #   SmolLM2-135M's) in pieces
+#   scripts/gpu-check.sh stash DIR    # there: keep a carried call-N folder for the next call only
 #   scripts/gpu-check.sh device DIR   # there (the GPU machine), once per call-N folder carried:
 #                                     #   stash it, reassemble what has arrived, run the GPU tests
 #                                     #   (PML_DEVICE=cuda PML_REQUIRE_GPU=1) and, once the model
@@ -31,8 +32,8 @@ TARGET_DIR="${PML_CUDA_TARGET:-target/cuda}"
 STUBS="$TARGET_DIR/stubs"
 GPU_DIR=.gpu
 GPU_STASH="${GPU_STASH:-/root/pml-gpu}"
-PIECE_MIB=25
-CALL_MIB=56
+PIECE_MIB=8
+CALL_MIB=58
 
 log() { printf '[gpu-check] %s\n' "$*"; }
 die() {
@@ -122,23 +123,25 @@ pack() {
     # One folder per call, in order, each under CALL_MIB: the binaries first (the first call
     # already runs the tiny-model GPU tests), then the wheel and the model's pieces; the model's
     # name and checksum ride along in each.
-    local call=1 used=0 size file limit=$((CALL_MIB * 1024 * 1024))
-    mkdir -p "$GPU_DIR/call-$call"
+    # First fit: each file goes into the first call with room, so the model's small pieces
+    # fill what the binaries leave.
+    local call size file limit=$((CALL_MIB * 1024 * 1024))
+    local -a used=()
     for file in "$all"/pml.gz "$all"/test-*.gz "$all"/gguf-*.whl "$all"/model.gguf.part-*; do
         size="$(stat -c %s "$file")"
-        if [ $((used + size)) -gt "$limit" ] && [ "$used" -gt 0 ]; then
+        call=1
+        while [ -n "${used[$call]:-}" ] && [ $((used[call] + size)) -gt "$limit" ]; do
             call=$((call + 1))
-            used=0
-            mkdir -p "$GPU_DIR/call-$call"
-        fi
+        done
+        mkdir -p "$GPU_DIR/call-$call"
         ln "$file" "$GPU_DIR/call-$call/"
-        used=$((used + size))
+        used[call]=$((${used[$call]:-0} + size))
     done
     for folder in "$GPU_DIR"/call-*; do
         cp "$all/model.name" "$all/model.sha256" "$folder/"
         printf '%s: %s\n' "$folder" "$(du -sh "$folder" | cut -f1)"
     done
-    log "carry each in turn: run(carry=[\"$GPU_DIR/call-N\"], command=\"bash scripts/gpu-check.sh device $GPU_DIR/call-N\"), back to back (a machine idle for 30 s is given back, and the stash with it)"
+    log "carry each in turn, back to back (a machine idle for 30 s is given back, and the stash with it): run(carry=[\"$GPU_DIR/call-N\"], command=\"bash scripts/gpu-check.sh stash $GPU_DIR/call-N\") for all but the last, then \"bash scripts/gpu-check.sh device $GPU_DIR/call-LAST\""
 }
 
 # Where PyTorch keeps the CUDA libraries the binary was linked against.
@@ -207,6 +210,7 @@ device() {
 
     log "== GPU tests"
     for test in test-*; do
+        [ -z "${SKIP_TESTS:-}" ] || break
         case "$test" in *.gz) continue ;; esac
         [ -x "$test" ] || continue
         log "$test"
@@ -215,18 +219,45 @@ device() {
     if [ ${#model_args[@]} -gt 0 ]; then
         log "== pml generate on the GPU"
         ./pml generate "${model_args[@]}" --device cuda --max-tokens 32 "The capital of France is" || true
-        log "== bench engine: cuda"
-        ./pml bench engine "${model_args[@]}" --device cuda --no-llama --sizes "${SIZES:-512,2048,4096}" --rounds 3 --decode 32 || true
+        # WEIGHTS:CACHE pairs. Weights: the GGUF's blocks (candle's MMQ kernels at every row
+        # count) or f16 copies for prefill (cuBLAS on tensor cores); cache: f32 (exact
+        # attention) or f16/bf16 (attention on tensor cores).
+        local run weights cache
+        for run in ${ENGINE_RUNS:-quantized:f32 quantized-and-f16:f32 quantized-and-f16:f16}; do
+            IFS=: read -r weights cache <<<"$run"
+            log "== bench engine: cuda, --weights $weights --cache-type $cache"
+            ./pml bench engine "${model_args[@]}" --device cuda --weights "$weights" --cache-type "$cache" \
+                --no-llama --sizes "${SIZES:-512,2048,4096}" --rounds 3 --decode 32 || true
+        done
         log "== PyTorch eager (transformers) on the same GGUF and token ids"
         if ls gguf-*.whl >/dev/null 2>&1; then
             python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site gguf-*.whl &&
                 PYTHONPATH=/tmp/site python3 "$repo/scripts/torch_engine_bench.py" "${model_args[@]}" \
                     --sizes "${SIZES:-512,2048,4096}" --rounds 3 --decode 32 || true
         fi
-        log "== bench cache: reuse vs full on the GPU"
-        ./pml bench cache "${model_args[@]}" --device cuda --no-examples --sizes "${CACHE_SIZES:-1024,4096}" --runs 3 || true
-        log "== bench engine: the CPU's 16 cores, native kernels"
-        ./pml bench engine "${model_args[@]}" --device cpu --no-llama --sizes "${SIZES:-512,2048,4096}" --rounds 1 --decode 32 || true
+        for run in ${CACHE_RUNS:-quantized:f32 quantized-and-f16:f16}; do
+            IFS=: read -r weights cache <<<"$run"
+            log "== bench cache: reuse vs full on the GPU, --weights $weights --cache-type $cache, states in the device tier"
+            rm -rf /tmp/pml-bench-store
+            ./pml bench cache "${model_args[@]}" --device cuda --weights "$weights" --cache-type "$cache" \
+                --no-examples --store "device:8GiB,disk:/tmp/pml-bench-store" \
+                --sizes "${CACHE_SIZES:-1024,4096}" --runs 3 || true
+        done
+        if [ -n "${BLOCKING_CHECK:-}" ]; then
+            # With every launch synchronous, TTFT is the host's time plus the GPU's: how much of
+            # the ordinary TTFT the two already overlap.
+            log "== bench engine with CUDA_LAUNCH_BLOCKING=1 (host and GPU serialised)"
+            CUDA_LAUNCH_BLOCKING=1 ./pml bench engine "${model_args[@]}" --device cuda --no-llama \
+                --sizes "${SIZES:-512,2048,4096}" --rounds 3 --decode 32 || true
+        fi
+        if [ -n "${PROFILE:-}" ]; then
+            log "== where a ${PROFILE_TOKENS:-4096}-token prefill's GPU time goes (pml generate $PROFILE_ARGS)"
+            (cd "$repo" && timeout "${PROFILE_TIMEOUT:-150}" bash scripts/gpu-check.sh profile) || true
+        fi
+        if [ -n "${CPU_BENCH:-}" ]; then
+            log "== bench engine: the CPU's 16 cores, native kernels"
+            ./pml bench engine "${model_args[@]}" --device cpu --no-llama --sizes "${SIZES:-512,2048,4096}" --rounds 1 --decode 32 || true
+        fi
     fi
 }
 
@@ -237,8 +268,9 @@ profile() {
     [ ${#MODEL_ARGS[@]} -gt 0 ] || die "the model has not arrived yet"
     local text
     text="$(python3 -c "print('word ' * ${PROFILE_TOKENS:-2048})")"
+    # shellcheck disable=SC2086 # PROFILE_ARGS: extra flags, split on spaces
     ncu --target-processes all --metrics gpu__time_duration.sum --csv --page raw \
-        ./pml generate "${MODEL_ARGS[@]}" --device cuda --max-tokens 2 "$text" >ncu.csv 2>ncu.err || {
+        ./pml generate "${MODEL_ARGS[@]}" --device cuda ${PROFILE_ARGS:-} --max-tokens 2 "$text" >ncu.csv 2>ncu.err || {
         tail -20 ncu.err
         die "ncu failed"
     }
@@ -263,10 +295,18 @@ for name, time in totals.most_common(25):
 EOF
 }
 
+# Keeps a carried folder's pieces in the stash for a later call, running nothing.
+stash() {
+    mkdir -p "$GPU_STASH"
+    cp -f "$1"/* "$GPU_STASH"/
+    log "stashed $1: $(du -sh "$GPU_STASH" | cut -f1) in $GPU_STASH"
+}
+
 case "${1:-}" in
 build) build ;;
+stash) stash "${2:?usage: $0 stash DIR}" ;;
 pack) pack "${2:-}" ;;
 device) device "${2:-}" ;;
 profile) profile "${2:-}" ;;
-*) die "usage: $0 build | pack [GGUF] | device DIR | profile DIR" ;;
+*) die "usage: $0 build | pack [GGUF] | stash DIR | device DIR | profile DIR" ;;
 esac

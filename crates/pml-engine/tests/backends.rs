@@ -141,6 +141,35 @@ fn tiny_models_agree_with_the_native_kernels() {
     }
 }
 
+/// Half-precision caches on the path under test against its f32 cache, tiny models of every
+/// family, prefill then decode. On the CPU K and V are rounded as written and attention runs in
+/// f32; on CUDA the attention's products and softmax run in the cache's dtype too (tensor
+/// cores, the masked-softmax kernel). The bound is the real models' (`engine_real`'s
+/// `f16_cache_stays_close_to_f32`): far below what a wrong row, head or dtype gives.
+#[test]
+fn half_precision_caches_track_the_f32_cache() {
+    use candle_core::DType;
+    let under_test = backend_under_test();
+    let tokens: Vec<u32> = (0..41u32).map(|i| (i * 37 + 5) % 256).collect();
+    let chosen = [9u32, 200, 3, 77];
+    for arch in Arch::ALL {
+        let exact = random_model_on(arch, SEED, WeightFormat::F32, &under_test).expect("model");
+        let expected = prefill_then_decode(&exact, &tokens, &chosen);
+        let scale = largest_magnitude(&expected);
+        for dtype in [DType::F16, DType::BF16] {
+            let backend = under_test.clone().with_kv_dtype(dtype);
+            let half = random_model_on(arch, SEED, WeightFormat::F32, &backend).expect("model");
+            let actual = prefill_then_decode(&half, &tokens, &chosen);
+            let difference = max_abs_diff(&expected, &actual);
+            eprintln!("{arch:?} {dtype:?} cache: max |Δlogit| {difference:.3e} of {scale:.2}");
+            assert!(
+                difference <= 0.3 * scale,
+                "{arch:?} {dtype:?}: max |Δlogit| {difference} of {scale}"
+            );
+        }
+    }
+}
+
 /// A fixed text through each registered model on both paths. With f32 weights the paths agree to
 /// summation noise and on the greedy token; with the file's quantized blocks each path
 /// approximates the f32 logits its own way, and the candle path's deviation from them must stay
@@ -192,12 +221,27 @@ fn real_models_agree_with_the_native_kernels() {
                 "candle on the device"
             },
         );
+        // On a GPU candle's kernels quantize activations to Q8_1 in the MMQ/MMVQ kernels:
+        // SmolLM2 on an H200 deviates 1.61 of a largest logit of 17.1 (9.4%), against the
+        // native kernels' 0.94 on an AVX2 CPU and 0.60 on an AVX-512 one, in two sessions
+        // (2026-11-26): so the device's bound is a share of the largest logit, still far below
+        // what a wrong block type or row gives (unrelated logits, order 100%).
+        let bound = if under_test.device.is_cpu() {
+            2.0 * native_deviation
+        } else {
+            DEVICE_QUANTIZED_RELATIVE_TOLERANCE * largest
+        };
         assert!(
-            tested_deviation <= 2.0 * native_deviation,
-            "{id}: quantized logits deviate {tested_deviation} from f32, native {native_deviation}"
+            tested_deviation <= bound,
+            "{id}: quantized logits deviate {tested_deviation} from f32 (bound {bound}), native \
+             {native_deviation}"
         );
     }
 }
+
+/// Quantized weights on a GPU: the largest deviation from the f32 logits, as a share of the
+/// largest logit.
+const DEVICE_QUANTIZED_RELATIVE_TOLERANCE: f32 = 0.15;
 
 /// Weights in f32, real model: matmuls of a few hundred terms summed in other orders.
 const F32_REAL_TOLERANCE: f32 = 2e-3;

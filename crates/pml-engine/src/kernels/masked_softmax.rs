@@ -1,6 +1,7 @@
 //! Softmax of attention scores under the position mask, in one pass over the scores: no mask
 //! tensor is built or added, and masked scores are never exponentiated. Rows are independent
-//! and spread over rayon's threads when there are enough of them.
+//! and spread over rayon's threads when there are enough of them. On CUDA the same operation
+//! runs as one kernel (`masked_softmax_cuda`), in the scores' dtype.
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -46,8 +47,8 @@ struct MaskedSoftmax<'a> {
 }
 
 /// `softmax(scores)` over the keys each row's query may see (see [`Visibility`]), 0 for the
-/// others; a row that sees no key is all zeros. `scores`: f32 `(heads, rows, key_positions.len())`
-/// with `rows` a multiple of `query_positions.len()`.
+/// others; a row that sees no key is all zeros. `scores`: `(heads, rows, key_positions.len())`
+/// with `rows` a multiple of `query_positions.len()`; f32 on the CPU, f32, f16 or bf16 on CUDA.
 pub(super) fn masked_softmax(
     scores: &Tensor,
     query_positions: &[u32],
@@ -141,6 +142,22 @@ impl CustomOp1 for MaskedSoftmax<'_> {
                 .for_each(|(row, (out, scores))| softmax_row(row, out, scores));
         }
         Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    /// f32, f16 or bf16 scores, in one kernel (`masked_softmax_cuda`).
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::masked_softmax_cuda::forward(
+            storage,
+            layout,
+            self.query_positions,
+            self.key_positions,
+            Visibility::new(self.window).window,
+        )
     }
 }
 

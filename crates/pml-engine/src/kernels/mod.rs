@@ -28,6 +28,8 @@ pub(crate) mod huge_pages;
 mod kv_rows;
 pub(crate) mod mapped;
 mod masked_softmax;
+#[cfg(feature = "cuda")]
+mod masked_softmax_cuda;
 mod partial_softmax;
 mod position_mask;
 pub(crate) mod quant;
@@ -147,8 +149,9 @@ pub(crate) fn heads_major(rows: &Tensor) -> Result<Tensor, EngineError> {
     Ok(rows.to_dtype(DType::F32)?.transpose(0, 1)?)
 }
 
-/// Attention weights under the position mask (see [`masked_softmax::masked_softmax`]; the
-/// candle path computes the same from a mask tensor, [`position_mask::masked_softmax_by_ops`]).
+/// Attention weights under the position mask (see [`masked_softmax::masked_softmax`], which is
+/// one kernel on CUDA too; the candle path on the CPU computes the same from a mask tensor,
+/// [`position_mask::masked_softmax_by_ops`]).
 pub(crate) fn masked_softmax(
     scores: &Tensor,
     query_positions: &[u32],
@@ -156,7 +159,8 @@ pub(crate) fn masked_softmax(
     window: Option<usize>,
     kernels: Kernels,
 ) -> Result<Tensor, EngineError> {
-    if kernels == Kernels::Native && scores.device().is_cpu() {
+    let native = kernels == Kernels::Native && scores.device().is_cpu();
+    if native || scores.device().is_cuda() {
         masked_softmax::masked_softmax(scores, query_positions, key_positions, window)
     } else {
         position_mask::masked_softmax_by_ops(scores, query_positions, key_positions, window)

@@ -1,13 +1,15 @@
-//! The candle path's attention: the position mask built on the scores' device from the two
-//! position vectors (the only data uploaded), added to the scores, then candle's
-//! `softmax_last_dim`. Same contract as the native [`super::masked_softmax`] and
-//! [`super::attend`], which never build the mask.
+//! The candle path's attention. On the CPU: the position mask built from the two position
+//! vectors, added to the scores, then candle's `softmax_last_dim`. On CUDA: the products in the
+//! half-precision cache's dtype (tensor cores) and the weights from one masked-softmax kernel
+//! (`masked_softmax_cuda`) that reads the positions, no mask. Same contract as the native
+//! [`super::masked_softmax`] and [`super::attend`], which never build the mask.
 //!
-//! Shapes are chosen for candle's CUDA kernels (measured with Nsight Compute on an H200,
-//! SmolLM2, 4096-token prefill): a binary op whose operands are not both contiguous and of one
-//! shape takes a strided path several times slower than memory bandwidth, so a long call adds a
-//! mask of the scores' own shape, one KV head at a time, and multiplies rows that see nothing
-//! only when there are any (the broadcast add and multiply were 61% of that prefill's GPU time).
+//! Shapes of the mask path were chosen for candle's CUDA kernels before that kernel existed
+//! (Nsight Compute on an H200, SmolLM2, 4096-token prefill): a binary op whose operands are not
+//! both contiguous and of one shape takes a strided path several times slower than memory
+//! bandwidth, so a long call adds a mask of the scores' own shape, one KV head at a time, and
+//! multiplies rows that see nothing only when there are any (the broadcast add and multiply
+//! were 61% of that prefill's GPU time, the softmax 11% more: what the kernel replaced).
 
 use candle_core::{DType, Device, Tensor};
 
@@ -79,18 +81,21 @@ impl PositionMask {
     }
 
     /// Softmax of `scores` (any leading dimensions over rows shaped as the mask's) under the
-    /// mask.
+    /// mask, computed in f32 and returned in the scores' dtype.
     fn softmax(&self, scores: &Tensor) -> Result<Tensor, EngineError> {
+        let dtype = scores.dtype();
+        let scores = &scores.to_dtype(DType::F32)?;
         let masked = if scores.dims() == self.additive.dims() {
             (scores + &self.additive)?
         } else {
             scores.broadcast_add(&self.additive)?
         };
         let weights = candle_nn::ops::softmax_last_dim(&masked.contiguous()?)?;
-        Ok(match &self.rows_seeing {
+        let weights = match &self.rows_seeing {
             Some(rows) => weights.broadcast_mul(rows)?,
             None => weights,
-        })
+        };
+        Ok(weights.to_dtype(dtype)?)
     }
 }
 
@@ -131,10 +136,45 @@ pub(super) fn masked_softmax_by_ops(
     Ok(mask.softmax(&grouped)?.reshape((heads, rows, n_keys))?)
 }
 
+/// The dtype attention's products run in: the cache's where it is half precision and the device
+/// multiplies that on tensor cores (CUDA), as PyTorch's and vLLM's attention do; else the
+/// queries' (f32), so the CPU's candle path stays within [`super::attend`]'s f32 tolerance.
+pub(super) fn attention_dtype(device: &Device, queries: DType, cache: DType) -> DType {
+    if device.is_cuda() && matches!(cache, DType::F16 | DType::BF16) {
+        cache
+    } else {
+        queries
+    }
+}
+
 /// `softmax(q kᵀ under the position mask) v` for `queries` `(n, n_heads, head_dim)` (already
-/// scaled) over `keys`/`values` `(n_keys, n_kv_heads, head_dim)`; `(n, n_heads * head_dim)`.
-/// The query heads sharing a KV head are stacked, so K and V are never repeated per head.
+/// scaled) over `keys`/`values` `(n_keys, n_kv_heads, head_dim)`; `(n, n_heads * head_dim)` in
+/// the queries' dtype. The products run in [`attention_dtype`]. The query heads sharing a KV
+/// head are stacked, so K and V are never repeated per head. On CUDA the weights come from one
+/// masked-softmax kernel over all heads' scores; elsewhere from a mask tensor.
 pub(super) fn attend_by_ops(
+    queries: &Tensor,
+    query_positions: &[u32],
+    keys: &Tensor,
+    values: &Tensor,
+    key_positions: &[u32],
+    window: Option<usize>,
+) -> Result<Tensor, EngineError> {
+    let dtype = attention_dtype(queries.device(), queries.dtype(), keys.dtype());
+    attend_in(
+        dtype,
+        queries,
+        query_positions,
+        keys,
+        values,
+        key_positions,
+        window,
+    )
+}
+
+/// [`attend_by_ops`] with its products in `dtype`.
+fn attend_in(
+    dtype: DType,
     queries: &Tensor,
     query_positions: &[u32],
     keys: &Tensor,
@@ -145,30 +185,36 @@ pub(super) fn attend_by_ops(
     let (n_queries, n_heads, head_dim) = queries.dims3()?;
     let (n_keys, n_kv_heads, _) = keys.dims3()?;
     check_shapes(n_queries, n_keys, query_positions, key_positions)?;
-    // The cache holds K and V in its own dtype (f16); the products run in the queries'.
-    let keys = &keys.to_dtype(queries.dtype())?;
-    let values = &values.to_dtype(queries.dtype())?;
+    let out_dtype = queries.dtype();
+    let keys = &keys.to_dtype(dtype)?;
+    let values = &values.to_dtype(dtype)?;
     let group = n_heads / n_kv_heads;
-    let mask = PositionMask::new(query_positions, key_positions, window, queries.device())?;
     // (n_kv_heads, group, n_queries, head_dim)
     let queries = queries
+        .to_dtype(dtype)?
         .reshape((n_queries, n_kv_heads, group, head_dim))?
         .permute((1, 2, 0, 3))?
         .contiguous()?;
     // cuBLAS takes a batch of matrices only with rows `head_dim` apart, and the cache's
     // slot-major rows are `n_kv_heads * head_dim` apart: K and V are copied once per call.
-    let attended = if group * n_queries * n_keys < PER_HEAD_MIN_SCORES {
+    let fused = queries.device().is_cuda();
+    let attended = if fused || group * n_queries * n_keys < PER_HEAD_MIN_SCORES {
         let keys = keys.transpose(0, 1)?.contiguous()?; // (n_kv_heads, n_keys, head_dim)
         let values = values.transpose(0, 1)?.contiguous()?;
         let scores = queries
             .reshape((n_kv_heads, group * n_queries, head_dim))?
-            .matmul(&keys.t()?)?
-            .reshape((n_kv_heads, group, n_queries, n_keys))?;
-        mask.softmax(&scores)?
-            .reshape((n_kv_heads, group * n_queries, n_keys))?
-            .matmul(&values)?
+            .matmul(&keys.t()?)?;
+        let weights = if fused {
+            super::masked_softmax::masked_softmax(&scores, query_positions, key_positions, window)?
+        } else {
+            let mask = PositionMask::new(query_positions, key_positions, window, scores.device())?;
+            mask.softmax(&scores.reshape((n_kv_heads, group, n_queries, n_keys))?)?
+                .reshape((n_kv_heads, group * n_queries, n_keys))?
+        };
+        weights.matmul(&values)?
     } else {
-        let mask = mask.repeated(group)?;
+        let mask = PositionMask::new(query_positions, key_positions, window, queries.device())?
+            .repeated(group)?;
         let per_head = (0..n_kv_heads)
             .map(|head| -> Result<Tensor, EngineError> {
                 let keys = keys.narrow(1, head, 1)?.squeeze(1)?.contiguous()?;
@@ -186,7 +232,8 @@ pub(super) fn attend_by_ops(
         .reshape((n_kv_heads, group, n_queries, head_dim))?
         .permute((2, 0, 1, 3))?
         .contiguous()?
-        .reshape((n_queries, n_heads * head_dim))?)
+        .reshape((n_queries, n_heads * head_dim))?
+        .to_dtype(out_dtype)?)
 }
 
 #[cfg(test)]
@@ -268,6 +315,60 @@ mod tests {
             );
         }
         Ok(())
+    }
+
+    /// The products in f16 and bf16 (CUDA's with a half-precision cache, run here through the
+    /// same function) stay within the dtypes' rounding of the f32 attention, through both the
+    /// batched and the per-head shapes; the output keeps the queries' dtype.
+    #[test]
+    fn half_precision_products_stay_near_f32() -> Result<(), EngineError> {
+        let device = Device::Cpu;
+        let (n_heads, n_kv_heads, head_dim) = (4, 2, 16);
+        for n in [6, 300] {
+            let tensor = |heads: usize, seed: f64| {
+                Tensor::arange(0f32, (n * heads * head_dim) as f32, &device)?
+                    .affine(0.017 * seed, seed)?
+                    .sin()?
+                    .reshape((n, heads, head_dim))
+            };
+            let queries = tensor(n_heads, 1.0)?;
+            let keys = tensor(n_kv_heads, 2.0)?;
+            let values = tensor(n_kv_heads, 3.0)?;
+            let positions: Vec<u32> = (0..n as u32).collect();
+            let exact = attend_in(
+                DType::F32,
+                &queries,
+                &positions,
+                &keys,
+                &values,
+                &positions,
+                None,
+            )?;
+            // Unit roundoff 2^-11 and 2^-8, a few roundings deep; outputs are at most 1.
+            for (dtype, tolerance) in [(DType::F16, 4e-3), (DType::BF16, 3e-2)] {
+                let half = attend_in(
+                    dtype,
+                    &queries,
+                    &positions,
+                    &keys.to_dtype(dtype)?,
+                    &values.to_dtype(dtype)?,
+                    &positions,
+                    None,
+                )?;
+                assert_eq!(half.dtype(), DType::F32);
+                let difference = (&exact - half)?.abs()?.max_all()?.to_scalar::<f32>()?;
+                assert!(difference < tolerance, "{n} {dtype:?}: {difference}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn attention_runs_in_half_precision_only_on_cuda() {
+        let cpu = Device::Cpu;
+        for cache in [DType::F32, DType::F16, DType::BF16] {
+            assert_eq!(attention_dtype(&cpu, DType::F32, cache), DType::F32);
+        }
     }
 
     #[test]

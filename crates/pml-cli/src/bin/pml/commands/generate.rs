@@ -6,13 +6,12 @@
 use anyhow::Context;
 use clap::Args;
 use pml_cli::model_fetch::{model_file, resolve_model};
-use pml_cli::pipeline::BackendArgs;
+use pml_cli::pipeline::{BackendArgs, WeightsArg};
 use pml_compiler::chat_template::ChatTemplate;
 use pml_engine::Tokenizer;
 use pml_engine::device::{BackendChoice, select_backend};
 use pml_engine::generation::{Generator, PromptInput};
 use pml_engine::gguf::GgufFile;
-use pml_engine::model::WeightFormat;
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_runtime::chat::model_chat_template;
 use pml_runtime::inference::load_model_and_tokenizer;
@@ -39,6 +38,9 @@ pub struct GenerateArgs {
     sampling: SamplingArgs,
     #[command(flatten)]
     backend: BackendArgs,
+    /// How weight matrices are held and multiplied.
+    #[arg(long, value_enum, default_value_t = WeightsArg::default())]
+    weights: WeightsArg,
     /// Print the answer once finished instead of as it is generated.
     #[arg(long)]
     no_stream: bool,
@@ -53,7 +55,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             .with_kv_dtype(args.backend.cache_type.dtype()),
     )?;
     let gguf = GgufFile::open(&path)?;
-    let (model, tokenizer) = load_model_and_tokenizer(&gguf, WeightFormat::default(), &backend)
+    let (model, tokenizer) = load_model_and_tokenizer(&gguf, args.weights.into(), &backend)
         .with_context(|| format!("loading {id} from {}", path.display()))?;
 
     let prompt_tokens = if args.chat {
