@@ -44,12 +44,16 @@ die() {
 # The GPU tests: the engine's candle path against the native kernels (tiny models of every
 # family and the real ones), the runtime's cached inference on the real models, and the store's
 # device tier in the GPU's memory.
+# GPU_TESTS (space-separated crate:test) packs fewer, so a call carries more of the model.
 TEST_TARGETS=(
     "pml-engine:backends"
     "pml-runtime:cached_inference_real"
     "pml-runtime:restore"
     "pml-store:store"
 )
+if [ -n "${GPU_TESTS:-}" ]; then
+    read -ra TEST_TARGETS <<<"$GPU_TESTS"
+fi
 
 write_stubs() {
     local version cudarc

@@ -61,11 +61,16 @@ __device__ __forceinline__ float block_sum(float value, float* shared) {
     return out;
 }
 
+// `cache_row`: the launch gave the block n_keys floats of shared memory, so the row is read
+// from global memory once (masked scores kept as -infinity) and the two later passes read it
+// from there; else (rows too long for shared memory) every pass reads the scores again.
 template <typename D>
 __device__ void masked_softmax(const typename D::T* scores, typename D::T* out,
                                const unsigned* query_positions, const unsigned* key_positions,
-                               unsigned n_queries, unsigned n_keys, unsigned window) {
+                               unsigned n_queries, unsigned n_keys, unsigned window,
+                               unsigned cache_row) {
     __shared__ float shared[WARPS];
+    extern __shared__ float row_cache[];
     const size_t row = blockIdx.x;
     const typename D::T* in = scores + row * n_keys;
     typename D::T* written = out + row * n_keys;
@@ -75,23 +80,38 @@ __device__ void masked_softmax(const typename D::T* scores, typename D::T* out,
     float max = hidden;
     for (unsigned k = threadIdx.x; k < n_keys; k += THREADS) {
         const unsigned key = key_positions[k];
-        if (key <= query && query - key < window) max = fmaxf(max, D::load(in[k]));
+        const float score = key <= query && query - key < window ? D::load(in[k]) : hidden;
+        if (cache_row) row_cache[k] = score;
+        max = fmaxf(max, score);
     }
     max = block_max(max, shared);
     if (max == hidden) {
         for (unsigned k = threadIdx.x; k < n_keys; k += THREADS) written[k] = D::store(0.0f);
         return;
     }
+    // Each thread reads back only the entries it wrote: no barrier needed for the cache. A
+    // masked score is -infinity, whose exponential is 0.
     float sum = 0.0f;
     for (unsigned k = threadIdx.x; k < n_keys; k += THREADS) {
-        const unsigned key = key_positions[k];
-        if (key <= query && query - key < window) sum += expf(D::load(in[k]) - max);
+        float score;
+        if (cache_row) {
+            score = row_cache[k];
+        } else {
+            const unsigned key = key_positions[k];
+            score = key <= query && query - key < window ? D::load(in[k]) : hidden;
+        }
+        sum += expf(score - max);
     }
     const float inverse = 1.0f / block_sum(sum, shared);
     for (unsigned k = threadIdx.x; k < n_keys; k += THREADS) {
-        const unsigned key = key_positions[k];
-        const bool sees = key <= query && query - key < window;
-        written[k] = D::store(sees ? expf(D::load(in[k]) - max) * inverse : 0.0f);
+        float score;
+        if (cache_row) {
+            score = row_cache[k];
+        } else {
+            const unsigned key = key_positions[k];
+            score = key <= query && query - key < window ? D::load(in[k]) : hidden;
+        }
+        written[k] = D::store(expf(score - max) * inverse);
     }
 }
 
@@ -99,9 +119,9 @@ __device__ void masked_softmax(const typename D::T* scores, typename D::T* out,
     extern "C" __global__ void __launch_bounds__(THREADS)                                   \
         NAME(const D::T* scores, D::T* out, const unsigned* query_positions,                 \
              const unsigned* key_positions, unsigned n_queries, unsigned n_keys,             \
-             unsigned window) {                                                              \
+             unsigned window, unsigned cache_row) {                                          \
         masked_softmax<D>(scores, out, query_positions, key_positions, n_queries, n_keys,    \
-                          window);                                                           \
+                          window, cache_row);                                                \
     }
 
 MASKED_SOFTMAX(masked_softmax_f32, F32)

@@ -22,6 +22,9 @@ const SOURCE: &str = include_str!("masked_softmax.cu");
 const MODULE: &str = "pml_masked_softmax";
 /// `THREADS` in the source: one block of this many threads per row.
 const THREADS: u32 = 256;
+/// Longest row a block keeps in shared memory (f32, within the 48 KiB every launch may ask
+/// for without opting in): rows up to 12k keys are read from global memory once.
+const CACHED_ROW_KEYS: u32 = 12 * 1024;
 
 /// The PTX of [`SOURCE`], compiled on first use.
 fn ptx() -> candle_core::Result<&'static str> {
@@ -63,10 +66,11 @@ impl Call<'_> {
         // SAFETY: the kernel writes every element of `out` (each block its own row, every
         // column, 0 for masked ones) before anything reads it.
         let out = unsafe { self.device.alloc::<T>(elements) }?;
+        let cache_row = u32::from(self.n_keys <= CACHED_ROW_KEYS);
         let config = LaunchConfig {
             grid_dim: (self.rows, 1, 1),
             block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: cache_row * self.n_keys * std::mem::size_of::<f32>() as u32,
         };
         let mut builder = function.builder();
         builder.arg(&scores);
@@ -76,8 +80,10 @@ impl Call<'_> {
         builder.arg(&self.n_queries);
         builder.arg(&self.n_keys);
         builder.arg(&self.window);
+        builder.arg(&cache_row);
         // SAFETY: the arguments are the kernel's, in its order and types (`T::T*` twice, two
-        // `unsigned*`, three `unsigned`); block `r` reads and writes elements
+        // `unsigned*`, four `unsigned`); `cache_row` is 1 only when the launch gives each block
+        // `n_keys` floats of shared memory, the most the kernel indexes; block `r` reads and writes elements
         // `r * n_keys .. (r + 1) * n_keys` of `scores` and `out`, both `rows * n_keys` long, and
         // reads `query_positions[r % n_queries]` and `key_positions[..n_keys]`, both uploaded at
         // those lengths.

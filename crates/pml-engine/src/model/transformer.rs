@@ -57,13 +57,14 @@ const DEVICE_MLP_ROWS: usize = 8192;
 /// as llama.cpp applies it to Qwen and Gemma (Llama files are brought to it at load,
 /// [`super::rope_rows`]). Angles come from the positions in hand, so any
 /// position costs the same and nothing is precomputed.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct RotaryEmbedding {
     inverse_frequencies: Vec<f64>,
     position_scale: f64,
 }
 
 /// cos and sin of one call's rows, `(n_tokens, head_dim / 2)` each.
+#[derive(Clone, Debug)]
 pub(crate) struct RotaryTables {
     cos: Tensor,
     sin: Tensor,
@@ -111,6 +112,28 @@ impl RotaryEmbedding {
     fn apply(x: &Tensor, tables: &RotaryTables) -> Result<Tensor, EngineError> {
         let x = x.unsqueeze(0)?.contiguous()?;
         Ok(kernels::rope(&x, &tables.cos, &tables.sin)?.squeeze(0)?)
+    }
+}
+
+impl RotaryTables {
+    /// The device the tables are on.
+    pub(crate) fn device(&self) -> &Device {
+        self.cos.device()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn cos(&self) -> &Tensor {
+        &self.cos
+    }
+}
+
+#[cfg(test)]
+impl RotaryEmbedding {
+    pub(crate) fn for_test(inverse_frequencies: &[f64], position_scale: f64) -> Self {
+        Self {
+            inverse_frequencies: inverse_frequencies.to_vec(),
+            position_scale,
+        }
     }
 }
 
@@ -497,7 +520,10 @@ impl Block {
         observer: Option<&mut dyn AttentionObserver>,
     ) -> Result<Tensor, EngineError> {
         let positions = context.positions();
-        let (x, tables) = self.normed(hidden, positions)?;
+        let x = self.attn_norm.forward(hidden)?;
+        // One table per RoPE of the model and call, not per layer: on a GPU the host's sines
+        // and cosines of a 4k-token prefill were most of its time (~3 ms a layer).
+        let tables = context.rope_tables(&self.attention.rope, hidden.device())?;
         let (keys, values) = self.attention.keys_values(&x, &tables)?;
         kv.write(layer_idx, context.slots(), &keys, &values, positions)?;
         let queries = self.attention.queries(&x, &tables)?;
