@@ -50,12 +50,12 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let choice = resolve_model(args.model.as_deref())?;
     let path = model_file(&choice)?;
     let id = choice.id();
-    let backend = select_backend(
-        BackendChoice::resolve(args.backend.device, args.backend.kernels)?
-            .with_kv_dtype(args.backend.cache_type.dtype()),
-    )?;
+    let choice = BackendChoice::resolve(args.backend.device, args.backend.kernels)?
+        .with_kv_dtype(args.backend.cache_type.dtype());
+    let format = args.weights.format_for(&choice);
+    let backend = select_backend(choice)?;
     let gguf = GgufFile::open(&path)?;
-    let (model, tokenizer) = load_model_and_tokenizer(&gguf, args.weights.into(), &backend)
+    let (model, tokenizer) = load_model_and_tokenizer(&gguf, format, &backend)
         .with_context(|| format!("loading {id} from {}", path.display()))?;
 
     let prompt_tokens = if args.chat {

@@ -82,7 +82,7 @@ pub fn run(args: EngineArgs) -> Result<(), Failure> {
         let backend = args.backend.select()?;
         let measurement = measure_pml(
             &model_path,
-            args.weights.into(),
+            args.weights.format(backend.device.is_cpu()),
             &backend,
             tokens_file,
             args.decode,
@@ -153,7 +153,7 @@ pub fn run(args: EngineArgs) -> Result<(), Failure> {
     }
     let report = EngineReport::new(
         &choice.id(),
-        WeightFormat::from(args.weights),
+        args.weights.format_for(&args.backend.choice()?),
         rounds,
         args.decode,
         llama.is_some().then_some(llama_threads),

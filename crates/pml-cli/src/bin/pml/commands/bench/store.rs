@@ -17,8 +17,8 @@ use anyhow::Context;
 use clap::Args;
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{RuntimeArgs, WeightsArg, open_runtime};
+use pml_engine::model::Model;
 use pml_engine::model::tiny::{mha_variant, random_model_with};
-use pml_engine::model::{Model, WeightFormat};
 use pml_runtime::restore::{
     ComputedUnit, DEFAULT_PROBE_TOKENS, LayerForm, RestoreCosts, RestorePlan, SavedUnit,
     compute_unit, measure_costs, plan_restore, restore_unit, save_unit,
@@ -115,7 +115,7 @@ pub fn run(args: StoreArgs) -> Result<(), Failure> {
         let mha = random_model_with(
             config,
             7,
-            WeightFormat::from(args.weights),
+            args.weights.format(runtime_model.device().is_cpu()),
             runtime_model.device(),
         )
         .context("building the MHA model")?;
