@@ -148,6 +148,44 @@ fn streamed_answer_matches_the_collected_one_and_ends_in_done() {
     );
 }
 
+/// `n` choices of one prompt: the prompt is computed once (the engine's count of new prompt
+/// tokens grows by the prompt once, the other choices' prompts count as reused), and greedy
+/// choices from the forked caches agree token for token.
+#[test]
+fn choices_share_one_prefill() {
+    let server = TestServer::tiny(ServerConfig::default());
+    let new_before = server.metric("pml_prompt_tokens_total{origin=\"new\"}");
+    let reused_before = server.metric("pml_prompt_tokens_total{origin=\"reused\"}");
+    let body = json!({"prompt": "choices of one prompt share its prefill", "max_tokens": 5,
+                      "n": 3, "temperature": 0})
+    .to_string();
+    let (status, text) = call("POST", &server.url("/v1/completions"), Some(&body), None);
+    assert_eq!(status, 200, "{text}");
+    let answer = parse(&text);
+    let prompt_tokens = answer["usage"]["prompt_tokens"]
+        .as_f64()
+        .expect("prompt_tokens");
+    let texts: Vec<&str> = (0..3)
+        .map(|index| answer["choices"][index]["text"].as_str().expect("text"))
+        .collect();
+    assert_eq!(texts.len(), 3);
+    assert!(
+        texts
+            .iter()
+            .all(|text| *text == texts[0] && text.len() == 5),
+        "{answer}"
+    );
+    assert_eq!(answer["usage"]["completion_tokens"], 15, "{answer}");
+    assert_eq!(
+        server.metric("pml_prompt_tokens_total{origin=\"new\"}") - new_before,
+        prompt_tokens
+    );
+    assert_eq!(
+        server.metric("pml_prompt_tokens_total{origin=\"reused\"}") - reused_before,
+        2.0 * prompt_tokens
+    );
+}
+
 #[test]
 fn plain_text_and_chat_completions() {
     let server = TestServer::tiny(ServerConfig::default());

@@ -23,7 +23,9 @@ use super::error::ApiError;
 use super::openai::{ChoiceText, Flavor, ResponseMeta, Usage, is_pml_prompt};
 use super::prompt_schema::prompt_schema;
 use super::request::{ChatRequest, CompletionRequest, Generation};
-use crate::engine::{CompletionJob, EventSink, JobEnd, JobEvent, PromptSource, PromptUsage};
+use crate::engine::{
+    CompletionJob, EventSink, JobEnd, JobEvent, PromptSource, PromptUsage, Sibling,
+};
 
 pub async fn completion(
     State(state): State<AppState>,
@@ -77,27 +79,38 @@ async fn answer(
 ) -> Result<Response, ApiError> {
     let (sender, mut receiver) = unbounded_channel();
     let arrived = Instant::now();
-    for choice in 0..generation.n {
+    // Each choice its own draw, reproducibly (greedy choices are alike); one prefill for all.
+    let choice_params = |choice: usize| {
         let mut params = generation.params.clone();
-        // Each choice its own draw, reproducibly (greedy choices are alike).
         params.seed = params.seed.wrapping_add(choice as u64);
-        state.engine.submit(CompletionJob {
-            prompt: prompt.clone(),
-            mode: generation.mode,
-            params,
-            arrived,
-            deadline: arrived + state.config.request_timeout,
-            logprobs: generation.logprobs,
-            format: generation.format.clone(),
+        params
+    };
+    let siblings = (1..generation.n)
+        .map(|choice| Sibling {
+            params: choice_params(choice),
             events: EventSink {
                 choice,
                 sender: sender.clone(),
             },
-        })?;
-    }
+        })
+        .collect();
+    state.engine.submit(CompletionJob {
+        prompt,
+        mode: generation.mode,
+        params: choice_params(0),
+        arrived,
+        deadline: arrived + state.config.request_timeout,
+        logprobs: generation.logprobs,
+        format: generation.format.clone(),
+        events: EventSink {
+            choice: 0,
+            sender: sender.clone(),
+        },
+        siblings,
+    })?;
     drop(sender);
-    // The first choice's verdict decides the status; the others run the same prompt, and a
-    // later failure of one still reaches the client (in the body or as a stream event).
+    // The first choice's verdict decides the status (its prefill is every choice's); a later
+    // failure of one still reaches the client (in the body or as a stream event).
     let usage = match receiver.recv().await {
         Some((_, JobEvent::Started(usage))) => usage,
         Some((_, JobEvent::Failed(error))) => return Err(error.into()),

@@ -38,7 +38,8 @@ impl Admission {
     }
 
     /// The oldest waiting completion still wanted, when `running` sequences leave room in the
-    /// batch; the unwanted ones ahead of it are dropped on the way.
+    /// batch for all of its choices (or nothing runs: a request wider than the batch runs
+    /// alone); the unwanted ones ahead of it are dropped on the way.
     pub fn next(&mut self, running: usize) -> Option<CompletionJob> {
         if running >= self.max_batch {
             return None;
@@ -46,10 +47,16 @@ impl Admission {
         let now = Instant::now();
         while let Some(job) = self.waiting.pop_front() {
             self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
-            if still_wanted(&job, now, &self.metrics) {
-                self.metrics.queue_time.observe(job.arrived.elapsed());
-                return Some(job);
+            if !still_wanted(&job, now, &self.metrics) {
+                continue;
             }
+            if running > 0 && running + job.width() > self.max_batch {
+                self.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
+                self.waiting.push_front(job);
+                return None;
+            }
+            self.metrics.queue_time.observe(job.arrived.elapsed());
+            return Some(job);
         }
         None
     }

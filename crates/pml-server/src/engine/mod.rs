@@ -63,6 +63,38 @@ pub struct CompletionJob {
     pub format: Option<structured::ResponseFormat>,
     /// Where the engine reports; dropping the receiver cancels the job.
     pub events: EventSink,
+    /// The request's other choices (`n` > 1): the prompt is prefilled once, for this job, and
+    /// each sibling decodes from a copy-on-write fork of its KV with its own sampling.
+    pub siblings: Vec<Sibling>,
+}
+
+/// One more choice of a [`CompletionJob`]'s request.
+#[derive(Debug)]
+pub struct Sibling {
+    pub params: SamplingParams,
+    pub events: EventSink,
+}
+
+impl CompletionJob {
+    /// Sequences the job decodes once prefilled: itself and its siblings.
+    pub fn width(&self) -> usize {
+        1 + self.siblings.len()
+    }
+
+    /// The job of `sibling`'s choice: this job's prompt and options, its own sampling and sink.
+    pub fn sibling(&self, sibling: Sibling) -> CompletionJob {
+        CompletionJob {
+            prompt: self.prompt.clone(),
+            mode: self.mode,
+            params: sibling.params,
+            arrived: self.arrived,
+            deadline: self.deadline,
+            logprobs: self.logprobs,
+            format: self.format.clone(),
+            events: sibling.events,
+            siblings: Vec::new(),
+        }
+    }
 }
 
 /// Where one choice of a request reports: the request's channel, each event tagged with the

@@ -172,7 +172,12 @@ impl<'r> Scheduler<'r> {
     fn admit(&mut self) -> usize {
         let mut spent = 0;
         while spent < PREFILL_CHUNK_TOKENS {
-            let running = self.active.len() + self.prefilling.len();
+            let running = self.active.len()
+                + self
+                    .prefilling
+                    .iter()
+                    .map(|prefill| prefill.job.width())
+                    .sum::<usize>();
             let Some(job) = self.admission.next(running) else {
                 break;
             };
@@ -208,12 +213,25 @@ impl<'r> Scheduler<'r> {
     }
 
     /// Hands a prefilled prompt to the decoding sequences.
-    fn start_decoding(&mut self, job: CompletionJob, prefilled: Prefilled) {
+    /// Starts `job` and each of its siblings (`n` > 1) from the one prefill: a sibling's KV is
+    /// a copy-on-write fork of the job's, so the prompt is computed once for every choice.
+    fn start_decoding(&mut self, mut job: CompletionJob, prefilled: Prefilled) {
         let usage = prefilled.usage;
         if !matches!(job.prompt, PromptSource::Pml { .. }) {
             self.metrics
                 .count_prefix_lookup(usage.prompt_tokens, usage.cached_tokens);
         }
+        let forks: Vec<_> = std::mem::take(&mut job.siblings)
+            .into_iter()
+            .map(|sibling| (job.sibling(sibling), prefilled.fork()))
+            .collect();
+        self.start_sequence(job, prefilled);
+        for (sibling, fork) in forks {
+            self.start_sequence(sibling, fork);
+        }
+    }
+
+    fn start_sequence(&mut self, job: CompletionJob, prefilled: Prefilled) {
         let constraint = match &job.format {
             Some(format) => match self.constraint(format) {
                 Ok(constraint) => Some(constraint),

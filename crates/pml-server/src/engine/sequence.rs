@@ -41,6 +41,24 @@ pub struct Prefilled {
     pub usage: PromptUsage,
 }
 
+impl Prefilled {
+    /// The same prompt for another choice: the KV shared until either appends (copy on
+    /// write), every prompt token counted as reused.
+    pub fn fork(&self) -> Prefilled {
+        Prefilled {
+            kv: self.kv.clone(),
+            logits: self.logits.clone(),
+            all_tokens: self.all_tokens.clone(),
+            usage: PromptUsage {
+                prompt_tokens: self.usage.prompt_tokens,
+                cached_tokens: self.usage.prompt_tokens,
+                recomputed_tokens: 0,
+                new_tokens: 0,
+            },
+        }
+    }
+}
+
 /// A sequence that goes on after a step, or `None` when it ended (and reported why).
 pub type Progress<'r> = Option<Sequence<'r>>;
 
