@@ -45,3 +45,56 @@ fn the_default_model_answers_a_pml_prompt_and_a_chat() {
         .expect("content");
     assert!(!content.trim().is_empty(), "{body}");
 }
+
+/// A chat's third turn sends both earlier answers back in its prompt. Each answer's blocks were
+/// kept when it finished, so the turn reuses everything before its new message but the last
+/// partial block: at least the second turn's prompt and completion less one block (the
+/// prompts' own blocks would stop short of the second answer). Needs a real tokenizer, whose
+/// template re-renders an answer as the tokens that were generated.
+#[test]
+fn a_chats_third_turn_reuses_the_earlier_answers() {
+    let Some(server) = TestServer::default_model(ServerConfig::default()) else {
+        return;
+    };
+    let ask = |messages: &[serde_json::Value]| {
+        let body = json!({"max_tokens": 24, "temperature": 0, "messages": messages}).to_string();
+        let (status, text) = call(
+            "POST",
+            &server.url("/v1/chat/completions"),
+            Some(&body),
+            None,
+        );
+        assert_eq!(status, 200, "{text}");
+        parse(&text)
+    };
+    let mut turns = vec![
+        json!({"role": "system", "content": "You are a concise assistant."}),
+        json!({"role": "user", "content": "Name three rivers in Europe."}),
+    ];
+    let mut last = None;
+    for question in [
+        "Which of them is the longest?",
+        "Which countries does it cross?",
+    ] {
+        let answer = ask(&turns);
+        turns.push(json!({"role": "assistant",
+                          "content": answer["choices"][0]["message"]["content"].clone()}));
+        turns.push(json!({"role": "user", "content": question}));
+        last = Some(answer);
+    }
+    let second = last.expect("two turns");
+    let third = ask(&turns);
+    let usage = |answer: &serde_json::Value, field: &str| {
+        answer["usage"][field]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{field}: {answer}"))
+    };
+    let cached = third["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .expect("cached_tokens");
+    let before = usage(&second, "prompt_tokens") + usage(&second, "completion_tokens");
+    assert!(
+        cached + 16 >= before,
+        "third turn: {cached} cached of a second turn of {before} tokens: {third}"
+    );
+}

@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use candle_core::DType;
 use pml_engine::Tokenizer;
+use pml_engine::kv_cache::KvCache;
 use pml_engine::model::DecodeSlot;
 use pml_runtime::inference::{PrefixCache, Runtime};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -29,7 +30,7 @@ use super::schemas::SchemaRegistry;
 use super::sequence::{Prefilled, Sequence, prompt_tokens};
 use super::structured::{Constraint, Grammars, ResponseFormat};
 use super::{CompletionJob, EngineRequest, JobEnd, JobError, PromptSource, Shutdown};
-use crate::incident::Incident;
+use crate::incident::{Incident, error_chain};
 use crate::metrics::{Metrics, Outcome};
 
 /// Prompt tokens computed per step, across all prefilling prompts: about 0.8 s of the default
@@ -239,9 +240,14 @@ impl<'r> Scheduler<'r> {
             },
             None => None,
         };
-        if let Some(sequence) =
-            Sequence::start(self.runtime, job, prefilled, constraint, &self.metrics)
-        {
+        if let Some(sequence) = Sequence::start(
+            self.runtime,
+            job,
+            prefilled,
+            constraint,
+            &self.metrics,
+            &mut |tokens, kv| keep_answer(self.runtime, &self.prefix_cache, tokens, kv),
+        ) {
             self.active.push(sequence);
         }
     }
@@ -334,11 +340,14 @@ impl<'r> Scheduler<'r> {
         let elapsed = start.elapsed();
         let active = std::mem::take(&mut self.active);
         let metrics = &self.metrics;
+        let (runtime, prefix_cache) = (self.runtime, &self.prefix_cache);
+        let mut keep =
+            |tokens: &[u32], kv: &KvCache| keep_answer(runtime, prefix_cache, tokens, kv);
         match rows {
             Ok(rows) => {
                 for (sequence, mut row) in active.into_iter().zip(rows) {
                     metrics.inter_token_latency.observe(elapsed);
-                    if let Some(sequence) = sequence.accept(&mut row, metrics) {
+                    if let Some(sequence) = sequence.accept(&mut row, metrics, &mut keep) {
                         self.active.push(sequence);
                     }
                 }
@@ -356,5 +365,17 @@ impl<'r> Scheduler<'r> {
 
     fn publish_store_stats(&self) {
         self.metrics.set_store(&self.runtime.store().stats());
+    }
+}
+
+/// Keeps a finished answer's full blocks (after its prompt's) in the prefix cache: the next
+/// turn of a chat sends the answer back inside its prompt. A block that cannot be kept costs
+/// that turn time, never this answer.
+fn keep_answer(runtime: &Runtime, prefix_cache: &PrefixCache, tokens: &[u32], kv: &KvCache) {
+    if let Err(error) = prefix_cache.keep(runtime.model(), tokens, kv) {
+        tracing::warn!(
+            "the prefix cache could not keep an answer's blocks: {}",
+            error_chain(&error)
+        );
     }
 }

@@ -31,7 +31,14 @@ pub struct Sequence<'r> {
     /// The token to run through the model next and its position.
     pub next_token: u32,
     pub next_position: u32,
+    /// The prompt's tokens, when its KV sits at positions 0, 1, … (a plain prompt, not a PML
+    /// one): a finished answer's blocks then join the prefix cache after them.
+    plain_prompt: Option<Vec<u32>>,
 }
+
+/// Where a finished answer goes: its tokens (the prompt's, then the answer's) and their KV, for
+/// the prefix cache, so the next turn of a chat reuses the answer too.
+pub type KeepAnswer<'a> = dyn FnMut(&[u32], &KvCache) + 'a;
 
 /// A prefilled prompt: its cache, the last token's logits, every prompt token and the counts.
 pub struct Prefilled {
@@ -72,6 +79,7 @@ impl<'r> Sequence<'r> {
         prefilled: Prefilled,
         constraint: Option<Constraint>,
         metrics: &Metrics,
+        keep: &mut KeepAnswer<'_>,
     ) -> Progress<'r> {
         let arrived = job.arrived;
         let usage = prefilled.usage;
@@ -108,6 +116,8 @@ impl<'r> Sequence<'r> {
             metrics.count_outcome(Outcome::Cancelled);
             return None;
         }
+        let plain_prompt =
+            (!matches!(job.prompt, PromptSource::Pml { .. })).then_some(prefilled.all_tokens);
         let sequence = Sequence {
             job,
             tokenizer: runtime.tokenizer(),
@@ -116,10 +126,11 @@ impl<'r> Sequence<'r> {
             kv: prefilled.kv,
             next_token: 0,
             next_position,
+            plain_prompt,
         };
         match logits_row(&prefilled.logits) {
             Ok(mut logits) => {
-                let progress = sequence.accept(&mut logits, metrics);
+                let progress = sequence.accept(&mut logits, metrics, keep);
                 metrics.time_to_first_token.observe(arrived.elapsed());
                 progress
             }
@@ -128,8 +139,14 @@ impl<'r> Sequence<'r> {
     }
 
     /// Samples from this sequence's row of a step's logits and streams the text (with the
-    /// token's log-probability when the job asked for it).
-    pub fn accept(mut self, logits: &mut [f32], metrics: &Metrics) -> Progress<'r> {
+    /// token's log-probability when the job asked for it); a finished answer of a plain prompt
+    /// goes to `keep` before its client hears that it is done.
+    pub fn accept(
+        mut self,
+        logits: &mut [f32],
+        metrics: &Metrics,
+        keep: &mut KeepAnswer<'_>,
+    ) -> Progress<'r> {
         let generated = self.state.token_ids().len();
         // Log-probabilities are the model's own, before the grammar's mask.
         let raw = match (&self.job.logprobs, &self.constraint) {
@@ -172,7 +189,16 @@ impl<'r> Sequence<'r> {
                 None
             }
             Err(error) => self.fail(JobError::internal(error), metrics),
-            Ok(DecodeStep::Finished(reason)) => self.end(JobEnd::Finished(reason), metrics),
+            Ok(DecodeStep::Finished(reason)) => {
+                if let Some(prompt) = &self.plain_prompt {
+                    // The KV holds every token but the last one sampled; `keep` takes the
+                    // full blocks the KV covers.
+                    let mut tokens = prompt.clone();
+                    tokens.extend_from_slice(self.state.token_ids());
+                    keep(&tokens, &self.kv);
+                }
+                self.end(JobEnd::Finished(reason), metrics)
+            }
             Ok(DecodeStep::Continue { token, position }) => {
                 metrics.tokens_generated.fetch_add(1, Ordering::Relaxed);
                 self.next_token = token;
