@@ -21,7 +21,6 @@ VERSION="${LLAMA_CPP_VERSION:-0.3.36}"
 PYTHON="${PYTHON:-python3}"
 ROOT="$PML_HOME/llama-cpp-testdata"
 DEST="$ROOT/$VERSION"
-VENV="$PML_HOME/venv-sdist"
 
 log() { printf '[fetch-llama-cpp-testdata] %s\n' "$*" >&2; }
 
@@ -30,21 +29,13 @@ if [ -f "$DEST/models/ggml-vocab-qwen2.gguf.out" ]; then
     exit 0
 fi
 
-if [ ! -x "$VENV/bin/python" ]; then
-    log "creating $VENV (pip, scikit-build-core, cmake: to let pip save the sdist)"
-    mkdir -p "$PML_HOME"
-    "$PYTHON" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check scikit-build-core cmake
-
+# shellcheck source=scripts/llama-cpp-common.sh
+source "$(dirname "$0")/llama-cpp-common.sh"
 mkdir -p "$ROOT"
 work="$(mktemp -d "$ROOT/.fetch.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 log "downloading the llama-cpp-python $VERSION sdist from PyPI"
-PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pip download --quiet --disable-pip-version-check \
-    --no-deps --no-binary :all: --no-build-isolation "llama-cpp-python==$VERSION" -d "$work" >&2
-sdist="$work/llama_cpp_python-$VERSION.tar.gz"
-[ -f "$sdist" ] || { log "pip saved no $sdist"; exit 1; }
+sdist="$(llama_sdist "$work")"
 tar -xzf "$sdist" -C "$work" "llama_cpp_python-$VERSION/vendor/llama.cpp/models/"
 mkdir -p "$work/out"
 mv "$work/llama_cpp_python-$VERSION/vendor/llama.cpp/models" "$work/out/models"

@@ -3,8 +3,8 @@
 #
 # Why from source: the prebuilt wheels and a native (-march=native) build both pull in
 # AMX code paths, which crashed on this machine. The SIMD level is therefore chosen
-# explicitly from /proc/cpuinfo rather than hard-coded, so the same script works on
-# machines with and without AVX-512.
+# explicitly from /proc/cpuinfo rather than hard-coded (scripts/llama-cpp-common.sh), so the
+# same script works on machines with and without AVX-512.
 #
 # Idempotent: exits early when the venv already imports llama_cpp at the wanted version.
 #
@@ -27,29 +27,9 @@ if [ -x "$VENV/bin/python" ] &&
     exit 0
 fi
 
-# One ON/OFF per CPU feature; a flag missing from /proc/cpuinfo must stay OFF or the
-# library dies with SIGILL on first use.
-cpu_flags="$(grep -m1 '^flags' /proc/cpuinfo || true)"
-has() { case " ${cpu_flags#*:} " in *" $1 "*) echo ON ;; *) echo OFF ;; esac; }
-
-AVX=$(has avx)
-AVX2=$(has avx2)
-FMA=$(has fma)
-F16C=$(has f16c)
-AVX512=$(has avx512f)
-AVX512_VBMI=$(has avx512vbmi)
-AVX512_VNNI=$(has avx512_vnni)
-AVX512_BF16=$(has avx512_bf16)
-AVX_VNNI=$(has avx_vnni)
-
-CMAKE_ARGS="-DGGML_NATIVE=OFF \
--DGGML_AVX=$AVX -DGGML_AVX2=$AVX2 -DGGML_FMA=$FMA -DGGML_F16C=$F16C \
--DGGML_AVX512=$AVX512 -DGGML_AVX512_VBMI=$AVX512_VBMI -DGGML_AVX512_VNNI=$AVX512_VNNI \
--DGGML_AVX512_BF16=$AVX512_BF16 -DGGML_AVX_VNNI=$AVX_VNNI \
--DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
--DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_HIP=OFF \
--DGGML_BACKEND_DL=OFF -DGGML_CPU_ALL_VARIANTS=OFF"
-CMAKE_ARGS="$(echo "$CMAKE_ARGS" | tr -s ' ')"
+# shellcheck source=scripts/llama-cpp-common.sh
+source "$(dirname "$0")/llama-cpp-common.sh"
+CMAKE_ARGS="$(llama_cmake_args)"
 export CMAKE_ARGS FORCE_CMAKE=1
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 

@@ -7,7 +7,7 @@ use std::sync::{Mutex, PoisonError};
 use candle_core::{Device, Tensor};
 
 use super::EngineError;
-use super::transformer::{RotaryEmbedding, RotaryTables, positions_as_offsets};
+use super::rope::{RotaryEmbedding, RotaryTables, positions_as_offsets};
 use crate::kv_cache::KvCache;
 
 /// Positions and KV slots of the tokens of one call, row `i` describing token `i`.
@@ -150,7 +150,7 @@ pub struct ForwardOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::transformer::RotaryEmbedding;
+    use crate::model::rope::RotaryEmbedding;
 
     /// Every layer of a call gets the tables the RoPE would make for the call's positions, made
     /// once per distinct RoPE; a clone or a selection starts without them.

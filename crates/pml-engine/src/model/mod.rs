@@ -22,6 +22,7 @@ pub mod fused_rows;
 pub mod layout_cache;
 mod layout_file;
 pub mod observer;
+mod rope;
 pub mod rope_rows;
 mod row_gather;
 pub mod stored_rows;
