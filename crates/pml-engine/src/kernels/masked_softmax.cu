@@ -61,6 +61,16 @@ __device__ __forceinline__ float block_sum(float value, float* shared) {
     return out;
 }
 
+// Row `in`'s score at column k as the query at `query` sees it: -infinity for a key it may not
+// see (whose exponential is then 0).
+template <typename D>
+__device__ __forceinline__ float masked_score(const typename D::T* in,
+                                              const unsigned* key_positions, unsigned k,
+                                              unsigned query, unsigned window) {
+    const unsigned key = key_positions[k];
+    return key <= query && query - key < window ? D::load(in[k]) : __int_as_float(0xff800000);
+}
+
 // `cache_row`: the launch gave the block n_keys floats of shared memory, so the row is read
 // from global memory once (masked scores kept as -infinity) and the two later passes read it
 // from there; else (rows too long for shared memory) every pass reads the scores again.
@@ -79,8 +89,7 @@ __device__ void masked_softmax(const typename D::T* scores, typename D::T* out,
 
     float max = hidden;
     for (unsigned k = threadIdx.x; k < n_keys; k += THREADS) {
-        const unsigned key = key_positions[k];
-        const float score = key <= query && query - key < window ? D::load(in[k]) : hidden;
+        const float score = masked_score<D>(in, key_positions, k, query, window);
         if (cache_row) row_cache[k] = score;
         max = fmaxf(max, score);
     }
@@ -89,28 +98,17 @@ __device__ void masked_softmax(const typename D::T* scores, typename D::T* out,
         for (unsigned k = threadIdx.x; k < n_keys; k += THREADS) written[k] = D::store(0.0f);
         return;
     }
-    // Each thread reads back only the entries it wrote: no barrier needed for the cache. A
-    // masked score is -infinity, whose exponential is 0.
+    // Each thread reads back only the entries it wrote: no barrier needed for the cache.
     float sum = 0.0f;
     for (unsigned k = threadIdx.x; k < n_keys; k += THREADS) {
-        float score;
-        if (cache_row) {
-            score = row_cache[k];
-        } else {
-            const unsigned key = key_positions[k];
-            score = key <= query && query - key < window ? D::load(in[k]) : hidden;
-        }
+        const float score =
+            cache_row ? row_cache[k] : masked_score<D>(in, key_positions, k, query, window);
         sum += expf(score - max);
     }
     const float inverse = 1.0f / block_sum(sum, shared);
     for (unsigned k = threadIdx.x; k < n_keys; k += THREADS) {
-        float score;
-        if (cache_row) {
-            score = row_cache[k];
-        } else {
-            const unsigned key = key_positions[k];
-            score = key <= query && query - key < window ? D::load(in[k]) : hidden;
-        }
+        const float score =
+            cache_row ? row_cache[k] : masked_score<D>(in, key_positions, k, query, window);
         written[k] = D::store(expf(score - max) * inverse);
     }
 }
