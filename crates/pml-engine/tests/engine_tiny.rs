@@ -370,8 +370,10 @@ fn kv_projected_from_layer_inputs_equals_the_stored_kv() {
         let tokens = random_tokens(12, 9);
         let positions: Vec<u32> = (5..17).collect();
         let (_, kv, layer_inputs, _) = full_forward(&model, &tokens, &positions);
+        let context = ForwardContext::new(positions.clone(), (0..positions.len()).collect())
+            .expect("context");
         for (layer_idx, input) in layer_inputs.iter().enumerate() {
-            let (keys, values) = model.project_kv(layer_idx, input, &positions).unwrap();
+            let (keys, values) = model.project_kv(layer_idx, input, &context).unwrap();
             let stored = kv.layer(layer_idx).unwrap();
             assert_close(
                 &keys,

@@ -499,9 +499,10 @@ impl Block {
     fn project_kv(
         &self,
         hidden: &Tensor,
-        positions: &[u32],
+        context: &ForwardContext,
     ) -> Result<(Tensor, Tensor), EngineError> {
-        let (x, tables) = self.normed(hidden, positions)?;
+        let x = self.attn_norm.forward(hidden)?;
+        let tables = context.rope_tables(&self.attention.rope, hidden.device())?;
         self.attention.keys_values(&x, &tables)
     }
 
@@ -838,19 +839,20 @@ impl Model {
         block.forward(hidden, context, layer_idx, kv, None)
     }
 
-    /// K (after RoPE at `positions`) and V `(n_tokens, n_kv_heads, head_dim)` that layer
-    /// `layer_idx` computes from its input hidden states: attention norm, projections (+bias),
-    /// q/k norm where the family has one, RoPE. Nothing is written to any cache. Hidden states
-    /// of another dtype (stored ones are f16) are widened to the activation dtype first.
+    /// K (after RoPE at the context's positions; its slots are not used) and V `(n_tokens,
+    /// n_kv_heads, head_dim)` that layer `layer_idx` computes from its input hidden states:
+    /// attention norm, projections (+bias), q/k norm where the family has one, RoPE. Nothing is
+    /// written to any cache. Hidden states of another dtype (stored ones are f16) are widened to
+    /// the activation dtype first. Layers projected with one context share its RoPE tables.
     pub fn project_kv(
         &self,
         layer_idx: usize,
         hidden: &Tensor,
-        positions: &[u32],
+        context: &ForwardContext,
     ) -> Result<(Tensor, Tensor), EngineError> {
         let block = self.block(layer_idx)?;
-        let hidden = self.checked_hidden(hidden, positions.len())?;
-        block.project_kv(&hidden, positions)
+        let hidden = self.checked_hidden(hidden, context.len())?;
+        block.project_kv(&hidden, context)
     }
 
     /// [`Self::forward_layer`], showing `observer` the layer's attention (the tokens' queries and

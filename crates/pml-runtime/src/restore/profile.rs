@@ -16,7 +16,7 @@ use super::RestoreError;
 use super::plan::{LayerForm, RestoreCosts, RestorePlan};
 use super::unit::{SavedUnit, compute_unit, layer_state, restore_unit_with};
 use crate::store::{ContextHash, ModuleStore, StoreKey, Tier};
-use pml_engine::model::Model;
+use pml_engine::model::{ForwardContext, Model};
 
 /// Cost given to a form the tier cannot load (down, too small): finite, so that a plan with no
 /// layer in that form still estimates to a number, and large enough never to be chosen.
@@ -52,9 +52,10 @@ pub fn measure_costs(
     let compute_token = per_token_layer(started.elapsed().as_secs_f64());
     let rows = &output.rows;
 
+    let projected = ForwardContext::new(positions.clone(), (0..n_tokens).collect())?;
     let started = Instant::now();
     for (layer, hidden) in output.layer_inputs.iter().enumerate() {
-        model.project_kv(layer, hidden, &positions)?;
+        model.project_kv(layer, hidden, &projected)?;
     }
     let compute_hidden = per_token_layer(started.elapsed().as_secs_f64());
 

@@ -269,9 +269,10 @@ fn restore_layers(
     report: &mut RestoreReport,
 ) -> Result<(), LayerError> {
     let slots: Vec<usize> = (base..base + unit.tokens.len()).collect();
+    // One context for every layer, recomputed or projected: they share its RoPE tables.
+    let context = ForwardContext::new(unit.positions.clone(), slots.clone())
+        .map_err(LayerError::engine(0))?;
     if recomputed > 0 {
-        let context = ForwardContext::new(unit.positions.clone(), slots.clone())
-            .map_err(LayerError::engine(0))?;
         let mut hidden = model.embed(&unit.tokens).map_err(LayerError::engine(0))?;
         for layer in 0..recomputed {
             hidden = model
@@ -286,7 +287,7 @@ fn restore_layers(
             (LayerForm::Hidden, Some(hidden)) => {
                 report.hidden_layers += 1;
                 model
-                    .project_kv(layer, hidden, &unit.positions)
+                    .project_kv(layer, hidden, &context)
                     .map_err(LayerError::engine(layer))?
             }
             (LayerForm::Hidden, None) => return Err(LayerError::NoHiddenStates { layer }),
