@@ -31,14 +31,10 @@ fi
 
 # shellcheck source=scripts/llama-cpp-common.sh
 source "$(dirname "$0")/llama-cpp-common.sh"
-mkdir -p "$ROOT"
-work="$(mktemp -d "$ROOT/.fetch.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
-log "downloading the llama-cpp-python $VERSION sdist from PyPI"
-sdist="$(llama_sdist "$work")"
-tar -xzf "$sdist" -C "$work" "llama_cpp_python-$VERSION/vendor/llama.cpp/models/"
+llama_unpack "$ROOT" models/
+work="$LLAMA_WORK"
 mkdir -p "$work/out"
-mv "$work/llama_cpp_python-$VERSION/vendor/llama.cpp/models" "$work/out/models"
+mv "$LLAMA_SOURCE/models" "$work/out/models"
 rm -rf "$DEST"
 mv "$work/out" "$DEST"
 log "llama.cpp test data in $DEST/models"

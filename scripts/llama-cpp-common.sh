@@ -3,8 +3,10 @@
 #
 #   llama_cmake_args        CMake flags for a CPU-only llama.cpp with exactly this machine's SIMD
 #                           levels (from /proc/cpuinfo), no AMX, no GPU backends
-#   llama_sdist DIR         downloads the llama-cpp-python sdist (which vendors llama.cpp whole)
-#                           into DIR and prints its path
+#   llama_unpack ROOT PART  downloads the llama-cpp-python sdist (which vendors llama.cpp whole)
+#                           and unpacks its vendor/llama.cpp/PART (all of it for "") into a
+#                           scratch folder under ROOT, removed when the script exits; sets
+#                           LLAMA_WORK (that folder) and LLAMA_SOURCE (its vendor/llama.cpp)
 #
 # Why the flags are spelled out: the prebuilt wheels and a native (-march=native) build both
 # pull in AMX code paths, which crashed on a development machine; a flag missing from
@@ -49,4 +51,18 @@ llama_sdist() {
         return 1
     }
     echo "$sdist"
+}
+
+# In the script's own shell, not in $(...): it sets the script's exit trap.
+llama_unpack() {
+    local root="$1" part="$2" sdist
+    mkdir -p "$root"
+    LLAMA_WORK="$(mktemp -d "$root/.work.XXXXXX")"
+    trap 'rm -rf "$LLAMA_WORK"' EXIT
+    printf '[llama-cpp] downloading the llama-cpp-python %s sdist from PyPI\n' \
+        "$LLAMA_CPP_VERSION" >&2
+    sdist="$(llama_sdist "$LLAMA_WORK")"
+    LLAMA_SOURCE="$LLAMA_WORK/llama_cpp_python-$LLAMA_CPP_VERSION/vendor/llama.cpp"
+    tar -xzf "$sdist" -C "$LLAMA_WORK" \
+        "llama_cpp_python-$LLAMA_CPP_VERSION/vendor/llama.cpp/$part"
 }

@@ -32,13 +32,9 @@ command -v cc >/dev/null && command -v c++ >/dev/null || {
     exit 1
 }
 
-mkdir -p "$ROOT"
-work="$(mktemp -d "$ROOT/.build.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
-log "downloading the llama-cpp-python $LLAMA_CPP_VERSION sdist from PyPI"
-sdist="$(llama_sdist "$work")"
-tar -xzf "$sdist" -C "$work" "llama_cpp_python-$LLAMA_CPP_VERSION/vendor/llama.cpp"
-source_dir="$work/llama_cpp_python-$LLAMA_CPP_VERSION/vendor/llama.cpp"
+llama_unpack "$ROOT" ""
+work="$LLAMA_WORK"
+source_dir="$LLAMA_SOURCE"
 [ -d "$source_dir/tools/server" ] || {
     log "this sdist's llama.cpp has no tools/server"
     exit 1
