@@ -52,6 +52,13 @@ pub struct ChatTemplate {
     pub system_style: SystemStyle,
     /// Text the template places before the first turn when no system message is given.
     pub default_preamble: String,
+    /// The Jinja source and the token spellings it was analysed with, for rendering whole
+    /// conversations (tools, tool calls, tool results: [`crate::conversation`]).
+    /// Empty for role strings made by hand (tests): such a template renders no tools.
+    #[serde(skip)]
+    pub source: String,
+    #[serde(skip)]
+    pub tokens: TemplateTokens,
 }
 
 /// Special-token spellings a template may reference.
@@ -85,7 +92,10 @@ pub enum ChatTemplateError {
 impl ChatTemplate {
     /// Analyses the Jinja chat template `source`.
     pub fn from_template(source: &str, tokens: &TemplateTokens) -> Result<Self, ChatTemplateError> {
-        Analysis::new(source, tokens)?.derive()
+        let mut template = Analysis::new(source, tokens)?.derive()?;
+        template.source = source.to_owned();
+        template.tokens = tokens.clone();
+        Ok(template)
     }
 
     /// Open and close strings of `role`.
@@ -258,6 +268,8 @@ impl Analysis {
             emits_bos,
             system_style,
             default_preamble: self.finish(strip_bos(preamble)),
+            source: String::new(),
+            tokens: TemplateTokens::default(),
         })
     }
 

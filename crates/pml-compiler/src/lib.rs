@@ -11,6 +11,7 @@
 pub mod bind;
 pub mod chat_template;
 pub mod check;
+pub mod conversation;
 pub mod layout;
 pub mod plan;
 pub mod rules;
@@ -27,6 +28,7 @@ mod test_sources;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod tokenizer;
+pub mod tool_calls;
 
 pub use bind::bind_prompt;
 pub use check::{

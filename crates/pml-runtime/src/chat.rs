@@ -2,10 +2,12 @@
 //! Jinja source comes from the engine: [`pml_engine::chat::chat_template_source`]); and the prompt tokens of a chat.
 
 use pml_compiler::chat_template::{ChatTemplate, ChatTemplateError, TemplateTokens};
+use pml_compiler::conversation::{Conversation, ConversationPiece};
 use pml_compiler::plan::Role;
 use pml_engine::chat::{ChatSourceError, chat_template_source};
 use pml_engine::gguf::{GgufError, GgufFile};
 use pml_engine::tokenizer::{GgufTokenizer, TokenizeError, Tokenizer};
+use serde_json::Value;
 
 /// Why a model's chat template could not be obtained.
 #[derive(Debug, thiserror::Error)]
@@ -70,7 +72,14 @@ pub fn chat_prompt_tokens(
         ]);
     }
     pieces.push((template.generation_prompt.as_str(), true));
+    encode_pieces(tokenizer, pieces)
+}
 
+/// BOS (if the model uses one), then each `(text, whether it may contain control tokens)`.
+fn encode_pieces<'a>(
+    tokenizer: &dyn Tokenizer,
+    pieces: impl IntoIterator<Item = (&'a str, bool)>,
+) -> Result<Vec<u32>, TokenizeError> {
     let mut tokens: Vec<u32> = tokenizer.bos_token().into_iter().collect();
     for (text, allow_special) in pieces {
         // An empty marker adds nothing (a SentencePiece tokenizer would encode a lone space).
@@ -79,4 +88,72 @@ pub fn chat_prompt_tokens(
         }
     }
     Ok(tokens)
+}
+
+/// Why a whole conversation could not become prompt tokens.
+#[derive(Debug, thiserror::Error)]
+pub enum ConversationError {
+    #[error(transparent)]
+    Template(#[from] ChatTemplateError),
+
+    #[error(transparent)]
+    Tokenize(#[from] TokenizeError),
+
+    #[error(
+        "{place} holds `{text}`, which this model reads as a control token; the template would \
+         write it into the prompt as one"
+    )]
+    ForgedControl { place: &'static str, text: String },
+}
+
+/// Prompt tokens of a conversation the role markers cannot express (tools, tool calls, tool
+/// results), rendered whole by the model's template ([`ChatTemplate::render_conversation`]):
+/// BOS, the template's text with its control tokens, the messages' texts as plain text. The
+/// tools and the calls' names and arguments are written by the template as JSON inside its own
+/// text, so any string in them that would encode as a control token is refused.
+pub fn conversation_tokens(
+    template: &ChatTemplate,
+    tokenizer: &dyn Tokenizer,
+    conversation: &Conversation,
+) -> Result<Vec<u32>, ConversationError> {
+    let calls = conversation
+        .messages
+        .iter()
+        .filter_map(|message| message.get("tool_calls"));
+    let places = conversation
+        .tools
+        .iter()
+        .map(|tool| ("a tool definition", tool))
+        .chain(calls.map(|calls| ("a tool call", calls)));
+    for (place, value) in places {
+        for text in json_strings(value) {
+            if tokenizer.encode(text, true)? != tokenizer.encode(text, false)? {
+                return Err(ConversationError::ForgedControl {
+                    place,
+                    text: text.to_owned(),
+                });
+            }
+        }
+    }
+    let pieces = template.render_conversation(conversation)?;
+    Ok(encode_pieces(
+        tokenizer,
+        pieces.iter().map(|piece| match piece {
+            ConversationPiece::Template(text) => (text.as_str(), true),
+            ConversationPiece::Content(text) => (text.as_str(), false),
+        }),
+    )?)
+}
+
+/// Every string in `value` (keys too: templates write both).
+fn json_strings(value: &Value) -> Vec<&str> {
+    match value {
+        Value::String(text) => vec![text.as_str()],
+        Value::Array(items) => items.iter().flat_map(json_strings).collect(),
+        Value::Object(fields) => fields
+            .iter()
+            .flat_map(|(key, value)| std::iter::once(key.as_str()).chain(json_strings(value)))
+            .collect(),
+        _ => Vec::new(),
+    }
 }

@@ -43,6 +43,8 @@ pub fn tiny_runtime(arch: Arch, seed: u64) -> (Runtime, tempfile::TempDir) {
         emits_bos: false,
         system_style: SystemStyle::Native,
         default_preamble: String::new(),
+        source: String::new(),
+        tokens: Default::default(),
     };
     let runtime = Runtime::from_parts(
         model,

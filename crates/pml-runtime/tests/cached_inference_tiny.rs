@@ -756,6 +756,8 @@ fn plain_template() -> ChatTemplate {
         emits_bos: false,
         system_style: SystemStyle::Native,
         default_preamble: String::new(),
+        source: String::new(),
+        tokens: Default::default(),
     }
 }
 

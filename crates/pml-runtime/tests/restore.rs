@@ -329,6 +329,8 @@ fn chat_template() -> ChatTemplate {
         emits_bos: false,
         system_style: SystemStyle::Native,
         default_preamble: String::new(),
+        source: String::new(),
+        tokens: Default::default(),
     }
 }
 

@@ -304,6 +304,23 @@ fn bad_input_gets_400_with_diagnostics() {
         None,
     );
     assert_eq!(status, 400);
+
+    // The tiny model's template teaches no tool-call format: tools are refused, by name.
+    let tool = json!({"type": "function", "function": {"name": "f"}});
+    let body = json!({"messages": [{"role": "user", "content": "x"}], "tools": [tool]});
+    let (status, text) = call(
+        "POST",
+        &server.url("/v1/chat/completions"),
+        Some(&body.to_string()),
+        None,
+    );
+    assert_eq!(status, 400, "{text}");
+    assert_eq!(parse(&text)["error"]["param"], "tools", "{text}");
+    assert_eq!(
+        parse(&text)["error"]["code"],
+        "unsupported_parameter",
+        "{text}"
+    );
 }
 
 #[test]

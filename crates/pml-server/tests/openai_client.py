@@ -10,32 +10,13 @@ import sys
 
 import openai
 
+from openai_client_checks import check, expect_error
+
 BASE = sys.argv[1].rstrip("/")
 PML_PROMPT = sys.argv[2] if len(sys.argv) > 2 else None
 client = openai.OpenAI(base_url=BASE + "/v1", api_key="unused", max_retries=0, timeout=120)
 MODEL = "pml"
 CHAT = [{"role": "user", "content": "Name one colour."}]
-
-
-def check(name, condition, detail=""):
-    if not condition:
-        raise AssertionError(f"{name}: {detail}")
-    print(f"ok  {name}")
-
-
-def expect_error(name, status, param, call):
-    try:
-        call()
-    except openai.APIStatusError as error:
-        body = error.body if isinstance(error.body, dict) else {}
-        check(f"{name}: status {status}", error.status_code == status, error.status_code)
-        check(f"{name}: param {param}", body.get("param") == param, body)
-        for field in ("message", "type", "param", "code"):
-            check(f"{name}: error has `{field}`", field in body, body)
-        code = body.get("code")
-        check(f"{name}: code is a string or null", code is None or isinstance(code, str), code)
-        return body
-    raise AssertionError(f"{name}: no error")
 
 
 models = client.models.list()
@@ -152,10 +133,6 @@ if PML_PROMPT:
     jsonschema.validate(json.loads(pml_json.choices[0].text), STATUS)
     check("PML prompt + json_schema: parses and validates", True, pml_json.choices[0].text)
 
-body = expect_error("tools refused", 400, "tools", lambda: client.chat.completions.create(
-    model=MODEL, messages=CHAT, max_tokens=2,
-    tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]))
-check("tools refused: code", body.get("code") == "unsupported_parameter", body)
 expect_error("image part refused", 400, "messages[0].content[0].type",
              lambda: client.chat.completions.create(model=MODEL, max_tokens=2, messages=[
                  {"role": "user", "content": [{"type": "image_url",

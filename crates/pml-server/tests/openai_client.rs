@@ -1,8 +1,9 @@
 //! OpenAI's official Python client (`openai`, installed by scripts/setup-openai-client.sh)
 //! against a real server on the default model: `tests/openai_client.py` makes the everyday calls
 //! (models, chat and completions plain and streamed with `include_usage`, content parts, `n`,
-//! logprobs, `max_completion_tokens`, a PML prompt) and checks the refusals' shape (`tools`, an
-//! image part, an unknown model, a prompt past the context). Skipped with a message when the
+//! logprobs, `max_completion_tokens`, a PML prompt) and checks the refusals' shape (an image
+//! part, an unknown model, a prompt past the context); `tests/openai_client_tools.py` calls tools
+//! (required, named and streamed, auto, none, the round trip with a tool result). Skipped with a message when the
 //! model or the client's venv is missing, unless `PML_REQUIRE_OPENAI=1` (the test command sets
 //! it after installing the client).
 
@@ -41,19 +42,21 @@ fn the_official_openai_client_gets_what_it_expects() {
         return;
     };
     server.upload_ready(SCHEMA);
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py");
-    let output = Command::new(&python)
-        .arg(&script)
-        .arg(server.url(""))
-        .arg(PROMPT)
-        .output()
-        .expect("the client's python runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "openai_client.py failed:\n{stdout}\n{stderr}"
-    );
-    assert!(stdout.contains("\"passed\": true"), "{stdout}\n{stderr}");
-    eprintln!("{stdout}");
+    let tests = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests");
+    for script in ["openai_client.py", "openai_client_tools.py"] {
+        let output = Command::new(&python)
+            .arg(tests.join(script))
+            .arg(server.url(""))
+            .arg(PROMPT)
+            .output()
+            .expect("the client's python runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "{script} failed:\n{stdout}\n{stderr}"
+        );
+        assert!(stdout.contains("\"passed\": true"), "{stdout}\n{stderr}");
+        eprintln!("{script}:\n{stdout}");
+    }
 }

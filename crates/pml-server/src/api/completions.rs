@@ -4,6 +4,7 @@
 //! `[DONE]`. Dropping the response (the client went away) drops the event receiver, which tells
 //! the engine to drop the sequences.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::Instant;
 
@@ -20,11 +21,13 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::AppState;
 use super::error::ApiError;
-use super::openai::{ChoiceText, Flavor, ResponseMeta, Usage, is_pml_prompt};
+use super::openai::{ChoiceText, ChunkPiece, Flavor, ResponseMeta, Usage, is_pml_prompt};
 use super::prompt_schema::prompt_schema;
 use super::request::{ChatRequest, CompletionRequest, Generation};
+use super::tools::{AnswerPiece, ToolReader, ToolUse, call_json};
+use crate::engine::structured::ResponseFormat;
 use crate::engine::{
-    CompletionJob, EventSink, JobEnd, JobEvent, PromptSource, PromptUsage, Sibling,
+    CompletionJob, EventSink, JobEnd, JobEvent, PromptSource, PromptUsage, Sibling, TokenLogprob,
 };
 
 pub async fn completion(
@@ -44,7 +47,7 @@ pub async fn completion(
         PromptSource::Text(text)
     };
     let model = request.fields.model.clone();
-    answer(state, Flavor::Text, prompt, generation, model).await
+    answer(state, Flavor::Text, prompt, generation, model, None).await
 }
 
 pub async fn chat_completion(
@@ -52,15 +55,29 @@ pub async fn chat_completion(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let request: ChatRequest = parse_json(&body?)?;
-    let generation = request.check(&state.config)?;
-    let turns = request.turns()?;
+    let mut generation = request.check(&state.config)?;
+    let prompt = request.prompt(state.engine.tool_format)?;
+    if let Some(grammar) = prompt
+        .tools
+        .as_ref()
+        .and_then(|tools| tools.grammar.clone())
+    {
+        if generation.format.is_some() {
+            return Err(ApiError::bad_field(
+                "response_format",
+                "a required tool call and `response_format` cannot both shape the answer",
+            ));
+        }
+        generation.format = Some(ResponseFormat::ToolCall(grammar));
+    }
     let model = request.fields.model.clone();
     answer(
         state,
         Flavor::Chat,
-        PromptSource::Chat(turns),
+        prompt.source,
         generation,
         model,
+        prompt.tools,
     )
     .await
 }
@@ -76,6 +93,7 @@ async fn answer(
     prompt: PromptSource,
     generation: Generation,
     model: Option<String>,
+    tools: Option<ToolUse>,
 ) -> Result<Response, ApiError> {
     let (sender, mut receiver) = unbounded_channel();
     let arrived = Instant::now();
@@ -120,17 +138,23 @@ async fn answer(
     let model = model.as_deref().unwrap_or(&state.config.model_name);
     let meta = ResponseMeta::new(flavor, model);
     let with_logprobs = generation.logprobs.is_some();
+    let readers = (0..generation.n)
+        .map(|_| ToolReader::new(tools.as_ref()))
+        .collect();
     if generation.stream {
-        let stream = StreamState::Open {
+        let stream = StreamState {
             receiver,
-            offsets: vec![0; generation.n],
+            choices: (0..generation.n).map(|_| StreamChoice::default()).collect(),
+            readers,
             running: generation.n,
             completion_tokens: 0,
+            ready: VecDeque::new(),
+            phase: StreamPhase::Open,
         };
         let include_usage = generation.include_usage.then_some(usage);
         Ok(stream_answer(meta, include_usage, stream).into_response())
     } else {
-        collect_answer(meta, usage, receiver, generation.n, with_logprobs).await
+        collect_answer(meta, usage, receiver, readers, with_logprobs).await
     }
 }
 
@@ -138,9 +162,10 @@ async fn collect_answer(
     meta: ResponseMeta,
     usage: PromptUsage,
     mut receiver: UnboundedReceiver<(usize, JobEvent)>,
-    n: usize,
+    mut readers: Vec<ToolReader>,
     with_logprobs: bool,
 ) -> Result<Response, ApiError> {
+    let n = readers.len();
     let mut choices = vec![
         ChoiceText {
             logprobs: with_logprobs.then(Vec::new),
@@ -178,26 +203,143 @@ async fn collect_answer(
             JobEvent::Started(_) => {}
         }
     }
+    for (index, (choice, reader)) in choices.iter_mut().zip(&mut readers).enumerate() {
+        let mut pieces = reader.feed(&std::mem::take(&mut choice.text));
+        pieces.extend(reader.finish());
+        for piece in pieces {
+            match piece {
+                AnswerPiece::Text(text) => choice.text.push_str(&text),
+                AnswerPiece::Call {
+                    index: call,
+                    call: tool_call,
+                } => choice
+                    .tool_calls
+                    .push(call_json(meta.call_id(index, call), &tool_call)),
+            }
+        }
+    }
     let usage = Usage::new(usage, completion_tokens);
     Ok(Json(meta.response(&choices, &usage)).into_response())
 }
 
-/// Where a stream stands between events.
-enum StreamState {
-    Open {
-        receiver: UnboundedReceiver<(usize, JobEvent)>,
-        /// Bytes of text each choice has sent (the text flavour's `text_offset`).
-        offsets: Vec<usize>,
-        running: usize,
-        completion_tokens: usize,
-    },
+/// A stream between events: what each choice has sent, and events ready to go.
+struct StreamState {
+    receiver: UnboundedReceiver<(usize, JobEvent)>,
+    choices: Vec<StreamChoice>,
+    readers: Vec<ToolReader>,
+    running: usize,
+    completion_tokens: usize,
+    /// Events made from one engine event, sent one by one.
+    ready: VecDeque<Event>,
+    phase: StreamPhase,
+}
+
+#[derive(Default)]
+struct StreamChoice {
+    /// Bytes of text sent (the text flavour's `text_offset`).
+    offset: usize,
+    /// Log-probabilities of tokens whose text the tool reader still holds.
+    logprobs: Vec<TokenLogprob>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StreamPhase {
+    /// Choices still run.
+    Open,
     /// Every choice has ended; the usage chunk (when asked for) and `[DONE]` follow.
-    Finishing {
-        completion_tokens: usize,
-    },
-    /// The last chunk went out; `[DONE]` follows.
-    Closing,
+    Finishing,
     Closed,
+}
+
+impl StreamState {
+    /// Queues a chunk per piece of choice `index`'s answer, each with the log-probabilities of
+    /// the tokens held until it.
+    fn queue(&mut self, meta: &ResponseMeta, index: usize, pieces: Vec<AnswerPiece>) {
+        let Some(choice) = self.choices.get_mut(index) else {
+            return;
+        };
+        for piece in pieces {
+            let logprobs = std::mem::take(&mut choice.logprobs);
+            let chunk = match piece {
+                AnswerPiece::Text(text) => {
+                    let chunk =
+                        meta.chunk(index, ChunkPiece::Text(&text), &logprobs, choice.offset);
+                    choice.offset += text.len();
+                    chunk
+                }
+                AnswerPiece::Call {
+                    index: call,
+                    call: tool_call,
+                } => {
+                    let call_json = call_json(meta.call_id(index, call), &tool_call);
+                    meta.chunk(
+                        index,
+                        ChunkPiece::Call {
+                            index: call,
+                            call: call_json,
+                        },
+                        &logprobs,
+                        choice.offset,
+                    )
+                }
+            };
+            self.ready.push_back(json_event(&chunk));
+        }
+    }
+
+    /// Turns the next engine event into queued chunks.
+    fn take(&mut self, meta: &ResponseMeta, event: Option<(usize, JobEvent)>) {
+        match event {
+            Some((index, JobEvent::Token { text, logprob })) => {
+                if let (Some(choice), Some(logprob)) = (self.choices.get_mut(index), logprob) {
+                    choice.logprobs.push(logprob);
+                }
+                let pieces = match self.readers.get_mut(index) {
+                    Some(reader) => reader.feed(&text),
+                    None => Vec::new(),
+                };
+                self.queue(meta, index, pieces);
+            }
+            Some((
+                index,
+                JobEvent::Done {
+                    end,
+                    completion_tokens,
+                },
+            )) => {
+                let (pieces, called) = match self.readers.get_mut(index) {
+                    Some(reader) => (reader.finish(), reader.called()),
+                    None => (Vec::new(), false),
+                };
+                self.queue(meta, index, pieces);
+                let logprobs = self
+                    .choices
+                    .get_mut(index)
+                    .map(|choice| std::mem::take(&mut choice.logprobs))
+                    .unwrap_or_default();
+                let chunk = meta.chunk(index, ChunkPiece::End { end, called }, &logprobs, 0);
+                self.ready.push_back(json_event(&chunk));
+                self.running -= 1;
+                self.completion_tokens += completion_tokens;
+                if self.running == 0 {
+                    self.phase = StreamPhase::Finishing;
+                }
+            }
+            Some((_, JobEvent::Failed(error))) => {
+                self.ready.push_back(error_event(&error.into()));
+                self.finish_with_done();
+            }
+            Some((_, JobEvent::Started(_))) | None => {
+                self.ready.push_back(error_event(&engine_gone()));
+                self.finish_with_done();
+            }
+        }
+    }
+
+    fn finish_with_done(&mut self) {
+        self.ready.push_back(Event::default().data("[DONE]"));
+        self.phase = StreamPhase::Closed;
+    }
 }
 
 fn stream_answer(
@@ -205,70 +347,28 @@ fn stream_answer(
     include_usage: Option<PromptUsage>,
     state: StreamState,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
-    let events = stream::unfold(state, move |state| {
+    let events = stream::unfold(state, move |mut state| {
         let meta = meta.clone();
         async move {
-            let (event, next) = match state {
-                StreamState::Closed => return None,
-                StreamState::Closing => (Event::default().data("[DONE]"), StreamState::Closed),
-                StreamState::Finishing { completion_tokens } => match include_usage {
-                    Some(usage) => (
-                        json_event(&meta.usage_chunk(&Usage::new(usage, completion_tokens))),
-                        StreamState::Closing,
-                    ),
-                    None => (Event::default().data("[DONE]"), StreamState::Closed),
-                },
-                StreamState::Open {
-                    mut receiver,
-                    mut offsets,
-                    mut running,
-                    mut completion_tokens,
-                } => match next_event(&mut receiver).await {
-                    Some((index, JobEvent::Token { text, logprob })) => {
-                        let offset = offsets.get(index).copied().unwrap_or(0);
-                        if let Some(sent) = offsets.get_mut(index) {
-                            *sent += text.len();
+            loop {
+                if let Some(event) = state.ready.pop_front() {
+                    return Some((Ok(event), state));
+                }
+                match state.phase {
+                    StreamPhase::Closed => return None,
+                    StreamPhase::Finishing => {
+                        if let Some(usage) = include_usage {
+                            let usage = Usage::new(usage, state.completion_tokens);
+                            state.ready.push_back(json_event(&meta.usage_chunk(&usage)));
                         }
-                        let chunk = meta.chunk(index, &text, logprob.as_ref(), offset, None);
-                        let next = StreamState::Open {
-                            receiver,
-                            offsets,
-                            running,
-                            completion_tokens,
-                        };
-                        (json_event(&chunk), next)
+                        state.finish_with_done();
                     }
-                    Some((
-                        index,
-                        JobEvent::Done {
-                            end,
-                            completion_tokens: tokens,
-                        },
-                    )) => {
-                        running -= 1;
-                        completion_tokens += tokens;
-                        let chunk = meta.chunk(index, "", None, 0, Some(end));
-                        let next = if running == 0 {
-                            StreamState::Finishing { completion_tokens }
-                        } else {
-                            StreamState::Open {
-                                receiver,
-                                offsets,
-                                running,
-                                completion_tokens,
-                            }
-                        };
-                        (json_event(&chunk), next)
+                    StreamPhase::Open => {
+                        let event = next_event(&mut state.receiver).await;
+                        state.take(&meta, event);
                     }
-                    Some((_, JobEvent::Failed(error))) => {
-                        (error_event(&error.into()), StreamState::Closing)
-                    }
-                    Some((_, JobEvent::Started(_))) | None => {
-                        (error_event(&engine_gone()), StreamState::Closing)
-                    }
-                },
-            };
-            Some((Ok(event), next))
+                }
+            }
         }
     });
     Sse::new(events)

@@ -8,6 +8,7 @@
 //! - [`models`]: `/v1/models`, `/tokenize` and `/detokenize`.
 //! - [`prompt_schema`]: the loaded schema a PML prompt is bound to, resolved here, once.
 //! - [`completions`]: `/v1/completions` and `/v1/chat/completions`, streaming or not.
+//! - [`tools`]: tool calling: offered tools, tool messages, calls read from the answer.
 //! - [`schemas`]: schema upload, progress, listing, deletion (bearer-token protected).
 //! - [`status`]: `/health`, `/metrics`, `/openapi.yaml`.
 
@@ -19,6 +20,7 @@ pub mod prompt_schema;
 pub mod request;
 pub mod schemas;
 pub mod status;
+pub mod tools;
 
 use std::sync::Arc;
 

@@ -69,11 +69,9 @@ pub async fn tokenize(
         (None, Some(messages)) => {
             let chat = ChatRequest {
                 messages,
-                logprobs: None,
-                top_logprobs: None,
-                fields: Default::default(),
+                ..ChatRequest::default()
             };
-            PromptSource::Chat(chat.turns()?)
+            chat.prompt(None)?.source
         }
         _ => {
             return Err(ApiError::bad_field(

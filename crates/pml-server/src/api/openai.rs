@@ -61,6 +61,24 @@ pub struct ChoiceText {
     /// One entry per generated token, when log-probabilities were asked for.
     pub logprobs: Option<Vec<TokenLogprob>>,
     pub end: Option<JobEnd>,
+    /// The calls the answer made (chat with tools), as the message shows them.
+    pub tool_calls: Vec<Value>,
+}
+
+/// What one streamed chunk of a choice carries.
+#[derive(Clone, Debug)]
+pub enum ChunkPiece<'a> {
+    Text(&'a str),
+    /// A whole tool call (as [`super::tools::call_json`] writes it) and its index in the choice.
+    Call {
+        index: usize,
+        call: Value,
+    },
+    /// The choice's end; `called`: it made tool calls.
+    End {
+        end: JobEnd,
+        called: bool,
+    },
 }
 
 /// What every response and chunk of one request repeats.
@@ -117,18 +135,29 @@ impl ResponseMeta {
                     .logprobs
                     .as_deref()
                     .map(|tokens| self.logprobs(tokens, 0));
-                let finish = choice.end.map(finish_reason);
+                let called = !choice.tool_calls.is_empty();
+                let finish = choice.end.map(|end| finish_reason(end, called));
                 match self.flavor {
                     Flavor::Text => json!({
                         "index": index, "text": choice.text, "logprobs": logprobs,
                         "finish_reason": finish
                     }),
-                    Flavor::Chat => json!({
-                        "index": index,
-                        "message": {"role": "assistant", "content": choice.text, "refusal": null},
-                        "logprobs": logprobs,
-                        "finish_reason": finish
-                    }),
+                    Flavor::Chat => {
+                        // A call's message has no text unless the model wrote some.
+                        let content = (!called || !choice.text.trim().is_empty())
+                            .then_some(choice.text.as_str());
+                        let mut message =
+                            json!({"role": "assistant", "content": content, "refusal": null});
+                        if called {
+                            message["tool_calls"] = json!(choice.tool_calls);
+                        }
+                        json!({
+                            "index": index,
+                            "message": message,
+                            "logprobs": logprobs,
+                            "finish_reason": finish
+                        })
+                    }
                 }
             })
             .collect();
@@ -137,33 +166,44 @@ impl ResponseMeta {
         Value::Object(body)
     }
 
-    /// One streamed piece of choice `index`: text (with its token's log-probability), or the
-    /// choice's end. `offset` is the choice's text length before this piece (the text flavour's
-    /// `text_offset`).
+    /// One streamed piece of choice `index`, with the log-probabilities of the tokens it
+    /// releases (none: `null`). `offset` is the choice's text length before this piece (the text
+    /// flavour's `text_offset`).
     pub fn chunk(
         &self,
         index: usize,
-        text: &str,
-        logprob: Option<&TokenLogprob>,
+        piece: ChunkPiece,
+        logprobs: &[TokenLogprob],
         offset: usize,
-        end: Option<JobEnd>,
     ) -> Value {
-        let finish = end.map(finish_reason);
-        let logprobs = logprob.map(|token| self.logprobs(std::slice::from_ref(token), offset));
+        let logprobs = (!logprobs.is_empty()).then(|| self.logprobs(logprobs, offset));
+        let (text, finish) = match &piece {
+            ChunkPiece::Text(text) => (*text, None),
+            ChunkPiece::Call { .. } => ("", None),
+            ChunkPiece::End { end, called } => ("", Some(finish_reason(*end, *called))),
+        };
         let choice = match self.flavor {
             Flavor::Text => json!({
                 "index": index, "text": text, "logprobs": logprobs, "finish_reason": finish
             }),
             Flavor::Chat => {
-                let delta = if end.is_some() {
-                    json!({})
-                } else {
-                    json!({"role": "assistant", "content": text})
+                let delta = match piece {
+                    ChunkPiece::Text(text) => json!({"role": "assistant", "content": text}),
+                    ChunkPiece::Call { index, mut call } => {
+                        call["index"] = json!(index);
+                        json!({"role": "assistant", "content": null, "tool_calls": [call]})
+                    }
+                    ChunkPiece::End { .. } => json!({}),
                 };
                 json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
             }
         };
         Value::Object(self.envelope(true, vec![choice]))
+    }
+
+    /// An id for the `index`-th tool call of `choice`, unique to this response.
+    pub fn call_id(&self, choice: usize, index: usize) -> String {
+        format!("call_{}_{}_{choice}_{index}", self.created, self.id)
     }
 
     /// The chunk `stream_options.include_usage` asks for: no choices, the whole usage.
@@ -213,10 +253,12 @@ fn chat_entry(token: &TokenText, logprob: f32) -> Value {
     json!({"token": token.text, "logprob": logprob, "bytes": token.bytes})
 }
 
-/// OpenAI's finish reasons: `stop` for an end-of-turn token or a stop string, `length` for the
-/// token limit; a request that ran past its deadline ends with `timeout`.
-pub fn finish_reason(end: JobEnd) -> &'static str {
+/// OpenAI's finish reasons: `stop` for an end-of-turn token or a stop string (`tool_calls` when
+/// the answer `called` tools), `length` for the token limit; a request that ran past its
+/// deadline ends with `timeout`.
+pub fn finish_reason(end: JobEnd, called: bool) -> &'static str {
     match end {
+        JobEnd::Finished(FinishReason::Eos | FinishReason::Stop) if called => "tool_calls",
         JobEnd::Finished(FinishReason::Eos | FinishReason::Stop) => "stop",
         JobEnd::Finished(FinishReason::Length) => "length",
         JobEnd::TimedOut => "timeout",

@@ -2,14 +2,18 @@
 //! field: what this server implements is parsed and validated, what it does not is refused with
 //! a 400 naming the field (`param`), never ignored.
 
+use pml_compiler::conversation::Conversation;
+use pml_compiler::tool_calls::ToolCallFormat;
 use pml_engine::generation::SamplingParams;
 use pml_runtime::inference::{InferenceMode, Ratio};
 use pml_syntax::ast::Role;
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::error::ApiError;
+use super::tools::{ToolChoice, ToolUse, template_tool_calls, tool_request};
 use crate::config::ServerConfig;
+use crate::engine::PromptSource;
 use crate::engine::structured::ResponseFormat;
 
 /// Most choices one request may ask for (`n`).
@@ -75,11 +79,14 @@ pub struct CompletionRequest {
 }
 
 /// `POST /v1/chat/completions`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 pub struct ChatRequest {
     pub messages: Vec<Value>,
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<usize>,
+    pub tools: Option<Vec<Value>>,
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
     #[serde(flatten)]
     pub fields: GenerationFields,
 }
@@ -292,39 +299,180 @@ impl ChatRequest {
         self.fields.check(config, logprobs)
     }
 
-    /// The chat's turns: roles mapped, text parts of a content list joined.
-    pub fn turns(&self) -> Result<Vec<(Role, String)>, ApiError> {
+    /// The chat's prompt: turns wrapped in the template's role markers, or, when tools are
+    /// offered or the messages hold tool calls or results, the conversation rendered whole by
+    /// the template; and how the answer is read for calls in the model's tool-call `format`
+    /// (`None`: its template teaches none).
+    pub fn prompt(&self, format: Option<ToolCallFormat>) -> Result<ChatPrompt, ApiError> {
         if self.messages.is_empty() {
             return Err(ApiError::bad_field("messages", "`messages` is empty"));
         }
-        self.messages
+        let messages = self
+            .messages
             .iter()
             .enumerate()
-            .map(|(index, message)| message_turn(index, message))
-            .collect()
+            .map(|(index, message)| chat_message(index, message))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tools = tool_request(
+            self.tools.as_deref(),
+            self.tool_choice.as_ref(),
+            self.parallel_tool_calls,
+        )?;
+        let offered = tools
+            .as_ref()
+            .filter(|tools| tools.choice != ToolChoice::None);
+        let tool_use = match offered {
+            Some(tools) => {
+                let format = format.ok_or_else(|| {
+                    ApiError::unsupported(
+                        "tools",
+                        "this model's chat template teaches no tool-call format this server \
+                         reads (Hermes `<tool_call>` blocks or Llama 3 JSON calls)",
+                    )
+                })?;
+                tools.tool_use(format)
+            }
+            None => None,
+        };
+        let whole = offered.is_some() || messages.iter().any(ChatMessage::is_tool_related);
+        let source = if whole {
+            PromptSource::Conversation(Conversation {
+                messages: template_messages(&messages),
+                tools: offered
+                    .map(|tools| tools.definitions.clone())
+                    .unwrap_or_default(),
+            })
+        } else {
+            PromptSource::Chat(
+                messages
+                    .into_iter()
+                    .map(|message| (message.role.turn(), message.text.unwrap_or_default()))
+                    .collect(),
+            )
+        };
+        Ok(ChatPrompt {
+            source,
+            tools: tool_use,
+        })
     }
 }
 
-/// One message as a turn; anything it holds besides `role` and text `content` is refused.
-fn message_turn(index: usize, message: &Value) -> Result<(Role, String), ApiError> {
+/// A chat request's prompt, and how its answer is read for tool calls.
+#[derive(Clone, Debug)]
+pub struct ChatPrompt {
+    pub source: PromptSource,
+    pub tools: Option<ToolUse>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MessageRole {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl MessageRole {
+    fn name(self) -> &'static str {
+        match self {
+            Self::System => "system",
+            Self::User => "user",
+            Self::Assistant => "assistant",
+            Self::Tool => "tool",
+        }
+    }
+
+    /// The PML role of a plain turn (a tool result is never one).
+    fn turn(self) -> Role {
+        match self {
+            Self::System => Role::System,
+            Self::Assistant => Role::Assistant,
+            Self::User | Self::Tool => Role::User,
+        }
+    }
+}
+
+/// One message, checked.
+#[derive(Clone, Debug)]
+struct ChatMessage {
+    role: MessageRole,
+    /// `None` only for an assistant turn that calls tools without text.
+    text: Option<String>,
+    /// An assistant's calls, as the template reads them.
+    tool_calls: Option<Value>,
+    /// A tool result's call id and function name.
+    tool_call_id: Option<String>,
+    name: Option<String>,
+}
+
+impl ChatMessage {
+    fn is_tool_related(&self) -> bool {
+        self.tool_calls.is_some() || self.role == MessageRole::Tool
+    }
+}
+
+/// The messages as the template reads them; a tool result without a `name` gets the name of
+/// the call it answers (templates that show it read `message.name`).
+fn template_messages(messages: &[ChatMessage]) -> Vec<Value> {
+    let mut called: Vec<(String, String)> = Vec::new();
+    messages
+        .iter()
+        .map(|message| {
+            let mut entry = Map::new();
+            entry.insert("role".into(), json!(message.role.name()));
+            entry.insert("content".into(), json!(message.text));
+            if let Some(calls) = &message.tool_calls {
+                for call in calls.as_array().into_iter().flatten() {
+                    if let (Some(id), Some(name)) = (
+                        call.get("id").and_then(Value::as_str),
+                        call["function"]["name"].as_str(),
+                    ) {
+                        called.push((id.to_owned(), name.to_owned()));
+                    }
+                }
+                entry.insert("tool_calls".into(), calls.clone());
+            }
+            if let Some(id) = &message.tool_call_id {
+                entry.insert("tool_call_id".into(), json!(id));
+                let name = message.name.clone().or_else(|| {
+                    called
+                        .iter()
+                        .find(|(call, _)| call == id)
+                        .map(|(_, name)| name.clone())
+                });
+                if let Some(name) = name {
+                    entry.insert("name".into(), json!(name));
+                }
+            }
+            Value::Object(entry)
+        })
+        .collect()
+}
+
+/// One message, checked; anything it holds that its role does not take is refused.
+fn chat_message(index: usize, message: &Value) -> Result<ChatMessage, ApiError> {
     let param = format!("messages[{index}]");
     let Some(fields) = message.as_object() else {
         return Err(ApiError::bad_field(param, "a message must be an object"));
     };
     let role = match fields.get("role").and_then(Value::as_str) {
-        Some("system" | "developer") => Role::System,
-        Some("user") => Role::User,
-        Some("assistant") => Role::Assistant,
-        Some("tool" | "function") => {
+        Some("system" | "developer") => MessageRole::System,
+        Some("user") => MessageRole::User,
+        Some("assistant") => MessageRole::Assistant,
+        Some("tool") => MessageRole::Tool,
+        Some("function") => {
             return Err(ApiError::unsupported(
                 format!("{param}.role"),
-                "tool results are not supported by this server (no tool calling)",
+                "`function` messages (OpenAI's deprecated functions API) are not supported; \
+                 send `tool` messages",
             ));
         }
         Some(other) => {
             return Err(ApiError::bad_field(
                 format!("{param}.role"),
-                format!("unknown role `{other}` (expected system, developer, user or assistant)"),
+                format!(
+                    "unknown role `{other}` (expected system, developer, user, assistant or tool)"
+                ),
             ));
         }
         None => {
@@ -337,10 +485,38 @@ fn message_turn(index: usize, message: &Value) -> Result<(Role, String), ApiErro
     let mut rest = fields.clone();
     rest.remove("role");
     let content = rest.remove("content");
+    let tool_calls = match role {
+        MessageRole::Assistant => rest
+            .remove("tool_calls")
+            .filter(|calls| !calls.is_null())
+            .map(|calls| template_tool_calls(&format!("{param}.tool_calls"), &calls))
+            .transpose()?
+            .filter(|calls| calls.as_array().is_some_and(|calls| !calls.is_empty())),
+        _ => None,
+    };
+    let (tool_call_id, name) = match role {
+        MessageRole::Tool => {
+            let id = match rest.remove("tool_call_id") {
+                Some(Value::String(id)) => id,
+                _ => {
+                    return Err(ApiError::bad_field(
+                        format!("{param}.tool_call_id"),
+                        "a tool message needs the `tool_call_id` it answers",
+                    ));
+                }
+            };
+            let name = rest
+                .remove("name")
+                .and_then(|name| name.as_str().map(str::to_owned));
+            (Some(id), name)
+        }
+        _ => (None, None),
+    };
     refuse_unknown(&rest, &format!("{param}."))?;
     let text = match content {
-        Some(Value::String(text)) => text,
-        Some(Value::Array(parts)) => content_parts(&param, &parts)?,
+        Some(Value::String(text)) => Some(text),
+        Some(Value::Array(parts)) => Some(content_parts(&param, &parts)?),
+        Some(Value::Null) | None if tool_calls.is_some() => None,
         Some(Value::Null) | None => {
             return Err(ApiError::bad_field(
                 format!("{param}.content"),
@@ -354,7 +530,13 @@ fn message_turn(index: usize, message: &Value) -> Result<(Role, String), ApiErro
             ));
         }
     };
-    Ok((role, text))
+    Ok(ChatMessage {
+        role,
+        text,
+        tool_calls,
+        tool_call_id,
+        name,
+    })
 }
 
 /// The text parts of a content list, joined; other part types are refused.
@@ -401,13 +583,15 @@ fn refuse_unknown(fields: &Map<String, Value>, prefix: &str) -> Result<(), ApiEr
         return Ok(());
     };
     let why = match name.as_str() {
-        "tools"
-        | "tool_choice"
-        | "functions"
-        | "function_call"
-        | "parallel_tool_calls"
-        | "tool_calls"
-        | "tool_call_id" => "tool calling is not supported by this server",
+        "tools" | "tool_choice" | "parallel_tool_calls" => {
+            "tools are offered through the chat endpoint only"
+        }
+        "functions" | "function_call" => {
+            "OpenAI's deprecated functions API is not supported; send `tools` and `tool_choice`"
+        }
+        "tool_calls" | "tool_call_id" => {
+            "only assistant messages call tools and tool messages answer them"
+        }
         "logit_bias" => "logit_bias is not supported by this server",
         "echo" | "best_of" | "suffix" => "this completions option is not supported by this server",
         "audio" | "modalities" => "audio is not supported by this server (text only)",
@@ -427,7 +611,11 @@ mod tests {
 
     fn chat(body: Value) -> Result<(Generation, Vec<(Role, String)>), ApiError> {
         let request: ChatRequest = serde_json::from_value(body).expect("parses");
-        Ok((request.check(&ServerConfig::default())?, request.turns()?))
+        let generation = request.check(&ServerConfig::default())?;
+        match request.prompt(Some(ToolCallFormat::Hermes))?.source {
+            PromptSource::Chat(turns) => Ok((generation, turns)),
+            other => panic!("not plain turns: {other:?}"),
+        }
     }
 
     #[test]
@@ -446,7 +634,11 @@ mod tests {
     #[test]
     fn unsupported_fields_are_refused_never_ignored() {
         for (body, param) in [
-            (json!({"tools": [{"type": "function"}]}), "tools"),
+            (
+                json!({"tools": [{"type": "function"}]}),
+                "tools[0].function",
+            ),
+            (json!({"functions": [{"name": "f"}]}), "functions"),
             (json!({"logit_bias": {"1": 5}}), "logit_bias"),
             (json!({"frequency_penalty": 0.5}), "frequency_penalty"),
             (

@@ -23,6 +23,8 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use pml_compiler::conversation::Conversation;
+use pml_compiler::tool_calls::ToolCallFormat;
 use pml_engine::generation::{FinishReason, SamplingParams};
 use pml_runtime::inference::{InferenceMode, PrefixCache, Runtime};
 use pml_runtime::store::RedisTier;
@@ -45,6 +47,8 @@ pub enum PromptSource {
     Text(String),
     /// Chat turns, wrapped in the model's chat template.
     Chat(Vec<(Role, String)>),
+    /// A chat with tools, tool calls or tool results, rendered whole by the model's template.
+    Conversation(Conversation),
 }
 
 /// A completion request as the engine receives it.
@@ -281,6 +285,8 @@ pub struct EngineHandle {
     pub metrics: Arc<Metrics>,
     /// Positions the model was trained for (its context length).
     pub max_positions: u32,
+    /// The tool-call format the model's template teaches (`None`: it renders no tools).
+    pub tool_format: Option<ToolCallFormat>,
     pub shutdown: Arc<Shutdown>,
 }
 
@@ -356,6 +362,7 @@ pub fn spawn(
         schemas: Arc::new(SchemaRegistry::default()),
         metrics: Arc::new(Metrics::default()),
         max_positions: runtime.max_positions(),
+        tool_format: ToolCallFormat::of(runtime.template()),
         shutdown: Arc::new(Shutdown::default()),
     };
     let shutdown = Arc::clone(&handle.shutdown);
@@ -390,6 +397,7 @@ mod tests {
             schemas: Arc::new(SchemaRegistry::default()),
             metrics: Arc::new(Metrics::default()),
             max_positions: 32,
+            tool_format: None,
             shutdown: Arc::new(Shutdown::default()),
         };
         (handle, receiver)

@@ -9,7 +9,7 @@ use pml_compiler::PlanError;
 use pml_engine::Tokenizer;
 use pml_engine::generation::{DecodeState, DecodeStep};
 use pml_engine::kv_cache::KvCache;
-use pml_runtime::chat::chat_prompt_tokens;
+use pml_runtime::chat::{chat_prompt_tokens, conversation_tokens};
 use pml_runtime::inference::{Runtime, RuntimeError};
 use pml_syntax::LineIndex;
 use pml_syntax::json::JsonDiagnostic;
@@ -329,6 +329,10 @@ pub fn prompt_tokens(
                 .map(|(role, text)| (*role, text.as_str()))
                 .collect();
             chat_prompt_tokens(runtime.template(), tokenizer, &turns)
+                .map_err(|error| JobError::BadRequest(error.to_string()))
+        }
+        PromptSource::Conversation(conversation) => {
+            conversation_tokens(runtime.template(), tokenizer, conversation)
                 .map_err(|error| JobError::BadRequest(error.to_string()))
         }
     }

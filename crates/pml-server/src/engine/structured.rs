@@ -22,6 +22,8 @@ pub enum ResponseFormat {
     JsonObject,
     /// JSON valid under this JSON Schema.
     JsonSchema(Value),
+    /// Text of this Lark grammar (llguidance's dialect): a required tool call.
+    ToolCall(String),
 }
 
 /// The model's vocabulary as llguidance sees it: each token's bytes in a trie, markup tokens
@@ -88,16 +90,24 @@ impl Grammars {
 
     /// A fresh constraint for one answer.
     pub fn constraint(&self, format: &ResponseFormat) -> Result<Constraint, JobError> {
-        let schema = match format {
-            ResponseFormat::JsonObject => json!({"type": "object"}),
-            ResponseFormat::JsonSchema(schema) => schema.clone(),
+        let (grammar, what) = match format {
+            ResponseFormat::JsonObject => (
+                TopLevelGrammar::from_json_schema(json!({"type": "object"})),
+                "the response_format schema is",
+            ),
+            ResponseFormat::JsonSchema(schema) => (
+                TopLevelGrammar::from_json_schema(schema.clone()),
+                "the response_format schema is",
+            ),
+            ResponseFormat::ToolCall(lark) => (
+                TopLevelGrammar::from_lark(lark.clone()),
+                "the tools' parameter schemas are",
+            ),
         };
         let parser = self
             .factory
-            .create_parser(TopLevelGrammar::from_json_schema(schema))
-            .map_err(|error| {
-                JobError::BadRequest(format!("the response_format schema is not usable: {error}"))
-            })?;
+            .create_parser(grammar)
+            .map_err(|error| JobError::BadRequest(format!("{what} not usable: {error}")))?;
         Ok(Constraint {
             matcher: Matcher::new(Ok(parser)),
         })

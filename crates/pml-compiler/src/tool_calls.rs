@@ -1,0 +1,417 @@
+//! How a chat template's model writes tool calls: which format its template teaches (Hermes'
+//! `<tool_call>{…}</tool_call>` blocks for Qwen2.5/Qwen3 and Hermes fine-tunes, Llama 3.x's bare
+//! `{"name": …, "parameters": …}`), the grammar that forces a call when one is required, and a
+//! parser that splits the model's text, as it streams, into content and calls (as llama.cpp's
+//! `common/chat.cpp` parses each format).
+
+use serde_json::{Map, Value, json};
+
+use crate::chat_template::ChatTemplate;
+
+/// The tool-call syntax a template teaches its model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolCallFormat {
+    /// `<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>`, one block per call.
+    Hermes,
+    /// The whole answer is `{"name": …, "parameters": {…}}` (after `<|python_tag|>` at times).
+    Llama3Json,
+}
+
+/// A function the model may call: its name and the JSON Schema of its arguments.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub parameters: Value,
+}
+
+/// One call the model made.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolCall {
+    pub name: String,
+    /// The arguments as a JSON value (an object for every well-formed call).
+    pub arguments: Value,
+}
+
+/// What the model's text turns out to be, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolOutput {
+    Content(String),
+    Call(ToolCall),
+}
+
+const HERMES_OPEN: &str = "<tool_call>";
+const HERMES_CLOSE: &str = "</tool_call>";
+const PYTHON_TAG: &str = "<|python_tag|>";
+
+impl ToolCallFormat {
+    /// The format `template` teaches, or `None` when it does not render tools in a known way.
+    pub fn of(template: &ChatTemplate) -> Option<Self> {
+        let source = template.source.as_str();
+        if source.contains(HERMES_OPEN) {
+            Some(Self::Hermes)
+        } else if source.contains(PYTHON_TAG) || source.contains("\"parameters\": ") {
+            Some(Self::Llama3Json)
+        } else {
+            None
+        }
+    }
+
+    /// The key under which this format writes a call's arguments.
+    fn arguments_key(self) -> &'static str {
+        match self {
+            Self::Hermes => "arguments",
+            Self::Llama3Json => "parameters",
+        }
+    }
+
+    /// A Lark grammar (llguidance's dialect) whose texts are exactly: one call of one of `tools`
+    /// in this format, or (`parallel`, Hermes only) one or more calls.
+    pub fn grammar(self, tools: &[ToolSpec], parallel: bool) -> String {
+        let key = self.arguments_key();
+        let alternatives: Vec<Value> = tools
+            .iter()
+            .map(|tool| {
+                let mut properties = Map::new();
+                properties.insert("name".into(), json!({"const": tool.name}));
+                properties.insert(key.into(), tool.parameters.clone());
+                json!({
+                    "type": "object",
+                    "properties": properties,
+                    "required": ["name", key],
+                    "additionalProperties": false,
+                })
+            })
+            .collect();
+        let schema = json!({"anyOf": alternatives});
+        match self {
+            Self::Hermes => {
+                let repeat = if parallel { " (\"\\n\" call)*" } else { "" };
+                format!(
+                    "start: call{repeat}\ncall: \"{HERMES_OPEN}\\n\" body \"\\n{HERMES_CLOSE}\"\nbody: %json {schema}\n"
+                )
+            }
+            Self::Llama3Json => format!("start: %json {schema}\n"),
+        }
+    }
+}
+
+/// Splits the model's text into content and calls as it arrives: content is released as soon as
+/// it cannot be the start of a call; a call once it is complete. A call that does not parse
+/// stays content, verbatim.
+///
+/// Small Hermes-trained models often drop the tags and answer with the bare call object; an
+/// answer that is one JSON object naming an offered function (`known`) is read as that call, as
+/// Llama 3's format is.
+#[derive(Debug)]
+pub struct ToolCallParser {
+    format: ToolCallFormat,
+    known: Vec<String>,
+    /// Text not yet released.
+    held: String,
+    state: ParseState,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ParseState {
+    /// Nothing but whitespace so far (here it is decided whether the answer is a bare call).
+    Start,
+    Text,
+    /// Inside a Hermes block, after its opening tag.
+    InCall,
+    /// The answer may be a bare call object; everything is held to the end.
+    WholeCall,
+}
+
+impl ToolCallParser {
+    /// A parser for `format`'s calls; `known`: the offered functions' names.
+    pub fn new(format: ToolCallFormat, known: Vec<String>) -> Self {
+        Self {
+            format,
+            known,
+            held: String::new(),
+            state: ParseState::Start,
+        }
+    }
+
+    /// Takes the next piece of the model's text; returns what is now certain.
+    pub fn feed(&mut self, text: &str) -> Vec<ToolOutput> {
+        self.held.push_str(text);
+        let mut out = Vec::new();
+        loop {
+            match (self.format, self.state) {
+                (_, ParseState::WholeCall) => return out,
+                (ToolCallFormat::Llama3Json, ParseState::Start) => {
+                    let trimmed = self.held.trim_start();
+                    if trimmed.is_empty() || PYTHON_TAG.starts_with(trimmed) {
+                        return out;
+                    }
+                    self.state = if trimmed.starts_with('{') || trimmed.starts_with(PYTHON_TAG) {
+                        ParseState::WholeCall
+                    } else {
+                        ParseState::Text
+                    };
+                }
+                (ToolCallFormat::Llama3Json, _) => {
+                    push_content(&mut out, std::mem::take(&mut self.held));
+                    return out;
+                }
+                (ToolCallFormat::Hermes, ParseState::Start)
+                    if self.held.trim_start().starts_with('{') =>
+                {
+                    self.state = ParseState::WholeCall;
+                }
+                (ToolCallFormat::Hermes, ParseState::Start)
+                    if self.held.trim_start().is_empty() =>
+                {
+                    return out;
+                }
+                (ToolCallFormat::Hermes, ParseState::Start | ParseState::Text) => {
+                    if let Some(at) = self.held.find(HERMES_OPEN) {
+                        push_content(&mut out, self.held[..at].to_owned());
+                        self.held.drain(..at + HERMES_OPEN.len());
+                        self.state = ParseState::InCall;
+                    } else {
+                        // Keep back a tail that may be the opening tag's start.
+                        let keep = partial_suffix(&self.held, HERMES_OPEN);
+                        let release = self.held.len() - keep;
+                        push_content(&mut out, self.held[..release].to_owned());
+                        self.held.drain(..release);
+                        if release > 0 {
+                            self.state = ParseState::Text;
+                        }
+                        return out;
+                    }
+                }
+                (ToolCallFormat::Hermes, ParseState::InCall) => {
+                    let Some(at) = self.held.find(HERMES_CLOSE) else {
+                        return out;
+                    };
+                    let body = self.held[..at].to_owned();
+                    self.held.drain(..at + HERMES_CLOSE.len());
+                    out.push(match parse_call(&body, "arguments") {
+                        Some(call) => ToolOutput::Call(call),
+                        None => ToolOutput::Content(format!("{HERMES_OPEN}{body}{HERMES_CLOSE}")),
+                    });
+                    self.state = ParseState::Text;
+                }
+            }
+        }
+    }
+
+    /// The end of the answer: whatever is held, resolved.
+    pub fn finish(mut self) -> Vec<ToolOutput> {
+        let held = std::mem::take(&mut self.held);
+        let mut out = Vec::new();
+        match self.state {
+            ParseState::WholeCall => {
+                let body = held.trim_start();
+                let body = body.strip_prefix(PYTHON_TAG).unwrap_or(body);
+                match parse_call(body, self.format.arguments_key()) {
+                    Some(call) if self.known.contains(&call.name) => {
+                        out.push(ToolOutput::Call(call));
+                    }
+                    _ => push_content(&mut out, held),
+                }
+            }
+            // A block cut off by the token limit may still hold a whole call.
+            ParseState::InCall => match parse_call(&held, "arguments") {
+                Some(call) => out.push(ToolOutput::Call(call)),
+                None => push_content(&mut out, format!("{HERMES_OPEN}{held}")),
+            },
+            ParseState::Start | ParseState::Text => push_content(&mut out, held),
+        }
+        out
+    }
+}
+
+fn push_content(out: &mut Vec<ToolOutput>, text: String) {
+    if !text.is_empty() {
+        out.push(ToolOutput::Content(text));
+    }
+}
+
+/// The length of the longest end of `text` that is a proper start of `tag`.
+fn partial_suffix(text: &str, tag: &str) -> usize {
+    (1..tag.len().min(text.len() + 1))
+        .rev()
+        .find(|&length| {
+            text.is_char_boundary(text.len() - length) && text.ends_with(&tag[..length])
+        })
+        .unwrap_or(0)
+}
+
+/// `{"name": …, <key>: {…}}` (either key accepted: models mix them up), whitespace around.
+fn parse_call(body: &str, key: &str) -> Option<ToolCall> {
+    let Value::Object(mut object) = serde_json::from_str::<Value>(body.trim()).ok()? else {
+        return None;
+    };
+    let name = object.remove("name")?.as_str()?.to_owned();
+    let other = if key == "arguments" {
+        "parameters"
+    } else {
+        "arguments"
+    };
+    let arguments = object
+        .remove(key)
+        .or_else(|| object.remove(other))
+        .unwrap_or_else(|| json!({}));
+    // Some models write the arguments as a JSON string.
+    let arguments = match arguments {
+        Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        other => other,
+    };
+    Some(ToolCall { name, arguments })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(name: &str, arguments: Value) -> ToolOutput {
+        ToolOutput::Call(ToolCall {
+            name: name.to_owned(),
+            arguments,
+        })
+    }
+
+    fn content(text: &str) -> ToolOutput {
+        ToolOutput::Content(text.to_owned())
+    }
+
+    /// Feeds `pieces` one by one and returns everything released, finish included.
+    fn parse(format: ToolCallFormat, pieces: &[&str]) -> Vec<ToolOutput> {
+        let known = ["get_weather", "get_time", "f"].map(str::to_owned).to_vec();
+        let mut parser = ToolCallParser::new(format, known);
+        let mut out: Vec<ToolOutput> = pieces.iter().flat_map(|piece| parser.feed(piece)).collect();
+        out.extend(parser.finish());
+        out
+    }
+
+    #[test]
+    fn hermes_calls_split_across_pieces() {
+        let pieces = [
+            "Let me check.\n<tool",
+            "_call>\n{\"name\": \"get_weather\", \"argu",
+            "ments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n",
+            "{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>",
+        ];
+        assert_eq!(
+            parse(ToolCallFormat::Hermes, &pieces),
+            [
+                content("Let me check.\n"),
+                call("get_weather", json!({"city": "Paris"})),
+                content("\n"),
+                call("get_time", json!({})),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bare_call_object_naming_an_offered_function_is_a_call() {
+        assert_eq!(
+            parse(
+                ToolCallFormat::Hermes,
+                &[
+                    "\n{\"name\": \"get_weather\", ",
+                    "\"arguments\": {\"city\": \"Paris\"}}"
+                ]
+            ),
+            [call("get_weather", json!({"city": "Paris"}))]
+        );
+        let other = "{\"name\": \"Ada\", \"arguments\": {}}";
+        assert_eq!(parse(ToolCallFormat::Hermes, &[other]), [content(other)]);
+        assert_eq!(
+            parse(ToolCallFormat::Llama3Json, &[other]),
+            [content(other)],
+            "Llama 3's bare calls must name an offered function too"
+        );
+    }
+
+    #[test]
+    fn hermes_releases_text_that_cannot_open_a_call() {
+        let mut parser = ToolCallParser::new(ToolCallFormat::Hermes, Vec::new());
+        assert_eq!(parser.feed("a < b <to"), [content("a < b ")]);
+        assert_eq!(parser.feed("ast>"), [content("<toast>")]);
+        assert_eq!(parser.finish(), []);
+    }
+
+    #[test]
+    fn broken_calls_stay_content() {
+        assert_eq!(
+            parse(ToolCallFormat::Hermes, &["<tool_call>not json</tool_call>"]),
+            [content("<tool_call>not json</tool_call>")]
+        );
+        assert_eq!(
+            parse(ToolCallFormat::Hermes, &["<tool_call>\n{\"name\": \"f\""]),
+            [content("<tool_call>\n{\"name\": \"f\"")]
+        );
+        assert_eq!(
+            parse(ToolCallFormat::Llama3Json, &["{not a call}"]),
+            [content("{not a call}")]
+        );
+    }
+
+    #[test]
+    fn a_block_cut_off_before_its_closing_tag_is_still_a_call() {
+        assert_eq!(
+            parse(
+                ToolCallFormat::Hermes,
+                &["<tool_call>\n{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1}\"}"]
+            ),
+            [call("f", json!({"x": 1}))]
+        );
+    }
+
+    #[test]
+    fn llama3_answers_are_calls_or_text() {
+        assert_eq!(
+            parse(
+                ToolCallFormat::Llama3Json,
+                &[
+                    " {\"name\": \"get_weather\", ",
+                    "\"parameters\": {\"city\": \"Oslo\"}}"
+                ]
+            ),
+            [call("get_weather", json!({"city": "Oslo"}))]
+        );
+        assert_eq!(
+            parse(
+                ToolCallFormat::Llama3Json,
+                &["<|python", "_tag|>{\"name\": \"f\", \"parameters\": {}}"]
+            ),
+            [call("f", json!({}))]
+        );
+        assert_eq!(
+            parse(ToolCallFormat::Llama3Json, &["It is ", "sunny."]),
+            [content("It is "), content("sunny.")]
+        );
+    }
+
+    #[test]
+    fn partial_suffixes_respect_characters() {
+        assert_eq!(partial_suffix("ab<tool_", HERMES_OPEN), 6);
+        assert_eq!(partial_suffix("é", HERMES_OPEN), 0);
+        assert_eq!(partial_suffix("<tool_call>", HERMES_OPEN), 0);
+        assert_eq!(partial_suffix("", HERMES_OPEN), 0);
+    }
+
+    #[test]
+    fn grammars_name_each_tool() {
+        let tools = [ToolSpec {
+            name: "get_weather".to_owned(),
+            parameters: json!({"type": "object"}),
+        }];
+        let hermes = ToolCallFormat::Hermes.grammar(&tools, true);
+        assert!(
+            hermes.starts_with("start: call (\"\\n\" call)*\n"),
+            "{hermes}"
+        );
+        assert!(hermes.contains("\"const\":\"get_weather\""), "{hermes}");
+        let llama = ToolCallFormat::Llama3Json.grammar(&tools, true);
+        assert!(llama.starts_with("start: %json {"), "{llama}");
+        assert!(
+            llama.contains("\"required\":[\"name\",\"parameters\"]"),
+            "{llama}"
+        );
+    }
+}
