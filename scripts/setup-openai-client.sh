@@ -1,27 +1,44 @@
 #!/usr/bin/env bash
-# Installs OpenAI's official Python client (the `openai` package from PyPI) into a cached virtual
-# environment, for the server's client test suite (crates/pml-server/tests/openai_client.py) and
-# the load test. Idempotent: exits early when the venv already imports it at the wanted version.
+# Installs OpenAI's official clients for the server's client test suite
+# (crates/pml-server/tests/openai_client*.py, openai_client_node.cjs) and the load test: the
+# Python package `openai` (PyPI) into a cached virtual environment, and the Node package `openai`
+# (npm) into a cached folder. Idempotent: each part is skipped when the wanted version is there.
 #
 # Environment:
-#   PML_HOME         cache root (default ~/.cache/pml); the venv is $PML_HOME/venv-openai
-#   OPENAI_VERSION   `openai` version to install (default 3.54.0)
-#   PYTHON           interpreter used to create the venv (default python3)
+#   PML_HOME              cache root (default ~/.cache/pml); the venv is $PML_HOME/venv-openai,
+#                         the Node package $PML_HOME/node-openai/node_modules/openai
+#   OPENAI_VERSION        Python `openai` version (default 3.54.0)
+#   NODE_OPENAI_VERSION   Node `openai` version (default 7.57.0)
+#   PYTHON                interpreter used to create the venv (default python3)
 set -euo pipefail
 
 PML_HOME="${PML_HOME:-$HOME/.cache/pml}"
 VENV="$PML_HOME/venv-openai"
 VERSION="${OPENAI_VERSION:-3.54.0}"
+NODE_VERSION="${NODE_OPENAI_VERSION:-7.57.0}"
+NODE_PREFIX="$PML_HOME/node-openai"
 PYTHON="${PYTHON:-python3}"
 
 log() { printf '[setup-openai-client] %s\n' "$*"; }
 
 if [ -x "$VENV/bin/python" ] &&
     "$VENV/bin/python" -c "import sys, openai, jsonschema; sys.exit(openai.__version__ != '$VERSION')" 2>/dev/null; then
-    log "openai $VERSION already installed in $VENV; nothing to do"
-    exit 0
+    log "python openai $VERSION already installed in $VENV"
+else
+    log "installing python openai $VERSION into $VENV"
+    "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "openai==$VERSION" jsonschema
+    "$VENV/bin/python" -c "import openai; print('[setup-openai-client] python openai', openai.__version__)"
 fi
-log "installing openai $VERSION into $VENV"
-"$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "openai==$VERSION" jsonschema
-"$VENV/bin/python" -c "import openai; print('[setup-openai-client] openai', openai.__version__)"
+
+installed_node_version() {
+    node -e "console.log(require('$NODE_PREFIX/node_modules/openai/package.json').version)" 2>/dev/null || true
+}
+if [ "$(installed_node_version)" = "$NODE_VERSION" ]; then
+    log "node openai $NODE_VERSION already installed in $NODE_PREFIX"
+else
+    log "installing node openai $NODE_VERSION into $NODE_PREFIX"
+    mkdir -p "$NODE_PREFIX"
+    npm install --silent --no-audit --no-fund --prefix "$NODE_PREFIX" "openai@$NODE_VERSION"
+    log "node openai $(installed_node_version)"
+fi

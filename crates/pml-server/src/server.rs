@@ -73,6 +73,7 @@ pub fn start(
     let state = AppState {
         engine: engine.clone(),
         config: Arc::new(config),
+        responses: Arc::default(),
     };
     let (shutdown, shutdown_requested) = oneshot::channel::<()>();
     let http = std::thread::Builder::new()

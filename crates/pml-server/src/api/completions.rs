@@ -23,7 +23,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::openai::{ChoiceText, ChunkPiece, Flavor, ResponseMeta, Usage, is_pml_prompt};
 use super::prompt_schema::prompt_schema;
-use super::request::{ChatRequest, CompletionRequest, Generation};
+use super::request::{ChatPrompt, ChatRequest, CompletionRequest, Generation};
 use super::tools::{AnswerPiece, ToolReader, ToolUse, call_json};
 use crate::engine::structured::ResponseFormat;
 use crate::engine::{
@@ -55,6 +55,25 @@ pub async fn chat_completion(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let request: ChatRequest = parse_json(&body?)?;
+    let (generation, prompt) = chat_job(&state, &request)?;
+    let model = request.fields.model.clone();
+    answer(
+        state,
+        Flavor::Chat,
+        prompt.source,
+        generation,
+        model,
+        prompt.tools,
+    )
+    .await
+}
+
+/// A chat request's generation options and prompt, checked; a required tool call becomes the
+/// answer's grammar.
+pub fn chat_job(
+    state: &AppState,
+    request: &ChatRequest,
+) -> Result<(Generation, ChatPrompt), ApiError> {
     let mut generation = request.check(&state.config)?;
     let prompt = request.prompt(state.engine.tool_format)?;
     if let Some(grammar) = prompt
@@ -70,16 +89,7 @@ pub async fn chat_completion(
         }
         generation.format = Some(ResponseFormat::ToolCall(grammar));
     }
-    let model = request.fields.model.clone();
-    answer(
-        state,
-        Flavor::Chat,
-        prompt.source,
-        generation,
-        model,
-        prompt.tools,
-    )
-    .await
+    Ok((generation, prompt))
 }
 
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
@@ -95,6 +105,37 @@ async fn answer(
     model: Option<String>,
     tools: Option<ToolUse>,
 ) -> Result<Response, ApiError> {
+    let (usage, receiver) = start(&state, prompt, &generation).await?;
+    let model = model.as_deref().unwrap_or(&state.config.model_name);
+    let meta = ResponseMeta::new(flavor, model);
+    let with_logprobs = generation.logprobs.is_some();
+    let readers = (0..generation.n)
+        .map(|_| ToolReader::new(tools.as_ref()))
+        .collect();
+    if generation.stream {
+        let stream = StreamState {
+            receiver,
+            choices: (0..generation.n).map(|_| StreamChoice::default()).collect(),
+            readers,
+            running: generation.n,
+            completion_tokens: 0,
+            ready: VecDeque::new(),
+            phase: StreamPhase::Open,
+        };
+        let include_usage = generation.include_usage.then_some(usage);
+        Ok(stream_answer(meta, include_usage, stream).into_response())
+    } else {
+        collect_answer(meta, usage, receiver, readers, with_logprobs).await
+    }
+}
+
+/// Submits a request's job (with a sibling per further choice) and waits for its prefill's
+/// verdict: the prompt's usage and the channel its choices report on, or the error to answer.
+pub async fn start(
+    state: &AppState,
+    prompt: PromptSource,
+    generation: &Generation,
+) -> Result<(PromptUsage, UnboundedReceiver<(usize, JobEvent)>), ApiError> {
     let (sender, mut receiver) = unbounded_channel();
     let arrived = Instant::now();
     // Each choice its own draw, reproducibly (greedy choices are alike); one prefill for all.
@@ -135,27 +176,7 @@ async fn answer(
         Some((_, JobEvent::Done { end, .. })) => return Err(ended_early(end)),
         Some((_, JobEvent::Token { .. })) | None => return Err(engine_gone()),
     };
-    let model = model.as_deref().unwrap_or(&state.config.model_name);
-    let meta = ResponseMeta::new(flavor, model);
-    let with_logprobs = generation.logprobs.is_some();
-    let readers = (0..generation.n)
-        .map(|_| ToolReader::new(tools.as_ref()))
-        .collect();
-    if generation.stream {
-        let stream = StreamState {
-            receiver,
-            choices: (0..generation.n).map(|_| StreamChoice::default()).collect(),
-            readers,
-            running: generation.n,
-            completion_tokens: 0,
-            ready: VecDeque::new(),
-            phase: StreamPhase::Open,
-        };
-        let include_usage = generation.include_usage.then_some(usage);
-        Ok(stream_answer(meta, include_usage, stream).into_response())
-    } else {
-        collect_answer(meta, usage, receiver, readers, with_logprobs).await
-    }
+    Ok((usage, receiver))
 }
 
 async fn collect_answer(
@@ -375,7 +396,7 @@ fn stream_answer(
 }
 
 /// The next event that is not another choice's `Started` (only the first one's counts).
-async fn next_event(
+pub async fn next_event(
     receiver: &mut UnboundedReceiver<(usize, JobEvent)>,
 ) -> Option<(usize, JobEvent)> {
     loop {
@@ -386,16 +407,16 @@ async fn next_event(
     }
 }
 
-fn json_event(value: &serde_json::Value) -> Event {
+pub fn json_event(value: &serde_json::Value) -> Event {
     Event::default().data(value.to_string())
 }
 
 /// An error after the stream began: the status line is sent, so the error travels as an event.
-fn error_event(error: &ApiError) -> Event {
+pub fn error_event(error: &ApiError) -> Event {
     json_event(&error.body())
 }
 
-fn ended_early(end: JobEnd) -> ApiError {
+pub fn ended_early(end: JobEnd) -> ApiError {
     match end {
         JobEnd::TimedOut => ApiError::new(
             StatusCode::GATEWAY_TIMEOUT,
@@ -406,6 +427,6 @@ fn ended_early(end: JobEnd) -> ApiError {
     }
 }
 
-fn engine_gone() -> ApiError {
+pub fn engine_gone() -> ApiError {
     ApiError::internal("the engine stopped before answering")
 }

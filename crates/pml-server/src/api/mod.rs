@@ -8,6 +8,7 @@
 //! - [`models`]: `/v1/models`, `/tokenize` and `/detokenize`.
 //! - [`prompt_schema`]: the loaded schema a PML prompt is bound to, resolved here, once.
 //! - [`completions`]: `/v1/completions` and `/v1/chat/completions`, streaming or not.
+//! - [`responses`], [`responses_output`]: `/v1/responses`, answered as a chat.
 //! - [`tools`]: tool calling: offered tools, tool messages, calls read from the answer.
 //! - [`schemas`]: schema upload, progress, listing, deletion (bearer-token protected).
 //! - [`status`]: `/health`, `/metrics`, `/openapi.yaml`.
@@ -18,6 +19,8 @@ pub mod models;
 pub mod openai;
 pub mod prompt_schema;
 pub mod request;
+pub mod responses;
+pub mod responses_output;
 pub mod schemas;
 pub mod status;
 pub mod tools;
@@ -37,6 +40,8 @@ pub use prompt_schema::prompt_schema;
 pub struct AppState {
     pub engine: EngineHandle,
     pub config: Arc<ServerConfig>,
+    /// Earlier responses, for `previous_response_id`.
+    pub responses: Arc<responses::ResponseLog>,
 }
 
 /// Every route: method, path (axum and OpenAPI spell parameters alike, `{name}`), handler. The
@@ -60,6 +65,7 @@ pub fn routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
             "/v1/chat/completions",
             post(completions::chat_completion),
         ),
+        ("post", "/v1/responses", post(responses::create)),
     ]
 }
 
