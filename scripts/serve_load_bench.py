@@ -4,7 +4,10 @@ GGUF, same machine, the same requests (issue #33's peer harness).
 
 Usage:
   scripts/serve_load_bench.py --pml target/release/pml --llama-server PATH --model GGUF \
-      [--clients 8] [--requests 2] [--threads 2] [--max-tokens 32]
+      [--clients 8] [--requests 2] [--threads 2] [--max-tokens 32] [--also-pml LABEL=PATH ...]
+
+`--also-pml` runs another `pml` build on the same workload in the same run (a before/after
+comparison beside the peer).
 
 Workload "chat": one shared ~700-token system prompt and a distinct question per request, each
 client sending its requests one after the other, all clients at once, streaming, temperature 0.
@@ -121,6 +124,7 @@ def main():
     parser.add_argument("--requests", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--also-pml", action="append", default=[], metavar="LABEL=PATH")
     args = parser.parse_args()
     servers = {
         "llama-server": [args.llama_server, "-m", args.model, "--port", "18201", "-t",
@@ -128,6 +132,9 @@ def main():
                          "-c", str(args.clients * 2048)],
         "pml serve": [args.pml, "serve", "--model", args.model, "--port", "18202"],
     }
+    for offset, also in enumerate(args.also_pml):
+        label, path = also.split("=", 1)
+        servers[label] = [path, "serve", "--model", args.model, "--port", str(18203 + offset)]
     env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads))
     flags = open("/proc/cpuinfo").read().split("flags")[1].split("\n")[0].split()
     simd = " ".join(f for f in flags if f.startswith(("avx512", "avx2", "avx_vnni", "amx")))

@@ -19,6 +19,10 @@ pub struct ServerConfig {
     pub max_batch: usize,
     /// A completion still running this long after it arrived is ended.
     pub request_timeout: Duration,
+    /// Most bytes the KV caches of the admitted sequences may take together (`None`: no
+    /// bound). Each sequence reserves room for its prompt and `max_tokens` at admission; a
+    /// completion waits until its reservation fits, and one that could never fit is refused.
+    pub kv_cache_bytes: Option<usize>,
     /// RAM for the KV of plain prompts' blocks (automatic prefix caching); 0 turns it off.
     pub prefix_cache_bytes: u64,
     /// Redis the prefix cache's blocks are shared through (a namespace of their own, in the
@@ -49,6 +53,7 @@ impl Default for ServerConfig {
             queue_capacity: 64,
             max_batch: 16,
             request_timeout: Duration::from_secs(600),
+            kv_cache_bytes: None,
             prefix_cache_bytes: 1 << 30,
             prefix_cache_redis: None,
             shutdown_grace: Duration::from_secs(3),

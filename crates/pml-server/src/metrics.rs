@@ -113,6 +113,12 @@ pub struct Metrics {
     /// Other requests for the engine (uploads, deletions, tokenizing) not yet handled.
     pub control_queue_depth: AtomicUsize,
     pub active_sequences: AtomicUsize,
+    /// `--kv-cache-mib` in bytes (0: no budget), the KV reserved for the admitted sequences, the
+    /// bytes their caches hold now, and the most they held at any step.
+    pub kv_budget_bytes: AtomicUsize,
+    pub kv_reserved_bytes: AtomicUsize,
+    pub kv_resident_bytes: AtomicUsize,
+    pub kv_resident_peak_bytes: AtomicUsize,
     pub tokens_reused: AtomicU64,
     pub tokens_recomputed: AtomicU64,
     pub tokens_new: AtomicU64,
@@ -215,6 +221,30 @@ impl Metrics {
             "Completions being decoded.",
             self.active_sequences.load(Ordering::Relaxed),
         );
+        for (name, help, value) in [
+            (
+                "pml_kv_budget_bytes",
+                "KV cache budget of the sequences (--kv-cache-mib; 0: none).",
+                &self.kv_budget_bytes,
+            ),
+            (
+                "pml_kv_reserved_bytes",
+                "KV reserved for the prefilling and decoding sequences (prompt and answer).",
+                &self.kv_reserved_bytes,
+            ),
+            (
+                "pml_kv_resident_bytes",
+                "KV the prefilling and decoding sequences' caches hold now.",
+                &self.kv_resident_bytes,
+            ),
+            (
+                "pml_kv_resident_peak_bytes",
+                "The most KV the sequences' caches held at the end of any engine step.",
+                &self.kv_resident_peak_bytes,
+            ),
+        ] {
+            gauge(&mut out, name, help, value.load(Ordering::Relaxed));
+        }
         let _ = writeln!(
             out,
             "# HELP pml_prompt_tokens_total Prompt tokens by origin.\n# TYPE pml_prompt_tokens_total counter"

@@ -29,6 +29,9 @@ pub struct LayerKv {
     exposed_rows: usize,
     /// Shared by clones of this layer; a clone must not append into a buffer another owns.
     owner: Arc<()>,
+    /// Most buffer rows an append grows to ahead of need (a server's per-sequence reservation,
+    /// [`super::KvCache::limit_rows`]); an append needing more still gets what it needs.
+    row_limit: usize,
 }
 
 impl LayerKv {
@@ -55,6 +58,7 @@ impl LayerKv {
             horizon: 0,
             exposed_rows: 0,
             owner: Arc::new(()),
+            row_limit: usize::MAX,
         })
     }
 
@@ -105,6 +109,16 @@ impl LayerKv {
 
     pub(super) fn capacity(&self) -> usize {
         self.first_held + self.key_buffer.dims()[0]
+    }
+
+    /// Bytes of the K and V buffers, spare rows included.
+    pub(super) fn allocated_bytes(&self) -> usize {
+        (self.key_buffer.elem_count() + self.value_buffer.elem_count())
+            * self.key_buffer.dtype().size_in_bytes()
+    }
+
+    pub(super) fn limit_rows(&mut self, slots: usize) {
+        self.row_limit = slots.saturating_sub(self.first_held).max(1);
     }
 
     /// The buffer row of `slot`, or why it has none.
@@ -212,8 +226,13 @@ impl LayerKv {
         let rows = self.key_buffer.dims()[0];
         let shared = Arc::strong_count(&self.owner) > 1;
         if needed > rows || shared || self.exposed_rows > old_len {
-            // Grow geometrically so decoding costs amortised O(1) copies per token.
-            let rows = needed.max(2 * rows).max(64);
+            // Grow geometrically so decoding costs amortised O(1) copies per token, never past
+            // the limit ahead of need; a copy on write keeps the capacity it had.
+            let rows = if needed > rows {
+                needed.max((2 * rows).max(64).min(self.row_limit))
+            } else {
+                rows
+            };
             self.key_buffer = reallocate(&self.key_buffer, old_len, rows)?;
             self.value_buffer = reallocate(&self.value_buffer, old_len, rows)?;
             self.owner = Arc::new(());

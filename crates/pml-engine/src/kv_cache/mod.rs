@@ -38,6 +38,13 @@ pub struct KvLayout {
     pub dtype: DType,
 }
 
+impl KvLayout {
+    /// Bytes of one slot's K and V across every layer.
+    pub fn slot_bytes(&self) -> usize {
+        self.n_layers * 2 * self.n_kv_heads * self.head_dim * self.dtype.size_in_bytes()
+    }
+}
+
 /// The KV cache of one sequence: one [`LayerKv`] per layer.
 ///
 /// Between whole-model calls every layer holds the same slots at the same positions; during a
@@ -168,6 +175,21 @@ impl KvCache {
     /// Slots every layer holds before an append has to copy it into a larger buffer.
     pub fn capacity(&self) -> usize {
         self.layers.iter().map(LayerKv::capacity).min().unwrap_or(0)
+    }
+
+    /// Bytes the cache's buffers take, spare rows included (clones sharing a buffer each count
+    /// it: an upper bound).
+    pub fn allocated_bytes(&self) -> usize {
+        self.layers.iter().map(LayerKv::allocated_bytes).sum()
+    }
+
+    /// Appends never grow a layer past `slots` slots ahead of need (they grow geometrically
+    /// otherwise): a server that reserved room for a sequence's prompt and answer keeps its
+    /// cache within that.
+    pub fn limit_rows(&mut self, slots: usize) {
+        for layer in &mut self.layers {
+            layer.limit_rows(slots);
+        }
     }
 
     /// Positions of the slots of layer 0.

@@ -514,3 +514,46 @@ fn rows_block(n: usize) -> KvBlock {
     )
     .unwrap()
 }
+
+/// Appends one slot to every layer.
+fn append_slot(cache: &mut KvCache) {
+    let slot = cache.len();
+    for layer_idx in 0..LAYOUT.n_layers {
+        cache
+            .write(
+                layer_idx,
+                &[slot],
+                &rows(slot as f32, 1),
+                &rows(slot as f32, 1),
+                &[slot as u32],
+            )
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_row_limit_caps_growth_and_forks_keep_their_capacity() {
+    let slot_bytes = LAYOUT.slot_bytes();
+    assert_eq!(slot_bytes, 2 * 2 * 2 * 3 * 4);
+    let mut cache = KvCache::with_capacity(LAYOUT, &Device::Cpu, 10).unwrap();
+    cache.limit_rows(12);
+    for _ in 0..10 {
+        append_slot(&mut cache);
+    }
+    assert_eq!(cache.allocated_bytes(), 10 * slot_bytes);
+    append_slot(&mut cache);
+    assert_eq!(
+        cache.capacity(),
+        12,
+        "grown to the limit, not geometrically to 64"
+    );
+    assert_eq!(cache.allocated_bytes(), 12 * slot_bytes);
+    // A fork copies on its first append into a buffer of the same capacity.
+    let mut fork = cache.clone();
+    append_slot(&mut fork);
+    assert_eq!((fork.capacity(), fork.len(), cache.len()), (12, 12, 11));
+    // Past the limit an append still gets the room it needs.
+    append_slot(&mut fork);
+    assert_eq!(fork.len(), 13);
+    assert!(fork.capacity() >= 13);
+}

@@ -1,9 +1,11 @@
-//! Batched decoding: one new token for each of several independent sequences in a single pass,
-//! which is what continuous batching in a server needs. The tokens are stacked into one matrix for
-//! every linear layer (projections, MLP, LM head), so each weight matrix is read once for the
-//! whole batch instead of once per sequence — decoding is memory-bound, and that is the win.
-//! Attention stays per sequence: each token writes its K/V into its own [`KvCache`] and attends
-//! over that cache only, exactly as [`Model::forward_layer`] does.
+//! Batched steps: new tokens for each of several independent sequences in a single pass, which
+//! is what continuous batching in a server needs — one token of every decoding sequence and a
+//! chunk of every prefilling prompt together (llama.cpp's `update_slots`, vLLM's chunked
+//! prefill). The rows are stacked into one matrix for every linear layer (projections, MLP, LM
+//! head), so each weight matrix is read once for the whole step instead of once per sequence —
+//! decoding is memory-bound, and that is the win. Attention stays per sequence: each sequence's
+//! rows write their K/V into its own [`KvCache`] and attend over that cache only, exactly as
+//! [`Model::forward_layer`] does.
 
 use candle_core::Tensor;
 
@@ -20,66 +22,110 @@ pub struct DecodeSlot<'k> {
     pub kv: &'k mut KvCache,
 }
 
+/// One sequence's share of a batched step: tokens to append after everything in its cache (one
+/// when decoding, a chunk when prefilling), their positions, and the cache.
+pub struct BatchSlot<'k> {
+    pub tokens: &'k [u32],
+    pub positions: &'k [u32],
+    pub kv: &'k mut KvCache,
+}
+
 impl Model {
     /// Runs one token per sequence through every layer and returns their logits,
     /// `(batch.len(), vocab_size)`, row `i` for `batch[i]`. Equal (to float tolerance) to calling
     /// [`Model::forward`] on each sequence alone.
     pub fn decode_batch(&self, batch: &mut [DecodeSlot<'_>]) -> Result<Tensor, EngineError> {
+        let tokens: Vec<[u32; 1]> = batch.iter().map(|slot| [slot.token]).collect();
+        let positions: Vec<[u32; 1]> = batch.iter().map(|slot| [slot.position]).collect();
+        let mut slots: Vec<BatchSlot<'_>> = batch
+            .iter_mut()
+            .zip(tokens.iter().zip(&positions))
+            .map(|(slot, (tokens, positions))| BatchSlot {
+                tokens,
+                positions,
+                kv: &mut *slot.kv,
+            })
+            .collect();
+        self.forward_batch(&mut slots)
+    }
+
+    /// Runs every slot's tokens through every layer in one pass and returns the logits of each
+    /// slot's last token, `(batch.len(), vocab_size)`, row `i` for `batch[i]`. Equal (to float
+    /// tolerance) to calling [`Model::forward`] on each sequence alone.
+    pub fn forward_batch(&self, batch: &mut [BatchSlot<'_>]) -> Result<Tensor, EngineError> {
         if batch.is_empty() {
-            return Err(EngineError::InvalidInput(
-                "an empty decode batch".to_string(),
-            ));
+            return Err(EngineError::InvalidInput("an empty batch".to_string()));
         }
         let mut contexts = Vec::with_capacity(batch.len());
+        let mut tokens = Vec::new();
         for slot in batch.iter() {
+            if slot.tokens.is_empty() || slot.tokens.len() != slot.positions.len() {
+                return Err(EngineError::InvalidInput(format!(
+                    "a batch slot of {} tokens at {} positions",
+                    slot.tokens.len(),
+                    slot.positions.len()
+                )));
+            }
             self.check_cache(slot.kv)?;
             slot.kv.check_consistent()?;
-            // Taken before any layer writes: every layer appends at the same slot.
-            contexts.push(ForwardContext::appending(vec![slot.position], slot.kv));
+            // Taken before any layer writes: every layer appends at the same slots.
+            contexts.push(ForwardContext::appending(slot.positions.to_vec(), slot.kv));
+            tokens.extend_from_slice(slot.tokens);
         }
-        let tokens: Vec<u32> = batch.iter().map(|slot| slot.token).collect();
         let mut hidden = self.embed(&tokens)?;
         for (layer_idx, block) in self.blocks.iter().enumerate() {
             hidden = block.forward_batch(&hidden, layer_idx, batch, &contexts)?;
         }
-        let rows: Vec<usize> = (0..batch.len()).collect();
-        self.logits(&hidden, &rows)
+        let last_rows: Vec<usize> = batch
+            .iter()
+            .scan(0, |end, slot| {
+                *end += slot.tokens.len();
+                Some(*end - 1)
+            })
+            .collect();
+        self.logits(&hidden, &last_rows)
     }
 }
 
 impl Block {
-    /// [`Block::forward`] for one token of each sequence: the linear layers run on the stacked
-    /// rows, attention runs row by row against each row's own cache.
+    /// [`Block::forward`] for the stacked rows of several sequences: the linear layers run on
+    /// all rows at once, attention on each sequence's rows against its own cache.
     fn forward_batch(
         &self,
         hidden: &Tensor,
         layer_idx: usize,
-        batch: &mut [DecodeSlot<'_>],
+        batch: &mut [BatchSlot<'_>],
         contexts: &[ForwardContext],
     ) -> Result<Tensor, EngineError> {
-        let positions: Vec<u32> = batch.iter().map(|slot| slot.position).collect();
+        let positions: Vec<u32> = batch
+            .iter()
+            .flat_map(|slot| slot.positions.iter().copied())
+            .collect();
         let attention = &self.attention;
         let (x, tables) = self.normed(hidden, &positions)?;
         let (keys, values) = attention.keys_values(&x, &tables)?;
         let queries = attention.queries(&x, &tables)?;
 
         let mut attended = Vec::with_capacity(batch.len());
-        for (row, (slot, context)) in batch.iter_mut().zip(contexts).enumerate() {
+        let mut row = 0;
+        for (slot, context) in batch.iter_mut().zip(contexts) {
+            let rows = slot.tokens.len();
             slot.kv.write(
                 layer_idx,
                 context.slots(),
-                &keys.narrow(0, row, 1)?,
-                &values.narrow(0, row, 1)?,
+                &keys.narrow(0, row, rows)?,
+                &values.narrow(0, row, rows)?,
                 context.positions(),
             )?;
             let layer_kv = slot.kv.layer(layer_idx)?;
             attended.push(attention.attend(
-                &queries.narrow(0, row, 1)?,
+                &queries.narrow(0, row, rows)?,
                 context.positions(),
                 &layer_kv.keys()?,
                 &layer_kv.values()?,
                 layer_kv.held_positions(),
             )?);
+            row += rows;
         }
         let attended = Tensor::cat(&attended, 0)?;
 
@@ -159,6 +205,68 @@ mod tests {
                 for (a, b) in alone.iter().zip(&batched) {
                     assert_eq!(a.positions(), b.positions());
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_step_of_prompt_chunks_and_decode_tokens_equals_each_sequence_alone() {
+        for arch in Arch::ALL {
+            let model =
+                random_model(arch, 9, WeightFormat::default(), &Device::Cpu).expect("tiny model");
+            // Two sequences decoding one token, one prefilling its first chunk, one its second.
+            let prompts: [&[u32]; 4] = [&[3, 141, 59], &[26, 53], &[], &[7, 8, 9, 10]];
+            let steps: [&[u32]; 4] = [&[5], &[6], &[11, 12, 13, 14, 15], &[16, 17, 18]];
+            let mut alone = Vec::new();
+            let mut batched = Vec::new();
+            for prompt in prompts {
+                let mut kv = model.new_kv_cache().expect("cache");
+                if !prompt.is_empty() {
+                    let positions: Vec<u32> = (0..prompt.len() as u32).collect();
+                    model.forward(prompt, &positions, &mut kv).expect("prefill");
+                }
+                alone.push(kv.clone());
+                batched.push(kv);
+            }
+            let positions: Vec<Vec<u32>> = prompts
+                .iter()
+                .zip(steps)
+                .map(|(prompt, step)| {
+                    (prompt.len() as u32..(prompt.len() + step.len()) as u32).collect()
+                })
+                .collect();
+            let mut slots: Vec<BatchSlot<'_>> = batched
+                .iter_mut()
+                .zip(steps.iter().zip(&positions))
+                .map(|(kv, (tokens, positions))| BatchSlot {
+                    tokens,
+                    positions,
+                    kv,
+                })
+                .collect();
+            let logits = model.forward_batch(&mut slots).expect("mixed step");
+            assert_eq!(logits.dims(), [4, model.config().vocab_size]);
+            for (row, kv) in alone.iter_mut().enumerate() {
+                let single = model
+                    .forward(steps[row], &positions[row], kv)
+                    .expect("alone");
+                let diff = max_abs_diff(&logits.get(row).expect("row"), &single);
+                let scale = single
+                    .abs()
+                    .unwrap()
+                    .max(0)
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap();
+                assert!(
+                    diff <= 1e-4 * scale.max(1.0),
+                    "{arch:?} row {row}: {diff} (scale {scale})"
+                );
+                assert_eq!(
+                    kv.positions(),
+                    batched[row].positions(),
+                    "{arch:?} row {row}"
+                );
             }
         }
     }

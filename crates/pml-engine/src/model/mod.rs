@@ -31,7 +31,7 @@ pub mod transformer;
 pub mod weights;
 
 pub use crate::device::KV_CACHE_DTYPE;
-pub use batch::DecodeSlot;
+pub use batch::{BatchSlot, DecodeSlot};
 pub use config::{Activation, Arch, LayerAttention, ModelConfig};
 pub use context::{ForwardContext, ForwardOptions, ForwardOutput, LogitRows};
 pub use observer::{AttentionObserver, AttentionView};

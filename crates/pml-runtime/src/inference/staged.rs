@@ -86,6 +86,11 @@ impl StagedPrefill {
         self.tokens.len() - self.done
     }
 
+    /// The prompt's cache so far (what is spliced and computed).
+    pub fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
     /// Computes the next `budget` tokens (at least one); the prefill once the last is done.
     pub fn advance(mut self, model: &Model, budget: usize) -> Result<Staged, InferenceError> {
         let started = Instant::now();

@@ -145,6 +145,9 @@ impl From<JobError> for ApiError {
             JobError::TooLong { .. } => {
                 ApiError::bad_request(message).with_code("context_length_exceeded")
             }
+            JobError::OverKvBudget { .. } => {
+                ApiError::bad_request(message).with_code("kv_cache_budget_exceeded")
+            }
             JobError::BadRequest(_) => ApiError::bad_request(message),
             // Logged when the engine made it; its message is the log's, not the client's.
             JobError::Internal(incident) => ApiError::from(&incident),

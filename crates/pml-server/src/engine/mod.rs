@@ -196,6 +196,18 @@ pub enum JobError {
         max_tokens: usize,
         context: usize,
     },
+    #[error(
+        "the prompt and max_tokens need {} MiB of KV cache ({slots} slots for each of {width} \
+         choice(s)); this server's budget is {} MiB (--kv-cache-mib)",
+        needed.div_ceil(1 << 20),
+        budget >> 20
+    )]
+    OverKvBudget {
+        slots: usize,
+        width: usize,
+        needed: usize,
+        budget: usize,
+    },
     /// Logged when it was made; the client hears only the incident's number.
     #[error("the engine failed: {0}")]
     Internal(Incident),
@@ -369,13 +381,21 @@ pub fn spawn(
     let schemas = Arc::clone(&handle.schemas);
     let metrics = Arc::clone(&handle.metrics);
     let max_batch = config.max_batch.max(1);
+    let kv_budget = config.kv_cache_bytes;
     let prefix_cache = prefix_cache(&runtime, config)?;
     let thread = std::thread::Builder::new()
         .name("pml-engine".to_string())
         .spawn(move || {
             log_panics("engine", || {
-                scheduler::Scheduler::new(&runtime, schemas, metrics, max_batch, prefix_cache)
-                    .run(receiver, &shutdown);
+                scheduler::Scheduler::new(
+                    &runtime,
+                    schemas,
+                    metrics,
+                    max_batch,
+                    kv_budget,
+                    prefix_cache,
+                )
+                .run(receiver, &shutdown);
             })
         })?;
     Ok((handle, thread))

@@ -1,25 +1,47 @@
-//! A prompt's prefill, in chunks: started at admission — a plain prompt tokenized, checked
-//! against the context and its longest cached prefix spliced from the prefix cache; a PML prompt
-//! bound to its schema, checked, and its cached modules spliced in its mode (mode `blend` runs
-//! whole there: its layer-wise recompute is one pass) — then advanced by at most the step's
+//! A prompt's prefill, in chunks: prepared at admission — a plain prompt tokenized, a PML prompt
+//! bound to its schema, either checked against the context, which tells the KV its sequences
+//! reserve — then started once the reservation fits — a plain prompt's longest cached prefix
+//! spliced from the prefix cache, a PML prompt's cached modules spliced in its mode (mode
+//! `blend` runs whole there: its layer-wise recompute is one pass) — then advanced by at most the step's
 //! token budget at a time, so a long prompt never holds the engine longer than one chunk: running
 //! streams decode in between, and a client that leaves or a shutdown is noticed between chunks.
 
 use std::collections::HashMap;
 
+use candle_core::Tensor;
+use pml_compiler::plan::BoundPrompt;
 use pml_engine::kv_cache::KvCache;
 use pml_runtime::inference::{
     LaidOutSchema, Prefill, PrefixCache, Runtime, SplicePlan, Staged, StagedPrefill,
 };
 
-use super::sequence::{Prefilled, check_context, prompt_tokens, runtime_error};
+use super::sequence::{Prefilled, check_context, prompt_tokens, reserved_slots, runtime_error};
 use super::{CompletionJob, JobError, PromptSource, PromptUsage};
-use crate::incident::error_chain;
+use crate::incident::{Incident, error_chain};
 
 /// A prompt part way through its prefill.
 pub struct PendingPrefill {
     pub job: CompletionJob,
+    /// KV slots each of the job's sequences reserves ([`reserved_slots`]).
+    pub slots: usize,
     work: Work,
+}
+
+/// A job whose prompt is tokenized (or bound) and checked, not yet started.
+pub struct Prepared {
+    pub job: CompletionJob,
+    /// KV slots each of the job's sequences reserves ([`reserved_slots`]).
+    pub slots: usize,
+    prompt: PreparedPrompt,
+}
+
+enum PreparedPrompt {
+    Plain(Vec<u32>),
+    Pml {
+        schema: String,
+        bound: Box<BoundPrompt>,
+        all_tokens: Vec<u32>,
+    },
 }
 
 enum Work {
@@ -42,26 +64,134 @@ pub enum Advance {
     Failed(CompletionJob, JobError),
 }
 
-impl PendingPrefill {
-    /// Everything but the computing of `job`'s prompt (a `blend` PML prompt: everything).
+impl Prepared {
+    /// Tokenizes (or binds) `job`'s prompt and checks it against the model's context.
+    pub fn new(
+        runtime: &Runtime,
+        schemas: &HashMap<String, LaidOutSchema>,
+        job: CompletionJob,
+    ) -> Result<Self, (CompletionJob, JobError)> {
+        let prompt =
+            match &job.prompt {
+                PromptSource::Pml { source, schema } => bind_pml(runtime, schemas, source, schema)
+                    .map(|(bound, all_tokens)| PreparedPrompt::Pml {
+                        schema: schema.clone(),
+                        bound: Box::new(bound),
+                        all_tokens,
+                    }),
+                _ => prompt_tokens(runtime, &job.prompt, true).and_then(|tokens| {
+                    if tokens.is_empty() {
+                        Err(JobError::BadRequest("the prompt is empty".to_string()))
+                    } else {
+                        Ok(PreparedPrompt::Plain(tokens))
+                    }
+                }),
+            };
+        let prompt = match prompt {
+            Ok(prompt) => prompt,
+            Err(error) => return Err((job, error)),
+        };
+        let prompt_len = match &prompt {
+            PreparedPrompt::Plain(tokens) => tokens.len(),
+            PreparedPrompt::Pml { all_tokens, .. } => all_tokens.len(),
+        };
+        if let Err(error) = check_context(runtime, prompt_len, &job) {
+            return Err((job, error));
+        }
+        Ok(Self {
+            slots: reserved_slots(prompt_len, &job),
+            job,
+            prompt,
+        })
+    }
+
+    /// Everything but the computing of the prompt (a `blend` PML prompt: everything).
     pub fn start(
+        self,
         runtime: &Runtime,
         schemas: &HashMap<String, LaidOutSchema>,
         prefix_cache: &PrefixCache,
-        job: CompletionJob,
     ) -> Advance {
+        let Self { job, slots, prompt } = self;
         // Room for the whole answer, so decoding appends in place.
         let reserve = job.params.max_tokens + 1;
-        let started = match &job.prompt {
-            PromptSource::Pml { source, schema } => {
-                stage_pml(runtime, schemas, &job, source, schema, reserve)
-            }
-            _ => start_plain(runtime, prefix_cache, &job, reserve),
+        let started = match prompt {
+            PreparedPrompt::Plain(tokens) => start_plain(runtime, prefix_cache, tokens, reserve),
+            PreparedPrompt::Pml {
+                schema,
+                bound,
+                all_tokens,
+            } => stage_pml(runtime, schemas, &job, &schema, &bound, all_tokens, reserve),
         };
         match started {
-            Ok(Started::Pending(work)) => Advance::Pending(Self { job, work }),
+            Ok(Started::Pending(work)) => Advance::Pending(PendingPrefill { job, slots, work }),
             Ok(Started::Done(prefilled)) => Advance::Done(job, prefilled),
             Err(error) => Advance::Failed(job, error),
+        }
+    }
+}
+
+/// A plain prompt's next chunk, lent to a batched step ([`PendingPrefill::plain_chunk`]).
+pub struct PlainChunk<'p> {
+    pub tokens: &'p [u32],
+    pub positions: Vec<u32>,
+    pub kv: &'p mut KvCache,
+}
+
+impl PendingPrefill {
+    /// Whether the prompt is plain text (its chunks may run in a batched step).
+    pub fn is_plain(&self) -> bool {
+        matches!(self.work, Work::Plain { .. })
+    }
+
+    /// A plain prompt's next chunk of at most `budget` tokens, for a step that runs it with
+    /// other sequences' tokens ([`pml_engine::model::BatchSlot`]); `None` for a PML prompt,
+    /// whose chunks run their own passes ([`Self::advance`]). Once the step has written the
+    /// chunk into the cache, [`Self::after_batched_chunk`] takes its last token's logits.
+    pub fn plain_chunk(&mut self, budget: usize) -> Option<PlainChunk<'_>> {
+        match &mut self.work {
+            Work::Plain { tokens, kv, .. } => {
+                let (start, end) = chunk_range(tokens, kv, budget);
+                Some(PlainChunk {
+                    tokens: &tokens[start..end],
+                    positions: (start as u32..end as u32).collect(),
+                    kv,
+                })
+            }
+            Work::Pml { .. } => None,
+        }
+    }
+
+    /// After a batched step ran [`Self::plain_chunk`]: still pending, or prefilled.
+    pub fn after_batched_chunk(
+        self,
+        runtime: &Runtime,
+        prefix_cache: &PrefixCache,
+        logits: Tensor,
+    ) -> Advance {
+        let Self { job, slots, work } = self;
+        let advanced = match work {
+            Work::Plain {
+                tokens,
+                kv,
+                cached_tokens,
+            } => after_chunk(runtime, prefix_cache, tokens, kv, cached_tokens, logits),
+            Work::Pml { .. } => Err(JobError::Internal(Incident::report(
+                "a PML prompt's chunk was run in a batched step",
+            ))),
+        };
+        match advanced {
+            Ok(Started::Pending(work)) => Advance::Pending(Self { job, slots, work }),
+            Ok(Started::Done(prefilled)) => Advance::Done(job, prefilled),
+            Err(error) => Advance::Failed(job, error),
+        }
+    }
+
+    /// Bytes the prompt's cache holds so far.
+    pub fn allocated_bytes(&self) -> usize {
+        match &self.work {
+            Work::Plain { kv, .. } => kv.allocated_bytes(),
+            Work::Pml { staged, .. } => staged.kv().allocated_bytes(),
         }
     }
 
@@ -76,7 +206,7 @@ impl PendingPrefill {
     /// Computes the next `budget` tokens (at least one); when that ends the prompt, hands back
     /// the prefilled prompt (a plain prompt's new full blocks kept in the prefix cache).
     pub fn advance(self, runtime: &Runtime, prefix_cache: &PrefixCache, budget: usize) -> Advance {
-        let Self { job, work } = self;
+        let Self { job, slots, work } = self;
         let advanced = match work {
             Work::Plain {
                 tokens,
@@ -93,7 +223,7 @@ impl PendingPrefill {
             },
         };
         match advanced {
-            Ok(Started::Pending(work)) => Advance::Pending(Self { job, work }),
+            Ok(Started::Pending(work)) => Advance::Pending(Self { job, slots, work }),
             Ok(Started::Done(prefilled)) => Advance::Done(job, prefilled),
             Err(error) => Advance::Failed(job, error),
         }
@@ -108,14 +238,9 @@ enum Started {
 fn start_plain(
     runtime: &Runtime,
     prefix_cache: &PrefixCache,
-    job: &CompletionJob,
+    tokens: Vec<u32>,
     reserve: usize,
 ) -> Result<Started, JobError> {
-    let tokens = prompt_tokens(runtime, &job.prompt, true)?;
-    if tokens.is_empty() {
-        return Err(JobError::BadRequest("the prompt is empty".to_string()));
-    }
-    check_context(runtime, tokens.len(), job)?;
     let spliced = prefix_cache
         .splice(runtime.model(), &tokens, reserve)
         .map_err(JobError::internal)?;
@@ -134,14 +259,32 @@ fn advance_plain(
     cached_tokens: usize,
     budget: usize,
 ) -> Result<Started, JobError> {
-    let start = kv.len();
-    let end = (start + budget.max(1)).min(tokens.len());
+    let (start, end) = chunk_range(&tokens, &kv, budget);
     let positions: Vec<u32> = (start as u32..end as u32).collect();
     let logits = runtime
         .model()
         .forward(&tokens[start..end], &positions, &mut kv)
         .map_err(JobError::internal)?;
-    if end < tokens.len() {
+    after_chunk(runtime, prefix_cache, tokens, kv, cached_tokens, logits)
+}
+
+/// The prompt's next chunk of at most `budget` tokens (at least one): its first and end slots.
+fn chunk_range(tokens: &[u32], kv: &KvCache, budget: usize) -> (usize, usize) {
+    let start = kv.len();
+    (start, (start + budget.max(1)).min(tokens.len()))
+}
+
+/// After a chunk: the prompt still pending, or (its last chunk, whose last token's `logits` the
+/// answer starts from) prefilled, its new full blocks kept in the prefix cache.
+fn after_chunk(
+    runtime: &Runtime,
+    prefix_cache: &PrefixCache,
+    tokens: Vec<u32>,
+    kv: KvCache,
+    cached_tokens: usize,
+    logits: Tensor,
+) -> Result<Started, JobError> {
+    if kv.len() < tokens.len() {
         return Ok(Started::Pending(Work::Plain {
             tokens,
             kv,
@@ -169,27 +312,45 @@ fn advance_plain(
     }))
 }
 
-/// Binds a PML prompt to its schema and stages its prefill in the job's mode.
-fn stage_pml(
+/// A PML prompt bound to its schema, and every token of it.
+fn bind_pml(
     runtime: &Runtime,
     schemas: &HashMap<String, LaidOutSchema>,
-    job: &CompletionJob,
     source: &str,
     schema: &str,
-    reserve: usize,
-) -> Result<Started, JobError> {
-    // Resolved at the HTTP edge; gone since only if deleted in between.
-    let schema = schemas
-        .get(schema)
-        .ok_or_else(|| JobError::UnknownSchema(schema.to_string()))?;
+) -> Result<(BoundPrompt, Vec<u32>), JobError> {
+    let schema = laid_out(schemas, schema)?;
     let bound = runtime
         .bind(schema, source)
         .map_err(|error| runtime_error(error, source))?;
     let all_tokens = SplicePlan::new(&schema.layout, &bound)
         .map_err(JobError::internal)?
         .all_tokens;
-    check_context(runtime, all_tokens.len(), job)?;
-    match runtime.stage_prefill(&schema.layout, &bound, job.mode, reserve) {
+    Ok((bound, all_tokens))
+}
+
+/// A loaded schema: resolved at the HTTP edge, gone since only if deleted in between.
+fn laid_out<'s>(
+    schemas: &'s HashMap<String, LaidOutSchema>,
+    schema: &str,
+) -> Result<&'s LaidOutSchema, JobError> {
+    schemas
+        .get(schema)
+        .ok_or_else(|| JobError::UnknownSchema(schema.to_string()))
+}
+
+/// Stages a bound PML prompt's prefill in the job's mode.
+fn stage_pml(
+    runtime: &Runtime,
+    schemas: &HashMap<String, LaidOutSchema>,
+    job: &CompletionJob,
+    schema: &str,
+    bound: &BoundPrompt,
+    all_tokens: Vec<u32>,
+    reserve: usize,
+) -> Result<Started, JobError> {
+    let schema = laid_out(schemas, schema)?;
+    match runtime.stage_prefill(&schema.layout, bound, job.mode, reserve) {
         Ok(Staged::Pending(staged)) => Ok(Started::Pending(Work::Pml {
             staged: Box::new(staged),
             all_tokens,

@@ -18,13 +18,13 @@ use std::time::Instant;
 use candle_core::DType;
 use pml_engine::Tokenizer;
 use pml_engine::kv_cache::KvCache;
-use pml_engine::model::DecodeSlot;
+use pml_engine::model::BatchSlot;
 use pml_runtime::inference::{PrefixCache, Runtime};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::mpsc::error::TryRecvError;
 
 use super::admission::{Admission, fail, still_wanted};
-use super::prefill::{Advance, PendingPrefill};
+use super::prefill::{Advance, PendingPrefill, PlainChunk, Prepared};
 use super::schema_compile::SchemaCompiler;
 use super::schemas::SchemaRegistry;
 use super::sequence::{Prefilled, Sequence, prompt_tokens};
@@ -54,6 +54,12 @@ pub struct Scheduler<'r> {
     prefix_cache: PrefixCache,
     /// Grammar parsers over the vocabulary, built at the first `response_format` request.
     grammars: Option<Grammars>,
+    /// The KV budget of the sequences (`--kv-cache-mib`) and the bytes of one slot.
+    kv_budget: Option<usize>,
+    slot_bytes: usize,
+    /// The oldest admitted job, prepared, waiting for its KV reservation to fit: nothing is
+    /// admitted past it, so a long prompt is not starved by short ones.
+    deferred: Option<Prepared>,
 }
 
 impl<'r> Scheduler<'r> {
@@ -62,11 +68,18 @@ impl<'r> Scheduler<'r> {
         registry: Arc<SchemaRegistry>,
         metrics: Arc<Metrics>,
         max_batch: usize,
+        kv_budget: Option<usize>,
         prefix_cache: PrefixCache,
     ) -> Self {
+        metrics
+            .kv_budget_bytes
+            .store(kv_budget.unwrap_or(0), Ordering::Relaxed);
         Self {
             prefix_cache,
             grammars: None,
+            kv_budget,
+            slot_bytes: runtime.model().kv_layout().slot_bytes(),
+            deferred: None,
             runtime,
             schemas: SchemaCompiler::new(registry),
             admission: Admission::new(max_batch, Arc::clone(&metrics)),
@@ -105,17 +118,18 @@ impl<'r> Scheduler<'r> {
                 self.publish_store_stats();
             }
             let spent = self.admit();
-            self.decode_step();
-            self.prefill_chunks(PREFILL_CHUNK_TOKENS.saturating_sub(spent).max(OLDEST_SHARE));
+            self.step(PREFILL_CHUNK_TOKENS.saturating_sub(spent).max(OLDEST_SHARE));
             self.metrics
                 .active_sequences
                 .store(self.active.len(), Ordering::Relaxed);
+            self.publish_kv();
         }
     }
 
     fn is_idle(&self) -> bool {
         self.active.is_empty()
             && self.prefilling.is_empty()
+            && self.deferred.is_none()
             && self.admission.is_empty()
             && self.schemas.is_idle()
     }
@@ -167,23 +181,59 @@ impl<'r> Scheduler<'r> {
         }
     }
 
-    /// Admits waiting completions while the batch has room and the step's budget lasts: each
-    /// starts its chunked prefill (what is cached spliced now; a `blend` PML prompt prefilled
-    /// whole, its computed tokens counted against the budget). Returns the tokens computed.
+    /// Admits waiting completions while the batch has room, their KV reservations fit the
+    /// budget and the step's token budget lasts: each starts its chunked prefill (what is
+    /// cached spliced now; a `blend` PML prompt prefilled whole, its computed tokens counted
+    /// against the budget). Returns the tokens computed.
     fn admit(&mut self) -> usize {
         let mut spent = 0;
         while spent < PREFILL_CHUNK_TOKENS {
-            let running = self.active.len()
-                + self
-                    .prefilling
-                    .iter()
-                    .map(|prefill| prefill.job.width())
-                    .sum::<usize>();
-            let Some(job) = self.admission.next(running) else {
-                break;
+            let prepared = match self.deferred.take() {
+                Some(prepared) => {
+                    self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+                    prepared
+                }
+                None => {
+                    let running = self.active.len()
+                        + self
+                            .prefilling
+                            .iter()
+                            .map(|prefill| prefill.job.width())
+                            .sum::<usize>();
+                    let Some(job) = self.admission.next(running) else {
+                        break;
+                    };
+                    match Prepared::new(self.runtime, self.schemas.laid_out(), job) {
+                        Ok(prepared) => prepared,
+                        Err((job, error)) => {
+                            fail(job, error, &self.metrics);
+                            continue;
+                        }
+                    }
+                }
             };
+            if let Some(budget) = self.kv_budget {
+                let (slots, width) = (prepared.slots, prepared.job.width());
+                let needed = slots * width * self.slot_bytes;
+                if needed > budget {
+                    let error = JobError::OverKvBudget {
+                        slots,
+                        width,
+                        needed,
+                        budget,
+                    };
+                    fail(prepared.job, error, &self.metrics);
+                    continue;
+                }
+                if self.reserved_slots() * self.slot_bytes + needed > budget {
+                    // Counted as waiting again until it fits.
+                    self.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
+                    self.deferred = Some(prepared);
+                    break;
+                }
+            }
             let schemas = self.schemas.laid_out();
-            match PendingPrefill::start(self.runtime, schemas, &self.prefix_cache, job) {
+            match prepared.start(self.runtime, schemas, &self.prefix_cache) {
                 Advance::Pending(prefill) => self.prefilling.push(prefill),
                 Advance::Done(job, prefilled) => {
                     spent += prefilled.usage.new_tokens + prefilled.usage.recomputed_tokens;
@@ -201,6 +251,10 @@ impl<'r> Scheduler<'r> {
     /// an error event), so the server stops within the grace period plus one step.
     fn wind_down(&mut self, deadline: Instant) {
         self.admission.refuse_all();
+        if let Some(prepared) = self.deferred.take() {
+            self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+            fail(prepared.job, JobError::ShuttingDown, &self.metrics);
+        }
         self.schemas.cancel_queued();
         if Instant::now() < deadline {
             return;
@@ -263,12 +317,12 @@ impl<'r> Scheduler<'r> {
         }
     }
 
-    /// Computes prompt chunks up to `budget` tokens in all: the oldest prompt gets at least
-    /// [`OLDEST_SHARE`] of them, the rest go to the prompts with the fewest tokens left (a short
-    /// question is not kept waiting behind a long document).
-    fn prefill_chunks(&mut self, mut budget: usize) {
+    /// How many of the step's `budget` prompt tokens each prefilling prompt computes: the oldest
+    /// at least [`OLDEST_SHARE`] of them, the rest to the prompts with the fewest tokens left (a
+    /// short question is not kept waiting behind a long document), what is left to the oldest.
+    fn grants(&self, mut budget: usize) -> Vec<usize> {
         if self.prefilling.is_empty() {
-            return;
+            return Vec::new();
         }
         let mut order: Vec<usize> = (0..self.prefilling.len()).collect();
         order[1..].sort_by_key(|&index| self.prefilling[index].remaining());
@@ -280,19 +334,36 @@ impl<'r> Scheduler<'r> {
             grants[index] = grant;
             budget -= grant;
         }
-        // What the others left, the oldest may use.
         grants[0] = (grants[0] + budget).min(self.prefilling[0].remaining());
-        let pending = std::mem::take(&mut self.prefilling);
-        for (prefill, grant) in pending.into_iter().zip(grants) {
-            if grant == 0 {
-                self.prefilling.push(prefill);
-                continue;
+        grants
+    }
+
+    /// One step: a single forward pass over every decoding sequence's next token and the
+    /// plain prompts' chunks (the weights read once for all of them), then the PML prompts'
+    /// chunks, which run their own passes (their splices place tokens at laid-out positions).
+    fn step(&mut self, budget: usize) {
+        let grants = self.grants(budget);
+        let mut batched = Vec::new();
+        let mut alone = Vec::new();
+        for (prefill, grant) in std::mem::take(&mut self.prefilling).into_iter().zip(grants) {
+            match grant {
+                0 => self.prefilling.push(prefill),
+                _ if prefill.is_plain() => batched.push((prefill, grant)),
+                _ => alone.push((prefill, grant)),
             }
-            match prefill.advance(self.runtime, &self.prefix_cache, grant) {
-                Advance::Pending(prefill) => self.prefilling.push(prefill),
-                Advance::Done(job, prefilled) => self.start_decoding(job, prefilled),
-                Advance::Failed(job, error) => fail(job, error, &self.metrics),
-            }
+        }
+        self.batched_pass(batched);
+        for (prefill, grant) in alone {
+            let advanced = prefill.advance(self.runtime, &self.prefix_cache, grant);
+            self.take_advance(advanced);
+        }
+    }
+
+    fn take_advance(&mut self, advanced: Advance) {
+        match advanced {
+            Advance::Pending(prefill) => self.prefilling.push(prefill),
+            Advance::Done(job, prefilled) => self.start_decoding(job, prefilled),
+            Advance::Failed(job, error) => fail(job, error, &self.metrics),
         }
     }
 
@@ -315,51 +386,130 @@ impl<'r> Scheduler<'r> {
                 self.prefilling.push(prefill);
             }
         }
+        if let Some(prepared) = self.deferred.take() {
+            if still_wanted(&prepared.job, now, metrics) {
+                self.deferred = Some(prepared);
+            } else {
+                metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
     }
 
-    /// One token for every active sequence, in one batched forward pass.
-    fn decode_step(&mut self) {
-        if self.active.is_empty() {
+    /// KV slots reserved by the prefilling and decoding sequences.
+    fn reserved_slots(&self) -> usize {
+        let prefilling: usize = self
+            .prefilling
+            .iter()
+            .map(|prefill| prefill.slots * prefill.job.width())
+            .sum();
+        let active: usize = self
+            .active
+            .iter()
+            .map(|sequence| sequence.reserved_slots)
+            .sum();
+        prefilling + active
+    }
+
+    /// The KV gauges: reserved, resident now, and the most resident at the end of any step.
+    fn publish_kv(&self) {
+        let resident: usize = self
+            .prefilling
+            .iter()
+            .map(PendingPrefill::allocated_bytes)
+            .chain(
+                self.active
+                    .iter()
+                    .map(|sequence| sequence.kv.allocated_bytes()),
+            )
+            .sum();
+        let metrics = &self.metrics;
+        metrics
+            .kv_reserved_bytes
+            .store(self.reserved_slots() * self.slot_bytes, Ordering::Relaxed);
+        metrics.kv_resident_bytes.store(resident, Ordering::Relaxed);
+        metrics
+            .kv_resident_peak_bytes
+            .fetch_max(resident, Ordering::Relaxed);
+    }
+
+    /// One forward pass for the next token of every active sequence and the granted chunk of
+    /// each of `prefills` (plain prompts), whose rows follow the decoding ones.
+    fn batched_pass(&mut self, mut prefills: Vec<(PendingPrefill, usize)>) {
+        if self.active.is_empty() && prefills.is_empty() {
             return;
         }
         let start = Instant::now();
-        let mut slots: Vec<DecodeSlot<'_>> = self
+        let decoding: Vec<([u32; 1], [u32; 1])> = self
+            .active
+            .iter()
+            .map(|sequence| ([sequence.next_token], [sequence.next_position]))
+            .collect();
+        let mut chunks: Vec<PlainChunk<'_>> = prefills
+            .iter_mut()
+            .filter_map(|(prefill, grant)| prefill.plain_chunk(*grant))
+            .collect();
+        let mut slots: Vec<BatchSlot<'_>> = self
             .active
             .iter_mut()
-            .map(|sequence| DecodeSlot {
-                token: sequence.next_token,
-                position: sequence.next_position,
+            .zip(&decoding)
+            .map(|(sequence, (token, position))| BatchSlot {
+                tokens: token,
+                positions: position,
                 kv: &mut sequence.kv,
             })
+            .chain(chunks.iter_mut().map(|chunk| BatchSlot {
+                tokens: chunk.tokens,
+                positions: &chunk.positions,
+                kv: &mut *chunk.kv,
+            }))
             .collect();
-        let rows = self
-            .runtime
-            .model()
-            .decode_batch(&mut slots)
-            .and_then(|logits| Ok(logits.to_dtype(DType::F32)?.to_vec2::<f32>()?));
+        let n_decoding = decoding.len();
+        let logits = self.runtime.model().forward_batch(&mut slots);
+        drop(slots);
+        drop(chunks);
         let elapsed = start.elapsed();
+        let rows = logits.and_then(|logits| {
+            let decoded = logits
+                .narrow(0, 0, n_decoding)?
+                .to_dtype(DType::F32)?
+                .to_vec2::<f32>()?;
+            Ok((decoded, logits))
+        });
+        let (decoded, logits) = match rows {
+            Ok(rows) => rows,
+            Err(error) => {
+                // One failure of the pass, logged once; every client in it hears of it.
+                let incident = Incident::of_error(&error);
+                for sequence in std::mem::take(&mut self.active) {
+                    sequence.fail(JobError::Internal(incident.clone()), &self.metrics);
+                }
+                for (prefill, _) in prefills {
+                    fail(
+                        prefill.job,
+                        JobError::Internal(incident.clone()),
+                        &self.metrics,
+                    );
+                }
+                return;
+            }
+        };
         let active = std::mem::take(&mut self.active);
         let metrics = &self.metrics;
         let (runtime, prefix_cache) = (self.runtime, &self.prefix_cache);
         let mut keep =
             |tokens: &[u32], kv: &KvCache| keep_answer(runtime, prefix_cache, tokens, kv);
-        match rows {
-            Ok(rows) => {
-                for (sequence, mut row) in active.into_iter().zip(rows) {
-                    metrics.inter_token_latency.observe(elapsed);
-                    if let Some(sequence) = sequence.accept(&mut row, metrics, &mut keep) {
-                        self.active.push(sequence);
-                    }
-                }
+        for (sequence, mut row) in active.into_iter().zip(decoded) {
+            metrics.inter_token_latency.observe(elapsed);
+            if let Some(sequence) = sequence.accept(&mut row, metrics, &mut keep) {
+                self.active.push(sequence);
             }
-            Err(error) => {
-                // One failure of the batch, logged once; every sequence's client hears of it.
-                let incident = Incident::of_error(&error);
-                for sequence in active {
-                    let error = JobError::Internal(incident.clone());
-                    sequence.fail(error, metrics);
-                }
-            }
+        }
+        for (index, (prefill, _)) in prefills.into_iter().enumerate() {
+            let advanced = match logits.get(n_decoding + index) {
+                Ok(row) => prefill.after_batched_chunk(self.runtime, &self.prefix_cache, row),
+                Err(error) => Advance::Failed(prefill.job, JobError::internal(error)),
+            };
+            self.take_advance(advanced);
         }
     }
 

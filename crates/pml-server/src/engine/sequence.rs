@@ -28,6 +28,9 @@ pub struct Sequence<'r> {
     constraint: Option<Constraint>,
     state: DecodeState<'r>,
     pub kv: KvCache,
+    /// KV slots reserved for this sequence (its prompt and answer); its cache never grows
+    /// past them.
+    pub reserved_slots: usize,
     /// The token to run through the model next and its position.
     pub next_token: u32,
     pub next_position: u32,
@@ -118,12 +121,16 @@ impl<'r> Sequence<'r> {
         }
         let plain_prompt =
             (!matches!(job.prompt, PromptSource::Pml { .. })).then_some(prefilled.all_tokens);
+        let mut kv = prefilled.kv;
+        let reserved_slots = reserved_slots(kv.len(), &job);
+        kv.limit_rows(reserved_slots);
         let sequence = Sequence {
             job,
             tokenizer: runtime.tokenizer(),
             constraint,
             state,
-            kv: prefilled.kv,
+            kv,
+            reserved_slots,
             next_token: 0,
             next_position,
             plain_prompt,
@@ -336,6 +343,12 @@ pub fn prompt_tokens(
                 .map_err(|error| JobError::BadRequest(error.to_string()))
         }
     }
+}
+
+/// KV slots a sequence of `job` with a prompt of `prompt_slots` may fill: the prompt, the
+/// answer, and the one more slot decoding writes before it stops.
+pub fn reserved_slots(prompt_slots: usize, job: &CompletionJob) -> usize {
+    prompt_slots + job.params.max_tokens + 1
 }
 
 /// Refuses, before any computing, a prompt whose answer could run past the model's positions.

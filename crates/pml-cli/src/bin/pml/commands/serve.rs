@@ -49,6 +49,11 @@ pub struct ServeArgs {
     /// same way (automatic prefix caching); 0 turns it off.
     #[arg(long, value_name = "MIB", default_value_t = 1024)]
     prefix_cache_mib: u64,
+    /// Memory (MiB) the KV caches of the running completions may take together: each reserves
+    /// its prompt and `max_tokens` when admitted, and waits until that fits; one that never can
+    /// is refused (400). Unbounded when absent (`--max-batch` still bounds the batch).
+    #[arg(long, value_name = "MIB")]
+    kv_cache_mib: Option<usize>,
 }
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
@@ -68,6 +73,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         queue_capacity: args.queue,
         max_batch: args.max_batch,
         request_timeout: Duration::from_secs(args.timeout),
+        kv_cache_bytes: args.kv_cache_mib.map(|mib| mib << 20),
         prefix_cache_bytes: args.prefix_cache_mib << 20,
         prefix_cache_redis,
         open_admin,
