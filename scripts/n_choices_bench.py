@@ -45,7 +45,8 @@ for r in range(rounds):
         ttft, total, usage = ask(n, f"{r}-{n}-{random.random()}")
         results[n].append(ttft)
         print(f"round {r} n={n}: TTFT {ttft * 1000:.0f} ms, total {total * 1000:.0f} ms, "
-              f"prompt {usage['prompt_tokens']} tokens, new {usage['new_tokens']}", flush=True)
+              f"prompt {usage['prompt_tokens']} tokens, new {usage['new_tokens']}, "
+              f"shared {usage.get('shared_tokens')}", flush=True)
 
 
 def median(values):

@@ -9,8 +9,15 @@ Usage:
 `--also-pml` runs another `pml` build on the same workload in the same run (a before/after
 comparison beside the peer).
 
-Workload "chat": one shared ~700-token system prompt and a distinct question per request, each
-client sending its requests one after the other, all clients at once, streaming, temperature 0.
+Workloads (`--workload`), each client sending its requests one after the other, all clients at
+once, streaming, temperature 0:
+- "chat": one shared ~700-token system prompt and a distinct question per request.
+- "rag": 4 of the 10 documents of `schemas/docqa/docqa.pml` per request, in any order, and a
+  question. `pml serve` gets the schema uploaded once and PML prompts importing the members (its
+  collection; default mode); llama-server the same text as chat messages (system, the documents,
+  the schema's assistant turn, the question).
+- "long": clients 0 and 1 send a ~3,000-token document to summarise, the others short questions;
+  the short requests' TTFT is reported apart (a long prompt must not stall them).
 llama-server runs with its defaults for prompt caching (`cache_prompt`) and `-np` = clients;
 `pml serve` with its automatic prefix caching. Prints TTFT p50 / p95 (first streamed content)
 and output tokens/s (completion tokens over the workload's wall time) for each, with `uptime`
@@ -20,7 +27,11 @@ import argparse
 import http.client
 import json
 import os
+import random
+import re
+import shutil
 import statistics
+import tempfile
 import subprocess
 import threading
 import time
@@ -40,14 +51,64 @@ def question(client, index):
     return f"Client {client}, request {index}: what should I do about {TOPICS[(client * 7 + index) % len(TOPICS)]}?"
 
 
-def stream_chat(port, content, max_tokens):
-    body = json.dumps({"model": "m", "max_tokens": max_tokens, "temperature": 0, "stream": True,
-                       "stream_options": {"include_usage": True},
-                       "messages": [{"role": "system", "content": SYSTEM},
-                                    {"role": "user", "content": content}]})
+DOCQA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schemas", "docqa",
+                     "docqa.pml")
+QUESTIONS = ["Which of these people directed horror films?", "Name a film from the documents.",
+             "Which places are in Arkansas?", "Who starred in Ed Wood?",
+             "What year was the earliest film released?", "Which documents mention Marvel?",
+             "Were the directors of the same nationality?", "Summarise one document in a line."]
+LONG = ("The committee reviewed the quarterly figures for the northern depots, noting delays in "
+        "freight, staffing changes and the repairs scheduled for the loading bays. ") * 110
+
+
+def docqa():
+    """The docqa schema's text, its system and assistant text, and its members' texts."""
+    schema = open(DOCQA).read()
+    text = re.sub(r"<!--.*?-->", "", schema, flags=re.S)
+    clean = lambda piece: " ".join(piece.split())
+    members = {name: clean(body) for name, body in
+               re.findall(r'<module name="([^"]+)">(.*?)</module>', text, flags=re.S)}
+    system = clean(re.search(r"<system>(.*?)</system>", text, flags=re.S).group(1))
+    assistant = clean(re.search(r"<assistant>(.*?)</assistant>", text, flags=re.S).group(1))
+    return schema, system, assistant, members
+
+
+def request(kind, client, index, rag):
+    """What client `client` sends as its `index`-th request: (path, body fields) for each server
+    kind ("pml" or "llama")."""
+    if rag is not None:
+        schema, system, assistant, members = rag
+        picked = random.Random(client * 100 + index).sample(sorted(members), 4)
+        asked = QUESTIONS[(client * 3 + index) % len(QUESTIONS)]
+        if kind == "pml":
+            imports = "".join(f"<{name}/>" for name in picked)
+            return "/v1/completions", {
+                "prompt": f'<prompt schema="docqa">{imports}<user>{asked}</user></prompt>'}
+        documents = "\n".join(members[name] for name in picked)
+        return "/v1/chat/completions", {"messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": "Here are the documents. Each begins with its title on "
+                                        "its own line.\n" + documents},
+            {"role": "assistant", "content": assistant},
+            {"role": "user", "content": asked}]}
+    return "/v1/chat/completions", {"messages": [{"role": "system", "content": SYSTEM},
+                                                 {"role": "user", "content": question(client, index)}]}
+
+
+def long_request(client, index):
+    if client < 2:
+        content = f"Document {client}-{index}. {LONG}\nSummarise the document in one sentence."
+    else:
+        content = question(client, index)
+    return "/v1/chat/completions", {"messages": [{"role": "user", "content": content}]}
+
+
+def stream_request(port, path, fields, max_tokens):
+    body = json.dumps(dict(fields, model="m", max_tokens=max_tokens, temperature=0, stream=True,
+                           stream_options={"include_usage": True}))
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
     start = time.perf_counter()
-    conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    conn.request("POST", path, body.encode(), {"Content-Type": "application/json"})
     response = conn.getresponse()
     if response.status != 200:
         raise RuntimeError(f"HTTP {response.status}: {response.read()[:300]!r}")
@@ -58,7 +119,7 @@ def stream_chat(port, content, max_tokens):
             continue
         chunk = json.loads(line[6:])
         for choice in chunk.get("choices") or []:
-            if (choice.get("delta") or {}).get("content"):
+            if (choice.get("delta") or {}).get("content") or choice.get("text"):
                 chunks += 1
                 if ttft is None:
                     ttft = time.perf_counter() - start
@@ -83,18 +144,48 @@ def wait_ready(port, process, seconds=600):
     raise RuntimeError(f"server on {port} not ready in {seconds} s")
 
 
-def run_workload(port, clients, requests, max_tokens):
+def upload_docqa(port, schema):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    conn.request("POST", "/v1/schemas", schema.encode(), {"Content-Type": "text/plain"})
+    response = conn.getresponse()
+    if response.status not in (200, 202):
+        raise RuntimeError(f"upload: HTTP {response.status}: {response.read()[:300]!r}")
+    response.read()
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("GET", "/v1/schemas/docqa")
+        status = json.loads(conn.getresponse().read()).get("status")
+        if status == "ready":
+            return
+        if status == "failed":
+            raise RuntimeError("the docqa schema failed to compile")
+        time.sleep(0.5)
+    raise RuntimeError("the docqa schema did not compile in time")
+
+
+def run_workload(port, kind, workload, clients, requests, max_tokens):
+    """Every client's requests; returns the TTFTs (the short requests' only in "long"), the
+    completion tokens, errors and wall time."""
     ttfts, tokens, errors = [], [], []
     lock = threading.Lock()
     barrier = threading.Barrier(clients)
+    rag = docqa() if workload == "rag" else None
+    if rag is not None and kind == "pml":
+        upload_docqa(port, rag[0])
 
     def client(number):
         barrier.wait()
         for index in range(requests):
             try:
-                ttft, count = stream_chat(port, question(number, index), max_tokens)
+                if workload == "long":
+                    path, fields = long_request(number, index)
+                else:
+                    path, fields = request(kind, number, index, rag)
+                ttft, count = stream_request(port, path, fields, max_tokens)
                 with lock:
-                    ttfts.append(ttft)
+                    if workload != "long" or number >= 2:
+                        ttfts.append(ttft)
                     tokens.append(count)
             except Exception as error:  # reported below, never silently dropped
                 with lock:
@@ -124,17 +215,24 @@ def main():
     parser.add_argument("--requests", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--workload", choices=["chat", "rag", "long"], default="chat")
     parser.add_argument("--also-pml", action="append", default=[], metavar="LABEL=PATH")
     args = parser.parse_args()
     servers = {
         "llama-server": [args.llama_server, "-m", args.model, "--port", "18201", "-t",
                          str(args.threads), "-np", str(args.clients),
-                         "-c", str(args.clients * 2048)],
+                         "-c", str(args.clients * (4096 if args.workload == "long" else 2048))],
         "pml serve": [args.pml, "serve", "--model", args.model, "--port", "18202"],
     }
     for offset, also in enumerate(args.also_pml):
         label, path = also.split("=", 1)
         servers[label] = [path, "serve", "--model", args.model, "--port", str(18203 + offset)]
+    # Each PML server on a store of its own: the uploaded schema is compiled afresh and
+    # nothing is left in the user's store.
+    scratch = tempfile.mkdtemp(prefix="serve-load-bench-")
+    for name, command in servers.items():
+        if name != "llama-server":
+            command += ["--store", os.path.join(scratch, str(len(command)) + name.replace(" ", "-"))]
     env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads))
     flags = open("/proc/cpuinfo").read().split("flags")[1].split("\n")[0].split()
     simd = " ".join(f for f in flags if f.startswith(("avx512", "avx2", "avx_vnni", "amx")))
@@ -146,8 +244,9 @@ def main():
         try:
             wait_ready(port, process)
             load = open("/proc/loadavg").read().split()[0]
-            ttfts, tokens, errors, wall = run_workload(port, args.clients, args.requests,
-                                                       args.max_tokens)
+            kind = "llama" if name == "llama-server" else "pml"
+            ttfts, tokens, errors, wall = run_workload(port, kind, args.workload, args.clients,
+                                                       args.requests, args.max_tokens)
         finally:
             process.terminate()
             process.wait(timeout=60)
@@ -155,7 +254,9 @@ def main():
             print(f"{name}: {len(errors)} failed requests, first: {errors[0]}")
         rows.append((name, percentile(ttfts, 0.5), percentile(ttfts, 0.95),
                      sum(tokens) / wall, len(ttfts), load))
-    print(f"chat workload: {args.clients} clients x {args.requests} requests, {args.threads} "
+    shutil.rmtree(scratch, ignore_errors=True)
+    short = " (TTFT of the short requests)" if args.workload == "long" else ""
+    print(f"{args.workload} workload{short}: {args.clients} clients x {args.requests} requests, {args.threads} "
           f"threads each, max_tokens {args.max_tokens}; CPU: {simd}")
     print(f"{'server':14} {'TTFT p50 s':>10} {'TTFT p95 s':>10} {'out tok/s':>9} {'done':>5} {'load':>5}")
     for name, p50, p95, rate, done, load in rows:

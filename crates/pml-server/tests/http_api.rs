@@ -177,6 +177,11 @@ fn choices_share_one_prefill() {
     );
     assert_eq!(answer["usage"]["completion_tokens"], 15, "{answer}");
     assert_eq!(
+        answer["usage"]["shared_tokens"].as_f64(),
+        Some(2.0 * prompt_tokens),
+        "the two other choices took the prompt from the first: {answer}"
+    );
+    assert_eq!(
         server.metric("pml_prompt_tokens_total{origin=\"new\"}") - new_before,
         prompt_tokens
     );

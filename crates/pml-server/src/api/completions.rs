@@ -239,7 +239,7 @@ async fn collect_answer(
             }
         }
     }
-    let usage = Usage::new(usage, completion_tokens);
+    let usage = Usage::new(usage, n, completion_tokens);
     Ok(Json(meta.response(&choices, &usage)).into_response())
 }
 
@@ -379,7 +379,8 @@ fn stream_answer(
                     StreamPhase::Closed => return None,
                     StreamPhase::Finishing => {
                         if let Some(usage) = include_usage {
-                            let usage = Usage::new(usage, state.completion_tokens);
+                            let usage =
+                                Usage::new(usage, state.choices.len(), state.completion_tokens);
                             state.ready.push_back(json_event(&meta.usage_chunk(&usage)));
                         }
                         state.finish_with_done();

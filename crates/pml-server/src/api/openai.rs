@@ -23,6 +23,10 @@ pub struct Usage {
     pub recomputed_tokens: usize,
     /// Prompt tokens computed for this request.
     pub new_tokens: usize,
+    /// With `n` > 1: prompt tokens the other choices took from the first one's prefill instead
+    /// of computing them, `(n - 1) × prompt_tokens` (OpenAI counts the prompt once, so
+    /// `prompt_tokens_details.cached_tokens`, a share of it, cannot hold them).
+    pub shared_tokens: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -31,8 +35,8 @@ pub struct PromptTokensDetails {
 }
 
 impl Usage {
-    /// The prompt's counts (once, however many choices) and every choice's tokens.
-    pub fn new(prompt: PromptUsage, completion_tokens: usize) -> Self {
+    /// The prompt's counts (once, however many `choices`) and every choice's tokens.
+    pub fn new(prompt: PromptUsage, choices: usize, completion_tokens: usize) -> Self {
         Self {
             prompt_tokens: prompt.prompt_tokens,
             completion_tokens,
@@ -43,6 +47,7 @@ impl Usage {
             cached_tokens: prompt.cached_tokens,
             recomputed_tokens: prompt.recomputed_tokens,
             new_tokens: prompt.new_tokens,
+            shared_tokens: prompt.prompt_tokens * choices.saturating_sub(1),
         }
     }
 }

@@ -70,7 +70,7 @@ impl Prepared {
         runtime: &Runtime,
         schemas: &HashMap<String, LaidOutSchema>,
         job: CompletionJob,
-    ) -> Result<Self, (CompletionJob, JobError)> {
+    ) -> Result<Self, Box<(CompletionJob, JobError)>> {
         let prompt =
             match &job.prompt {
                 PromptSource::Pml { source, schema } => bind_pml(runtime, schemas, source, schema)
@@ -89,14 +89,14 @@ impl Prepared {
             };
         let prompt = match prompt {
             Ok(prompt) => prompt,
-            Err(error) => return Err((job, error)),
+            Err(error) => return Err(Box::new((job, error))),
         };
         let prompt_len = match &prompt {
             PreparedPrompt::Plain(tokens) => tokens.len(),
             PreparedPrompt::Pml { all_tokens, .. } => all_tokens.len(),
         };
         if let Err(error) = check_context(runtime, prompt_len, &job) {
-            return Err((job, error));
+            return Err(Box::new((job, error)));
         }
         Ok(Self {
             slots: reserved_slots(prompt_len, &job),

@@ -205,7 +205,8 @@ impl<'r> Scheduler<'r> {
                     };
                     match Prepared::new(self.runtime, self.schemas.laid_out(), job) {
                         Ok(prepared) => prepared,
-                        Err((job, error)) => {
+                        Err(failed) => {
+                            let (job, error) = *failed;
                             fail(job, error, &self.metrics);
                             continue;
                         }
