@@ -133,7 +133,7 @@ pub struct RuntimeArgs {
     pub model: Option<String>,
     /// Module store tiers, fastest first: a comma-separated list of `device:SIZE` (the
     /// model's device memory: a GPU's, or on the CPU host memory), `ram:SIZE`,
-    /// `disk:PATH[?max=SIZE]` and `redis://HOST:PORT[?max=SIZE&timeout_ms=N]`, or a folder
+    /// `disk:PATH[?max=SIZE]` and `redis://HOST:PORT[?max=SIZE&timeout_ms=N&cluster=1]`, or a folder
     /// (RAM over disk there), plus `dtype:f32` to store states exactly instead of in f16.
     /// Default: `$PML_STORE`, else RAM over disk at `$PML_HOME/store`, f16.
     #[arg(long, value_name = "SPEC")]

@@ -1,4 +1,5 @@
-//! Two `pml serve` processes share compiled modules through Redis and nothing else (#8): each
+//! Two `pml serve` processes share compiled modules through Redis and nothing else (#8; on a
+//! three-node Redis Cluster too, #33): each
 //! has its own RAM and disk tiers in its own temporary folder, both name one throwaway
 //! `redis-server`. The first compiles an uploaded schema; the second, given the same schema,
 //! encodes no unit and answers a prompt on it from cached modules read from Redis. On
@@ -18,7 +19,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pml_testkit::fetched_model;
-use pml_testkit::redis_server::start_redis;
+use pml_testkit::redis_server::{start_redis, start_redis_cluster};
 use serde_json::{Value, json};
 use support::{call, completion_body, json};
 
@@ -158,12 +159,29 @@ fn a_second_server_answers_from_modules_the_first_compiled_into_redis() {
     let Some(redis) = start_redis() else {
         return;
     };
+    share_through(&redis.url());
+}
+
+#[test]
+fn two_servers_share_modules_and_a_chat_prefix_through_a_redis_cluster() {
+    if fetched_model(MODEL).is_none() {
+        return;
+    }
+    let Some(cluster) = start_redis_cluster() else {
+        return;
+    };
+    share_through(&cluster.store_url());
+}
+
+/// The first server compiles a schema and answers a chat; the second, on empty local tiers and
+/// the same `redis_url`, encodes nothing, answers a prompt on the schema from modules read from
+/// Redis and the chat from its prefix blocks there.
+fn share_through(redis_url: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = |name: &str| {
         format!(
-            "ram:64MiB,disk:{},{}",
+            "ram:64MiB,disk:{},{redis_url}",
             dir.path().join(name).display(),
-            redis.url()
         )
     };
 

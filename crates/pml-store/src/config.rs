@@ -6,7 +6,8 @@
 //!   with a copy inside the device;
 //! - `ram[:SIZE]` — host RAM with a byte budget (`ram:0` turns it off);
 //! - `disk[:PATH][?max=SIZE]` — the disk tier (default `$PML_HOME/store`), optionally bounded;
-//! - `redis://HOST:PORT[/DB][?max=SIZE&timeout_ms=N&chunk=SIZE]` — a shared Redis server;
+//! - `redis://HOST:PORT[/DB][?max=SIZE&timeout_ms=N&chunk=SIZE&cluster=1]` — a shared Redis
+//!   server, or (`cluster=1`) a Redis Cluster reached through that seed node;
 //! - a bare path — a disk tier there (what `--store DIR` always meant);
 //! - `dtype:f16` (the default) or `dtype:f32` — the dtype every tier stores states in, not a tier:
 //!   f32 keeps cached KV bit-exact at twice the bytes (see [`super::state`]).
@@ -252,6 +253,13 @@ fn parse_redis(item: &str) -> Result<TierConfig, StoreError> {
                     .filter(|&bytes| bytes > 0)
                     .ok_or_else(|| invalid(item, "the chunk size must be at least one byte"))?;
             }
+            "cluster" => {
+                config.cluster = match value {
+                    "1" | "true" | "yes" => true,
+                    "0" | "false" | "no" => false,
+                    _ => return Err(invalid(item, &format!("`cluster={value}`: use 1 or 0"))),
+                }
+            }
             "timeout_ms" => {
                 let millis: u64 = value
                     .parse()
@@ -390,6 +398,18 @@ mod tests {
             let error = parse(spec).expect_err(spec).to_string();
             assert!(error.contains("store"), "{spec}: {error}");
         }
+    }
+
+    #[test]
+    fn cluster_is_our_option_not_the_clients() {
+        let config = parse("ram:0,redis://h:7000?cluster=1&max=1MB").unwrap();
+        let [TierConfig::Redis(redis)] = &config.tiers[..] else {
+            panic!("{config:?}");
+        };
+        assert!(redis.cluster);
+        assert_eq!(redis.url, "redis://h:7000");
+        let error = parse("redis://h:7000?cluster=maybe").expect_err("bad flag");
+        assert!(error.to_string().contains("cluster=maybe"), "{error}");
     }
 
     #[test]

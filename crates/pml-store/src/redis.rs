@@ -1,9 +1,12 @@
 //! The Redis tier: module states shared by every serving process (on any machine) that points at
-//! one `redis://` server.
+//! one `redis://` server, or at a Redis Cluster (`?cluster=1`: the URL is a seed node; the
+//! client finds the others and follows slot moves).
 //!
 //! Layout under a namespace of the store format, the model fingerprint, the KV layout and the
 //! stored dtype ([`RedisTier::namespace`]), so two models, layouts or dtypes never read each
-//! other's entries:
+//! other's entries. The namespace is a hash tag (`pml:{…}`), so on a cluster all of its keys hash
+//! to one slot and the multi-key commands below (the LRU script, pipelines) stay legal: a
+//! namespace (one model) lives on one node, different models spread over the cluster:
 //! - `<ns>:m:<key>` — the entry's meta: `<chunks> <bytes> <digest of the value>`; published last,
 //!   with `SET NX`, so its presence means every chunk was written;
 //! - `<ns>:c:<key>:<value hash prefix>:<i>` — the value (the same sealed safetensors bytes the disk tier writes) cut
@@ -28,7 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use redis::{Client, Connection, RedisResult};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::{Client, ConnectionLike, RedisResult};
 
 use super::StoreError;
 use super::key::{STORE_FORMAT_VERSION, StoreKey};
@@ -45,8 +49,10 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(10);
 /// Where the Redis tier connects and how it bounds itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisConfig {
-    /// `redis://host:port[/db]`, as the `redis` crate reads it.
+    /// `redis://host:port[/db]`, as the `redis` crate reads it (a cluster's seed node).
     pub url: String,
+    /// The server is a Redis Cluster node: connect through the cluster client.
+    pub cluster: bool,
     /// Bytes the namespace may hold; `None` leaves eviction to the server's own policy.
     pub budget_bytes: Option<u64>,
     pub timeout: Duration,
@@ -59,6 +65,7 @@ impl RedisConfig {
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            cluster: false,
             budget_bytes: None,
             timeout: DEFAULT_TIMEOUT,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
@@ -70,7 +77,7 @@ impl RedisConfig {
 /// Redis tier of one model's states.
 pub struct RedisTier {
     config: RedisConfig,
-    client: Client,
+    client: Endpoint,
     spec: StateSpec,
     namespace: String,
     connection: Mutex<Link>,
@@ -80,10 +87,19 @@ pub struct RedisTier {
     connects: AtomicU64,
 }
 
+/// A server, or a cluster found from its seed node.
+enum Endpoint {
+    Node(Client),
+    Cluster(ClusterClient),
+}
+
+/// A connection to either.
+type Connection = Box<dyn ConnectionLike + Send>;
+
 /// The connection, or since when the server is known to be unreachable.
 enum Link {
     Idle,
-    Open(Box<Connection>),
+    Open(Connection),
     Down { since: Instant },
 }
 
@@ -144,9 +160,17 @@ impl RedisTier {
     /// A tier on `config.url` for states of `spec`. Nothing is contacted yet: an unreachable
     /// server shows up (as a warning) at the first use, so a process starts without Redis.
     pub fn open(config: RedisConfig, spec: StateSpec) -> Result<Self, StoreError> {
-        let client = Client::open(config.url.as_str()).map_err(|error| {
+        let not_a_url = |error: redis::RedisError| {
             StoreError::Unsupported(format!("`{}` is not a Redis URL: {error}", config.url))
-        })?;
+        };
+        let client = if config.cluster {
+            let builder = ClusterClientBuilder::new(vec![config.url.as_str()])
+                .connection_timeout(config.timeout)
+                .response_timeout(config.timeout);
+            Endpoint::Cluster(builder.build().map_err(not_a_url)?)
+        } else {
+            Endpoint::Node(Client::open(config.url.as_str()).map_err(not_a_url)?)
+        };
         if config.chunk_bytes == 0 {
             return Err(StoreError::Unsupported(
                 "the Redis chunk size must be at least one byte".into(),
@@ -179,7 +203,7 @@ impl RedisTier {
             layout.dtype.as_str(),
             spec.state_dtype.as_str()
         );
-        format!("pml:{}", &checksum_hex(described.as_bytes())[..16])
+        format!("pml:{{{}}}", &checksum_hex(described.as_bytes())[..16])
     }
 
     pub fn config(&self) -> &RedisConfig {
@@ -211,7 +235,7 @@ impl RedisTier {
 
     /// Marks `key` most recently used: its LRU score is the namespace's next access count,
     /// taken and set in one atomic script.
-    fn touch(&self, connection: &mut Connection, key: &StoreKey) -> RedisResult<()> {
+    fn touch(&self, connection: &mut dyn ConnectionLike, key: &StoreKey) -> RedisResult<()> {
         redis::cmd("EVAL")
             .arg("return redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[2]), ARGV[1])")
             .arg(2)
@@ -229,7 +253,7 @@ impl RedisTier {
     /// down (known, or found now): the caller degrades to a miss or a skipped put.
     fn with_connection<T>(
         &self,
-        exchange: impl FnOnce(&mut Connection) -> Result<T, Failure>,
+        exchange: impl FnOnce(&mut dyn ConnectionLike) -> Result<T, Failure>,
     ) -> Result<Option<T>, StoreError> {
         let mut link = self
             .connection
@@ -243,11 +267,11 @@ impl RedisTier {
         }
         let connection = match std::mem::replace(&mut *link, Link::Idle) {
             Link::Open(connection) => Ok(connection),
-            Link::Idle | Link::Down { .. } => self.connect().map(Box::new),
+            Link::Idle | Link::Down { .. } => self.connect(),
         };
         let outcome = match connection {
             Ok(mut connection) => {
-                let outcome = exchange(&mut connection);
+                let outcome = exchange(connection.as_mut());
                 if !matches!(outcome, Err(Failure::Unreachable(_))) {
                     *link = Link::Open(connection);
                 }
@@ -284,18 +308,22 @@ impl RedisTier {
 
     fn connect(&self) -> RedisResult<Connection> {
         self.connects.fetch_add(1, Ordering::Relaxed);
-        let connection = self
-            .client
-            .get_connection_with_timeout(self.config.timeout)?;
-        connection.set_read_timeout(Some(self.config.timeout))?;
-        connection.set_write_timeout(Some(self.config.timeout))?;
-        Ok(connection)
+        match &self.client {
+            Endpoint::Node(client) => {
+                let connection = client.get_connection_with_timeout(self.config.timeout)?;
+                connection.set_read_timeout(Some(self.config.timeout))?;
+                connection.set_write_timeout(Some(self.config.timeout))?;
+                Ok(Box::new(connection))
+            }
+            // Its timeouts were set on the client.
+            Endpoint::Cluster(client) => Ok(Box::new(client.get_connection()?)),
+        }
     }
 
     /// The entry's value, verified against its meta; `None` when absent or half evicted.
     fn read_value(
         &self,
-        connection: &mut Connection,
+        connection: &mut dyn ConnectionLike,
         key: &StoreKey,
     ) -> Result<Option<Vec<u8>>, Failure> {
         let meta_text: Option<String> = redis::cmd("GET")
@@ -310,11 +338,14 @@ impl RedisTier {
                 .corrupt(key, format!("unreadable meta `{meta_text}`"))
                 .into());
         };
-        let mut pipe = redis::pipe();
-        for index in 0..meta.chunks {
-            pipe.cmd("GET").arg(self.chunk_key(key, &meta, index));
-        }
-        let chunks: Vec<Option<Vec<u8>>> = pipe.query(connection)?;
+        let commands: Vec<redis::Cmd> = (0..meta.chunks)
+            .map(|index| {
+                redis::cmd("GET")
+                    .arg(self.chunk_key(key, &meta, index))
+                    .clone()
+            })
+            .collect();
+        let chunks: Vec<Option<Vec<u8>>> = self.run_all(connection, commands)?;
         let mut value = Vec::with_capacity(usize::try_from(meta.bytes).unwrap_or(0));
         for chunk in chunks {
             let Some(chunk) = chunk else {
@@ -337,25 +368,27 @@ impl RedisTier {
     /// Writes the chunks, then publishes the meta; accounts and evicts if this write was new.
     fn write_value(
         &self,
-        connection: &mut Connection,
+        connection: &mut dyn ConnectionLike,
         key: &StoreKey,
         value: &[u8],
     ) -> Result<(), Failure> {
         let meta = Meta::of(value, self.config.chunk_bytes);
-        let mut pipe = redis::pipe();
-        for (index, chunk) in value.chunks(self.config.chunk_bytes).enumerate() {
-            pipe.cmd("SET")
-                .arg(self.chunk_key(key, &meta, index))
-                .arg(chunk)
-                .ignore();
-        }
-        if value.is_empty() {
-            pipe.cmd("SET")
-                .arg(self.chunk_key(key, &meta, 0))
-                .arg(b"")
-                .ignore();
-        }
-        pipe.exec(connection)?;
+        let empty: &[u8] = b"";
+        let chunks: Vec<&[u8]> = match value.is_empty() {
+            true => vec![empty],
+            false => value.chunks(self.config.chunk_bytes).collect(),
+        };
+        let commands: Vec<redis::Cmd> = chunks
+            .into_iter()
+            .enumerate()
+            .map(|(index, chunk)| {
+                redis::cmd("SET")
+                    .arg(self.chunk_key(key, &meta, index))
+                    .arg(chunk)
+                    .clone()
+            })
+            .collect();
+        let _: Vec<redis::Value> = self.run_all(connection, commands)?;
         // Two writers of one key write identical chunks; only the one whose meta lands counts
         // the bytes, so the namespace's byte count does not drift.
         let published: Option<String> = redis::cmd("SET")
@@ -386,8 +419,33 @@ impl RedisTier {
         Ok(())
     }
 
+    /// Runs `commands` in order and returns their replies: pipelined on a single server; one
+    /// after the other on a cluster, whose synchronous client does not pipeline (all of an
+    /// entry's keys share one slot, so they go to one node either way).
+    fn run_all<T: redis::FromRedisValue>(
+        &self,
+        connection: &mut dyn ConnectionLike,
+        commands: Vec<redis::Cmd>,
+    ) -> RedisResult<Vec<T>> {
+        if self.config.cluster {
+            return commands
+                .iter()
+                .map(|command| command.query(connection))
+                .collect();
+        }
+        let mut pipe = redis::pipe();
+        for command in commands {
+            pipe.add_command(command);
+        }
+        pipe.query(connection)
+    }
+
     /// Deletes least recently used entries of the namespace until it fits the budget.
-    fn evict_over_budget(&self, connection: &mut Connection, mut held: u64) -> Result<(), Failure> {
+    fn evict_over_budget(
+        &self,
+        connection: &mut dyn ConnectionLike,
+        mut held: u64,
+    ) -> Result<(), Failure> {
         let Some(budget) = self.config.budget_bytes else {
             return Ok(());
         };
@@ -413,7 +471,7 @@ impl RedisTier {
     /// its meta was there.
     fn delete_entry(
         &self,
-        connection: &mut Connection,
+        connection: &mut dyn ConnectionLike,
         key: &StoreKey,
     ) -> Result<Option<u64>, Failure> {
         let meta_text: Option<String> = redis::cmd("GET")

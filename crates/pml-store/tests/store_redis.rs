@@ -13,7 +13,10 @@ use pml_store::{
     StoreError, Tier,
 };
 use pml_testkit::redis_server::start_redis;
-use store_support::{FINGERPRINT, LAYOUT, assert_same_state, key_of, spec, state};
+use store_support::{
+    FINGERPRINT, LAYOUT, assert_same_state, assert_shared_budget_evicts_least_recently_used,
+    key_of, spec, state, state_bytes,
+};
 
 /// A tier on `url` with small chunks, so every state spans several values.
 /// Small enough that every test state spans several chunks.
@@ -119,32 +122,11 @@ fn a_damaged_chunk_is_detected_and_dropped() {
 #[test]
 fn the_budget_evicts_least_recently_used_across_tiers_of_one_namespace() {
     let Some(server) = start_redis() else { return };
-    let size = state(0, 10)
-        .to_safetensors(&key_of(0, 10), &spec())
-        .expect("bytes")
-        .len() as u64;
-    // Two processes sharing one namespace: the budget holds 2.5 entries in all.
-    let first = tier(&server.url(), Some(size * 5 / 2));
-    let second = tier(&server.url(), Some(size * 5 / 2));
-    first
-        .put(&key_of(1, 10), &Arc::new(state(1, 10)))
-        .expect("put");
-    second
-        .put(&key_of(2, 10), &Arc::new(state(2, 10)))
-        .expect("put");
-    // Reading 1 makes 2 the least recently used.
-    assert!(second.get(&key_of(1, 10)).expect("get").is_some());
-    first
-        .put(&key_of(3, 10), &Arc::new(state(3, 10)))
-        .expect("put");
-    assert!(first.contains(&key_of(1, 10)).expect("contains"));
-    assert!(
-        !first.contains(&key_of(2, 10)).expect("contains"),
-        "2 was least recently used"
-    );
-    assert!(first.contains(&key_of(3, 10)).expect("contains"));
+    let budget = Some(state_bytes() * 5 / 2);
+    let first = tier(&server.url(), budget);
+    let second = tier(&server.url(), budget);
+    assert_shared_budget_evicts_least_recently_used(&first, &second);
     assert_eq!(first.stats().evictions, 1);
-    assert_eq!(first.held_bytes().expect("held"), Some(2 * size));
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //! files in a temporary folder and no persistence, stopped (killed) when dropped. Tests call
 //! [`start_redis`], which skips (with a notice) when `redis-server` is not installed, unless
 //! `PML_REQUIRE_MODELS=1` (CI installs it and sets that), under which a missing server fails the
-//! test (it panics); tools call [`try_start_redis`].
+//! test (it panics); tools call [`try_start_redis`]. [`start_redis_cluster`] starts three such
+//! servers in cluster mode and joins them into one Redis Cluster (slots split by `redis-cli
+//! --cluster create`).
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -110,6 +112,11 @@ pub fn try_start_redis() -> Result<RedisServer, RedisStartError> {
 const START_ATTEMPTS: usize = 5;
 
 fn try_start() -> Result<RedisServer, RedisStartError> {
+    try_start_with(&[])
+}
+
+/// A server started with `extra` arguments after the usual ones.
+fn try_start_with(extra: &[&str]) -> Result<RedisServer, RedisStartError> {
     let dir = TempDir::new()?;
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())?
@@ -117,6 +124,7 @@ fn try_start() -> Result<RedisServer, RedisStartError> {
     let child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .args(extra)
         .arg("--dir")
         .arg(dir.path())
         .stdout(Stdio::null())
@@ -147,4 +155,93 @@ fn try_start() -> Result<RedisServer, RedisStartError> {
         port,
         timeout: STARTUP_TIMEOUT,
     })
+}
+
+/// A running three-node Redis Cluster owned by a test (every node a primary, no replicas).
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// The first node's URL with PML's `cluster=1`: what `--store` takes.
+    pub fn store_url(&self) -> String {
+        format!("{}?cluster=1", self.nodes[0].url())
+    }
+
+    /// A cluster-aware client connection.
+    pub fn connection(&self) -> redis::cluster::ClusterConnection {
+        let urls: Vec<String> = self.nodes.iter().map(RedisServer::url).collect();
+        redis::cluster::ClusterClient::new(urls)
+            .and_then(|client| client.get_connection())
+            .expect("connect to the test cluster")
+    }
+}
+
+/// How long the nodes may take to agree that every slot is served.
+const CLUSTER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A fresh three-node cluster, or `None` after a skip notice when `redis-server` or `redis-cli`
+/// is not installed.
+///
+/// # Panics
+/// When either is missing and [`models_required`], or when the cluster does not form.
+pub fn start_redis_cluster() -> Option<RedisCluster> {
+    let installed = |program: &str| {
+        Command::new(program)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    if !installed("redis-server") || !installed("redis-cli") {
+        assert!(
+            !models_required(),
+            "redis-server and redis-cli are required by this test (apt-get install -y redis-server)"
+        );
+        eprintln!("skipped: redis-server or redis-cli is not installed");
+        return None;
+    }
+    let config = "--cluster-config-file";
+    let nodes = (0..3)
+        .map(|_| try_start_with(&["--cluster-enabled", "yes", config, "nodes.conf"]))
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap_or_else(|error| panic!("a cluster node did not start: {error}"));
+    let addresses: Vec<String> = nodes
+        .iter()
+        .map(|node| format!("127.0.0.1:{}", node.port()))
+        .collect();
+    let created = Command::new("redis-cli")
+        .arg("--cluster")
+        .arg("create")
+        .args(&addresses)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("redis-cli runs");
+    assert!(
+        created.status.success(),
+        "redis-cli --cluster create failed: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    // Each node must see the whole cluster before a client can route every slot.
+    let started = Instant::now();
+    for node in &nodes {
+        loop {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut node.connection())
+                .unwrap_or_default();
+            if info.contains("cluster_state:ok") {
+                break;
+            }
+            assert!(
+                started.elapsed() < CLUSTER_TIMEOUT,
+                "the cluster did not form in {CLUSTER_TIMEOUT:?}: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Some(RedisCluster { nodes })
 }

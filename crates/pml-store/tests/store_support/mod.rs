@@ -134,3 +134,37 @@ pub fn files_under(dir: &std::path::Path) -> Vec<String> {
 pub fn decode(bytes: &[u8], key: &StoreKey, spec: &StateSpec) -> Result<ModuleState, StoreError> {
     ModuleState::from_safetensors(std::sync::Arc::new(bytes.to_vec()), key, spec)
 }
+
+/// Bytes of one test state as a tier stores it.
+pub fn state_bytes() -> u64 {
+    state(0, 10)
+        .to_safetensors(&key_of(0, 10), &spec())
+        .expect("bytes")
+        .len() as u64
+}
+
+/// Two Redis tiers of one namespace (two processes, in effect) whose shared budget holds 2.5
+/// states: after 1 and 2 are put and 1 is read, putting 3 evicts 2, the least recently used.
+pub fn assert_shared_budget_evicts_least_recently_used(
+    first: &pml_store::RedisTier,
+    second: &pml_store::RedisTier,
+) {
+    use pml_store::Tier;
+    use std::sync::Arc;
+    let put = |tier: &pml_store::RedisTier, seed| {
+        tier.put(&key_of(seed, 10), &Arc::new(state(seed, 10)))
+            .expect("put");
+    };
+    put(first, 1);
+    put(second, 2);
+    // Reading 1 makes 2 the least recently used.
+    assert!(second.get(&key_of(1, 10)).expect("get").is_some());
+    put(first, 3);
+    assert!(first.contains(&key_of(1, 10)).expect("contains"));
+    assert!(
+        !first.contains(&key_of(2, 10)).expect("contains"),
+        "2 was least recently used"
+    );
+    assert!(first.contains(&key_of(3, 10)).expect("contains"));
+    assert_eq!(first.held_bytes().expect("held"), Some(2 * state_bytes()));
+}
