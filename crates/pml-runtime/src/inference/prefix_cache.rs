@@ -155,6 +155,44 @@ impl PrefixCache {
 
     /// Keeps every full block of `tokens` that `kv` (their prefilled cache, positions 0, 1, …)
     /// holds and the cache lacks.
+    /// For a prompt part way through its prefill: when RAM now holds more of `tokens`' leading
+    /// blocks than `kv` has computed (another prompt with the same start finished meanwhile),
+    /// replaces `kv` with a splice of them (room for the rest and `reserve`, as [`Self::splice`])
+    /// and returns the tokens it now holds; `None` when that is no more. RAM only, so a prompt
+    /// checked at every step never waits on the shared tier.
+    pub fn catch_up(
+        &self,
+        model: &Model,
+        tokens: &[u32],
+        kv: &mut KvCache,
+        reserve: usize,
+    ) -> Result<Option<usize>, PrefixCacheError> {
+        let usable = tokens.len().saturating_sub(1) / BLOCK_TOKENS;
+        if usable * BLOCK_TOKENS <= kv.len() {
+            return Ok(None);
+        }
+        let mut cached: Vec<Arc<ModuleState>> = Vec::new();
+        for key in self.block_keys(model, &tokens[..usable * BLOCK_TOKENS]) {
+            match self.blocks.get(&key)? {
+                Some(state) => cached.push(state),
+                None => break,
+            }
+        }
+        let cached_tokens = cached.len() * BLOCK_TOKENS;
+        if cached_tokens <= kv.len() {
+            return Ok(None);
+        }
+        let blocks: Vec<&KvBlock> = cached.iter().map(|state| state.kv()).collect();
+        *kv = KvCache::from_blocks(
+            model.kv_layout(),
+            model.device(),
+            &blocks,
+            tokens.len() - cached_tokens + reserve,
+        )
+        .map_err(EngineError::from)?;
+        Ok(Some(cached_tokens))
+    }
+
     pub fn keep(
         &self,
         model: &Model,
@@ -225,5 +263,64 @@ mod tests {
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         assert!(gap < 1e-4, "logits differ by {gap}");
+    }
+
+    /// A prompt that started before another with the same start finished takes that one's
+    /// blocks when it can, and only when that is more than it has.
+    #[test]
+    fn a_prefill_catches_up_on_blocks_kept_meanwhile() {
+        let model = random_model(Arch::Qwen2, 5, WeightFormat::F32, &candle_core::Device::Cpu)
+            .expect("tiny model");
+        let cache = PrefixCache::new(1 << 30, "tiny");
+        let shared_start: Vec<u32> = (0..3 * BLOCK_TOKENS as u32).map(|t| 3 + t % 50).collect();
+        let first: Vec<u32> = shared_start.iter().copied().chain([7, 8, 9]).collect();
+        let second: Vec<u32> = shared_start.iter().copied().chain([4, 5]).collect();
+
+        // The second starts with nothing cached and computes one block.
+        let mut late = cache.splice(&model, &second, 1).expect("splice");
+        assert_eq!(late.cached_tokens, 0);
+        let positions: Vec<u32> = (0..BLOCK_TOKENS as u32).collect();
+        model
+            .forward(&second[..BLOCK_TOKENS], &positions, &mut late.kv)
+            .expect("first chunk");
+        assert_eq!(
+            cache.catch_up(&model, &second, &mut late.kv, 1).unwrap(),
+            None
+        );
+
+        // The first runs whole and keeps its blocks.
+        let mut early = cache.splice(&model, &first, 1).expect("splice");
+        let positions: Vec<u32> = (0..first.len() as u32).collect();
+        model
+            .forward(&first, &positions, &mut early.kv)
+            .expect("prefill");
+        cache.keep(&model, &first, &early.kv).expect("keep");
+
+        let caught = cache.catch_up(&model, &second, &mut late.kv, 1).unwrap();
+        assert_eq!(caught, Some(3 * BLOCK_TOKENS));
+        assert_eq!(late.kv.len(), 3 * BLOCK_TOKENS);
+        // The rest computes to what a prefill from nothing gives.
+        let rest: Vec<u32> = (3 * BLOCK_TOKENS as u32..second.len() as u32).collect();
+        let logits = model
+            .forward(&second[3 * BLOCK_TOKENS..], &rest, &mut late.kv)
+            .expect("rest");
+        let mut alone = model.new_kv_cache().expect("cache");
+        let positions: Vec<u32> = (0..second.len() as u32).collect();
+        let reference = model
+            .forward(&second, &positions, &mut alone)
+            .expect("alone");
+        let gap = (logits - reference)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(gap < 1e-4, "logits differ by {gap}");
+        assert_eq!(
+            cache.catch_up(&model, &second, &mut late.kv, 1).unwrap(),
+            None
+        );
     }
 }

@@ -139,6 +139,32 @@ pub struct PlainChunk<'p> {
 }
 
 impl PendingPrefill {
+    /// A plain prompt takes the blocks another prompt with the same start kept in the prefix
+    /// cache since this one began (eight chats with one system prompt arriving together compute
+    /// it once, not eight times). A failed lookup only costs the computing it would have saved.
+    pub fn catch_up(&mut self, runtime: &Runtime, prefix_cache: &PrefixCache) {
+        let reserve = self.job.params.max_tokens + 1;
+        let Work::Plain {
+            tokens,
+            kv,
+            cached_tokens,
+        } = &mut self.work
+        else {
+            return;
+        };
+        match prefix_cache.catch_up(runtime.model(), tokens, kv, reserve) {
+            Ok(Some(cached)) => {
+                kv.limit_rows(self.slots);
+                *cached_tokens = cached;
+            }
+            Ok(None) => {}
+            Err(error) => tracing::warn!(
+                "the prefix cache could not be read for a prompt part way through: {}",
+                error_chain(&error)
+            ),
+        }
+    }
+
     /// Whether the prompt is plain text (its chunks may run in a batched step).
     pub fn is_plain(&self) -> bool {
         matches!(self.work, Work::Plain { .. })

@@ -343,6 +343,9 @@ impl<'r> Scheduler<'r> {
     /// plain prompts' chunks (the weights read once for all of them), then the PML prompts'
     /// chunks, which run their own passes (their splices place tokens at laid-out positions).
     fn step(&mut self, budget: usize) {
+        for prefill in &mut self.prefilling {
+            prefill.catch_up(self.runtime, &self.prefix_cache);
+        }
         let grants = self.grants(budget);
         let mut batched = Vec::new();
         let mut alone = Vec::new();
