@@ -219,9 +219,17 @@ impl LayoutCache {
 /// Cache files being written by [`LayoutCache::finish`], and their writers.
 static PENDING_WRITES: Mutex<Vec<(PathBuf, JoinHandle<()>)>> = Mutex::new(Vec::new());
 
+/// Held while writers taken from [`PENDING_WRITES`] are joined: a caller that finds the list
+/// empty because another took its writer waits here until that writer is joined too.
+static JOINING_WRITES: Mutex<()> = Mutex::new(());
+
 /// Waits until every layout cache file this process started writing is written (or has
-/// failed): a program calls it before it exits, or the file is not written.
+/// failed): a program calls it before it exits, or the file is not written. Safe from several
+/// threads at once: none returns while a writer started before its call is still running.
 pub fn wait_for_writes() {
+    let _joining = JOINING_WRITES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let writers = std::mem::take(
         &mut *PENDING_WRITES
             .lock()
