@@ -149,6 +149,23 @@ mod tests {
     const PROMPTS: [&[u32]; 3] = [&[3, 141, 59], &[26, 53, 58, 97, 93, 23, 84, 62, 64], &[7]];
     const STEPS: usize = 5;
 
+    /// Row `row` of a batch's logits equals `single`, a sequence's logits run alone, within
+    /// 1e-4 of the larger of 1 and its largest magnitude.
+    fn assert_row_matches(logits: &Tensor, row: usize, single: &Tensor, what: &str) {
+        let diff = max_abs_diff(&logits.get(row).expect("row"), single);
+        let scale = single
+            .abs()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(
+            diff <= 1e-4 * scale.max(1.0),
+            "{what}: {diff} (scale {scale})"
+        );
+    }
+
     #[test]
     fn batched_decode_equals_one_sequence_at_a_time() {
         for arch in Arch::ALL {
@@ -187,18 +204,11 @@ mod tests {
                         let single = model
                             .forward(&[tokens[row]], &[positions[row]], kv)
                             .expect("single step");
-                        let row_logits = logits.get(row).expect("row");
-                        let diff = max_abs_diff(&row_logits, &single);
-                        let scale = single
-                            .abs()
-                            .unwrap()
-                            .max(0)
-                            .unwrap()
-                            .to_scalar::<f32>()
-                            .unwrap();
-                        assert!(
-                            diff <= 1e-4 * scale.max(1.0),
-                            "{arch:?} {format:?} step {step} row {row}: {diff} (scale {scale})"
+                        assert_row_matches(
+                            &logits,
+                            row,
+                            &single,
+                            &format!("{arch:?} {format:?} step {step} row {row}"),
                         );
                     }
                 }
@@ -250,18 +260,7 @@ mod tests {
                 let single = model
                     .forward(steps[row], &positions[row], kv)
                     .expect("alone");
-                let diff = max_abs_diff(&logits.get(row).expect("row"), &single);
-                let scale = single
-                    .abs()
-                    .unwrap()
-                    .max(0)
-                    .unwrap()
-                    .to_scalar::<f32>()
-                    .unwrap();
-                assert!(
-                    diff <= 1e-4 * scale.max(1.0),
-                    "{arch:?} row {row}: {diff} (scale {scale})"
-                );
+                assert_row_matches(&logits, row, &single, &format!("{arch:?} row {row}"));
                 assert_eq!(
                     kv.positions(),
                     batched[row].positions(),

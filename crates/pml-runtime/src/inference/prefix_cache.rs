@@ -309,14 +309,7 @@ mod tests {
         let reference = model
             .forward(&second, &positions, &mut alone)
             .expect("alone");
-        let gap = (logits - reference)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let gap = pml_engine::testing::max_abs_diff(&logits, &reference);
         assert!(gap < 1e-4, "logits differ by {gap}");
         assert_eq!(
             cache.catch_up(&model, &second, &mut late.kv, 1).unwrap(),

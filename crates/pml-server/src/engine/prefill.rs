@@ -123,11 +123,7 @@ impl Prepared {
                 all_tokens,
             } => stage_pml(runtime, schemas, &job, &schema, &bound, all_tokens, reserve),
         };
-        match started {
-            Ok(Started::Pending(work)) => Advance::Pending(PendingPrefill { job, slots, work }),
-            Ok(Started::Done(prefilled)) => Advance::Done(job, prefilled),
-            Err(error) => Advance::Failed(job, error),
-        }
+        Advance::of(job, slots, started)
     }
 }
 
@@ -206,11 +202,7 @@ impl PendingPrefill {
                 "a PML prompt's chunk was run in a batched step",
             ))),
         };
-        match advanced {
-            Ok(Started::Pending(work)) => Advance::Pending(Self { job, slots, work }),
-            Ok(Started::Done(prefilled)) => Advance::Done(job, prefilled),
-            Err(error) => Advance::Failed(job, error),
-        }
+        Advance::of(job, slots, advanced)
     }
 
     /// Bytes the prompt's cache holds so far.
@@ -248,8 +240,15 @@ impl PendingPrefill {
                 Err(error) => Err(JobError::internal(error)),
             },
         };
-        match advanced {
-            Ok(Started::Pending(work)) => Advance::Pending(Self { job, slots, work }),
+        Advance::of(job, slots, advanced)
+    }
+}
+
+impl Advance {
+    /// Where `job` stands after its prefill started or advanced with `outcome`.
+    fn of(job: CompletionJob, slots: usize, outcome: Result<Started, JobError>) -> Self {
+        match outcome {
+            Ok(Started::Pending(work)) => Advance::Pending(PendingPrefill { job, slots, work }),
             Ok(Started::Done(prefilled)) => Advance::Done(job, prefilled),
             Err(error) => Advance::Failed(job, error),
         }
