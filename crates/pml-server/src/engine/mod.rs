@@ -4,9 +4,9 @@
 //! - [`schemas`]: uploaded schemas and their compile progress, readable without the engine.
 //! - [`schema_compile`]: laying uploaded schemas out and encoding them, one per engine step.
 //! - [`admission`]: completions waiting for room in the batch, and the ones refused instead.
-//! - [`scheduler`]: the engine loop — batched decode steps, prompt chunks under a token budget,
-//!   timeouts and cancellation.
-//! - [`prefill`]: a plain prompt's prefill, in chunks.
+//! - [`scheduler`]: the engine loop — one forward pass a step for decoding tokens and prompt
+//!   chunks under a token budget, admission under the KV budget, timeouts and cancellation.
+//! - [`prefill`]: a prompt's prefill, prepared, started and advanced in chunks.
 //! - [`sequence`]: one completion between decode steps; a PML prompt's prefill.
 //! - [`structured`]: `response_format` by constrained decoding (llguidance).
 

@@ -1,11 +1,13 @@
 //! The engine loop, a bounded step (llama.cpp's `update_slots`, vLLM's scheduler with chunked
 //! prefill). Each turn: take every request that arrived (blocking only when idle); drop
 //! sequences — waiting, prefilling or decoding — whose client left or whose deadline passed;
-//! encode one uploaded schema; admit waiting completions while the batch has room (what is
-//! cached is spliced: a plain prompt's prefix, a PML prompt's modules; a `blend` PML prompt is
-//! prefilled whole, its computed tokens counted against the step's [`PREFILL_CHUNK_TOKENS`]);
-//! run one batched decode step over every decoding sequence; then compute prompt chunks with
-//! what is left of the budget, shortest remaining prompt first with the oldest always given a
+//! encode one uploaded schema; admit waiting completions while the batch has room and their KV
+//! reservations fit the budget (what is cached is spliced: a plain prompt's prefix, a PML
+//! prompt's modules; a `blend` PML prompt is prefilled whole, its computed tokens counted
+//! against the step's [`PREFILL_CHUNK_TOKENS`]); let plain prompts part way through catch up on
+//! blocks kept meanwhile; then run one forward pass over every decoding sequence's next token
+//! and the plain prompts' chunks (PML prompts' chunks after it, each in its own pass), the
+//! budget left going to the shortest remaining prompt first with the oldest always given a
 //! share, so a long prompt neither stalls running streams nor starves.
 //!
 //! A sequence is in exactly one state: waiting (in [`Admission`]), prefilling (`prefilling`),
