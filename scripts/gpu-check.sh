@@ -223,14 +223,15 @@ device() {
     if [ ${#model_args[@]} -gt 0 ]; then
         log "== pml generate on the GPU"
         ./pml generate "${model_args[@]}" --device cuda --max-tokens 32 "The capital of France is" || true
-        # WEIGHTS:CACHE pairs. Weights: the GGUF's blocks (candle's MMQ kernels at every row
-        # count) or f16 copies for prefill (cuBLAS on tensor cores); cache: f32 (exact
-        # attention) or f16/bf16 (attention on tensor cores).
-        local run weights cache
-        for run in ${ENGINE_RUNS:-quantized:f32 quantized-and-f16:f32 quantized-and-f16:f16}; do
-            IFS=: read -r weights cache <<<"$run"
-            log "== bench engine: cuda, --weights $weights --cache-type $cache"
-            ./pml bench engine "${model_args[@]}" --device cuda --weights "$weights" --cache-type "$cache" \
+        # WEIGHTS:CACHE[:VAR=VALUE] runs. Weights: the GGUF's blocks (candle's MMQ kernels at
+        # every row count) or f16 copies for prefill (cuBLAS on tensor cores); cache: f32
+        # (exact attention) or f16/bf16 (attention on tensor cores: the flash-attention kernel,
+        # or the ops path with PML_NO_FLASH_ATTENTION=1); VAR=VALUE: set for that run only.
+        local run weights cache setting
+        for run in ${ENGINE_RUNS:-quantized:f32 quantized-and-f16:f16:PML_NO_FLASH_ATTENTION=1 quantized-and-f16:f16}; do
+            IFS=: read -r weights cache setting <<<"$run"
+            log "== bench engine: cuda, --weights $weights --cache-type $cache ${setting:-}"
+            env ${setting:-} ./pml bench engine "${model_args[@]}" --device cuda --weights "$weights" --cache-type "$cache" \
                 --no-llama --sizes "${SIZES:-512,2048,4096}" --rounds 3 --decode 32 || true
         done
         log "== PyTorch eager (transformers) on the same GGUF and token ids"
@@ -239,11 +240,11 @@ device() {
                 PYTHONPATH=/tmp/site python3 "$repo/scripts/torch_engine_bench.py" "${model_args[@]}" \
                     --sizes "${SIZES:-512,2048,4096}" --rounds 3 --decode 32 || true
         fi
-        for run in ${CACHE_RUNS:-quantized:f32 quantized-and-f16:f16}; do
-            IFS=: read -r weights cache <<<"$run"
-            log "== bench cache: reuse vs full on the GPU, --weights $weights --cache-type $cache, states in the device tier"
+        for run in ${CACHE_RUNS:-quantized:f32 quantized-and-f16:f16:PML_NO_FLASH_ATTENTION=1 quantized-and-f16:f16}; do
+            IFS=: read -r weights cache setting <<<"$run"
+            log "== bench cache: reuse vs full on the GPU, --weights $weights --cache-type $cache ${setting:-}, states in the device tier"
             rm -rf /tmp/pml-bench-store
-            ./pml bench cache "${model_args[@]}" --device cuda --weights "$weights" --cache-type "$cache" \
+            env ${setting:-} ./pml bench cache "${model_args[@]}" --device cuda --weights "$weights" --cache-type "$cache" \
                 --no-examples --store "device:8GiB,disk:/tmp/pml-bench-store" \
                 --sizes "${CACHE_SIZES:-1024,4096}" --runs 3 || true
         done

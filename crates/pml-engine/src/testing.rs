@@ -152,3 +152,29 @@ pub fn write_tiny_gguf(arch: Arch, path: &std::path::Path, f32: bool) {
     let mut file = std::fs::File::create(path).expect("create");
     gguf_file::write(&mut file, &metadata, &tensors).expect("GGUF written");
 }
+
+/// One attention call on the candle path both ways: CUDA's flash-attention kernel (`None` where
+/// it does not apply: off CUDA, an f32 cache, another head size) and the ops path (products in
+/// the cache's dtype on CUDA). `queries` `(n, n_heads, head_dim)` f32, `keys`/`values`
+/// `(n_keys, n_kv_heads, head_dim)` in the cache's dtype; each result `(n, n_heads * head_dim)`.
+///
+/// # Panics
+/// When either path fails.
+pub fn flash_and_ops_attention(
+    queries: &Tensor,
+    query_positions: &[u32],
+    keys: &Tensor,
+    values: &Tensor,
+    key_positions: &[u32],
+    window: Option<usize>,
+) -> (Option<Tensor>, Tensor) {
+    crate::kernels::flash_and_ops(
+        queries,
+        query_positions,
+        keys,
+        values,
+        key_positions,
+        window,
+    )
+    .expect("attention computes")
+}

@@ -14,7 +14,9 @@ use pml_engine::model::tiny::random_model_on;
 use pml_engine::model::{
     Arch, Linear, MatrixRole, Model, ModelConfig, Multiplier, TensorMap, WeightFormat,
 };
-use pml_engine::testing::{argmax, last_position_logits, max_abs_diff, prefill_then_decode};
+use pml_engine::testing::{
+    argmax, flash_and_ops_attention, last_position_logits, max_abs_diff, prefill_then_decode,
+};
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_testkit::fetched_model;
 
@@ -167,6 +169,103 @@ fn half_precision_caches_track_the_f32_cache() {
                 "{arch:?} {dtype:?}: max |Δlogit| {difference} of {scale}"
             );
         }
+    }
+}
+
+/// The flash-attention kernel (CUDA, half-precision caches) against the ops path on the same
+/// operands and against f32 attention on the CPU: prefills whose tiles and row blocks end
+/// part-way, a sliding window, keys out of position order with a gap and a repeat (spliced
+/// modules), a query that sees no key, a few queries over many keys (a cached prompt's new
+/// text), both head sizes the kernel has and both half dtypes. Off CUDA the kernel must not
+/// apply and the ops path is checked against f32 alone.
+#[test]
+fn flash_attention_matches_the_ops_path() {
+    use candle_core::{DType, Device};
+    let under_test = backend_under_test();
+    let device = &under_test.device;
+    // (dtype, head_dim, n_heads, n_kv_heads, n_queries, n_keys, window, keys shuffled)
+    let cases = [
+        (DType::F16, 64, 9, 3, 300, 300, None, false),
+        (DType::BF16, 64, 9, 3, 300, 300, None, false),
+        (DType::F16, 64, 14, 2, 130, 250, Some(50), false),
+        (DType::F16, 128, 8, 2, 5, 1000, None, true),
+        (DType::BF16, 128, 4, 4, 70, 197, None, true),
+        (DType::F16, 64, 9, 3, 1, 4100, None, false),
+    ];
+    for (dtype, head_dim, n_heads, n_kv_heads, n_queries, n_keys, window, shuffled) in cases {
+        let random = |rows: usize, heads: usize, seed: u64| {
+            let cpu = &Device::Cpu;
+            let values: Vec<f32> = (0..rows * heads * head_dim)
+                .map(|i| {
+                    let x = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15 ^ seed);
+                    ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
+                })
+                .collect();
+            Tensor::from_vec(values, (rows, heads, head_dim), cpu).expect("tensor")
+        };
+        // Queries pre-scaled as the model's are.
+        let queries =
+            (random(n_queries, n_heads, 1) * (head_dim as f64).powf(-0.5)).expect("scale");
+        let keys = random(n_keys, n_kv_heads, 2).to_dtype(dtype).expect("keys");
+        let values = random(n_keys, n_kv_heads, 3)
+            .to_dtype(dtype)
+            .expect("values");
+        let mut key_positions: Vec<u32> = (0..n_keys as u32).collect();
+        if shuffled {
+            // Two modules laid out apart (a gap of 40), the second written first, and one
+            // repeated position.
+            let half = n_keys / 2;
+            key_positions = (0..n_keys as u32)
+                .map(|k| {
+                    if (k as usize) < half {
+                        k + half as u32 + 40
+                    } else {
+                        k - half as u32
+                    }
+                })
+                .collect();
+            key_positions[3] = key_positions[4];
+        }
+        let latest = key_positions.iter().copied().max().unwrap_or(0);
+        let mut query_positions: Vec<u32> = (0..n_queries as u32)
+            .map(|q| latest + 1 + q - n_queries.min(n_keys) as u32)
+            .collect();
+        if n_queries > 2 {
+            query_positions[1] = 0; // sees the key at 0 only (or nothing, when shuffled)
+        }
+        let (flash, by_ops) = flash_and_ops_attention(
+            &queries.to_device(device).expect("to device"),
+            &query_positions,
+            &keys.to_device(device).expect("to device"),
+            &values.to_device(device).expect("to device"),
+            &key_positions,
+            window,
+        );
+        let (_, exact) = flash_and_ops_attention(
+            &queries,
+            &query_positions,
+            &keys.to_dtype(DType::F32).expect("f32"),
+            &values.to_dtype(DType::F32).expect("f32"),
+            &key_positions,
+            window,
+        );
+        let bound = if dtype == DType::F16 { 1e-2 } else { 6e-2 };
+        let ops_error = max_abs_diff(&exact, &by_ops.to_device(&Device::Cpu).expect("to host"));
+        let case = format!(
+            "{dtype:?} head {head_dim}, {n_heads}/{n_kv_heads} heads, {n_queries}×{n_keys}, window {window:?}, shuffled {shuffled}"
+        );
+        if !device.is_cuda() {
+            assert!(flash.is_none(), "{case}: the flash kernel applies off CUDA");
+            assert!(ops_error <= bound, "{case}: ops path {ops_error}");
+            continue;
+        }
+        let flash = flash.expect("the flash kernel applies on CUDA to a half-precision cache");
+        let flash_error = max_abs_diff(&exact, &flash.to_device(&Device::Cpu).expect("to host"));
+        eprintln!("{case}: max |Δ| from f32: flash {flash_error:.2e}, ops {ops_error:.2e}");
+        assert!(
+            flash_error <= bound,
+            "{case}: flash {flash_error} > {bound}"
+        );
     }
 }
 

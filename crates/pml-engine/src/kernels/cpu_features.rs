@@ -29,7 +29,8 @@ fn turned_off() -> bool {
     set(NO_AVX2_ENV)
 }
 
-fn set(name: &str) -> bool {
+/// Whether the environment switch `name` is on: set, and to anything but empty or `0`.
+pub(crate) fn set(name: &str) -> bool {
     std::env::var(name).is_ok_and(|value| !value.is_empty() && value != "0")
 }
 

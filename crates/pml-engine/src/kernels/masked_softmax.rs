@@ -32,6 +32,12 @@ impl Visibility {
         Self { window }
     }
 
+    /// The window as the CUDA kernels take it: `u32::MAX` for none.
+    #[cfg(feature = "cuda")]
+    pub(super) fn limit(self) -> u32 {
+        self.window
+    }
+
     #[inline]
     pub(super) fn sees(self, query: u32, key: u32) -> bool {
         key <= query && query - key < self.window
@@ -156,7 +162,7 @@ impl CustomOp1 for MaskedSoftmax<'_> {
             layout,
             self.query_positions,
             self.key_positions,
-            Visibility::new(self.window).window,
+            Visibility::new(self.window).limit(),
         )
     }
 }

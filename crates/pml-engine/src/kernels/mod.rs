@@ -24,6 +24,8 @@ mod attention_reference;
 pub(crate) mod cpu_features;
 mod exp_kernel;
 mod few_query_attention;
+#[cfg(feature = "cuda")]
+mod flash_attention_cuda;
 pub(crate) mod huge_pages;
 mod kv_rows;
 pub(crate) mod mapped;
@@ -51,6 +53,23 @@ pub(crate) fn dense_matmul(dense: &Tensor, x: &Tensor) -> Result<Tensor, EngineE
     let x = x.to_dtype(dense.dtype())?.contiguous()?;
     Ok(x.matmul(&dense.t()?)?.to_dtype(DType::F32)?)
 }
+
+/// Whether [`attend`] of `queries` over `keys` materialises no scores (CUDA's flash-attention
+/// kernel), so a long prefill need not go in chunks of queries.
+pub(crate) fn attends_without_scores(queries: &Tensor, keys: &Tensor, kernels: Kernels) -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        kernels == Kernels::Candle && flash_attention_cuda::applies(queries, keys)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (queries, keys, kernels);
+        false
+    }
+}
+
+#[cfg(any(test, feature = "test-support"))]
+pub(crate) use position_mask::flash_and_ops;
 
 /// `softmax(q k^T under the position mask) v` for `queries` `(n, n_heads, head_dim)` (already
 /// scaled) at `query_positions` over a layer's `keys`/`values` `(n_keys, n_kv_heads, head_dim)` at

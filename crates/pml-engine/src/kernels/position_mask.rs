@@ -150,8 +150,10 @@ pub(super) fn attention_dtype(device: &Device, queries: DType, cache: DType) -> 
 /// `softmax(q kᵀ under the position mask) v` for `queries` `(n, n_heads, head_dim)` (already
 /// scaled) over `keys`/`values` `(n_keys, n_kv_heads, head_dim)`; `(n, n_heads * head_dim)` in
 /// the queries' dtype. The products run in [`attention_dtype`]. The query heads sharing a KV
-/// head are stacked, so K and V are never repeated per head. On CUDA the weights come from one
-/// masked-softmax kernel over all heads' scores; elsewhere from a mask tensor.
+/// head are stacked, so K and V are never repeated per head. On CUDA with a half-precision
+/// cache, one flash-attention kernel does it all (`flash_attention_cuda`); else on CUDA the
+/// weights come from one masked-softmax kernel over all heads' scores; elsewhere from a mask
+/// tensor.
 pub(super) fn attend_by_ops(
     queries: &Tensor,
     query_positions: &[u32],
@@ -160,6 +162,17 @@ pub(super) fn attend_by_ops(
     key_positions: &[u32],
     window: Option<usize>,
 ) -> Result<Tensor, EngineError> {
+    #[cfg(feature = "cuda")]
+    if let Some(attended) = super::flash_attention_cuda::attend(
+        queries,
+        query_positions,
+        keys,
+        values,
+        key_positions,
+        window,
+    )? {
+        return Ok(attended);
+    }
     let dtype = attention_dtype(queries.device(), queries.dtype(), keys.dtype());
     attend_in(
         dtype,
@@ -170,6 +183,42 @@ pub(super) fn attend_by_ops(
         key_positions,
         window,
     )
+}
+
+/// One call's attention both ways on the candle path, for tests: the flash-attention kernel's
+/// (`None` where it does not apply: off CUDA, an f32 cache) and the ops path's, products in
+/// [`attention_dtype`].
+#[cfg(any(test, feature = "test-support"))]
+pub(crate) fn flash_and_ops(
+    queries: &Tensor,
+    query_positions: &[u32],
+    keys: &Tensor,
+    values: &Tensor,
+    key_positions: &[u32],
+    window: Option<usize>,
+) -> Result<(Option<Tensor>, Tensor), EngineError> {
+    #[cfg(feature = "cuda")]
+    let flash = super::flash_attention_cuda::attend(
+        queries,
+        query_positions,
+        keys,
+        values,
+        key_positions,
+        window,
+    )?;
+    #[cfg(not(feature = "cuda"))]
+    let flash = None;
+    let dtype = attention_dtype(queries.device(), queries.dtype(), keys.dtype());
+    let by_ops = attend_in(
+        dtype,
+        queries,
+        query_positions,
+        keys,
+        values,
+        key_positions,
+        window,
+    )?;
+    Ok((flash, by_ops))
 }
 
 /// [`attend_by_ops`] with its products in `dtype`.

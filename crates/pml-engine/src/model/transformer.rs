@@ -274,7 +274,11 @@ impl Attention {
     ) -> Result<Tensor, EngineError> {
         let n_queries = queries.dim(0)?;
         let scores_per_query = self.n_heads * keys.dim(0)?;
-        let chunk = (attention_score_budget(queries.device()) / scores_per_query.max(1)).max(1);
+        let chunk = if kernels::attends_without_scores(queries, keys, self.kernels) {
+            n_queries.max(1)
+        } else {
+            (attention_score_budget(queries.device()) / scores_per_query.max(1)).max(1)
+        };
         let mut outputs = Vec::with_capacity(n_queries.div_ceil(chunk));
         for start in (0..n_queries).step_by(chunk) {
             let len = chunk.min(n_queries - start);
