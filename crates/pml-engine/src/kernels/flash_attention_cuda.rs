@@ -28,10 +28,14 @@ use super::masked_softmax::{Visibility, check_shapes};
 const SOURCE: &str = include_str!("flash_attention.cu");
 /// The name candle caches the loaded module under, per device.
 const MODULE: &str = "pml_flash_attention";
-/// `THREADS`, `BLOCK_ROWS` and `TILE_KEYS` in the source.
+/// `THREADS` and `BLOCK_ROWS` in the source.
 const THREADS: u32 = 128;
 const BLOCK_ROWS: usize = 64;
-const TILE_KEYS: usize = 64;
+
+/// Keys per tile for heads of `head_dim` (the source's `TILE_KEYS` of each instance).
+fn tile_keys(head_dim: usize) -> usize {
+    if head_dim <= 64 { 64 } else { 32 }
+}
 /// Head sizes the source instantiates (SmolLM2, Qwen2.5, Llama 3.2 1B: 64; Llama 3 8B,
 /// Mistral, Qwen2.5 ≥ 7B: 128).
 const HEAD_DIMS: [usize; 2] = [64, 128];
@@ -150,7 +154,7 @@ struct FlashAttention<'a> {
 impl FlashAttention<'_> {
     /// The positions and, per row block and per key tile, the least and greatest position
     /// (what the kernel skips whole tiles by), as one vector: one upload a call.
-    fn host_arguments(&self) -> Vec<u32> {
+    fn host_arguments(&self, head_dim: usize) -> Vec<u32> {
         let n_rows = self.group * self.query_positions.len();
         let range = |positions: &[u32]| -> [u32; 2] {
             let least = positions.iter().copied().min().unwrap_or(u32::MAX);
@@ -161,7 +165,7 @@ impl FlashAttention<'_> {
             self.query_positions.len()
                 + self.key_positions.len()
                 + 2 * n_rows.div_ceil(BLOCK_ROWS)
-                + 2 * self.key_positions.len().div_ceil(TILE_KEYS),
+                + 2 * self.key_positions.len().div_ceil(tile_keys(head_dim)),
         );
         arguments.extend_from_slice(self.query_positions);
         arguments.extend_from_slice(self.key_positions);
@@ -170,7 +174,7 @@ impl FlashAttention<'_> {
             let queries = &self.query_positions[first_row / self.group..=last_row / self.group];
             arguments.extend(range(queries));
         }
-        for tile in self.key_positions.chunks(TILE_KEYS) {
+        for tile in self.key_positions.chunks(tile_keys(head_dim)) {
             arguments.extend(range(tile));
         }
         arguments
@@ -186,7 +190,10 @@ impl FlashAttention<'_> {
         let function = device.get_or_load_custom_func(kernel, MODULE, ptx()?)?;
         let (n_queries, n_keys) = (self.query_positions.len(), self.key_positions.len());
         let n_rows = self.group * n_queries;
-        let (n_blocks, n_tiles) = (n_rows.div_ceil(BLOCK_ROWS), n_keys.div_ceil(TILE_KEYS));
+        let (n_blocks, n_tiles) = (
+            n_rows.div_ceil(BLOCK_ROWS),
+            n_keys.div_ceil(tile_keys(head_dim)),
+        );
         let too_large = || {
             candle_core::Error::Msg(format!(
                 "attention of {n_queries} queries over {n_keys} keys: too many"
@@ -196,7 +203,7 @@ impl FlashAttention<'_> {
         if n_rows > i32::MAX as usize || n_keys > i32::MAX as usize {
             return Err(too_large());
         }
-        let arguments = device.clone_htod(&self.host_arguments())?;
+        let arguments = device.clone_htod(&self.host_arguments(head_dim))?;
         let query_positions = arguments.slice(..n_queries);
         let key_positions = arguments.slice(n_queries..n_queries + n_keys);
         let block_queries = arguments.slice(n_queries + n_keys..n_queries + n_keys + 2 * n_blocks);
