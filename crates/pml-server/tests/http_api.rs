@@ -326,6 +326,24 @@ fn bad_input_gets_400_with_diagnostics() {
         "unsupported_parameter",
         "{text}"
     );
+
+    // /v1/responses: a field that asks for something is refused by name (the first by name);
+    // the defaults the SDKs send (an empty `include`, `service_tier: auto`) are not.
+    let responses = server.url("/v1/responses");
+    let body = json!({"input": "x", "max_output_tokens": 2, "reasoning": {"effort": "low"},
+                      "background": true, "include": []});
+    let (status, text) = call("POST", &responses, Some(&body.to_string()), None);
+    assert_eq!(status, 400, "{text}");
+    assert_eq!(parse(&text)["error"]["param"], "background", "{text}");
+    assert_eq!(
+        parse(&text)["error"]["code"],
+        "unsupported_parameter",
+        "{text}"
+    );
+    let body = json!({"input": "x", "max_output_tokens": 2, "include": [],
+                      "service_tier": "auto"});
+    let (status, text) = call("POST", &responses, Some(&body.to_string()), None);
+    assert_eq!(status, 200, "{text}");
 }
 
 #[test]

@@ -573,34 +573,51 @@ fn content_parts(param: &str, parts: &[Value]) -> Result<String, ApiError> {
 
 /// Refuses the first non-null field of `fields` (prefixed by `prefix` in the error's `param`).
 fn refuse_unknown(fields: &Map<String, Value>, prefix: &str) -> Result<(), ApiError> {
-    let mut names: Vec<&String> = fields
+    refuse_first(
+        fields,
+        prefix,
+        |_, _| false,
+        |name| match name {
+            "tools" | "tool_choice" | "parallel_tool_calls" => {
+                "tools are offered through the chat endpoint only"
+            }
+            "functions" | "function_call" => {
+                "OpenAI's deprecated functions API is not supported; send `tools` and `tool_choice`"
+            }
+            "tool_calls" | "tool_call_id" => {
+                "only assistant messages call tools and tool messages answer them"
+            }
+            "logit_bias" => "logit_bias is not supported by this server",
+            "echo" | "best_of" | "suffix" => {
+                "this completions option is not supported by this server"
+            }
+            "audio" | "modalities" => "audio is not supported by this server (text only)",
+            _ => "this field is not supported by this server",
+        },
+    )
+}
+
+/// Refuses the first field of `fields` by name that asks for something — not null, and not a
+/// value `asks_nothing` accepts as the default — with `why` it cannot be served (`prefix`
+/// before the name in the error's `param`): a server never ignores a field.
+pub(super) fn refuse_first(
+    fields: &Map<String, Value>,
+    prefix: &str,
+    asks_nothing: impl Fn(&str, &Value) -> bool,
+    why: impl Fn(&str) -> &'static str,
+) -> Result<(), ApiError> {
+    let first = fields
         .iter()
-        .filter(|(_, value)| !value.is_null())
+        .filter(|(name, value)| !value.is_null() && !asks_nothing(name, value))
         .map(|(name, _)| name)
-        .collect();
-    names.sort();
-    let Some(name) = names.first() else {
-        return Ok(());
-    };
-    let why = match name.as_str() {
-        "tools" | "tool_choice" | "parallel_tool_calls" => {
-            "tools are offered through the chat endpoint only"
-        }
-        "functions" | "function_call" => {
-            "OpenAI's deprecated functions API is not supported; send `tools` and `tool_choice`"
-        }
-        "tool_calls" | "tool_call_id" => {
-            "only assistant messages call tools and tool messages answer them"
-        }
-        "logit_bias" => "logit_bias is not supported by this server",
-        "echo" | "best_of" | "suffix" => "this completions option is not supported by this server",
-        "audio" | "modalities" => "audio is not supported by this server (text only)",
-        _ => "this field is not supported by this server",
-    };
-    Err(ApiError::unsupported(
-        format!("{prefix}{name}"),
-        format!("`{prefix}{name}`: {why}"),
-    ))
+        .min();
+    match first {
+        None => Ok(()),
+        Some(name) => Err(ApiError::unsupported(
+            format!("{prefix}{name}"),
+            format!("`{prefix}{name}`: {}", why(name)),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 use super::AppState;
 use super::completions::{chat_job, parse_json, start};
 use super::error::ApiError;
-use super::request::ChatRequest;
+use super::request::{ChatRequest, refuse_first};
 use super::responses_output::{ResponseEcho, answer_response};
 
 /// Responses kept for `previous_response_id`.
@@ -110,31 +110,22 @@ pub async fn create(
 
 impl ResponsesRequest {
     fn refuse_unsupported(&self) -> Result<(), ApiError> {
-        let mut names: Vec<&String> = self
-            .other
-            .iter()
-            .filter(|(_, value)| !value.is_null())
-            .filter(|(name, value)| {
-                // Empty lists and the default service tier ask for nothing.
-                !(matches!(name.as_str(), "include") && value.as_array().is_some_and(Vec::is_empty)
-                    || name.as_str() == "service_tier" && value.as_str() == Some("auto"))
-            })
-            .map(|(name, _)| name)
-            .collect();
-        names.sort();
-        if let Some(name) = names.first() {
-            let why = match name.as_str() {
+        refuse_first(
+            &self.other,
+            "",
+            // Empty lists and the default service tier ask for nothing.
+            |name, value| {
+                name == "include" && value.as_array().is_some_and(Vec::is_empty)
+                    || name == "service_tier" && value.as_str() == Some("auto")
+            },
+            |name| match name {
                 "reasoning" => "reasoning options are not supported (the model does not reason)",
                 "background" => "background responses are not supported",
                 "conversation" => "conversations are not supported; use previous_response_id",
                 "prompt" => "stored prompt templates are not supported",
                 _ => "this field is not supported by this server",
-            };
-            return Err(ApiError::unsupported(
-                name.as_str(),
-                format!("`{name}`: {why}"),
-            ));
-        }
+            },
+        )?;
         if let Some(truncation) = &self.truncation
             && truncation != "disabled"
         {
