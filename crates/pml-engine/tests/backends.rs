@@ -183,16 +183,20 @@ fn flash_attention_matches_the_ops_path() {
     use candle_core::{DType, Device};
     let under_test = backend_under_test();
     let device = &under_test.device;
-    // (dtype, head_dim, n_heads, n_kv_heads, n_queries, n_keys, window, keys shuffled)
+    // (dtype, head_dim, n_heads, n_kv_heads, n_queries, n_keys, window, keys shuffled, rows of
+    // the cache before the keys: read at an offset, as a window's visible slots are)
     let cases = [
-        (DType::F16, 64, 9, 3, 300, 300, None, false),
-        (DType::BF16, 64, 9, 3, 300, 300, None, false),
-        (DType::F16, 64, 14, 2, 130, 250, Some(50), false),
-        (DType::F16, 128, 8, 2, 5, 1000, None, true),
-        (DType::BF16, 128, 4, 4, 70, 197, None, true),
-        (DType::F16, 64, 9, 3, 1, 4100, None, false),
+        (DType::F16, 64, 9, 3, 300, 300, None, false, 0),
+        (DType::BF16, 64, 9, 3, 300, 300, None, false, 0),
+        (DType::F16, 64, 14, 2, 130, 250, Some(50), false, 0),
+        (DType::F16, 64, 9, 3, 256, 600, Some(200), false, 0),
+        (DType::F16, 128, 8, 2, 5, 1000, None, true, 0),
+        (DType::BF16, 128, 4, 4, 70, 197, None, true, 0),
+        (DType::BF16, 64, 9, 3, 40, 300, None, false, 72),
+        (DType::F16, 64, 9, 3, 1, 4100, None, false, 0),
     ];
-    for (dtype, head_dim, n_heads, n_kv_heads, n_queries, n_keys, window, shuffled) in cases {
+    for (dtype, head_dim, n_heads, n_kv_heads, n_queries, n_keys, window, shuffled, offset) in cases
+    {
         let random = |rows: usize, heads: usize, seed: u64| {
             let cpu = &Device::Cpu;
             let values: Vec<f32> = (0..rows * heads * head_dim)
@@ -206,10 +210,14 @@ fn flash_attention_matches_the_ops_path() {
         // Queries pre-scaled as the model's are.
         let queries =
             (random(n_queries, n_heads, 1) * (head_dim as f64).powf(-0.5)).expect("scale");
-        let keys = random(n_keys, n_kv_heads, 2).to_dtype(dtype).expect("keys");
-        let values = random(n_keys, n_kv_heads, 3)
-            .to_dtype(dtype)
-            .expect("values");
+        let rows = |seed: u64| {
+            random(offset + n_keys, n_kv_heads, seed)
+                .to_dtype(dtype)
+                .and_then(|rows| rows.to_device(device))
+                .and_then(|rows| rows.narrow(0, offset, n_keys))
+                .expect("rows")
+        };
+        let (keys, values) = (rows(2), rows(3));
         let mut key_positions: Vec<u32> = (0..n_keys as u32).collect();
         if shuffled {
             // Two modules laid out apart (a gap of 40), the second written first, and one
@@ -236,23 +244,29 @@ fn flash_attention_matches_the_ops_path() {
         let (flash, by_ops) = flash_and_ops_attention(
             &queries.to_device(device).expect("to device"),
             &query_positions,
-            &keys.to_device(device).expect("to device"),
-            &values.to_device(device).expect("to device"),
+            &keys,
+            &values,
             &key_positions,
             window,
         );
+        let on_host = |rows: &Tensor| {
+            rows.to_device(&Device::Cpu)
+                .and_then(|rows| rows.to_dtype(DType::F32))
+                .expect("f32 on the host")
+        };
         let (_, exact) = flash_and_ops_attention(
             &queries,
             &query_positions,
-            &keys.to_dtype(DType::F32).expect("f32"),
-            &values.to_dtype(DType::F32).expect("f32"),
+            &on_host(&keys),
+            &on_host(&values),
             &key_positions,
             window,
         );
         let bound = if dtype == DType::F16 { 1e-2 } else { 6e-2 };
         let ops_error = max_abs_diff(&exact, &by_ops.to_device(&Device::Cpu).expect("to host"));
         let case = format!(
-            "{dtype:?} head {head_dim}, {n_heads}/{n_kv_heads} heads, {n_queries}×{n_keys}, window {window:?}, shuffled {shuffled}"
+            "{dtype:?} head {head_dim}, {n_heads}/{n_kv_heads} heads, {n_queries}×{n_keys} at \
+             row {offset}, window {window:?}, shuffled {shuffled}"
         );
         if !device.is_cuda() {
             assert!(flash.is_none(), "{case}: the flash kernel applies off CUDA");

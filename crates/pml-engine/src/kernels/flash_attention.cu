@@ -343,7 +343,9 @@ __device__ void flash_attention(const unsigned short* queries, const unsigned sh
 }
 
 // Tiles of 64 keys for heads of 64, of 32 for heads of 128: two buffers of keys and values
-// then fit the 48 KiB of static shared memory (37 and 35 KiB).
+// then fit the 48 KiB of static shared memory (36.5 and 34.3 KiB). The names carry both sizes,
+// so the host, which computes the tiles' position ranges, can only launch the instance whose
+// tile it assumed (`flash_attention_cuda.rs`'s `INSTANCES`).
 #define FLASH_ATTENTION(NAME, D, HEAD_DIM, TILE_KEYS)                                          \
     extern "C" __global__ void __launch_bounds__(THREADS)                                     \
         NAME(const unsigned short* queries, const unsigned short* keys,                       \
@@ -357,7 +359,7 @@ __device__ void flash_attention(const unsigned short* queries, const unsigned sh
                                                 window);                                       \
     }
 
-FLASH_ATTENTION(flash_attention_f16_64, F16, 64, 64)
-FLASH_ATTENTION(flash_attention_bf16_64, BF16, 64, 64)
-FLASH_ATTENTION(flash_attention_f16_128, F16, 128, 32)
-FLASH_ATTENTION(flash_attention_bf16_128, BF16, 128, 32)
+FLASH_ATTENTION(flash_attention_f16_64x64, F16, 64, 64)
+FLASH_ATTENTION(flash_attention_bf16_64x64, BF16, 64, 64)
+FLASH_ATTENTION(flash_attention_f16_128x32, F16, 128, 32)
+FLASH_ATTENTION(flash_attention_bf16_128x32, BF16, 128, 32)

@@ -31,16 +31,20 @@ const MODULE: &str = "pml_flash_attention";
 /// `THREADS` and `BLOCK_ROWS` in the source.
 const THREADS: u32 = 128;
 const BLOCK_ROWS: usize = 64;
-
-/// Keys per tile for heads of `head_dim` (the source's `TILE_KEYS` of each instance).
-fn tile_keys(head_dim: usize) -> usize {
-    if head_dim <= 64 { 64 } else { 32 }
-}
-/// Head sizes the source instantiates (SmolLM2, Qwen2.5, Llama 3.2 1B: 64; Llama 3 8B,
-/// Mistral, Qwen2.5 ≥ 7B: 128).
-const HEAD_DIMS: [usize; 2] = [64, 128];
+/// The source's instances: head size, keys per tile (whose position ranges the host computes,
+/// so the pair is in the kernel's name: a mismatch fails to load instead of misreading). Heads
+/// of 64: SmolLM2, Qwen2.5, Llama 3.2 1B; of 128: Llama 3 8B, Mistral, Qwen2.5 7B and up.
+const INSTANCES: [(usize, usize); 2] = [(64, 64), (128, 32)];
 /// Environment switch that keeps attention on the ops path.
 pub const NO_FLASH_ATTENTION_ENV: &str = "PML_NO_FLASH_ATTENTION";
+
+/// Keys per tile of the instance for heads of `head_dim`, if there is one.
+fn tile_keys(head_dim: usize) -> Option<usize> {
+    INSTANCES
+        .iter()
+        .find(|&&(head, _)| head == head_dim)
+        .map(|&(_, tile)| tile)
+}
 
 fn ptx() -> candle_core::Result<&'static str> {
     static PTX: OnceLock<Result<String, String>> = OnceLock::new();
@@ -67,20 +71,22 @@ fn ptx() -> candle_core::Result<&'static str> {
 fn capable(device: &CudaDevice) -> bool {
     static CAPABLE: OnceLock<bool> = OnceLock::new();
     *CAPABLE.get_or_init(|| {
+        if cpu_features::set(NO_FLASH_ATTENTION_ENV) {
+            return false;
+        }
         let capability = device.cuda_stream().context().compute_capability();
-        let capable = matches!(capability, Ok((major, _)) if major >= 8);
-        if !capable {
+        if !matches!(capability, Ok((major, _)) if major >= 8) {
             tracing::info!(
                 ?capability,
                 "attention on the ops path: the GPU predates sm_80"
             );
+            return false;
         }
         // A source NVRTC refuses leaves attention on the ops path instead of failing every
         // forward pass (the error is logged once).
-        let compiled = ptx()
+        ptx()
             .inspect_err(|error| tracing::warn!(%error, "attention on the ops path"))
-            .is_ok();
-        capable && !cpu_features::set(NO_FLASH_ATTENTION_ENV) && compiled
+            .is_ok()
     })
 }
 
@@ -93,7 +99,7 @@ pub(super) fn applies(queries: &Tensor, keys: &Tensor) -> bool {
         && queries
             .dims()
             .get(2)
-            .is_some_and(|head_dim| HEAD_DIMS.contains(head_dim))
+            .is_some_and(|&head_dim| tile_keys(head_dim).is_some())
         && capable(device)
 }
 
@@ -126,6 +132,12 @@ pub(super) fn attend(
             values.dims()
         )));
     }
+    // The kernel loads keys and values in runs of 8 elements from where the layout starts
+    // (a cache's rows start at multiples of `head_dim`); anything else takes the ops path.
+    let aligned = |tensor: &Tensor| tensor.layout().start_offset().is_multiple_of(8);
+    if !aligned(keys) || !aligned(values) {
+        return Ok(None);
+    }
     let out_dtype = queries.dtype();
     let op = FlashAttention {
         query_positions,
@@ -154,7 +166,7 @@ struct FlashAttention<'a> {
 impl FlashAttention<'_> {
     /// The positions and, per row block and per key tile, the least and greatest position
     /// (what the kernel skips whole tiles by), as one vector: one upload a call.
-    fn host_arguments(&self, head_dim: usize) -> Vec<u32> {
+    fn host_arguments(&self, tile: usize) -> Vec<u32> {
         let n_rows = self.group * self.query_positions.len();
         let range = |positions: &[u32]| -> [u32; 2] {
             let least = positions.iter().copied().min().unwrap_or(u32::MAX);
@@ -165,7 +177,7 @@ impl FlashAttention<'_> {
             self.query_positions.len()
                 + self.key_positions.len()
                 + 2 * n_rows.div_ceil(BLOCK_ROWS)
-                + 2 * self.key_positions.len().div_ceil(tile_keys(head_dim)),
+                + 2 * self.key_positions.len().div_ceil(tile),
         );
         arguments.extend_from_slice(self.query_positions);
         arguments.extend_from_slice(self.key_positions);
@@ -174,26 +186,25 @@ impl FlashAttention<'_> {
             let queries = &self.query_positions[first_row / self.group..=last_row / self.group];
             arguments.extend(range(queries));
         }
-        for tile in self.key_positions.chunks(tile_keys(head_dim)) {
-            arguments.extend(range(tile));
+        for keys in self.key_positions.chunks(tile) {
+            arguments.extend(range(keys));
         }
         arguments
     }
 
+    /// Launches the instance `flash_attention_{dtype}_{head_dim}x{tile}`.
     fn launch<T: DeviceRepr>(
         &self,
         device: &CudaDevice,
-        kernel: &str,
+        dtype: &str,
         [queries, keys, values]: [CudaView<'_, T>; 3],
-        (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+        (n_heads, n_kv_heads, head_dim, tile): (usize, usize, usize, usize),
     ) -> candle_core::Result<CudaStorageSlice> {
-        let function = device.get_or_load_custom_func(kernel, MODULE, ptx()?)?;
+        let kernel = format!("flash_attention_{dtype}_{head_dim}x{tile}");
+        let function = device.get_or_load_custom_func(&kernel, MODULE, ptx()?)?;
         let (n_queries, n_keys) = (self.query_positions.len(), self.key_positions.len());
         let n_rows = self.group * n_queries;
-        let (n_blocks, n_tiles) = (
-            n_rows.div_ceil(BLOCK_ROWS),
-            n_keys.div_ceil(tile_keys(head_dim)),
-        );
+        let (n_blocks, n_tiles) = (n_rows.div_ceil(BLOCK_ROWS), n_keys.div_ceil(tile));
         let too_large = || {
             candle_core::Error::Msg(format!(
                 "attention of {n_queries} queries over {n_keys} keys: too many"
@@ -203,7 +214,7 @@ impl FlashAttention<'_> {
         if n_rows > i32::MAX as usize || n_keys > i32::MAX as usize {
             return Err(too_large());
         }
-        let arguments = device.clone_htod(&self.host_arguments(head_dim))?;
+        let arguments = device.clone_htod(&self.host_arguments(tile))?;
         let query_positions = arguments.slice(..n_queries);
         let key_positions = arguments.slice(n_queries..n_queries + n_keys);
         let block_queries = arguments.slice(n_queries + n_keys..n_queries + n_keys + 2 * n_blocks);
@@ -211,7 +222,8 @@ impl FlashAttention<'_> {
             n_queries + n_keys + 2 * n_blocks..n_queries + n_keys + 2 * n_blocks + 2 * n_tiles,
         );
         // SAFETY: every element is written before anything reads it: each row r < n_queries *
-        // group belongs to one warp of block r / 64, whose four threads of the row write its
+        // group belongs to one warp of row block r / 64 (run by the block the grid orders
+        // n_blocks - 1 - r / 64, one per KV head), whose four threads of the row write its
         // `head_dim` columns (pairs 2t, 2t + 1 of each 8), whether or not the row saw a key.
         let out = unsafe { device.alloc::<f32>(n_queries * n_heads * head_dim) }?;
         let (n_queries, n_keys, n_heads, n_kv_heads) = (
@@ -242,8 +254,11 @@ impl FlashAttention<'_> {
         // SAFETY: the arguments are the kernel's, in its order and types (three 16-bit element
         // pointers, one float pointer, four `unsigned*`, five `unsigned`). `cuda_fwd` checked
         // the shapes: queries hold n_queries * n_heads * head_dim elements, keys and values
-        // n_keys * n_kv_heads * head_dim, with n_heads = group * n_kv_heads, and their offsets
-        // keep the 4- and 16-byte alignment of the kernel's loads; block b reads positions of
+        // n_keys * n_kv_heads * head_dim, with n_heads = group * n_kv_heads; their element
+        // offsets (checked even for queries, multiples of 8 for keys and values) on
+        // allocations cudarc makes at least 256-byte aligned keep the 4- and 16-byte alignment
+        // of the kernel's loads; the kernel's name fixes its tile at `tile`, the size the
+        // ranges were computed for; block b reads positions of
         // queries below n_queries, rows below group * n_queries, keys below n_keys (loads
         // past the last key are guarded), `block_queries[2b..2b + 2]` for b < n_blocks and
         // `tile_keys[2t..2t + 2]` for t < n_tiles, each uploaded at that length; static shared
@@ -288,7 +303,6 @@ impl CustomOp3 for FlashAttention<'_> {
             || kv_dim != head_dim
             || value_layout.shape() != key_layout.shape()
             || n_heads != self.group * n_kv_heads
-            || !HEAD_DIMS.contains(&head_dim)
         {
             candle_core::bail!(
                 "flash attention of {:?} queries over {:?} keys, {:?} values",
@@ -310,7 +324,10 @@ impl CustomOp3 for FlashAttention<'_> {
             span(key_layout, 8)?,
             span(value_layout, 8)?,
         );
-        let shape = (n_heads, n_kv_heads, head_dim);
+        let Some(tile) = tile_keys(head_dim) else {
+            candle_core::bail!("flash attention has no instance for heads of {head_dim}")
+        };
+        let shape = (n_heads, n_kv_heads, head_dim, tile);
         let device = queries.device();
         let slice = if n_queries == 0 || n_keys == 0 {
             // Nothing to attend, or nothing seen: zeros, as a row that sees no key gets.
@@ -323,7 +340,7 @@ impl CustomOp3 for FlashAttention<'_> {
                     CudaStorageSlice::F16(values),
                 ) => self.launch(
                     device,
-                    &format!("flash_attention_f16_{head_dim}"),
+                    "f16",
                     [
                         queries.slice(q.0..q.1),
                         keys.slice(k.0..k.1),
@@ -337,7 +354,7 @@ impl CustomOp3 for FlashAttention<'_> {
                     CudaStorageSlice::BF16(values),
                 ) => self.launch(
                     device,
-                    &format!("flash_attention_bf16_{head_dim}"),
+                    "bf16",
                     [
                         queries.slice(q.0..q.1),
                         keys.slice(k.0..k.1),

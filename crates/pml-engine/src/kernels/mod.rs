@@ -50,37 +50,8 @@ const FEW_QUERIES: usize = 8;
 /// `x · denseᵀ` for a dense weight matrix `(out_features, in_features)`, computed in the
 /// matrix's dtype; the result is f32.
 pub(crate) fn dense_matmul(dense: &Tensor, x: &Tensor) -> Result<Tensor, EngineError> {
-    let x = cast_once(x, dense.dtype())?.contiguous()?;
+    let x = x.to_dtype(dense.dtype())?.contiguous()?;
     Ok(x.matmul(&dense.t()?)?.to_dtype(DType::F32)?)
-}
-
-thread_local! {
-    /// The last input [`dense_matmul`] cast, by the id of the tensor it came from: q, k and v
-    /// (gate and up) multiply the same normed rows, which were cast three (two) times a layer,
-    /// on a GPU a launch over every row each (f16 weight copies: 600 casts in a 4k-token
-    /// prefill of SmolLM2, 11% of its GPU time). Ids are never reused, and activations are never
-    /// written in place, so a hit is the same values.
-    static LAST_CAST: std::cell::RefCell<Option<(candle_core::TensorId, Tensor)>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// `x` in `dtype`, reusing the cast of the same tensor made just before.
-fn cast_once(x: &Tensor, dtype: DType) -> Result<Tensor, EngineError> {
-    if x.dtype() == dtype {
-        return Ok(x.clone());
-    }
-    LAST_CAST.with(|last| {
-        let mut last = last.borrow_mut();
-        if let Some((id, cast)) = last.as_ref()
-            && *id == x.id()
-            && cast.dtype() == dtype
-        {
-            return Ok(cast.clone());
-        }
-        let cast = x.to_dtype(dtype)?;
-        *last = Some((x.id(), cast.clone()));
-        Ok(cast)
-    })
 }
 
 /// Whether [`attend`] of `queries` over `keys` materialises no scores (CUDA's flash-attention

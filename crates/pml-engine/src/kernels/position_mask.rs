@@ -1,8 +1,10 @@
 //! The candle path's attention. On the CPU: the position mask built from the two position
-//! vectors, added to the scores, then candle's `softmax_last_dim`. On CUDA: the products in the
-//! half-precision cache's dtype (tensor cores) and the weights from one masked-softmax kernel
-//! (`masked_softmax_cuda`) that reads the positions, no mask. Same contract as the native
-//! [`super::masked_softmax`] and [`super::attend`], which never build the mask.
+//! vectors, added to the scores, then candle's `softmax_last_dim`. On CUDA with a half-precision
+//! cache, heads of 64 or 128 and an sm_80+ GPU: one flash-attention kernel
+//! (`flash_attention_cuda`); otherwise on CUDA the products in the cache's dtype (tensor cores)
+//! and the weights from one masked-softmax kernel (`masked_softmax_cuda`) that reads the
+//! positions, no mask. Same contract as the native [`super::masked_softmax`] and
+//! [`super::attend`], which never build the mask.
 //!
 //! Shapes of the mask path were chosen for candle's CUDA kernels before that kernel existed
 //! (Nsight Compute on an H200, SmolLM2, 4096-token prefill): a binary op whose operands are not

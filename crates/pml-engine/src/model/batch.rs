@@ -12,6 +12,7 @@ use candle_core::Tensor;
 use super::EngineError;
 use super::context::ForwardContext;
 use super::transformer::{Block, Model};
+use super::weights::SharedInput;
 use crate::kv_cache::KvCache;
 
 /// One sequence's share of a batched decode step: its next token, that token's position, and the
@@ -103,8 +104,9 @@ impl Block {
             .collect();
         let attention = &self.attention;
         let (x, tables) = self.normed(hidden, &positions)?;
-        let (keys, values) = attention.keys_values(&x, &tables)?;
-        let queries = attention.queries(&x, &tables)?;
+        let input = SharedInput::new(&x);
+        let (keys, values) = attention.keys_values(&input, &tables)?;
+        let queries = attention.queries(&input, &tables)?;
 
         let mut attended = Vec::with_capacity(batch.len());
         let mut row = 0;

@@ -15,7 +15,7 @@ use super::layout_cache::{LayoutCache, LayoutCached};
 use super::observer::{AttentionObserver, AttentionView};
 use super::rope::{RotaryEmbedding, RotaryTables, positions_as_offsets};
 use super::rope_rows::NeoxRows;
-use super::weights::{Linear, MatrixRole, RmsNorm, TensorSource, WeightFormat};
+use super::weights::{Linear, MatrixRole, RmsNorm, SharedInput, TensorSource, WeightFormat};
 use crate::device::{Backend, Kernels};
 use crate::gguf::GgufFile;
 use crate::kernels::{self, masked_softmax};
@@ -132,8 +132,9 @@ impl Mlp {
     }
 
     fn forward_rows(&self, x: &Tensor) -> Result<Tensor, EngineError> {
-        let gate = self.ffn_gate.forward(x)?; // (n_tokens, ffn_dim)
-        let up = self.ffn_up.forward(x)?;
+        let input = SharedInput::new(x);
+        let gate = self.ffn_gate.forward_shared(&input)?; // (n_tokens, ffn_dim)
+        let up = self.ffn_up.forward_shared(&input)?;
         let gated = kernels::gated_activation(&gate, &up, self.activation, self.kernels)?;
         self.ffn_down.forward(&gated)
     }
@@ -228,12 +229,16 @@ impl Attention {
     }
 
     /// Rotated, scaled queries `(n_tokens, n_heads, head_dim)` of the normed input `x`.
-    pub(crate) fn queries(&self, x: &Tensor, tables: &RotaryTables) -> Result<Tensor, EngineError> {
-        let n_tokens = x.dim(0)?;
-        let queries = self
-            .attn_q
-            .forward(x)?
-            .reshape((n_tokens, self.n_heads, self.head_dim))?;
+    pub(crate) fn queries(
+        &self,
+        x: &SharedInput<'_>,
+        tables: &RotaryTables,
+    ) -> Result<Tensor, EngineError> {
+        let n_tokens = x.rows().dim(0)?;
+        let queries =
+            self.attn_q
+                .forward_shared(x)?
+                .reshape((n_tokens, self.n_heads, self.head_dim))?;
         let queries = match &self.attn_q_norm {
             Some(norm) => norm.forward(&queries)?,
             None => queries,
@@ -244,26 +249,27 @@ impl Attention {
     /// Keys (after RoPE) and values `(n_tokens, n_kv_heads, head_dim)` of the normed input `x`.
     pub(crate) fn keys_values(
         &self,
-        x: &Tensor,
+        x: &SharedInput<'_>,
         tables: &RotaryTables,
     ) -> Result<(Tensor, Tensor), EngineError> {
-        let n_tokens = x.dim(0)?;
+        let n_tokens = x.rows().dim(0)?;
         let kv_shape = (n_tokens, self.n_kv_heads, self.head_dim);
-        let keys = self.attn_k.forward(x)?.reshape(kv_shape)?;
+        let keys = self.attn_k.forward_shared(x)?.reshape(kv_shape)?;
         let keys = match &self.attn_k_norm {
             Some(norm) => norm.forward(&keys)?,
             None => keys,
         };
         let keys = RotaryEmbedding::apply(&keys, tables)?;
-        let values = self.attn_v.forward(x)?.reshape(kv_shape)?;
+        let values = self.attn_v.forward_shared(x)?.reshape(kv_shape)?;
         Ok((keys, values))
     }
 
     /// softmax(q k^T under the position mask) v for queries `(n, n_heads, head_dim)` at `query_positions` over
     /// cached keys and values `(n_keys, n_kv_heads, head_dim)` at `key_positions`; returns
     /// `(n, n_heads * head_dim)`. Long calls go in chunks of queries so the scores of one chunk
-    /// stay within [`attention_score_budget`]; each chunk multiplies only the slots that can be
-    /// visible to it.
+    /// stay within [`attention_score_budget`] (in one piece where attention materialises no
+    /// scores: CUDA's flash kernel); each chunk multiplies only the slots that can be visible
+    /// to it.
     pub(crate) fn attend(
         &self,
         queries: &Tensor,
@@ -438,9 +444,10 @@ impl Block {
         // One table per RoPE of the model and call, not per layer: on a GPU the host's sines
         // and cosines of a 4k-token prefill were most of its time (~3 ms a layer).
         let tables = context.rope_tables(&self.attention.rope, hidden.device())?;
-        let (keys, values) = self.attention.keys_values(&x, &tables)?;
+        let input = SharedInput::new(&x);
+        let (keys, values) = self.attention.keys_values(&input, &tables)?;
         kv.write(layer_idx, context.slots(), &keys, &values, positions)?;
-        let queries = self.attention.queries(&x, &tables)?;
+        let queries = self.attention.queries(&input, &tables)?;
 
         let layer_kv = kv.layer(layer_idx)?;
         let layer_keys = layer_kv.keys()?;
@@ -507,7 +514,7 @@ impl Block {
     ) -> Result<(Tensor, Tensor), EngineError> {
         let x = self.attn_norm.forward(hidden)?;
         let tables = context.rope_tables(&self.attention.rope, hidden.device())?;
-        self.attention.keys_values(&x, &tables)
+        self.attention.keys_values(&SharedInput::new(&x), &tables)
     }
 
     /// The attention's input: `hidden` normed `(n_tokens, d_model)`, and RoPE tables for
