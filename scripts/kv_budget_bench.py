@@ -15,6 +15,8 @@ import sys
 import threading
 import time
 
+from sse import chunks
+
 port = int(sys.argv[1])
 clients = int(sys.argv[2]) if len(sys.argv) > 2 else 32
 words = int(sys.argv[3]) if len(sys.argv) > 3 else 2300
@@ -48,11 +50,7 @@ def ask(index, results, start):
     if response.status != 200:
         error = response.read().decode()
     else:
-        for raw in response:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
+        for chunk in chunks(response):
             if "error" in chunk:
                 error = chunk["error"]
             if ttft is None and chunk.get("choices"):

@@ -14,6 +14,8 @@ import random
 import sys
 import time
 
+from sse import chunks
+
 port, rounds = int(sys.argv[1]), int(sys.argv[2])
 base = ("The committee reviewed the quarterly figures for the northern depots, noting delays in "
         "freight, staffing changes and the repairs scheduled for the loading bays. ") * 34
@@ -27,11 +29,7 @@ def ask(n, tag):
     start = time.perf_counter()
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
     ttft, usage = None, None
-    for raw in conn.getresponse():
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        chunk = json.loads(line[6:])
+    for chunk in chunks(conn.getresponse()):
         if ttft is None and chunk.get("choices") and chunk["choices"][0].get("text"):
             ttft = time.perf_counter() - start
         if chunk.get("usage"):

@@ -36,6 +36,8 @@ import subprocess
 import threading
 import time
 
+from sse import chunks
+
 SYSTEM = ("You are the support assistant of a regional rail operator. Answer questions about "
           "timetables, tickets, refunds, accessibility and luggage briefly and politely. "
           "Tickets bought online can be refunded up to one hour before departure; season tickets "
@@ -113,11 +115,7 @@ def stream_request(port, path, fields, max_tokens):
     if response.status != 200:
         raise RuntimeError(f"HTTP {response.status}: {response.read()[:300]!r}")
     ttft, chunks, tokens = None, 0, None
-    for raw in response:
-        line = raw.decode(errors="replace").strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        chunk = json.loads(line[6:])
+    for chunk in chunks(response):
         for choice in chunk.get("choices") or []:
             if (choice.get("delta") or {}).get("content") or choice.get("text"):
                 chunks += 1
