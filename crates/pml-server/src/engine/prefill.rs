@@ -221,16 +221,16 @@ impl PendingPrefill {
         }
     }
 
-    /// Computes the next `budget` tokens (at least one); when that ends the prompt, hands back
-    /// the prefilled prompt (a plain prompt's new full blocks kept in the prefix cache).
-    pub fn advance(self, runtime: &Runtime, prefix_cache: &PrefixCache, budget: usize) -> Advance {
+    /// A PML prompt's next `budget` tokens (at least one) in a pass of their own (its splices
+    /// place tokens at laid-out positions); when that ends the prompt, hands back the
+    /// prefilled prompt. Plain prompts advance in the step's batched pass instead
+    /// ([`Self::plain_chunk`]).
+    pub fn advance(self, runtime: &Runtime, budget: usize) -> Advance {
         let Self { job, slots, work } = self;
         let advanced = match work {
-            Work::Plain {
-                tokens,
-                kv,
-                cached_tokens,
-            } => advance_plain(runtime, prefix_cache, tokens, kv, cached_tokens, budget),
+            Work::Plain { .. } => Err(JobError::Internal(Incident::report(
+                "a plain prompt's chunk was run outside the batched step",
+            ))),
             Work::Pml { staged, all_tokens } => match (*staged).advance(runtime.model(), budget) {
                 Ok(Staged::Pending(staged)) => Ok(Started::Pending(Work::Pml {
                     staged: Box::new(staged),
@@ -274,23 +274,6 @@ fn start_plain(
         kv: spliced.kv,
         cached_tokens: spliced.cached_tokens,
     }))
-}
-
-fn advance_plain(
-    runtime: &Runtime,
-    prefix_cache: &PrefixCache,
-    tokens: Vec<u32>,
-    mut kv: KvCache,
-    cached_tokens: usize,
-    budget: usize,
-) -> Result<Started, JobError> {
-    let (start, end) = chunk_range(&tokens, &kv, budget);
-    let positions: Vec<u32> = (start as u32..end as u32).collect();
-    let logits = runtime
-        .model()
-        .forward(&tokens[start..end], &positions, &mut kv)
-        .map_err(JobError::internal)?;
-    after_chunk(runtime, prefix_cache, tokens, kv, cached_tokens, logits)
 }
 
 /// The prompt's next chunk of at most `budget` tokens (at least one): its first and end slots.

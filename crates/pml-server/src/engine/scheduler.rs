@@ -360,7 +360,7 @@ impl<'r> Scheduler<'r> {
         }
         self.batched_pass(batched);
         for (prefill, grant) in alone {
-            let advanced = prefill.advance(self.runtime, &self.prefix_cache, grant);
+            let advanced = prefill.advance(self.runtime, grant);
             self.take_advance(advanced);
         }
     }
