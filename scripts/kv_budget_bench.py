@@ -81,6 +81,10 @@ budget = gauges.get("pml_kv_budget_bytes", 0)
 peak = gauges.get("pml_kv_resident_peak_bytes", 0)
 prompt_tokens = sum(r[3]["prompt_tokens"] for r in results if r[3])
 print(f"{ok}/{clients} finished in {wall:.0f} s; {prompt_tokens} prompt tokens in all")
-print(f"KV budget {budget / 2**20:.0f} MiB, peak resident {peak / 2**20:.1f} MiB "
-      f"({'within' if peak <= budget else 'OVER'} the budget)")
+if budget == 0:
+    # The server was started without --kv-cache-mib: nothing to be within.
+    print(f"no KV budget (pml serve without --kv-cache-mib), peak resident {peak / 2**20:.1f} MiB")
+else:
+    print(f"KV budget {budget / 2**20:.0f} MiB, peak resident {peak / 2**20:.1f} MiB "
+          f"({'within' if peak <= budget else 'OVER'} the budget)")
 print(json.dumps(gauges))
