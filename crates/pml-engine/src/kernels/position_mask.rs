@@ -164,17 +164,56 @@ pub(super) fn attend_by_ops(
     key_positions: &[u32],
     window: Option<usize>,
 ) -> Result<Tensor, EngineError> {
-    #[cfg(feature = "cuda")]
-    if let Some(attended) = super::flash_attention_cuda::attend(
+    let call = (
         queries,
         query_positions,
         keys,
         values,
         key_positions,
         window,
-    )? {
-        return Ok(attended);
+    );
+    match flash(call)? {
+        Some(attended) => Ok(attended),
+        None => by_ops(call),
     }
+}
+
+/// One attention call's operands: queries, their positions, keys, values, the keys' positions,
+/// the window.
+type Call<'a> = (
+    &'a Tensor,
+    &'a [u32],
+    &'a Tensor,
+    &'a Tensor,
+    &'a [u32],
+    Option<usize>,
+);
+
+/// The flash-attention kernel's result, `None` where it does not apply (off CUDA, an f32
+/// cache, another head size; any build without `cuda`).
+fn flash(call: Call<'_>) -> Result<Option<Tensor>, EngineError> {
+    #[cfg(feature = "cuda")]
+    {
+        let (queries, query_positions, keys, values, key_positions, window) = call;
+        super::flash_attention_cuda::attend(
+            queries,
+            query_positions,
+            keys,
+            values,
+            key_positions,
+            window,
+        )
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = call;
+        Ok(None)
+    }
+}
+
+/// The ops path: products in [`attention_dtype`], weights from the masked softmax.
+fn by_ops(call: Call<'_>) -> Result<Tensor, EngineError> {
+    let (queries, query_positions, keys, values, key_positions, window) = call;
     let dtype = attention_dtype(queries.device(), queries.dtype(), keys.dtype());
     attend_in(
         dtype,
@@ -188,8 +227,7 @@ pub(super) fn attend_by_ops(
 }
 
 /// One call's attention both ways on the candle path, for tests: the flash-attention kernel's
-/// (`None` where it does not apply: off CUDA, an f32 cache) and the ops path's, products in
-/// [`attention_dtype`].
+/// (`None` where it does not apply) and the ops path's.
 #[cfg(any(test, feature = "test-support"))]
 pub(crate) fn flash_and_ops(
     queries: &Tensor,
@@ -199,28 +237,15 @@ pub(crate) fn flash_and_ops(
     key_positions: &[u32],
     window: Option<usize>,
 ) -> Result<(Option<Tensor>, Tensor), EngineError> {
-    #[cfg(feature = "cuda")]
-    let flash = super::flash_attention_cuda::attend(
+    let call = (
         queries,
         query_positions,
         keys,
         values,
         key_positions,
         window,
-    )?;
-    #[cfg(not(feature = "cuda"))]
-    let flash = None;
-    let dtype = attention_dtype(queries.device(), queries.dtype(), keys.dtype());
-    let by_ops = attend_in(
-        dtype,
-        queries,
-        query_positions,
-        keys,
-        values,
-        key_positions,
-        window,
-    )?;
-    Ok((flash, by_ops))
+    );
+    Ok((flash(call)?, by_ops(call)?))
 }
 
 /// [`attend_by_ops`] with its products in `dtype`.
