@@ -172,6 +172,83 @@ fn half_precision_caches_track_the_f32_cache() {
     }
 }
 
+/// A cache whose first rows are a span shared with other caches (as the prefix cache hands
+/// out) computes what a cache that copied them computes: a prompt's last chunk, then decode
+/// steps alone and batched, on every tiny family, with the native kernels (which read each
+/// segment in place) and the path under test (which joins them for candle's ops), f32 and f16
+/// caches.
+#[test]
+fn shared_rows_compute_what_copied_rows_do() {
+    use candle_core::DType;
+    use pml_engine::kv_cache::{KvBlock, KvCache};
+    use pml_engine::model::BatchSlot;
+    use std::sync::Arc;
+    let tokens: Vec<u32> = (0..150u32).map(|i| (i * 37 + 5) % 256).collect();
+    let (prefix, rest) = tokens.split_at(144);
+    for backend in [native(), backend_under_test()] {
+        for dtype in [DType::F32, DType::F16] {
+            let backend = backend.clone().with_kv_dtype(dtype);
+            for arch in Arch::ALL {
+                let model =
+                    random_model_on(arch, SEED, WeightFormat::F32, &backend).expect("model");
+                let mut first = model.new_kv_cache().expect("cache");
+                let positions: Vec<u32> = (0..144).collect();
+                model
+                    .forward(prefix, &positions, &mut first)
+                    .expect("prefix");
+                let span = Arc::new(first.to_block().expect("block"));
+                let blocks: Vec<KvBlock> = (0..144)
+                    .step_by(16)
+                    .map(|start| KvBlock::view(&span, start..start + 16).expect("view"))
+                    .collect();
+                let blocks: Vec<&KvBlock> = blocks.iter().collect();
+                let (layout, device) = (model.kv_layout(), model.device());
+                let run = |mut kv: KvCache| {
+                    let positions: Vec<u32> = (144..150).collect();
+                    let mut logits = vec![model.forward(rest, &positions, &mut kv).expect("rest")];
+                    // Two sequences on the same rows decode together.
+                    let mut other = kv.clone();
+                    for (step, token) in [9u32, 200].into_iter().enumerate() {
+                        let position = [150 + step as u32];
+                        let mut batch = [
+                            BatchSlot {
+                                tokens: &[token],
+                                positions: &position,
+                                kv: &mut kv,
+                            },
+                            BatchSlot {
+                                tokens: &[3],
+                                positions: &position,
+                                kv: &mut other,
+                            },
+                        ];
+                        logits.push(model.forward_batch(&mut batch).expect("step"));
+                    }
+                    logits
+                        .iter()
+                        .flat_map(|l| l.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+                        .collect::<Vec<f32>>()
+                };
+                let shared =
+                    KvCache::from_shared_blocks(layout, device, &blocks, 8).expect("shared");
+                assert_eq!(shared.shared_rows(), 144, "{arch:?}: read in place");
+                let copied = KvCache::from_blocks(layout, device, &blocks, 8).expect("copied");
+                let (shared, copied) = (run(shared), run(copied));
+                let difference = max_difference(&shared, &copied);
+                eprintln!(
+                    "{arch:?} {dtype:?} {:?}: max |Δlogit| {difference:.2e}",
+                    backend.kernels
+                );
+                assert!(
+                    difference < 1e-4,
+                    "{arch:?} {dtype:?} {:?}: {difference}",
+                    backend.kernels
+                );
+            }
+        }
+    }
+}
+
 /// The flash-attention kernel (CUDA, half-precision caches) against the ops path on the same
 /// operands and against f32 attention on the CPU: prefills whose tiles and row blocks end
 /// part-way, a sliding window, keys out of position order with a gap and a repeat (spliced

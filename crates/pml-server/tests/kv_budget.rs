@@ -113,3 +113,36 @@ fn a_completion_that_can_never_fit_is_refused_at_once() {
         );
     }
 }
+
+/// `n` choices of one prompt hold its KV once: after the prefill the prompt's rows are shared
+/// by every choice, each of which holds only its answer's rows (its reservation less the
+/// prompt). Copies would hold the prompt four times.
+#[test]
+fn choices_hold_their_prompt_once() {
+    let server = TestServer::tiny(ServerConfig::default());
+    // 100 letters: 101 prompt tokens with BOS.
+    let prompt = "a prompt that every one of the four choices reads: ".repeat(2);
+    let prompt = &prompt[..100];
+    let max_tokens = 8;
+    let body = json!({"prompt": prompt, "max_tokens": max_tokens, "n": 4, "temperature": 1.0});
+    let (status, text) = call(
+        "POST",
+        &server.url("/v1/completions"),
+        Some(&body.to_string()),
+        None,
+    );
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(parse(&text)["choices"].as_array().map(Vec::len), Some(4));
+    server.wait_for_metric("pml_kv_reserved_bytes", 0.0);
+    let peak = server.metric("pml_kv_resident_peak_bytes") as usize;
+    let (prompt_slots, answer_slots) = (101, max_tokens + 1);
+    let shared = (prompt_slots + 4 * answer_slots) * slot_bytes();
+    assert!(
+        peak >= prompt_slots * slot_bytes(),
+        "peak {peak}: the gauge saw the prompt"
+    );
+    assert!(
+        peak <= shared,
+        "peak {peak} bytes, over the {shared} of one prompt and four answers"
+    );
+}

@@ -5,6 +5,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::EngineError;
 use super::masked_softmax::Visibility;
+use crate::kv_cache::KvSegment;
 
 /// Straightforward f64 attention: every head, every visible key.
 pub(super) fn reference(
@@ -70,4 +71,33 @@ pub(super) fn stored_rows(
     .to_dtype(dtype)?;
     let read = rows.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
     Ok((rows, read))
+}
+
+/// `keys` and `values` cut before each row of `cuts` into segments (views), as a layer whose
+/// first rows are shared holds them.
+pub(super) fn segments_cut_at(
+    keys: &Tensor,
+    values: &Tensor,
+    cuts: &[usize],
+) -> Result<Vec<KvSegment>, EngineError> {
+    let n = keys.dim(0)?;
+    let mut bounds: Vec<usize> = cuts.iter().copied().filter(|&cut| cut < n).collect();
+    bounds.insert(0, 0);
+    bounds.push(n);
+    bounds
+        .windows(2)
+        .filter(|pair| pair[0] < pair[1])
+        .map(|pair| {
+            Ok(KvSegment {
+                keys: keys.narrow(0, pair[0], pair[1] - pair[0])?,
+                values: values.narrow(0, pair[0], pair[1] - pair[0])?,
+            })
+        })
+        .collect()
+}
+
+/// Ways to cut `n` keys into segments for the kernels' tests: whole; a few rows, then the rest;
+/// three uneven parts.
+pub(super) fn segment_cuts(n: usize) -> Vec<Vec<usize>> {
+    vec![vec![], vec![3.min(n)], vec![n / 3, n / 3 + n / 4 + 1]]
 }

@@ -42,6 +42,7 @@ use half::slice::HalfFloatSliceExt;
 
 pub use crate::device::Kernels;
 pub(crate) use crate::error::EngineError;
+use crate::kv_cache::KvSegment;
 pub use activation::Activation;
 
 /// Most queries attended in plain loops ([`few_query_attention::attend_few`]) instead of matmuls.
@@ -56,14 +57,21 @@ pub(crate) fn dense_matmul(dense: &Tensor, x: &Tensor) -> Result<Tensor, EngineE
 
 /// Whether [`attend`] of `queries` over `keys` materialises no scores (CUDA's flash-attention
 /// kernel), so a long prefill need not go in chunks of queries.
-pub(crate) fn attends_without_scores(queries: &Tensor, keys: &Tensor, kernels: Kernels) -> bool {
+pub(crate) fn attends_without_scores(
+    queries: &Tensor,
+    segments: &[KvSegment],
+    kernels: Kernels,
+) -> bool {
     #[cfg(feature = "cuda")]
     {
-        kernels == Kernels::Candle && flash_attention_cuda::applies(queries, keys)
+        kernels == Kernels::Candle
+            && segments
+                .first()
+                .is_some_and(|segment| flash_attention_cuda::applies(queries, &segment.keys))
     }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = (queries, keys, kernels);
+        let _ = (queries, segments, kernels);
         false
     }
 }
@@ -72,60 +80,61 @@ pub(crate) fn attends_without_scores(queries: &Tensor, keys: &Tensor, kernels: K
 pub(crate) use position_mask::flash_and_ops;
 
 /// `softmax(q k^T under the position mask) v` for `queries` `(n, n_heads, head_dim)` (already
-/// scaled) at `query_positions` over a layer's `keys`/`values` `(n_keys, n_kv_heads, head_dim)` at
-/// `key_positions`, with an optional sliding `window`; `(n, n_heads * head_dim)`. Natively, a
-/// few queries (a decode step) go through plain loops over the cache
-/// ([`few_query_attention`]), more through register tiles over runs of keys
-/// ([`tiled_attention`]). The candle path: [`position_mask::attend_by_ops`].
+/// scaled) at `query_positions` over a layer's keys and values, the rows of `segments` one after
+/// another (`(rows, n_kv_heads, head_dim)` each) at `key_positions`, with an optional sliding
+/// `window`; `(n, n_heads * head_dim)`. Natively, a few queries (a decode step) go through plain
+/// loops over the cache ([`few_query_attention`]), more through register tiles over runs of keys
+/// ([`tiled_attention`]), both reading each segment in place. The candle path
+/// ([`position_mask::attend_by_ops`]) takes one tensor: a layer of several segments is joined
+/// for the call.
 pub(crate) fn attend(
     queries: &Tensor,
     query_positions: &[u32],
-    keys: &Tensor,
-    values: &Tensor,
+    segments: &[KvSegment],
     key_positions: &[u32],
     window: Option<usize>,
     kernels: Kernels,
 ) -> Result<Tensor, EngineError> {
-    if kernels == Kernels::Candle {
-        return position_mask::attend_by_ops(
+    if kernels == Kernels::Native {
+        if queries.dim(0)? <= FEW_QUERIES {
+            let few = few_query_attention::attend_few(
+                queries,
+                query_positions,
+                segments,
+                key_positions,
+                window,
+            )?;
+            if let Some(attended) = few {
+                return Ok(attended);
+            }
+        }
+        let tiled = tiled_attention::attend_tiled(
             queries,
             query_positions,
-            keys,
-            values,
-            key_positions,
-            window,
-        );
-    }
-    if queries.dim(0)? <= FEW_QUERIES {
-        let few = few_query_attention::attend_few(
-            queries,
-            query_positions,
-            keys,
-            values,
+            segments,
             key_positions,
             window,
         )?;
-        if let Some(attended) = few {
+        if let Some(attended) = tiled {
             return Ok(attended);
         }
     }
-    let tiled = tiled_attention::attend_tiled(
-        queries,
-        query_positions,
-        keys,
-        values,
-        key_positions,
-        window,
-    )?;
-    if let Some(attended) = tiled {
-        return Ok(attended);
-    }
-    // Tensors the native kernels do not read (not contiguous, another dtype): candle's ops.
+    // The candle path, and tensors the native kernels do not read (not contiguous, another
+    // dtype): candle's ops.
+    let Some((keys, values)) = KvSegment::joined(segments)? else {
+        let (n_queries, n_heads, head_dim) = queries.dims3()?;
+        // No key at all: every query sees nothing, as `masked_softmax` gives.
+        return Ok(Tensor::zeros(
+            (n_queries, n_heads * head_dim),
+            queries.dtype(),
+            queries.device(),
+        )?);
+    };
     position_mask::attend_by_ops(
         queries,
         query_positions,
-        keys,
-        values,
+        &keys,
+        &values,
         key_positions,
         window,
     )

@@ -317,6 +317,8 @@ mod tests {
     use candle_core::Device;
 
     use super::*;
+    use crate::kernels::Kernels;
+    use crate::kernels::attention_reference::segments_cut_at;
 
     /// The same weights as the native kernel, for windows, gaps, repeated positions and a row
     /// that sees nothing.
@@ -367,15 +369,6 @@ mod tests {
             let query_positions: Vec<u32> = (0..n_queries as u32)
                 .map(|q| if q == 0 { 3 } else { 20 + q })
                 .collect();
-            let native = super::super::attend(
-                &queries,
-                &query_positions,
-                &keys,
-                &values,
-                &key_positions,
-                window,
-                super::super::Kernels::Native,
-            )?;
             let by_ops = attend_by_ops(
                 &queries,
                 &query_positions,
@@ -384,11 +377,27 @@ mod tests {
                 &key_positions,
                 window,
             )?;
-            let difference = (native - by_ops)?.abs()?.max_all()?.to_scalar::<f32>()?;
-            assert!(
-                difference < 1e-5,
-                "{n_queries}×{n_keys} {window:?}: {difference}"
-            );
+            // Whole, and in segments (a layer whose first rows are shared): the native kernels
+            // read each in place, the candle path joins them.
+            for cuts in [vec![], vec![3, 17]] {
+                let segments = segments_cut_at(&keys, &values, &cuts)?;
+                for kernels in [Kernels::Native, Kernels::Candle] {
+                    let attended = super::super::attend(
+                        &queries,
+                        &query_positions,
+                        &segments,
+                        &key_positions,
+                        window,
+                        kernels,
+                    )?;
+                    let difference = (attended - &by_ops)?.abs()?.max_all()?.to_scalar::<f32>()?;
+                    assert!(
+                        difference < 1e-5,
+                        "{n_queries}×{n_keys} {window:?} {kernels:?} cut at {cuts:?}: \
+                         {difference}"
+                    );
+                }
+            }
         }
         Ok(())
     }

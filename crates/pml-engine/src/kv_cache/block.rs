@@ -19,6 +19,15 @@ pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
 pub struct KvBlock {
     rows: BlockRows,
     positions: Vec<u32>,
+    /// Where this block's rows lie in a larger block whose buffers it shares ([`Self::view`]).
+    within: Option<Within>,
+}
+
+/// Rows `start..` of `span`, which this block's tensors are views of.
+#[derive(Clone, Debug)]
+pub(super) struct Within {
+    pub(super) span: Arc<KvBlock>,
+    pub(super) start: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -98,7 +107,44 @@ impl KvBlock {
         Ok(Self {
             rows: BlockRows::Tensors(layers),
             positions,
+            within: None,
         })
+    }
+
+    /// Rows `rows` of `span` as a block of its own that shares `span`'s buffers (views: nothing
+    /// is copied). Blocks cut from one span are spliced back as one run of its rows
+    /// ([`super::KvCache::from_shared_blocks`]), so a prefix cache can keep and evict small
+    /// blocks while a cache reads their span whole.
+    pub fn view(span: &Arc<KvBlock>, rows: Range<usize>) -> Result<Self, KvCacheError> {
+        if rows.start > rows.end || rows.end > span.len() {
+            return Err(KvCacheError::Shape(format!(
+                "rows {rows:?} of a block of {}",
+                span.len()
+            )));
+        }
+        let layers = span
+            .layers()?
+            .iter()
+            .map(|(keys, values)| {
+                Ok((
+                    keys.narrow(0, rows.start, rows.len())?,
+                    values.narrow(0, rows.start, rows.len())?,
+                ))
+            })
+            .collect::<Result<Vec<_>, KvCacheError>>()?;
+        Ok(Self {
+            rows: BlockRows::Tensors(layers),
+            positions: span.positions[rows.clone()].to_vec(),
+            within: Some(Within {
+                span: Arc::clone(span),
+                start: rows.start,
+            }),
+        })
+    }
+
+    /// The span this block is a view of, and where in it ([`Self::view`]).
+    pub(super) fn within(&self) -> Option<&Within> {
+        self.within.as_ref()
     }
 
     /// A block whose layer `i` has its K rows at `ranges[i].0` and its V rows at `ranges[i].1`
@@ -138,6 +184,7 @@ impl KvBlock {
                 tensors: OnceLock::new(),
             }),
             positions,
+            within: None,
         })
     }
 

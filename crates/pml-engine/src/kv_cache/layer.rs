@@ -1,19 +1,98 @@
-//! [`LayerKv`]: one layer's K and V buffers with spare rows, appended in place and copied on
-//! write; a sliding-window layer of a spliced cache may leave out the slots before the first
-//! one its queries can see.
+//! [`LayerKv`]: one layer's K and V: rows shared with other caches first ([`KvSegment`]s, never
+//! written), then buffers of its own with spare rows, appended in place and copied on write; a
+//! sliding-window layer of a spliced cache may leave out the slots before the first one its
+//! queries can see.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 
 use super::{KvCacheError, KvLayout};
 
+/// Consecutive held slots of a layer in one buffer: their K (after RoPE) and V, `(rows,
+/// kv_heads, head_dim)` each, views whose contents never change.
+#[derive(Clone, Debug)]
+pub struct KvSegment {
+    pub keys: Tensor,
+    pub values: Tensor,
+}
+
+impl KvSegment {
+    pub fn len(&self) -> usize {
+        self.keys.dims().first().copied().unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes of its K and V rows.
+    pub fn size_in_bytes(&self) -> usize {
+        (self.keys.elem_count() + self.values.elem_count()) * self.keys.dtype().size_in_bytes()
+    }
+
+    /// Every segment's rows in one `(keys, values)` pair: the first segment's own views when it
+    /// is the only one, else a copy; `None` for no segment.
+    pub fn joined(segments: &[KvSegment]) -> Result<Option<(Tensor, Tensor)>, KvCacheError> {
+        Ok(match segments {
+            [] => None,
+            [only] => Some((only.keys.clone(), only.values.clone())),
+            several => {
+                let keys: Vec<&Tensor> = several.iter().map(|segment| &segment.keys).collect();
+                let values: Vec<&Tensor> = several.iter().map(|segment| &segment.values).collect();
+                Some((Tensor::cat(&keys, 0)?, Tensor::cat(&values, 0)?))
+            }
+        })
+    }
+}
+
+/// A shared segment and the buffer it keeps alive.
+#[derive(Clone, Debug)]
+pub(super) struct SharedRows {
+    pub(super) segment: KvSegment,
+    pub(super) buffer: SharedBuffer,
+}
+
+/// A buffer shared by caches, to count its memory once: `id` names it while `holder` keeps it
+/// alive, `bytes` is all it holds (views of it may show fewer rows).
+#[derive(Clone)]
+pub(crate) struct SharedBuffer {
+    pub(super) holder: Arc<dyn std::any::Any + Send + Sync>,
+    pub(super) layer_idx: usize,
+    pub(super) bytes: usize,
+}
+
+impl std::fmt::Debug for SharedBuffer {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("SharedBuffer")
+            .field("layer_idx", &self.layer_idx)
+            .field("bytes", &self.bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedBuffer {
+    /// Who this buffer is, among the buffers of every cache alive.
+    pub(crate) fn id(&self) -> (usize, usize) {
+        (
+            Arc::as_ptr(&self.holder).cast::<()>() as usize,
+            self.layer_idx,
+        )
+    }
+}
+
 /// One layer of the cache.
 #[derive(Clone, Debug)]
 pub struct LayerKv {
     layer_idx: usize,
-    /// `(rows, kv_heads, head_dim)`: row `r` holds slot `first_held + r`; rows up to the last
-    /// slot are live, the others spare.
+    /// Rows shared with other caches (a prefix cache's blocks, the prompt of forked choices),
+    /// holding the first held slots; never written here: a write into one of them copies
+    /// every row into buffers of this layer's own first.
+    shared: Vec<SharedRows>,
+    /// `(rows, kv_heads, head_dim)`: row `r` holds slot `first_held + shared_rows + r`; rows up
+    /// to the last slot are live, the others spare.
     pub(super) key_buffer: Tensor,
     pub(super) value_buffer: Tensor,
     /// The position of every slot, held or not.
@@ -29,9 +108,10 @@ pub struct LayerKv {
     exposed_rows: usize,
     /// Shared by clones of this layer; a clone must not append into a buffer another owns.
     owner: Arc<()>,
-    /// Most buffer rows an append grows to ahead of need (a server's per-sequence reservation,
-    /// [`super::KvCache::limit_rows`]); an append needing more still gets what it needs.
-    row_limit: usize,
+    /// Most slots an append grows the layer to ahead of need (a server's per-sequence
+    /// reservation, [`super::KvCache::limit_rows`]); an append needing more still gets what it
+    /// needs.
+    slot_limit: usize,
 }
 
 impl LayerKv {
@@ -51,6 +131,7 @@ impl LayerKv {
         )?;
         Ok(Self {
             layer_idx,
+            shared: Vec::new(),
             key_buffer: buffer.clone(),
             value_buffer: buffer,
             positions: Vec::new(),
@@ -58,7 +139,7 @@ impl LayerKv {
             horizon: 0,
             exposed_rows: 0,
             owner: Arc::new(()),
-            row_limit: usize::MAX,
+            slot_limit: usize::MAX,
         })
     }
 
@@ -95,33 +176,184 @@ impl LayerKv {
         self.len().saturating_sub(self.first_held)
     }
 
-    /// K of every held slot (`first_held()..len()`, all of them unless a splice left some
-    /// out), `(n_held, kv_heads, head_dim)`, after RoPE. The view keeps its contents whatever is
-    /// written later, so K before and after a recompute can be compared.
-    pub fn keys(&self) -> Result<Tensor, KvCacheError> {
-        Ok(self.key_buffer.narrow(0, 0, self.held_len())?)
+    /// Held slots in rows shared with other caches (they come first).
+    pub fn shared_rows(&self) -> usize {
+        self.shared.iter().map(|shared| shared.segment.len()).sum()
     }
 
-    /// V of every held slot, `(n_held, kv_heads, head_dim)`.
+    /// Held slots in this layer's own buffers.
+    fn owned_len(&self) -> usize {
+        self.held_len().saturating_sub(self.shared_rows())
+    }
+
+    /// The held slots' rows as they are stored: the shared segments, then this layer's own
+    /// rows (left out when there are none, unless nothing is shared). What attention reads in
+    /// place.
+    pub fn segments(&self) -> Result<Vec<KvSegment>, KvCacheError> {
+        let owned = self.owned_len();
+        let mut segments: Vec<KvSegment> = self
+            .shared
+            .iter()
+            .map(|shared| shared.segment.clone())
+            .collect();
+        if owned > 0 || segments.is_empty() {
+            segments.push(KvSegment {
+                keys: self.key_buffer.narrow(0, 0, owned)?,
+                values: self.value_buffer.narrow(0, 0, owned)?,
+            });
+        }
+        Ok(segments)
+    }
+
+    /// K of every held slot (`first_held()..len()`, all of them unless a splice left some
+    /// out), `(n_held, kv_heads, head_dim)`, after RoPE: a view, or a copy where some rows are
+    /// shared ([`Self::segments`] reads them in place). It keeps its contents whatever is
+    /// written later, so K before and after a recompute can be compared.
+    pub fn keys(&self) -> Result<Tensor, KvCacheError> {
+        Ok(self.joined()?.0)
+    }
+
+    /// V of every held slot, `(n_held, kv_heads, head_dim)` (as [`Self::keys`]).
     pub fn values(&self) -> Result<Tensor, KvCacheError> {
-        Ok(self.value_buffer.narrow(0, 0, self.held_len())?)
+        Ok(self.joined()?.1)
+    }
+
+    fn joined(&self) -> Result<(Tensor, Tensor), KvCacheError> {
+        let segments = self.segments()?;
+        KvSegment::joined(&segments)?.ok_or_else(|| {
+            KvCacheError::Shape(format!("layer {} has no rows at all", self.layer_idx))
+        })
+    }
+
+    /// K and V of held slots `rows` (indices among the held ones), as views where they lie in
+    /// one segment.
+    pub(super) fn held_rows(&self, rows: Range<usize>) -> Result<(Tensor, Tensor), KvCacheError> {
+        let mut start = 0;
+        for segment in self.segments()? {
+            let end = start + segment.len();
+            if start <= rows.start && rows.end <= end {
+                let offset = rows.start - start;
+                return Ok((
+                    segment.keys.narrow(0, offset, rows.len())?,
+                    segment.values.narrow(0, offset, rows.len())?,
+                ));
+            }
+            start = end;
+        }
+        let (keys, values) = self.joined()?;
+        Ok((
+            keys.narrow(0, rows.start, rows.len())?,
+            values.narrow(0, rows.start, rows.len())?,
+        ))
     }
 
     pub(super) fn capacity(&self) -> usize {
-        self.first_held + self.key_buffer.dims()[0]
+        self.first_held + self.shared_rows() + self.key_buffer.dims()[0]
     }
 
-    /// Bytes of the K and V buffers, spare rows included.
+    /// Bytes of this layer's own K and V buffers, spare rows included.
     pub(super) fn allocated_bytes(&self) -> usize {
         (self.key_buffer.elem_count() + self.value_buffer.elem_count())
             * self.key_buffer.dtype().size_in_bytes()
     }
 
-    pub(super) fn limit_rows(&mut self, slots: usize) {
-        self.row_limit = slots.saturating_sub(self.first_held).max(1);
+    /// Every buffer this layer reads: its own (which clones share until one writes) and
+    /// those of its shared rows.
+    pub(super) fn buffers(&self) -> impl Iterator<Item = SharedBuffer> + '_ {
+        let own = SharedBuffer {
+            holder: self.owner.clone(),
+            layer_idx: self.layer_idx,
+            bytes: self.allocated_bytes(),
+        };
+        std::iter::once(own).chain(self.shared.iter().map(|shared| shared.buffer.clone()))
     }
 
-    /// The buffer row of `slot`, or why it has none.
+    pub(super) fn limit_rows(&mut self, slots: usize) {
+        self.slot_limit = slots;
+    }
+
+    /// Most rows an append grows the own buffers to ahead of need.
+    fn row_limit(&self) -> usize {
+        self.slot_limit
+            .saturating_sub(self.first_held + self.shared_rows())
+            .max(1)
+    }
+
+    /// Puts `shared` rows (at `positions`) before every slot this layer holds; it must hold
+    /// every slot (no splice left any out) and share none yet.
+    pub(super) fn prepend_shared(
+        &mut self,
+        shared: Vec<SharedRows>,
+        positions: &[u32],
+    ) -> Result<(), KvCacheError> {
+        let rows: usize = shared.iter().map(|shared| shared.segment.len()).sum();
+        if self.first_held != 0 || !self.shared.is_empty() || rows != positions.len() {
+            return Err(KvCacheError::Shape(format!(
+                "{rows} shared rows at {} positions before a layer sharing {} and leaving out {}",
+                positions.len(),
+                self.shared_rows(),
+                self.first_held
+            )));
+        }
+        self.shared = shared;
+        self.positions.splice(0..0, positions.iter().copied());
+        Ok(())
+    }
+
+    /// Makes this layer's own rows shared ones, so clones made afterwards read them without a
+    /// copy each: the buffer itself where it has no spare rows, else one copy of the live rows
+    /// (a view would keep the spare rows alive as long as any clone).
+    pub(super) fn share_own_rows(&mut self) -> Result<(), KvCacheError> {
+        let owned = self.owned_len();
+        if owned == 0 {
+            return Ok(());
+        }
+        let spare = self.key_buffer.dims()[0] > owned;
+        let rows = |buffer: &Tensor| -> Result<Tensor, KvCacheError> {
+            let live = buffer.narrow(0, 0, owned)?;
+            Ok(if spare { live.copy()? } else { live })
+        };
+        let segment = KvSegment {
+            keys: rows(&self.key_buffer)?,
+            values: rows(&self.value_buffer)?,
+        };
+        let buffer = SharedBuffer {
+            holder: Arc::new(()),
+            layer_idx: self.layer_idx,
+            bytes: segment.size_in_bytes(),
+        };
+        self.shared.push(SharedRows { segment, buffer });
+        let device = self.key_buffer.device().clone();
+        let (_, kv_heads, head_dim) = self.key_buffer.dims3()?;
+        let empty = Tensor::zeros(
+            (allocated_rows(0, &device), kv_heads, head_dim),
+            self.key_buffer.dtype(),
+            &device,
+        )?;
+        self.key_buffer = empty.clone();
+        self.value_buffer = empty;
+        self.owner = Arc::new(());
+        self.exposed_rows = 0;
+        Ok(())
+    }
+
+    /// Copies the shared rows and this layer's own into new buffers of its own (as many rows
+    /// as it can hold now), so a shared slot can be written.
+    fn own_every_row(&mut self) -> Result<(), KvCacheError> {
+        if self.shared.is_empty() {
+            return Ok(());
+        }
+        let (keys, values) = self.joined()?;
+        let capacity = self.shared_rows() + self.key_buffer.dims()[0];
+        self.key_buffer = reallocate(&keys, keys.dims()[0], capacity)?;
+        self.value_buffer = reallocate(&values, values.dims()[0], capacity)?;
+        self.shared.clear();
+        self.owner = Arc::new(());
+        self.exposed_rows = 0;
+        Ok(())
+    }
+
+    /// The index of `slot` among the held ones (the row of [`Self::keys`]), or why it has none.
     pub(super) fn held_row(&self, slot: usize) -> Result<usize, KvCacheError> {
         slot.checked_sub(self.first_held)
             .ok_or(KvCacheError::NotHeld {
@@ -203,6 +435,10 @@ impl LayerKv {
         }
         if !overwrite_rows.is_empty() {
             let target_slots: Vec<usize> = overwrite_rows.iter().map(|&row| slots[row]).collect();
+            let first_owned = self.first_held + self.shared_rows();
+            if target_slots.iter().any(|&slot| slot < first_owned) {
+                self.own_every_row()?;
+            }
             let rows = row_index(&overwrite_rows, keys.device())?;
             let new_keys = keys.index_select(&rows, 0)?;
             let new_values = values.index_select(&rows, 0)?;
@@ -220,8 +456,8 @@ impl LayerKv {
         values: &Tensor,
         positions: &[u32],
     ) -> Result<(), KvCacheError> {
-        // In buffer rows: the held ones, then the new.
-        let old_len = self.held_len();
+        // In buffer rows: the owned ones, then the new.
+        let old_len = self.owned_len();
         let needed = old_len + positions.len();
         let rows = self.key_buffer.dims()[0];
         let shared = Arc::strong_count(&self.owner) > 1;
@@ -229,7 +465,7 @@ impl LayerKv {
             // Grow geometrically so decoding costs amortised O(1) copies per token, never past
             // the limit ahead of need; a copy on write keeps the capacity it had.
             let rows = if needed > rows {
-                needed.max((2 * rows).max(64).min(self.row_limit))
+                needed.max((2 * rows).max(64).min(self.row_limit()))
             } else {
                 rows
             };
@@ -253,9 +489,11 @@ impl LayerKv {
         values: &Tensor,
     ) -> Result<(), KvCacheError> {
         let (n_rows, kv_heads, head_dim) = keys.dims3()?;
+        // The caller made every row its own first.
+        let shared_rows = self.shared_rows();
         let slot_ids = slots
             .iter()
-            .map(|&slot| Ok(self.held_row(slot)? as u32))
+            .map(|&slot| Ok((self.held_row(slot)? - shared_rows) as u32))
             .collect::<Result<Vec<u32>, KvCacheError>>()?;
         let index = Tensor::from_vec(slot_ids, (n_rows, 1, 1), keys.device())?
             .broadcast_as((n_rows, kv_heads, head_dim))?
@@ -270,7 +508,23 @@ impl LayerKv {
     pub(super) fn truncate(&mut self, len: usize) {
         if len < self.len() {
             // Views of the dropped rows may still be alive; never append over them in place.
-            self.exposed_rows = self.exposed_rows.max(self.held_len());
+            self.exposed_rows = self.exposed_rows.max(self.owned_len());
+            // Shared rows past the end are dropped from the segments, which stay views.
+            let mut kept = len.saturating_sub(self.first_held);
+            self.shared.retain_mut(|SharedRows { segment, .. }| {
+                let rows = segment.len().min(kept);
+                kept -= rows;
+                if rows < segment.len() {
+                    // A narrowing within bounds cannot fail.
+                    if let (Ok(keys), Ok(values)) = (
+                        segment.keys.narrow(0, 0, rows),
+                        segment.values.narrow(0, 0, rows),
+                    ) {
+                        *segment = KvSegment { keys, values };
+                    }
+                }
+                rows > 0
+            });
             self.positions.truncate(len);
             // No held slot is left: the buffer's first row is the next slot.
             self.first_held = self.first_held.min(len);

@@ -15,17 +15,28 @@
 
 mod block;
 mod layer;
+#[cfg(test)]
+mod shared_tests;
 mod splice;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashSet;
 use std::ops::Range;
+use std::sync::Arc;
 
-use candle_core::{DType, Device, IndexOp, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 pub use block::{KvBlock, SharedBytes};
-pub use layer::LayerKv;
-use layer::row_index;
+pub use layer::{KvSegment, LayerKv};
+use layer::{SharedBuffer, SharedRows, row_index};
+
+/// Fewest rows of one span a cache reads in place ([`KvCache::from_shared_blocks`]): attention
+/// merges its segments' partial results, which costs more than a copy of a few rows.
+const MIN_SHARED_ROWS: usize = 64;
+
+/// Most shared segments a cache starts with; the rest of the blocks are copied.
+const MAX_SHARED_SEGMENTS: usize = 8;
 
 pub use crate::error::KvCacheError;
 
@@ -132,6 +143,124 @@ impl KvCache {
         Ok(cache)
     }
 
+    /// [`Self::from_blocks`], except that the leading blocks cut from larger ones
+    /// ([`KvBlock::view`]) in the cache's dtype and on its device are not copied: the cache
+    /// reads their spans in place (each run of consecutive rows of one span, at least
+    /// [`MIN_SHARED_ROWS`] of them, as one [`KvSegment`]), sharing them with every other cache
+    /// and block that does. Writing one of those slots later copies the cache's rows first.
+    pub fn from_shared_blocks(
+        layout: KvLayout,
+        device: &Device,
+        blocks: &[&KvBlock],
+        reserve: usize,
+    ) -> Result<Self, KvCacheError> {
+        let mut runs: Vec<(&Arc<KvBlock>, Range<usize>)> = Vec::new();
+        let mut used = 0;
+        for block in blocks {
+            let Some(within) = block.within() else { break };
+            if !Self::readable_in_place(&layout, device, &within.span) {
+                break;
+            }
+            let rows = within.start..within.start + block.len();
+            match runs.last_mut() {
+                Some((span, run)) if Arc::ptr_eq(span, &within.span) && run.end == rows.start => {
+                    run.end = rows.end;
+                }
+                _ => runs.push((&within.span, rows)),
+            }
+            used += 1;
+        }
+        // Keep the leading runs worth reading in place; the blocks of the others are copied.
+        let worth = runs
+            .iter()
+            .take(MAX_SHARED_SEGMENTS)
+            .take_while(|(_, rows)| rows.len() >= MIN_SHARED_ROWS)
+            .count();
+        if worth < runs.len() {
+            let shared_rows: usize = runs[..worth].iter().map(|(_, rows)| rows.len()).sum();
+            used = 0;
+            let mut rows = 0;
+            while rows < shared_rows {
+                rows += blocks[used].len();
+                used += 1;
+            }
+            runs.truncate(worth);
+        }
+        let mut cache = Self::from_blocks(layout, device, &blocks[used..], reserve)?;
+        if runs.is_empty() {
+            return Ok(cache);
+        }
+        let positions: Vec<u32> = runs
+            .iter()
+            .flat_map(|(span, rows)| span.positions()[rows.clone()].iter().copied())
+            .collect();
+        for (layer_idx, layer) in cache.layers.iter_mut().enumerate() {
+            let shared = runs
+                .iter()
+                .map(|(span, rows)| {
+                    let (keys, values) = span.layer(layer_idx)?;
+                    let holder: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(span) as _;
+                    Ok(SharedRows {
+                        segment: KvSegment {
+                            keys: keys.narrow(0, rows.start, rows.len())?,
+                            values: values.narrow(0, rows.start, rows.len())?,
+                        },
+                        buffer: SharedBuffer {
+                            holder,
+                            layer_idx,
+                            bytes: (keys.elem_count() + values.elem_count())
+                                * keys.dtype().size_in_bytes(),
+                        },
+                    })
+                })
+                .collect::<Result<Vec<_>, KvCacheError>>()?;
+            layer.prepend_shared(shared, &positions)?;
+        }
+        Ok(cache)
+    }
+
+    /// Whether a cache of `layout` on `device` can read `span`'s rows where they are: tensors of
+    /// its dtype, row shape and layers, contiguous, on its device.
+    fn readable_in_place(layout: &KvLayout, device: &Device, span: &KvBlock) -> bool {
+        span.n_layers() == layout.n_layers
+            && span.row_shape() == Some((layout.n_kv_heads, layout.head_dim))
+            && span.dtype() == Some(layout.dtype)
+            && span.layers().is_ok_and(|layers| {
+                layers.iter().all(|(keys, values)| {
+                    keys.is_contiguous()
+                        && values.is_contiguous()
+                        && keys.device().same_device(device)
+                })
+            })
+    }
+
+    /// Makes the rows every layer holds now shared ones, so clones made afterwards (the choices
+    /// of one prompt) read them without a copy each and append into buffers of their own.
+    pub fn share_rows(&mut self) -> Result<(), KvCacheError> {
+        self.check_consistent()?;
+        for layer in &mut self.layers {
+            layer.share_own_rows()?;
+        }
+        Ok(())
+    }
+
+    /// Slots held in rows shared with other caches (the first ones).
+    pub fn shared_rows(&self) -> usize {
+        self.layers.first().map_or(0, LayerKv::shared_rows)
+    }
+
+    /// Bytes of the buffers this cache reads that `seen` does not name yet, which it then
+    /// names: summed over caches with one `seen`, the memory they hold together, each buffer
+    /// counted once however many share it (spare rows included).
+    pub fn resident_bytes(&self, seen: &mut HashSet<(usize, usize)>) -> usize {
+        self.layers
+            .iter()
+            .flat_map(LayerKv::buffers)
+            .filter(|buffer| seen.insert(buffer.id()))
+            .map(|buffer| buffer.bytes)
+            .sum()
+    }
+
     fn check_block(&self, block: &KvBlock) -> Result<(), KvCacheError> {
         if block.n_layers() != self.layout.n_layers {
             return Err(KvCacheError::Shape(format!(
@@ -177,8 +306,8 @@ impl KvCache {
         self.layers.iter().map(LayerKv::capacity).min().unwrap_or(0)
     }
 
-    /// Bytes the cache's buffers take, spare rows included (clones sharing a buffer each count
-    /// it: an upper bound).
+    /// Bytes the cache's own buffers take, spare rows included (clones sharing a buffer each count
+    /// it; shared rows are not counted: [`Self::resident_bytes`] counts both once).
     pub fn allocated_bytes(&self) -> usize {
         self.layers.iter().map(LayerKv::allocated_bytes).sum()
     }
@@ -289,10 +418,9 @@ impl KvCache {
                 } else {
                     layer.held_row(slots.start)?..layer.held_row(slots.end)?
                 };
-                Ok((
-                    layer.key_buffer.i(rows.clone())?.contiguous()?,
-                    layer.value_buffer.i(rows)?.contiguous()?,
-                ))
+                let (keys, values) = layer.held_rows(rows)?;
+                // A copy, not a view: a view would keep the whole buffer it is cut from alive.
+                Ok((keys.copy()?, values.copy()?))
             })
             .collect::<Result<_, KvCacheError>>()?;
         KvBlock::new(layers, self.positions()[slots].to_vec())

@@ -123,8 +123,7 @@ impl Block {
             attended.push(attention.attend(
                 &queries.narrow(0, row, rows)?,
                 context.positions(),
-                &layer_kv.keys()?,
-                &layer_kv.values()?,
+                &layer_kv.segments()?,
                 layer_kv.held_positions(),
             )?);
             row += rows;

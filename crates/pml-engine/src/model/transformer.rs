@@ -3,6 +3,7 @@
 //! step ([`Model::forward_layer`]) that selective recompute and hidden-state restore call
 //! directly; activations are f32 `(n_tokens, d_model)` matrices, one sequence per call.
 
+use std::ops::Range;
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
@@ -19,7 +20,7 @@ use super::weights::{Linear, MatrixRole, RmsNorm, SharedInput, TensorSource, Wei
 use crate::device::{Backend, Kernels};
 use crate::gguf::GgufFile;
 use crate::kernels::{self, masked_softmax};
-use crate::kv_cache::{KvBlock, KvCache, KvCacheError, KvLayout, QueryHorizon};
+use crate::kv_cache::{KvBlock, KvCache, KvCacheError, KvLayout, KvSegment, QueryHorizon};
 
 /// Dtype of activations and of the KV cache.
 pub const ACTIVATION_DTYPE: DType = DType::F32;
@@ -79,6 +80,25 @@ fn visible_slots(
         }
         None => 0..0,
     }
+}
+
+/// The rows `slots` (among all of `segments`' rows, one segment after another) as segments:
+/// views of the segments they fall in.
+fn narrowed(segments: &[KvSegment], slots: Range<usize>) -> Result<Vec<KvSegment>, EngineError> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for segment in segments {
+        let end = start + segment.len();
+        let (from, to) = (slots.start.max(start), slots.end.min(end));
+        if from < to {
+            out.push(KvSegment {
+                keys: segment.keys.narrow(0, from - start, to - from)?,
+                values: segment.values.narrow(0, from - start, to - from)?,
+            });
+        }
+        start = end;
+    }
+    Ok(out)
 }
 
 /// Gated MLP: `down(act(gate(x)) * up(x))`.
@@ -265,7 +285,8 @@ impl Attention {
     }
 
     /// softmax(q k^T under the position mask) v for queries `(n, n_heads, head_dim)` at `query_positions` over
-    /// cached keys and values `(n_keys, n_kv_heads, head_dim)` at `key_positions`; returns
+    /// cached keys and values, the rows of `segments` one after another (`(rows, n_kv_heads,
+    /// head_dim)` each, [`crate::kv_cache::LayerKv::segments`]) at `key_positions`; returns
     /// `(n, n_heads * head_dim)`. Long calls go in chunks of queries so the scores of one chunk
     /// stay within [`attention_score_budget`] (in one piece where attention materialises no
     /// scores: CUDA's flash kernel); each chunk multiplies only the slots that can be visible
@@ -274,13 +295,12 @@ impl Attention {
         &self,
         queries: &Tensor,
         query_positions: &[u32],
-        keys: &Tensor,
-        values: &Tensor,
+        segments: &[KvSegment],
         key_positions: &[u32],
     ) -> Result<Tensor, EngineError> {
         let n_queries = queries.dim(0)?;
-        let scores_per_query = self.n_heads * keys.dim(0)?;
-        let chunk = if kernels::attends_without_scores(queries, keys, self.kernels) {
+        let scores_per_query = self.n_heads * key_positions.len();
+        let chunk = if kernels::attends_without_scores(queries, segments, self.kernels) {
             n_queries.max(1)
         } else {
             (attention_score_budget(queries.device()) / scores_per_query.max(1)).max(1)
@@ -306,38 +326,19 @@ impl Attention {
                 )?);
                 continue;
             }
-            outputs.push(self.attend_chunk(
+            outputs.push(kernels::attend(
                 &chunk_queries,
                 chunk_positions,
-                &keys.narrow(0, slots.start, slots.len())?,
-                &values.narrow(0, slots.start, slots.len())?,
+                &narrowed(segments, slots.clone())?,
                 &key_positions[slots],
+                self.sliding_window,
+                self.kernels,
             )?);
         }
         if outputs.len() == 1 {
             return Ok(outputs.remove(0));
         }
         Ok(Tensor::cat(&outputs, 0)?)
-    }
-
-    /// [`Self::attend`] in one piece ([`kernels::attend`]).
-    fn attend_chunk(
-        &self,
-        queries: &Tensor,
-        query_positions: &[u32],
-        keys: &Tensor,
-        values: &Tensor,
-        key_positions: &[u32],
-    ) -> Result<Tensor, EngineError> {
-        kernels::attend(
-            queries,
-            query_positions,
-            keys,
-            values,
-            key_positions,
-            self.sliding_window,
-            self.kernels,
-        )
     }
 }
 
@@ -450,9 +451,10 @@ impl Block {
         let queries = self.attention.queries(&input, &tables)?;
 
         let layer_kv = kv.layer(layer_idx)?;
-        let layer_keys = layer_kv.keys()?;
-        let layer_values = layer_kv.values()?;
         if let Some(observer) = observer {
+            // The observer's products take one tensor: a layer with shared rows is joined.
+            let layer_keys = layer_kv.keys()?;
+            let layer_values = layer_kv.values()?;
             // An observer ranks every slot; a splice that left some out has no weights for them.
             if layer_kv.first_held() > 0 {
                 return Err(KvCacheError::NotHeld {
@@ -482,8 +484,7 @@ impl Block {
         let attended = self.attention.attend(
             &queries,
             positions,
-            &layer_keys,
-            &layer_values,
+            &layer_kv.segments()?,
             layer_kv.held_positions(),
         )?;
         self.finish(hidden, &attended)

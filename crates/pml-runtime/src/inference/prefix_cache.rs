@@ -4,6 +4,12 @@
 //! starts with the same tokens splices the longest run of cached blocks and computes only the
 //! rest.
 //!
+//! The blocks a prompt adds are copied out of its cache once, as one span, and each block is a
+//! view of that span ([`KvBlock::view`]): a later prompt splices a run of them without copying,
+//! reading the span in place ([`KvCache::from_shared_blocks`]), so a system prompt shared by
+//! every chat is held once however many chats are running. A span's memory is freed when the
+//! last of its blocks is evicted and no cache reads it any more.
+//!
 //! Blocks are kept exact, in the engine's KV dtype, in a RAM tier of their own under a byte
 //! budget (least recently used evicted first): the module store's tiers hold states in its
 //! stored dtype (f16 by default), which would make a cached answer differ from an uncached one.
@@ -143,7 +149,7 @@ impl PrefixCache {
         }
         let cached_tokens = cached.len() * BLOCK_TOKENS;
         let blocks: Vec<&KvBlock> = cached.iter().map(|state| state.kv()).collect();
-        let kv = KvCache::from_blocks(
+        let kv = KvCache::from_shared_blocks(
             model.kv_layout(),
             model.device(),
             &blocks,
@@ -183,7 +189,7 @@ impl PrefixCache {
             return Ok(None);
         }
         let blocks: Vec<&KvBlock> = cached.iter().map(|state| state.kv()).collect();
-        *kv = KvCache::from_blocks(
+        *kv = KvCache::from_shared_blocks(
             model.kv_layout(),
             model.device(),
             &blocks,
@@ -200,20 +206,29 @@ impl PrefixCache {
         kv: &KvCache,
     ) -> Result<(), PrefixCacheError> {
         let computed = kv.len().min(tokens.len());
-        for (index, key) in self
-            .block_keys(model, &tokens[..computed])
-            .iter()
-            .enumerate()
-        {
-            if self.blocks.contains(key)? {
-                continue;
+        let keys = self.block_keys(model, &tokens[..computed]);
+        let mut missing = Vec::new();
+        for (index, key) in keys.iter().enumerate() {
+            if !self.blocks.contains(key)? {
+                missing.push(index);
             }
-            let slots = index * BLOCK_TOKENS..(index + 1) * BLOCK_TOKENS;
-            let block = kv.slice(slots.clone()).map_err(EngineError::from)?;
-            let state = Arc::new(ModuleState::new(block, tokens[slots].to_vec())?);
-            self.blocks.put(key, &state)?;
-            if let Some(shared) = &self.shared {
-                shared.put(key, &state)?;
+        }
+        // Each run of consecutive missing blocks is copied out once, as one span.
+        for run in missing.chunk_by(|a, b| a + 1 == *b) {
+            let (first, last) = (run[0], run[run.len() - 1]);
+            let span = kv
+                .slice(first * BLOCK_TOKENS..(last + 1) * BLOCK_TOKENS)
+                .map_err(EngineError::from)?;
+            let span = Arc::new(span);
+            for &index in run {
+                let rows = (index - first) * BLOCK_TOKENS..(index - first + 1) * BLOCK_TOKENS;
+                let block = KvBlock::view(&span, rows).map_err(EngineError::from)?;
+                let slots = index * BLOCK_TOKENS..(index + 1) * BLOCK_TOKENS;
+                let state = Arc::new(ModuleState::new(block, tokens[slots].to_vec())?);
+                self.blocks.put(&keys[index], &state)?;
+                if let Some(shared) = &self.shared {
+                    shared.put(&keys[index], &state)?;
+                }
             }
         }
         Ok(())
@@ -263,6 +278,55 @@ mod tests {
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         assert!(gap < 1e-4, "logits differ by {gap}");
+    }
+
+    /// Prompts that start alike splice the kept blocks without copying them: their caches read
+    /// one span in place, held once between them, and compute what a prefill from nothing does.
+    #[test]
+    fn splices_read_the_kept_span_in_place() {
+        let model = random_model(Arch::Qwen2, 5, WeightFormat::F32, &candle_core::Device::Cpu)
+            .expect("tiny model");
+        let cache = PrefixCache::new(1 << 30, "tiny");
+        let start: Vec<u32> = (0..6 * BLOCK_TOKENS as u32).map(|t| 3 + t % 50).collect();
+        let prompt = |tail: &[u32]| start.iter().chain(tail).copied().collect::<Vec<u32>>();
+        let first = prompt(&[7, 8, 9]);
+        let mut spliced = cache.splice(&model, &first, 1).expect("splice");
+        let positions: Vec<u32> = (0..first.len() as u32).collect();
+        model
+            .forward(&first, &positions, &mut spliced.kv)
+            .expect("prefill");
+        cache.keep(&model, &first, &spliced.kv).expect("keep");
+
+        for tail in [[4u32, 5], [6, 2]] {
+            let second = prompt(&tail);
+            let mut late = cache.splice(&model, &second, 1).expect("splice");
+            assert_eq!(late.cached_tokens, 6 * BLOCK_TOKENS);
+            assert_eq!(late.kv.shared_rows(), 6 * BLOCK_TOKENS, "read in place");
+            let rest: Vec<u32> = (late.cached_tokens as u32..second.len() as u32).collect();
+            let logits = model
+                .forward(&second[late.cached_tokens..], &rest, &mut late.kv)
+                .expect("rest");
+            let mut alone = model.new_kv_cache().expect("cache");
+            let positions: Vec<u32> = (0..second.len() as u32).collect();
+            let reference = model
+                .forward(&second, &positions, &mut alone)
+                .expect("alone");
+            let gap = pml_engine::testing::max_abs_diff(&logits, &reference);
+            assert!(gap < 1e-4, "logits differ by {gap}");
+        }
+        // The span is counted once, the tails once each.
+        let mut seen = std::collections::HashSet::new();
+        let span_bytes = 6 * BLOCK_TOKENS * model.kv_layout().slot_bytes();
+        let splices: Vec<_> = [[4u32, 5], [6, 2]]
+            .iter()
+            .map(|tail| cache.splice(&model, &prompt(tail), 1).expect("splice"))
+            .collect();
+        let together: usize = splices
+            .iter()
+            .map(|spliced| spliced.kv.resident_bytes(&mut seen))
+            .sum();
+        let own_now: usize = splices.iter().map(|s| s.kv.allocated_bytes()).sum();
+        assert_eq!(together, span_bytes + own_now);
     }
 
     /// A prompt that started before another with the same start finished takes that one's

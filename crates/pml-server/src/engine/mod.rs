@@ -382,6 +382,10 @@ pub fn spawn(
     let metrics = Arc::clone(&handle.metrics);
     let max_batch = config.max_batch.max(1);
     let kv_budget = config.kv_cache_bytes;
+    // Published before the server answers anything, not when the engine thread gets to it.
+    metrics
+        .kv_budget_bytes
+        .store(kv_budget.unwrap_or(0), Ordering::Relaxed);
     let prefix_cache = prefix_cache(&runtime, config)?;
     let thread = std::thread::Builder::new()
         .name("pml-engine".to_string())

@@ -6,7 +6,7 @@
 //! token budget at a time, so a long prompt never holds the engine longer than one chunk: running
 //! streams decode in between, and a client that leaves or a shutdown is noticed between chunks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use candle_core::Tensor;
 use pml_compiler::plan::BoundPrompt;
@@ -205,11 +205,12 @@ impl PendingPrefill {
         Advance::of(job, slots, advanced)
     }
 
-    /// Bytes the prompt's cache holds so far.
-    pub fn allocated_bytes(&self) -> usize {
+    /// Bytes the prompt's cache holds so far that `seen` does not name yet
+    /// ([`KvCache::resident_bytes`]).
+    pub fn resident_bytes(&self, seen: &mut HashSet<(usize, usize)>) -> usize {
         match &self.work {
-            Work::Plain { kv, .. } => kv.allocated_bytes(),
-            Work::Pml { staged, .. } => staged.kv().allocated_bytes(),
+            Work::Plain { kv, .. } => kv.resident_bytes(seen),
+            Work::Pml { staged, .. } => staged.kv().resident_bytes(seen),
         }
     }
 

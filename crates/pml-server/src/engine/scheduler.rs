@@ -13,6 +13,7 @@
 //! A sequence is in exactly one state: waiting (in [`Admission`]), prefilling (`prefilling`),
 //! decoding (`active`) or finished (reported and dropped).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -73,9 +74,6 @@ impl<'r> Scheduler<'r> {
         kv_budget: Option<usize>,
         prefix_cache: PrefixCache,
     ) -> Self {
-        metrics
-            .kv_budget_bytes
-            .store(kv_budget.unwrap_or(0), Ordering::Relaxed);
         Self {
             prefix_cache,
             grammars: None,
@@ -271,13 +269,20 @@ impl<'r> Scheduler<'r> {
     }
 
     /// Hands a prefilled prompt to the decoding sequences.
-    /// Starts `job` and each of its siblings (`n` > 1) from the one prefill: a sibling's KV is
-    /// a copy-on-write fork of the job's, so the prompt is computed once for every choice.
-    fn start_decoding(&mut self, mut job: CompletionJob, prefilled: Prefilled) {
+    /// Starts `job` and each of its siblings (`n` > 1) from the one prefill: the prompt's rows
+    /// become shared ones that every choice reads in place and each appends its answer to rows
+    /// of its own, so the prompt is computed and held once for every choice.
+    fn start_decoding(&mut self, mut job: CompletionJob, mut prefilled: Prefilled) {
         let usage = prefilled.usage;
         if !matches!(job.prompt, PromptSource::Pml { .. }) {
             self.metrics
                 .count_prefix_lookup(usage.prompt_tokens, usage.cached_tokens);
+        }
+        if !job.siblings.is_empty()
+            && let Err(error) = prefilled.kv.share_rows()
+        {
+            // The forks then copy the prompt's rows when they first append, as clones do.
+            tracing::warn!(%error, "the prompt's rows could not be shared by its choices");
         }
         let forks: Vec<_> = std::mem::take(&mut job.siblings)
             .into_iter()
@@ -417,17 +422,21 @@ impl<'r> Scheduler<'r> {
     }
 
     /// The KV gauges: reserved, resident now, and the most resident at the end of any step.
+    /// Resident bytes count every buffer the caches read once, however many share it (a
+    /// spliced prefix, the prompt of `n` choices).
     fn publish_kv(&self) {
-        let resident: usize = self
+        let mut seen = HashSet::new();
+        let prefilling: usize = self
             .prefilling
             .iter()
-            .map(PendingPrefill::allocated_bytes)
-            .chain(
-                self.active
-                    .iter()
-                    .map(|sequence| sequence.kv.allocated_bytes()),
-            )
+            .map(|prefill| prefill.resident_bytes(&mut seen))
             .sum();
+        let active: usize = self
+            .active
+            .iter()
+            .map(|sequence| sequence.kv.resident_bytes(&mut seen))
+            .sum();
+        let resident = prefilling + active;
         let metrics = &self.metrics;
         metrics
             .kv_reserved_bytes

@@ -24,6 +24,7 @@ use super::exp_kernel::exp_shifted_sum;
 use super::kv_rows::{self, KvRows};
 use super::masked_softmax::Visibility;
 use super::partial_softmax::{HEADER, merge_parts};
+use crate::kv_cache::KvSegment;
 
 /// Items per pool thread the keys are cut into, so a thread that finishes early takes more.
 const ITEMS_PER_THREAD: usize = 8;
@@ -72,30 +73,38 @@ impl ItemShape {
     }
 }
 
-/// The keys of one item: a run of one query row's visible keys.
+/// The keys of one item: a run of one query row's visible keys, all in one segment.
 struct Item {
     row: usize,
     kv_head: usize,
+    segment: usize,
+    /// Indices into the row's [`Visible::keys`].
     keys: Range<usize>,
 }
 
+/// The keys one query sees, as indices within their segments, segment after segment.
+struct Visible {
+    keys: Vec<u32>,
+    /// Per segment, its range of `keys`.
+    by_segment: Vec<Range<usize>>,
+}
+
 /// `softmax(q k^T under the position mask) v` for `queries` `(n, n_heads, head_dim)` (already
-/// scaled) over `keys`/`values` `(n_keys, n_kv_heads, head_dim)`; `(n, n_heads * head_dim)`, or
-/// `None` when the tensors are not contiguous CPU tensors (f32 queries; f32, f16 or bf16 keys
-/// and values) — the caller then takes the general path. A query that sees no key gets zeros,
-/// as `masked_softmax` gives.
+/// scaled) over the keys and values of `segments` (`(rows, n_kv_heads, head_dim)` each, read in
+/// place) at `key_positions`; `(n, n_heads * head_dim)`, or `None` when a tensor is not a
+/// contiguous CPU tensor (f32 queries; f32, f16 or bf16 keys and values) — the caller then
+/// takes the general path. A query that sees no key gets zeros, as `masked_softmax` gives.
 pub(super) fn attend_few(
     queries: &Tensor,
     query_positions: &[u32],
-    keys: &Tensor,
-    values: &Tensor,
+    segments: &[KvSegment],
     key_positions: &[u32],
     window: Option<usize>,
 ) -> Result<Option<Tensor>, EngineError> {
     attend_cut(
         queries,
         query_positions,
-        (keys, values, key_positions),
+        (segments, key_positions),
         window,
         Cut::default(),
     )
@@ -113,12 +122,12 @@ struct Cut {
 fn attend_cut(
     queries: &Tensor,
     query_positions: &[u32],
-    (keys, values, key_positions): (&Tensor, &Tensor, &[u32]),
+    (segments, key_positions): (&[KvSegment], &[u32]),
     window: Option<usize>,
     cut: Cut,
 ) -> Result<Option<Tensor>, EngineError> {
-    let (n_queries, n_heads, head_dim, n_keys, n_kv_heads) =
-        kv_rows::attention_dims(queries, query_positions, (keys, values, key_positions))?;
+    let (n_queries, n_heads, head_dim, _, n_kv_heads) =
+        kv_rows::attention_dims(queries, query_positions, segments, key_positions)?;
     if n_kv_heads == 0 || n_heads % n_kv_heads != 0 || queries.dtype() != DType::F32 {
         return Ok(None);
     }
@@ -126,57 +135,64 @@ fn attend_cut(
     let queries = queries.contiguous()?;
     // Which keys each query sees, as indices: a sliding window's hidden keys cost nothing.
     let visibility = Visibility::new(window);
-    let visible: Vec<Vec<u32>> = query_positions
+    let starts = kv_rows::segment_starts(segments);
+    let visible: Vec<Visible> = query_positions
         .iter()
         .map(|&query| {
-            (0u32..)
-                .zip(key_positions)
-                .filter(|&(_, &key)| visibility.sees(query, key))
-                .map(|(index, _)| index)
-                .collect()
+            let mut keys = Vec::new();
+            let by_segment = starts
+                .windows(2)
+                .map(|bounds| {
+                    let first = keys.len();
+                    keys.extend(
+                        (0u32..)
+                            .zip(&key_positions[bounds[0]..bounds[1]])
+                            .filter(|&(_, &key)| visibility.sees(query, key))
+                            .map(|(index, _)| index),
+                    );
+                    first..keys.len()
+                })
+                .collect();
+            Visible { keys, by_segment }
         })
         .collect();
     let items = plan_items(&visible, n_kv_heads, cut.keys_per_item);
     let stride = group * (head_dim + HEADER);
     let mut partials = vec![0f32; items.len() * stride];
+    let row_len = n_kv_heads * head_dim;
     let done = KvRows::with(&queries, |q| {
-        KvRows::with(keys, |k| {
-            KvRows::with(values, |v| {
-                let KvRows::F32(q) = q else { return false };
-                let row_len = n_kv_heads * head_dim;
-                if k.len() != n_keys * row_len || v.len() != n_keys * row_len {
-                    return false;
-                }
-                let outputs: Vec<Mutex<&mut [f32]>> =
-                    partials.chunks_mut(stride).map(Mutex::new).collect();
-                let run_item = |index: usize, scores: &mut Vec<f32>| {
-                    let item = &items[index];
-                    let shape = ItemShape {
-                        group,
-                        head_dim,
-                        row_len,
-                        kv_start: item.kv_head * head_dim,
-                    };
-                    let first_head = item.row * n_heads + item.kv_head * group;
-                    let queries = &q[first_head * head_dim..][..group * head_dim];
-                    let mut out = match outputs[index].lock() {
-                        Ok(out) => out,
-                        Err(poisoned) => poisoned.into_inner(),
-                    };
-                    let visible = &visible[item.row][item.keys.clone()];
-                    run_kernel(&shape, queries, (k, v), visible, scores, &mut out, cut);
+        kv_rows::with_segments(segments, row_len, |k, v| {
+            let KvRows::F32(q) = q else { return false };
+            let outputs: Vec<Mutex<&mut [f32]>> =
+                partials.chunks_mut(stride).map(Mutex::new).collect();
+            let run_item = |index: usize, scores: &mut Vec<f32>| {
+                let item = &items[index];
+                let shape = ItemShape {
+                    group,
+                    head_dim,
+                    row_len,
+                    kv_start: item.kv_head * head_dim,
                 };
-                // Items are independent: candle's worker pool (the one the matrix products
-                // use, already awake) hands them out from a shared cursor.
-                candle_core::utils::barrier_pool().execute_chunked(items.len(), |range| {
-                    let mut scores = Vec::new();
-                    range.for_each(|index| run_item(index, &mut scores));
-                });
-                true
-            })
+                let first_head = item.row * n_heads + item.kv_head * group;
+                let queries = &q[first_head * head_dim..][..group * head_dim];
+                let mut out = match outputs[index].lock() {
+                    Ok(out) => out,
+                    Err(poisoned) => poisoned.into_inner(),
+                };
+                let visible = &visible[item.row].keys[item.keys.clone()];
+                let kv = (k[item.segment], v[item.segment]);
+                run_kernel(&shape, queries, kv, visible, scores, &mut out, cut);
+            };
+            // Items are independent: candle's worker pool (the one the matrix products
+            // use, already awake) hands them out from a shared cursor.
+            candle_core::utils::barrier_pool().execute_chunked(items.len(), |range| {
+                let mut scores = Vec::new();
+                range.for_each(|index| run_item(index, &mut scores));
+            });
+            true
         })
     });
-    if done != Some(Some(Some(true))) {
+    if done != Some(Some(true)) {
         return Ok(None);
     }
     let out = merge(&items, &partials, (n_queries, n_heads, head_dim), group);
@@ -187,26 +203,30 @@ fn attend_cut(
     )?))
 }
 
-/// The items of every (query, KV head): its visible keys cut into runs of `keys_per_item`, or,
-/// by default, into enough runs for [`ITEMS_PER_THREAD`] items per pool thread, none shorter
-/// than [`MIN_KEYS_PER_ITEM`]. Items of one (query, KV head) are consecutive.
-fn plan_items(visible: &[Vec<u32>], n_kv_heads: usize, keys_per_item: Option<usize>) -> Vec<Item> {
+/// The items of every (query, KV head): its visible keys in each segment cut into runs of
+/// `keys_per_item`, or, by default, into enough runs for [`ITEMS_PER_THREAD`] items per pool
+/// thread, none shorter than [`MIN_KEYS_PER_ITEM`]. Items of one (query, KV head) are
+/// consecutive.
+fn plan_items(visible: &[Visible], n_kv_heads: usize, keys_per_item: Option<usize>) -> Vec<Item> {
     let keys_per_item = keys_per_item.unwrap_or_else(|| {
         let threads = candle_core::utils::get_num_threads().max(1);
         let runs = (threads * ITEMS_PER_THREAD).div_ceil((visible.len() * n_kv_heads).max(1));
-        let longest = visible.iter().map(Vec::len).max().unwrap_or(0);
+        let longest = visible.iter().map(|row| row.keys.len()).max().unwrap_or(0);
         longest.div_ceil(runs).max(MIN_KEYS_PER_ITEM)
     });
     let keys_per_item = keys_per_item.max(1);
     let mut items = Vec::new();
-    for (row, keys) in visible.iter().enumerate() {
+    for (row, seen) in visible.iter().enumerate() {
         for kv_head in 0..n_kv_heads {
-            for start in (0..keys.len()).step_by(keys_per_item) {
-                items.push(Item {
-                    row,
-                    kv_head,
-                    keys: start..keys.len().min(start + keys_per_item),
-                });
+            for (segment, keys) in seen.by_segment.iter().enumerate() {
+                for start in keys.clone().step_by(keys_per_item) {
+                    items.push(Item {
+                        row,
+                        kv_head,
+                        segment,
+                        keys: start..keys.end.min(start + keys_per_item),
+                    });
+                }
             }
         }
     }

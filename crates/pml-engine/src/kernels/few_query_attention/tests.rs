@@ -1,11 +1,13 @@
 use candle_core::Device;
 
 use super::*;
-use crate::kernels::attention_reference::{reference, stored_rows, values};
+use crate::kernels::attention_reference::{
+    reference, segment_cuts, segments_cut_at, stored_rows, values,
+};
 
-/// Every cut of the keys (whole rows, runs of 1, 3 and 5 keys, the pool's choice), both item
-/// kernels, with and without a window, f32 and f16 rows, against the f64 reference on the
-/// rows as stored.
+/// Every cut of the keys (whole rows, runs of 1, 3 and 5 keys, the pool's choice), the rows in
+/// one segment or several, both item kernels, with and without a window, f32 and f16 rows,
+/// against the f64 reference on the rows as stored.
 fn check_against_reference(
     (n_queries, n_heads, n_kv_heads, n_keys, d): (usize, usize, usize, usize, usize),
     key_positions: &[u32],
@@ -19,7 +21,10 @@ fn check_against_reference(
         for window in [None, Some(4)] {
             let dims = (n_queries, n_heads, n_kv_heads, n_keys, d);
             let expected = reference(&q, &k, &v, dims, query_positions, key_positions, window);
-            for keys_per_item in [None, Some(1), Some(3), Some(5), Some(n_keys)] {
+            let cuts = segment_cuts(n_keys);
+            let items = [None, Some(1), Some(3), Some(5), Some(n_keys)];
+            for (cut_rows, keys_per_item) in cuts.iter().flat_map(|c| items.map(|i| (c, i))) {
+                let segments = segments_cut_at(&k_tensor, &v_tensor, cut_rows)?;
                 for portable in [false, true] {
                     let cut = Cut {
                         keys_per_item,
@@ -28,7 +33,7 @@ fn check_against_reference(
                     let ours = attend_cut(
                         &Tensor::from_slice(&q, (n_queries, n_heads, d), &device)?,
                         query_positions,
-                        (&k_tensor, &v_tensor, key_positions),
+                        (&segments, key_positions),
                         window,
                         cut,
                     )?
@@ -38,7 +43,7 @@ fn check_against_reference(
                         assert!(
                             (a - b).abs() < 1e-5,
                             "{dtype:?} d={d} window {window:?}, {keys_per_item:?} keys per \
-                             item, portable {portable}: {a} vs {b}"
+                             item, segments cut at {cut_rows:?}, portable {portable}: {a} vs {b}"
                         );
                     }
                 }
@@ -77,7 +82,8 @@ fn a_query_that_sees_nothing_gets_zeros() -> Result<(), EngineError> {
     let kv = Tensor::ones((2, 1, 8), DType::F32, &device)?;
     let q = Tensor::ones((2, 1, 8), DType::F32, &device)?;
     // The first query sees neither key, the second both.
-    let out = attend_few(&q, &[0, 5], &kv, &kv, &[1, 2], None)?;
+    let segments = segments_cut_at(&kv, &kv, &[])?;
+    let out = attend_few(&q, &[0, 5], &segments, &[1, 2], None)?;
     let out = out.ok_or_else(|| EngineError::InvalidInput("no fast path".into()))?;
     let out = out.to_vec2::<f32>()?;
     assert_eq!(out[0], vec![0.0; 8]);

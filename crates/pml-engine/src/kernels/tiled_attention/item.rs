@@ -13,8 +13,9 @@ pub(super) struct Call<'a> {
     pub(super) plan: &'a Plan,
     /// `(n_kv_heads, rows per head, head_dim)`.
     pub(super) queries: &'a [f32],
-    pub(super) keys: KvRows<'a>,
-    pub(super) values: KvRows<'a>,
+    /// Each segment's rows.
+    pub(super) keys: &'a [KvRows<'a>],
+    pub(super) values: &'a [KvRows<'a>],
     pub(super) query_positions: &'a [u32],
     pub(super) key_positions: &'a [u32],
     pub(super) visibility: Visibility,
@@ -53,6 +54,10 @@ fn run_with(call: &Call<'_>, item: &Item, scratch: &mut Scratch, out: &mut [f32]
     let stride = d + HEADER;
     let keys = plan.keys_of(item.run);
     let n = keys.len();
+    // The run's segment and its keys' rows within it.
+    let segment = plan.runs[item.run].segment;
+    let (segment_keys, segment_values) = (call.keys[segment], call.values[segment]);
+    let rows = keys.start - plan.segment_starts[segment]..keys.end - plan.segment_starts[segment];
     let width = n.next_multiple_of(PANEL);
     let n_rows = item.rows.len();
     let row_len = plan.n_kv_heads * d;
@@ -70,11 +75,11 @@ fn run_with(call: &Call<'_>, item: &Item, scratch: &mut Scratch, out: &mut [f32]
             .for_each(|k| *k = 0.0);
     }
     let mut widened = [0f32; MAX_WIDENED];
-    for (j, index) in keys.clone().enumerate() {
+    for (j, index) in rows.clone().enumerate() {
         let at = index * row_len + kv_start;
         // The cache is read once per call, mostly from memory: ask for the next rows early.
-        call.keys.prefetch(at + PREFETCH_KEYS * row_len, d);
-        let key = match call.keys {
+        segment_keys.prefetch(at + PREFETCH_KEYS * row_len, d);
+        let key = match segment_keys {
             KvRows::F32(all) => &all[at..at + d],
             other if d <= MAX_WIDENED => {
                 other.widen_into(at, &mut widened[..d]);
@@ -145,10 +150,10 @@ fn run_with(call: &Call<'_>, item: &Item, scratch: &mut Scratch, out: &mut [f32]
     // Values, gathered (and widened) once into consecutive rows: read in place, an f32 cache's
     // rows of every KV head were one cache line apart per key and stalled the tiles on loads.
     let values = grown(&mut scratch.values, n * d);
-    for (j, index) in keys.clone().enumerate() {
+    for (j, index) in rows.enumerate() {
         let at = index * row_len + kv_start;
-        call.values.prefetch(at + PREFETCH_KEYS * row_len, d);
-        call.values.widen_into(at, &mut values[j * d..][..d]);
+        segment_values.prefetch(at + PREFETCH_KEYS * row_len, d);
+        segment_values.widen_into(at, &mut values[j * d..][..d]);
     }
     let (values, base, v_stride) = (&scratch.values[..n * d], 0, d);
     let scores = &scratch.scores[..n_rows * width];

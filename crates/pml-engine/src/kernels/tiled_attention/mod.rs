@@ -24,9 +24,10 @@ use std::sync::Mutex;
 use candle_core::{DType, Tensor};
 
 use super::EngineError;
-use super::kv_rows::{self, KvRows};
+use super::kv_rows;
 use super::masked_softmax::Visibility;
 use super::partial_softmax::{HEADER, merge_parts};
+use crate::kv_cache::KvSegment;
 use item::{Call, run_item};
 
 /// Keys per panel: two AVX2 vectors of scores.
@@ -55,6 +56,13 @@ enum Sight {
     All,
 }
 
+/// Keys of one segment, read together by the items of one run.
+struct Run {
+    segment: usize,
+    /// Indices among all the call's keys.
+    keys: Range<usize>,
+}
+
 /// The keys of one item: one chunk of a KV head's rows over one run of keys.
 struct Item {
     kv_head: usize,
@@ -68,8 +76,10 @@ struct Plan {
     group: usize,
     n_kv_heads: usize,
     head_dim: usize,
-    n_keys: usize,
-    keys_per_run: usize,
+    /// Where each segment's keys start among the call's, then their end.
+    segment_starts: Vec<usize>,
+    /// Runs never cross a segment.
+    runs: Vec<Run>,
     /// `sight[run * n_queries + query]`.
     sight: Vec<Sight>,
     items: Vec<Item>,
@@ -82,8 +92,7 @@ impl Plan {
     }
 
     fn keys_of(&self, run: usize) -> Range<usize> {
-        let start = run * self.keys_per_run;
-        start..self.n_keys.min(start + self.keys_per_run)
+        self.runs[run].keys.clone()
     }
 
     fn sight(&self, run: usize, query: usize) -> Sight {
@@ -106,22 +115,21 @@ struct Cut {
 }
 
 /// `softmax(q k^T under the position mask) v` for `queries` `(n, n_heads, head_dim)` (already
-/// scaled) over `keys`/`values` `(n_keys, n_kv_heads, head_dim)`; `(n, n_heads * head_dim)`, or
-/// `None` when the tensors are not contiguous CPU tensors (f32 queries; f32, f16 or bf16 keys
-/// and values) — the caller then takes another path. A query that sees no key gets zeros, as
-/// `masked_softmax` gives.
+/// scaled) over the keys and values of `segments` (`(rows, n_kv_heads, head_dim)` each, read in
+/// place) at `key_positions`; `(n, n_heads * head_dim)`, or `None` when a tensor is not a
+/// contiguous CPU tensor (f32 queries; f32, f16 or bf16 keys and values) — the caller then
+/// takes another path. A query that sees no key gets zeros, as `masked_softmax` gives.
 pub(super) fn attend_tiled(
     queries: &Tensor,
     query_positions: &[u32],
-    keys: &Tensor,
-    values: &Tensor,
+    segments: &[KvSegment],
     key_positions: &[u32],
     window: Option<usize>,
 ) -> Result<Option<Tensor>, EngineError> {
     attend_cut(
         queries,
         query_positions,
-        (keys, values, key_positions),
+        (segments, key_positions),
         window,
         Cut::default(),
     )
@@ -130,12 +138,12 @@ pub(super) fn attend_tiled(
 fn attend_cut(
     queries: &Tensor,
     query_positions: &[u32],
-    (keys, values, key_positions): (&Tensor, &Tensor, &[u32]),
+    (segments, key_positions): (&[KvSegment], &[u32]),
     window: Option<usize>,
     cut: Cut,
 ) -> Result<Option<Tensor>, EngineError> {
-    let (n_queries, n_heads, head_dim, n_keys, n_kv_heads) =
-        kv_rows::attention_dims(queries, query_positions, (keys, values, key_positions))?;
+    let (n_queries, n_heads, head_dim, _, n_kv_heads) =
+        kv_rows::attention_dims(queries, query_positions, segments, key_positions)?;
     if n_kv_heads == 0
         || n_heads % n_kv_heads != 0
         || head_dim == 0
@@ -157,45 +165,40 @@ fn attend_cut(
     let plan = Plan::new(
         (n_queries, group, n_kv_heads, head_dim),
         (query_positions, key_positions),
+        &kv_rows::segment_starts(segments),
         window,
         cut,
     );
     let mut partials = vec![0f32; plan.items.len() * plan.item_len()];
-    let done = KvRows::with(keys, |k| {
-        KvRows::with(values, |v| {
-            let row_len = n_kv_heads * head_dim;
-            if k.len() != n_keys * row_len || v.len() != n_keys * row_len {
-                return false;
+    let done = kv_rows::with_segments(segments, n_kv_heads * head_dim, |k, v| {
+        let call = Call {
+            plan: &plan,
+            queries: &packed,
+            keys: k,
+            values: v,
+            query_positions,
+            key_positions,
+            visibility,
+            portable: cut.portable,
+        };
+        let outputs: Vec<Mutex<&mut [f32]>> = partials
+            .chunks_mut(plan.item_len().max(1))
+            .map(Mutex::new)
+            .collect();
+        // Items are independent: candle's worker pool (the one the matrix products use,
+        // already awake) hands them out from a shared cursor.
+        candle_core::utils::barrier_pool().execute_chunked(plan.items.len(), |range| {
+            for index in range {
+                let mut out = match outputs[index].lock() {
+                    Ok(out) => out,
+                    Err(poisoned) => poisoned.into_inner(),
+                };
+                run_item(&call, &plan.items[index], &mut out);
             }
-            let call = Call {
-                plan: &plan,
-                queries: &packed,
-                keys: k,
-                values: v,
-                query_positions,
-                key_positions,
-                visibility,
-                portable: cut.portable,
-            };
-            let outputs: Vec<Mutex<&mut [f32]>> = partials
-                .chunks_mut(plan.item_len().max(1))
-                .map(Mutex::new)
-                .collect();
-            // Items are independent: candle's worker pool (the one the matrix products use,
-            // already awake) hands them out from a shared cursor.
-            candle_core::utils::barrier_pool().execute_chunked(plan.items.len(), |range| {
-                for index in range {
-                    let mut out = match outputs[index].lock() {
-                        Ok(out) => out,
-                        Err(poisoned) => poisoned.into_inner(),
-                    };
-                    run_item(&call, &plan.items[index], &mut out);
-                }
-            });
-            true
-        })
+        });
+        true
     });
-    if done != Some(Some(true)) {
+    if done != Some(true) {
         return Ok(None);
     }
     let out = merge(&plan, &partials);
@@ -215,6 +218,7 @@ impl Plan {
     fn new(
         (n_queries, group, n_kv_heads, head_dim): (usize, usize, usize, usize),
         (query_positions, key_positions): (&[u32], &[u32]),
+        segment_starts: &[usize],
         window: Option<usize>,
         cut: Cut,
     ) -> Self {
@@ -241,12 +245,23 @@ impl Plan {
                 .clamp(MIN_KEYS_PER_RUN, MAX_KEYS_PER_RUN)
         });
         let keys_per_run = keys_per_run.max(1);
-        let n_runs = n_keys.div_ceil(keys_per_run);
+        let runs: Vec<Run> = segment_starts
+            .windows(2)
+            .enumerate()
+            .flat_map(|(segment, bounds)| {
+                (bounds[0]..bounds[1])
+                    .step_by(keys_per_run)
+                    .map(move |start| Run {
+                        segment,
+                        keys: start..bounds[1].min(start + keys_per_run),
+                    })
+            })
+            .collect();
+        let n_runs = runs.len();
         let visibility = Visibility::new(window);
         let mut sight = Vec::with_capacity(n_runs * n_queries);
-        for run in 0..n_runs {
-            let start = run * keys_per_run;
-            let positions = &key_positions[start..n_keys.min(start + keys_per_run)];
+        for run in &runs {
+            let positions = &key_positions[run.keys.clone()];
             let lowest = positions.iter().copied().min().unwrap_or(0);
             let highest = positions.iter().copied().max().unwrap_or(0);
             sight.extend(query_positions.iter().map(|&query| {
@@ -266,8 +281,8 @@ impl Plan {
             group,
             n_kv_heads,
             head_dim,
-            n_keys,
-            keys_per_run,
+            segment_starts: segment_starts.to_vec(),
+            runs,
             sight,
             items: Vec::new(),
             rows_per_chunk,

@@ -1,10 +1,12 @@
 use candle_core::Device;
 
 use super::*;
-use crate::kernels::attention_reference::{reference, stored_rows, values};
+use crate::kernels::attention_reference::{
+    reference, segment_cuts, segments_cut_at, stored_rows, values,
+};
 
-/// Every cut (runs of 16, 32 and 64 keys and the default; chunks of 1, 5 and 96 rows), both
-/// tile kernels, with and without a window, f32, f16 and bf16 rows, against the f64
+/// Every cut (runs of 16, 32 and 64 keys and the default; chunks of 1, 5 and 96 rows; the keys
+/// in one segment or several), both tile kernels, with and without a window, f32, f16 and bf16 rows, against the f64
 /// reference on the rows as stored.
 fn check_against_reference(
     (n_queries, n_heads, n_kv_heads, n_keys, d): (usize, usize, usize, usize, usize),
@@ -19,7 +21,10 @@ fn check_against_reference(
         let (v_tensor, v) = stored_rows((n_keys, n_kv_heads, d), dtype, 2.9)?;
         let dims = (n_queries, n_heads, n_kv_heads, n_keys, d);
         let expected = reference(&q, &k, &v, dims, query_positions, key_positions, window);
-        for keys_per_run in [None, Some(16), Some(32), Some(64)] {
+        let runs = [None, Some(16), Some(32), Some(64)];
+        let cuts = segment_cuts(n_keys);
+        for (cut_rows, keys_per_run) in cuts.iter().flat_map(|c| runs.map(|r| (c, r))) {
+            let segments = segments_cut_at(&k_tensor, &v_tensor, cut_rows)?;
             for rows_per_chunk in [None, Some(1), Some(5)] {
                 for portable in [false, true] {
                     let cut = Cut {
@@ -30,7 +35,7 @@ fn check_against_reference(
                     let ours = attend_cut(
                         &Tensor::from_slice(&q, (n_queries, n_heads, d), &device)?,
                         query_positions,
-                        (&k_tensor, &v_tensor, key_positions),
+                        (&segments, key_positions),
                         window,
                         cut,
                     )?
@@ -41,8 +46,8 @@ fn check_against_reference(
                         assert!(
                             (a - b).abs() < 1e-5,
                             "{dtype:?} d={d} window {window:?}, runs of {keys_per_run:?}, \
-                             chunks of {rows_per_chunk:?}, portable {portable}, value {index}: \
-                             {a} vs {b}"
+                             chunks of {rows_per_chunk:?}, segments cut at {cut_rows:?}, \
+                             portable {portable}, value {index}: {a} vs {b}"
                         );
                     }
                 }
@@ -95,7 +100,8 @@ fn a_query_that_sees_nothing_gets_zeros() -> Result<(), EngineError> {
     let kv = Tensor::ones((2, 1, 8), DType::F32, &device)?;
     let q = Tensor::ones((2, 1, 8), DType::F32, &device)?;
     // The first query sees neither key, the second both.
-    let out = attend_tiled(&q, &[0, 5], &kv, &kv, &[1, 2], None)?;
+    let segments = segments_cut_at(&kv, &kv, &[])?;
+    let out = attend_tiled(&q, &[0, 5], &segments, &[1, 2], None)?;
     let out = out.ok_or_else(|| EngineError::InvalidInput("no tiled path".into()))?;
     let out = out.to_vec2::<f32>()?;
     assert_eq!(out[0], vec![0.0; 8]);
@@ -112,7 +118,13 @@ fn a_window_skips_the_runs_it_hides() {
         keys_per_run: Some(64),
         ..Cut::default()
     };
-    let plan = Plan::new((4, 1, 1, 8), (&[996, 997, 998, 999], &keys), Some(100), cut);
+    let plan = Plan::new(
+        (4, 1, 1, 8),
+        (&[996, 997, 998, 999], &keys),
+        &[0, 1000],
+        Some(100),
+        cut,
+    );
     let runs: Vec<usize> = plan.items.iter().map(|item| item.run).collect();
     assert_eq!(runs, [14, 15]);
     // The last run (960..1000) is all seen by the last query; the first lacks its 3 last keys.
