@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+import pml_metrics
 from sse import chunks
 
 port = int(sys.argv[1])
@@ -23,17 +24,6 @@ words = int(sys.argv[3]) if len(sys.argv) > 3 else 2300
 max_tokens = int(sys.argv[4]) if len(sys.argv) > 4 else 32
 filler = ("The committee reviewed the quarterly figures for the northern depots, noting delays "
           "in freight, staffing changes and the repairs scheduled for the loading bays. ").split()
-
-
-def metrics():
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    conn.request("GET", "/metrics")
-    values = {}
-    for line in conn.getresponse().read().decode().splitlines():
-        if line.startswith("pml_kv_") or line.startswith("pml_requests_total"):
-            name, value = line.rsplit(" ", 1)
-            values[name] = float(value)
-    return values
 
 
 def ask(index, results, start):
@@ -76,7 +66,7 @@ for index, (status, ttft, total, usage, error) in enumerate(results):
     prompt = usage["prompt_tokens"] if usage else "-"
     print(f"request {index:2}: status {status}, prompt {prompt} tokens, "
           f"TTFT {ttft or 0:.1f} s, total {total:.1f} s{'' if done else f', error {error}'}")
-gauges = metrics()
+gauges = pml_metrics.read(port, ("pml_kv_", "pml_requests_total"))
 budget = gauges.get("pml_kv_budget_bytes", 0)
 peak = gauges.get("pml_kv_resident_peak_bytes", 0)
 prompt_tokens = sum(r[3]["prompt_tokens"] for r in results if r[3])

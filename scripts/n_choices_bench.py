@@ -6,7 +6,8 @@ Usage: scripts/n_choices_bench.py PORT ROUNDS
 Streams each request (time to the first chunk with text), alternating which `n` goes first in
 each round; every prompt starts with a different opening, so nothing is spliced from the prefix
 cache and each request computes its whole prompt. With the choices sharing one prefill, `n=4`
-costs about what `n=1` does.
+costs about what `n=1` does; with the choices reading the prompt's rows in place, the peak
+resident KV (`pml_kv_resident_peak_bytes`, printed last) holds the prompt once.
 """
 import http.client
 import json
@@ -14,6 +15,7 @@ import random
 import sys
 import time
 
+import pml_metrics
 from sse import chunks
 
 port, rounds = int(sys.argv[1]), int(sys.argv[2])
@@ -52,4 +54,5 @@ def median(values):
 
 
 print(f"median TTFT n=1 {median(results[1]) * 1000:.0f} ms, n=4 {median(results[4]) * 1000:.0f} ms, "
-      f"ratio {median(results[4]) / median(results[1]):.2f}")
+      f"ratio {median(results[4]) / median(results[1]):.2f}; "
+      f"peak resident KV {pml_metrics.kv_peak_mib(port):.1f} MiB")

@@ -21,7 +21,8 @@ once, streaming, temperature 0:
 llama-server runs with its defaults for prompt caching (`cache_prompt`) and `-np` = clients;
 `pml serve` with its automatic prefix caching. Prints TTFT p50 / p95 (first streamed content)
 and output tokens/s (completion tokens over the workload's wall time) for each, with `uptime`
-and the CPU flags that matter beside them.
+and the CPU flags that matter beside them; for each `pml serve`, the most KV its sequences held
+at once (`pml_kv_resident_peak_bytes`, every shared buffer counted once).
 """
 import argparse
 import http.client
@@ -36,6 +37,7 @@ import subprocess
 import threading
 import time
 
+import pml_metrics
 from sse import chunks
 
 SYSTEM = ("You are the support assistant of a regional rail operator. Answer questions about "
@@ -245,20 +247,23 @@ def main():
             kind = "llama" if name == "llama-server" else "pml"
             ttfts, tokens, errors, wall = run_workload(port, kind, args.workload, args.clients,
                                                        args.requests, args.max_tokens)
+            kv_peak = pml_metrics.kv_peak_mib(port) if kind == "pml" else None
         finally:
             process.terminate()
             process.wait(timeout=60)
         if errors:
             print(f"{name}: {len(errors)} failed requests, first: {errors[0]}")
         rows.append((name, percentile(ttfts, 0.5), percentile(ttfts, 0.95),
-                     sum(tokens) / wall, len(ttfts), load))
+                     sum(tokens) / wall, len(ttfts), load, kv_peak))
     shutil.rmtree(scratch, ignore_errors=True)
     short = " (TTFT of the short requests)" if args.workload == "long" else ""
     print(f"{args.workload} workload{short}: {args.clients} clients x {args.requests} requests, {args.threads} "
           f"threads each, max_tokens {args.max_tokens}; CPU: {simd}")
-    print(f"{'server':14} {'TTFT p50 s':>10} {'TTFT p95 s':>10} {'out tok/s':>9} {'done':>5} {'load':>5}")
-    for name, p50, p95, rate, done, load in rows:
-        print(f"{name:14} {p50:10.2f} {p95:10.2f} {rate:9.1f} {done:5d} {load:>5}")
+    print(f"{'server':14} {'TTFT p50 s':>10} {'TTFT p95 s':>10} {'out tok/s':>9} {'done':>5} "
+          f"{'load':>5} {'KV peak MiB':>11}")
+    for name, p50, p95, rate, done, load, kv_peak in rows:
+        peak = "-" if kv_peak is None else f"{kv_peak:.1f}"
+        print(f"{name:14} {p50:10.2f} {p95:10.2f} {rate:9.1f} {done:5d} {load:>5} {peak:>11}")
 
 
 if __name__ == "__main__":

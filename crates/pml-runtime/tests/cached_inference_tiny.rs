@@ -217,6 +217,55 @@ fn reuse_equals_full_for_a_module_right_after_the_prefix() {
     }
 }
 
+/// States held in the cache's dtype are read in place: every prompt importing a module reads
+/// the same rows, held once between them, and reuse still equals full. A model with sliding
+/// windows orders and trims its spliced rows, so it copies them.
+#[test]
+fn prompts_read_a_module_in_the_cache_dtype_in_place() {
+    for arch in ARCHES {
+        let fixture = Fixture::exact(arch);
+        let (layout, doc) = prefix_and_module();
+        fixture.encode(&layout);
+        let windowed = fixture
+            .model
+            .config()
+            .layers
+            .iter()
+            .any(|layer| layer.sliding_window.is_some());
+        let prefills: Vec<Prefill> = [90, 120]
+            .into_iter()
+            .map(|first| {
+                let bound = Binding::new(&layout, &[doc], &tokens(first, 6)).bind();
+                let reuse = fixture.prefill(&layout, &bound, InferenceMode::Reuse);
+                let full = fixture.prefill(&layout, &bound, InferenceMode::Full);
+                assert_close(
+                    &reuse.logits,
+                    &full.logits,
+                    fixture.tolerance,
+                    &format!("{arch:?}"),
+                );
+                reuse
+            })
+            .collect();
+        let expected_shared = if windowed { 0 } else { 33 };
+        for prefill in &prefills {
+            assert_eq!(prefill.kv.shared_rows(), expected_shared, "{arch:?}");
+        }
+        let mut seen = std::collections::HashSet::new();
+        let together: usize = prefills
+            .iter()
+            .map(|prefill| prefill.kv.resident_bytes(&mut seen))
+            .sum();
+        let own: usize = prefills
+            .iter()
+            .map(|prefill| prefill.kv.allocated_bytes())
+            .sum();
+        let module_bytes = 33 * fixture.model.kv_layout().slot_bytes();
+        let expected = if windowed { own } else { own + module_bytes };
+        assert_eq!(together, expected, "{arch:?}: the module's rows held once");
+    }
+}
+
 #[test]
 fn every_mode_leaves_room_for_the_decoded_tokens() {
     // A cache filled to its capacity copies every layer into a larger buffer on the next append:

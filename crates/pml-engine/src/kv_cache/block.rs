@@ -142,6 +142,13 @@ impl KvBlock {
         })
     }
 
+    /// Whether the rows are held as tensors (computed here, or read and kept in memory) rather
+    /// than as bytes of a file map: only those are read in place by caches, since tensors of
+    /// mapped rows would be a second copy of them.
+    pub fn holds_tensors(&self) -> bool {
+        matches!(self.rows, BlockRows::Tensors(_))
+    }
+
     /// The span this block is a view of, and where in it ([`Self::view`]).
     pub(super) fn within(&self) -> Option<&Within> {
         self.within.as_ref()

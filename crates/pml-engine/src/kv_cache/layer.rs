@@ -54,31 +54,32 @@ pub(super) struct SharedRows {
     pub(super) buffer: SharedBuffer,
 }
 
-/// A buffer shared by caches, to count its memory once: `id` names it while `holder` keeps it
-/// alive, `bytes` is all it holds (views of it may show fewer rows).
-#[derive(Clone)]
+/// A buffer a cache reads, to count its memory once however many caches (or views) read it:
+/// `anchor` is a tensor on it (keeping it alive, naming it by its storage), `bytes` what the
+/// buffer holds of K and V (views of it may show fewer rows).
+#[derive(Clone, Debug)]
 pub(crate) struct SharedBuffer {
-    pub(super) holder: Arc<dyn std::any::Any + Send + Sync>,
-    pub(super) layer_idx: usize,
+    pub(super) anchor: Tensor,
     pub(super) bytes: usize,
 }
 
-impl std::fmt::Debug for SharedBuffer {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter
-            .debug_struct("SharedBuffer")
-            .field("layer_idx", &self.layer_idx)
-            .field("bytes", &self.bytes)
-            .finish_non_exhaustive()
-    }
-}
-
 impl SharedBuffer {
-    /// Who this buffer is, among the buffers of every cache alive.
+    /// K and V `(keys, values)` of one buffer.
+    pub(super) fn of(keys: &Tensor, values: &Tensor) -> Self {
+        Self {
+            anchor: keys.clone(),
+            bytes: (keys.elem_count() + values.elem_count()) * keys.dtype().size_in_bytes(),
+        }
+    }
+
+    /// Who this buffer is among those of every cache alive: the address of its storage (which
+    /// cannot be reused while `anchor` holds it) and where in the storage it starts (the layers
+    /// of one state may lie in one storage).
     pub(crate) fn id(&self) -> (usize, usize) {
+        let (storage, layout) = self.anchor.storage_and_layout();
         (
-            Arc::as_ptr(&self.holder).cast::<()>() as usize,
-            self.layer_idx,
+            std::ptr::from_ref(&*storage) as usize,
+            layout.start_offset(),
         )
     }
 }
@@ -260,11 +261,7 @@ impl LayerKv {
     /// Every buffer this layer reads: its own (which clones share until one writes) and
     /// those of its shared rows.
     pub(super) fn buffers(&self) -> impl Iterator<Item = SharedBuffer> + '_ {
-        let own = SharedBuffer {
-            holder: self.owner.clone(),
-            layer_idx: self.layer_idx,
-            bytes: self.allocated_bytes(),
-        };
+        let own = SharedBuffer::of(&self.key_buffer, &self.value_buffer);
         std::iter::once(own).chain(self.shared.iter().map(|shared| shared.buffer.clone()))
     }
 
@@ -317,11 +314,7 @@ impl LayerKv {
             keys: rows(&self.key_buffer)?,
             values: rows(&self.value_buffer)?,
         };
-        let buffer = SharedBuffer {
-            holder: Arc::new(()),
-            layer_idx: self.layer_idx,
-            bytes: segment.size_in_bytes(),
-        };
+        let buffer = SharedBuffer::of(&segment.keys, &segment.values);
         self.shared.push(SharedRows { segment, buffer });
         let device = self.key_buffer.device().clone();
         let (_, kv_heads, head_dim) = self.key_buffer.dims3()?;

@@ -31,11 +31,9 @@ pub use block::{KvBlock, SharedBytes};
 pub use layer::{KvSegment, LayerKv};
 use layer::{SharedBuffer, SharedRows, row_index};
 
-/// Fewest rows of one span a cache reads in place ([`KvCache::from_shared_blocks`]): attention
-/// merges its segments' partial results, which costs more than a copy of a few rows.
-const MIN_SHARED_ROWS: usize = 64;
-
-/// Most shared segments a cache starts with; the rest of the blocks are copied.
+/// Most shared segments a cache starts with ([`KvCache::from_shared_blocks`]); the rest of the
+/// blocks are copied. Attention cuts its work at every segment and merges the parts, so a
+/// cache of many small segments would cost more to read than it saves.
 const MAX_SHARED_SEGMENTS: usize = 8;
 
 pub use crate::error::KvCacheError;
@@ -116,6 +114,18 @@ impl KvCache {
         reserve: usize,
         horizon: Option<QueryHorizon<'_>>,
     ) -> Result<Self, KvCacheError> {
+        if let Some(horizon) = &horizon
+            && horizon.windows.iter().all(Option::is_none)
+            && horizon.windows.len() == layout.n_layers
+        {
+            // No layer has a window, so no slot is left out and the rows' order is free: the
+            // blocks in their order, those cut from spans read in place.
+            let mut cache = Self::from_shared_blocks(layout, device, blocks, reserve)?;
+            for layer in &mut cache.layers {
+                layer.horizon = horizon.first_query;
+            }
+            return Ok(cache);
+        }
         let mut cache = Self::new(layout, device)?;
         let total: usize = blocks.iter().map(|block| block.len()).sum();
         for block in blocks {
@@ -145,9 +155,10 @@ impl KvCache {
 
     /// [`Self::from_blocks`], except that the leading blocks cut from larger ones
     /// ([`KvBlock::view`]) in the cache's dtype and on its device are not copied: the cache
-    /// reads their spans in place (each run of consecutive rows of one span, at least
-    /// [`MIN_SHARED_ROWS`] of them, as one [`KvSegment`]), sharing them with every other cache
-    /// and block that does. Writing one of those slots later copies the cache's rows first.
+    /// reads their spans in place (each run of consecutive rows of one span as one
+    /// [`KvSegment`], at most [`MAX_SHARED_SEGMENTS`] of them), sharing them with every other
+    /// cache and block that does. Writing one of those slots later copies the cache's rows
+    /// first.
     pub fn from_shared_blocks(
         layout: KvLayout,
         device: &Device,
@@ -170,12 +181,8 @@ impl KvCache {
             }
             used += 1;
         }
-        // Keep the leading runs worth reading in place; the blocks of the others are copied.
-        let worth = runs
-            .iter()
-            .take(MAX_SHARED_SEGMENTS)
-            .take_while(|(_, rows)| rows.len() >= MIN_SHARED_ROWS)
-            .count();
+        // The leading runs are read in place; the blocks of any past the most are copied.
+        let worth = runs.len().min(MAX_SHARED_SEGMENTS);
         if worth < runs.len() {
             let shared_rows: usize = runs[..worth].iter().map(|(_, rows)| rows.len()).sum();
             used = 0;
@@ -199,18 +206,12 @@ impl KvCache {
                 .iter()
                 .map(|(span, rows)| {
                     let (keys, values) = span.layer(layer_idx)?;
-                    let holder: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(span) as _;
                     Ok(SharedRows {
                         segment: KvSegment {
                             keys: keys.narrow(0, rows.start, rows.len())?,
                             values: values.narrow(0, rows.start, rows.len())?,
                         },
-                        buffer: SharedBuffer {
-                            holder,
-                            layer_idx,
-                            bytes: (keys.elem_count() + values.elem_count())
-                                * keys.dtype().size_in_bytes(),
-                        },
+                        buffer: SharedBuffer::of(keys, values),
                     })
                 })
                 .collect::<Result<Vec<_>, KvCacheError>>()?;
@@ -222,7 +223,8 @@ impl KvCache {
     /// Whether a cache of `layout` on `device` can read `span`'s rows where they are: tensors of
     /// its dtype, row shape and layers, contiguous, on its device.
     fn readable_in_place(layout: &KvLayout, device: &Device, span: &KvBlock) -> bool {
-        span.n_layers() == layout.n_layers
+        span.holds_tensors()
+            && span.n_layers() == layout.n_layers
             && span.row_shape() == Some((layout.n_kv_heads, layout.head_dim))
             && span.dtype() == Some(layout.dtype)
             && span.layers().is_ok_and(|layers| {

@@ -105,18 +105,18 @@ fn views_of_one_span_are_read_in_place_as_one_segment() {
 }
 
 #[test]
-fn short_runs_and_blocks_of_no_span_are_copied() {
-    let long = span(0.0, 96, 0);
-    let short = span(500.0, 32, 96);
-    let mut blocks = cut(&long, 16);
-    blocks.extend(cut(&short, 16));
+fn runs_past_the_most_and_blocks_of_no_span_are_copied() {
+    // Ten spans of 16 rows each: eight are read in place, the last two copied.
+    let spans: Vec<Arc<KvBlock>> = (0..10)
+        .map(|index| span(100.0 * index as f32, 16, 16 * index as u32))
+        .collect();
+    let blocks: Vec<KvBlock> = spans.iter().flat_map(|span| cut(span, 16)).collect();
     let (shared, copied) = both(&blocks, 2);
-    assert_eq!(
-        shared.shared_rows(),
-        96,
-        "the short span's 32 rows are copied"
-    );
+    assert_eq!(shared.shared_rows(), 8 * 16);
+    assert_eq!(shared.layer(1).unwrap().segments().unwrap().len(), 9);
     assert_same(&shared, &copied);
+
+    let long = span(0.0, 96, 0);
 
     // A block that is no view ends the shared part; what follows is copied.
     let plain = KvBlock::new(

@@ -115,9 +115,18 @@ pub(super) fn span_state(
 /// `span`'s rows of its unit's `state`, re-rotated to the span's positions if it moved.
 pub(super) fn span_block(
     model: &Model,
-    state: &KvBlock,
+    state: &Arc<KvBlock>,
     span: &PlannedSpan,
 ) -> Result<KvBlock, InferenceError> {
+    if !span.is_moved()
+        && state.holds_tensors()
+        && let Some(&first) = span.rows.first()
+        && span.rows.iter().copied().eq(first..first + span.rows.len())
+    {
+        // Consecutive rows in place: a view, which a cache of the state's dtype reads without
+        // copying, so a module many prompts import is held once.
+        return Ok(KvBlock::view(state, first..first + span.rows.len())?);
+    }
     let rows = select_rows(state, &span.rows)?;
     Ok(if span.is_moved() {
         model.reposition(&rows, &span.positions)?

@@ -1,0 +1,20 @@
+"""The gauges and counters of a running `pml serve` (`GET /metrics`), for the benchmark scripts."""
+import http.client
+
+
+def read(port, prefixes=("pml_",)):
+    """Every sample whose name starts with one of `prefixes`, as {name with labels: value}."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/metrics")
+    values = {}
+    for line in conn.getresponse().read().decode().splitlines():
+        if line.startswith(prefixes):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def kv_peak_mib(port):
+    """The most KV the sequences held at once (`pml_kv_resident_peak_bytes`), in MiB."""
+    peak = read(port, ("pml_kv_resident_peak_bytes",)).get("pml_kv_resident_peak_bytes")
+    return None if peak is None else peak / 2**20
