@@ -116,16 +116,16 @@ def stream_request(port, path, fields, max_tokens):
     response = conn.getresponse()
     if response.status != 200:
         raise RuntimeError(f"HTTP {response.status}: {response.read()[:300]!r}")
-    ttft, chunks, tokens = None, 0, None
+    ttft, pieces, tokens = None, 0, None
     for chunk in chunks(response):
         for choice in chunk.get("choices") or []:
             if (choice.get("delta") or {}).get("content") or choice.get("text"):
-                chunks += 1
+                pieces += 1
                 if ttft is None:
                     ttft = time.perf_counter() - start
         if chunk.get("usage"):
             tokens = chunk["usage"].get("completion_tokens")
-    return ttft, tokens if tokens is not None else chunks
+    return ttft, tokens if tokens is not None else pieces
 
 
 def wait_ready(port, process, seconds=600):

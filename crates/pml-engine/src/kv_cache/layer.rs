@@ -308,7 +308,11 @@ impl LayerKv {
         let spare = self.key_buffer.dims()[0] > owned;
         let rows = |buffer: &Tensor| -> Result<Tensor, KvCacheError> {
             let live = buffer.narrow(0, 0, owned)?;
-            Ok(if spare { live.copy()? } else { live })
+            Ok(if spare {
+                live.force_contiguous()?
+            } else {
+                live
+            })
         };
         let segment = KvSegment {
             keys: rows(&self.key_buffer)?,

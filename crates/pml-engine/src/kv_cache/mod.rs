@@ -421,8 +421,9 @@ impl KvCache {
                     layer.held_row(slots.start)?..layer.held_row(slots.end)?
                 };
                 let (keys, values) = layer.held_rows(rows)?;
-                // A copy, not a view: a view would keep the whole buffer it is cut from alive.
-                Ok((keys.copy()?, values.copy()?))
+                // A copy of the rows alone: a view would keep the whole buffer it is cut from
+                // alive, and candle's `Tensor::copy` clones that whole buffer.
+                Ok((keys.force_contiguous()?, values.force_contiguous()?))
             })
             .collect::<Result<_, KvCacheError>>()?;
         KvBlock::new(layers, self.positions()[slots].to_vec())

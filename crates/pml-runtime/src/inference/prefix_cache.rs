@@ -131,12 +131,15 @@ impl PrefixCache {
 
     /// A cache holding the longest run of `tokens`' cached blocks (at positions 0, 1, …),
     /// leaving at least the last token to compute (its logits pick the first answer token),
-    /// with room for the rest of the prompt and `reserve` more slots.
+    /// with room for the rest of the prompt and `reserve` more slots, but no more than
+    /// `at_most` rows allocated now (the cache grows as it fills: a prompt that will catch up
+    /// on another's blocks never allocates what it will not compute).
     pub fn splice(
         &self,
         model: &Model,
         tokens: &[u32],
         reserve: usize,
+        at_most: usize,
     ) -> Result<SplicedPrefix, PrefixCacheError> {
         let keys = self.block_keys(model, tokens);
         let usable = tokens.len().saturating_sub(1) / BLOCK_TOKENS;
@@ -153,7 +156,7 @@ impl PrefixCache {
             model.kv_layout(),
             model.device(),
             &blocks,
-            tokens.len() - cached_tokens + reserve,
+            (tokens.len() - cached_tokens + reserve).min(at_most),
         )
         .map_err(EngineError::from)?;
         Ok(SplicedPrefix { kv, cached_tokens })
@@ -163,7 +166,8 @@ impl PrefixCache {
     /// holds and the cache lacks.
     /// For a prompt part way through its prefill: when RAM now holds more of `tokens`' leading
     /// blocks than `kv` has computed (another prompt with the same start finished meanwhile),
-    /// replaces `kv` with a splice of them (room for the rest and `reserve`, as [`Self::splice`])
+    /// replaces `kv` with a splice of them (room for the rest and `reserve`, at most `at_most`
+    /// rows now, as [`Self::splice`])
     /// and returns the tokens it now holds; `None` when that is no more. RAM only, so a prompt
     /// checked at every step never waits on the shared tier.
     pub fn catch_up(
@@ -172,6 +176,7 @@ impl PrefixCache {
         tokens: &[u32],
         kv: &mut KvCache,
         reserve: usize,
+        at_most: usize,
     ) -> Result<Option<usize>, PrefixCacheError> {
         let usable = tokens.len().saturating_sub(1) / BLOCK_TOKENS;
         if usable * BLOCK_TOKENS <= kv.len() {
@@ -193,7 +198,7 @@ impl PrefixCache {
             model.kv_layout(),
             model.device(),
             &blocks,
-            tokens.len() - cached_tokens + reserve,
+            (tokens.len() - cached_tokens + reserve).min(at_most),
         )
         .map_err(EngineError::from)?;
         Ok(Some(cached_tokens))
@@ -256,7 +261,9 @@ mod tests {
             .collect();
 
         let prefill = |cache: &PrefixCache| {
-            let mut spliced = cache.splice(&model, &tokens, 1).expect("splice");
+            let mut spliced = cache
+                .splice(&model, &tokens, 1, usize::MAX)
+                .expect("splice");
             let rest = &tokens[spliced.cached_tokens..];
             let positions: Vec<u32> = (spliced.cached_tokens as u32..tokens.len() as u32).collect();
             let logits = model
@@ -290,7 +297,7 @@ mod tests {
         let start: Vec<u32> = (0..6 * BLOCK_TOKENS as u32).map(|t| 3 + t % 50).collect();
         let prompt = |tail: &[u32]| start.iter().chain(tail).copied().collect::<Vec<u32>>();
         let first = prompt(&[7, 8, 9]);
-        let mut spliced = cache.splice(&model, &first, 1).expect("splice");
+        let mut spliced = cache.splice(&model, &first, 1, usize::MAX).expect("splice");
         let positions: Vec<u32> = (0..first.len() as u32).collect();
         model
             .forward(&first, &positions, &mut spliced.kv)
@@ -299,7 +306,9 @@ mod tests {
 
         for tail in [[4u32, 5], [6, 2]] {
             let second = prompt(&tail);
-            let mut late = cache.splice(&model, &second, 1).expect("splice");
+            let mut late = cache
+                .splice(&model, &second, 1, usize::MAX)
+                .expect("splice");
             assert_eq!(late.cached_tokens, 6 * BLOCK_TOKENS);
             assert_eq!(late.kv.shared_rows(), 6 * BLOCK_TOKENS, "read in place");
             let rest: Vec<u32> = (late.cached_tokens as u32..second.len() as u32).collect();
@@ -319,7 +328,11 @@ mod tests {
         let span_bytes = 6 * BLOCK_TOKENS * model.kv_layout().slot_bytes();
         let splices: Vec<_> = [[4u32, 5], [6, 2]]
             .iter()
-            .map(|tail| cache.splice(&model, &prompt(tail), 1).expect("splice"))
+            .map(|tail| {
+                cache
+                    .splice(&model, &prompt(tail), 1, usize::MAX)
+                    .expect("splice")
+            })
             .collect();
         let together: usize = splices
             .iter()
@@ -341,26 +354,32 @@ mod tests {
         let second: Vec<u32> = shared_start.iter().copied().chain([4, 5]).collect();
 
         // The second starts with nothing cached and computes one block.
-        let mut late = cache.splice(&model, &second, 1).expect("splice");
+        let mut late = cache
+            .splice(&model, &second, 1, usize::MAX)
+            .expect("splice");
         assert_eq!(late.cached_tokens, 0);
         let positions: Vec<u32> = (0..BLOCK_TOKENS as u32).collect();
         model
             .forward(&second[..BLOCK_TOKENS], &positions, &mut late.kv)
             .expect("first chunk");
         assert_eq!(
-            cache.catch_up(&model, &second, &mut late.kv, 1).unwrap(),
+            cache
+                .catch_up(&model, &second, &mut late.kv, 1, usize::MAX)
+                .unwrap(),
             None
         );
 
         // The first runs whole and keeps its blocks.
-        let mut early = cache.splice(&model, &first, 1).expect("splice");
+        let mut early = cache.splice(&model, &first, 1, usize::MAX).expect("splice");
         let positions: Vec<u32> = (0..first.len() as u32).collect();
         model
             .forward(&first, &positions, &mut early.kv)
             .expect("prefill");
         cache.keep(&model, &first, &early.kv).expect("keep");
 
-        let caught = cache.catch_up(&model, &second, &mut late.kv, 1).unwrap();
+        let caught = cache
+            .catch_up(&model, &second, &mut late.kv, 1, usize::MAX)
+            .unwrap();
         assert_eq!(caught, Some(3 * BLOCK_TOKENS));
         assert_eq!(late.kv.len(), 3 * BLOCK_TOKENS);
         // The rest computes to what a prefill from nothing gives.
@@ -376,7 +395,9 @@ mod tests {
         let gap = pml_engine::testing::max_abs_diff(&logits, &reference);
         assert!(gap < 1e-4, "logits differ by {gap}");
         assert_eq!(
-            cache.catch_up(&model, &second, &mut late.kv, 1).unwrap(),
+            cache
+                .catch_up(&model, &second, &mut late.kv, 1, usize::MAX)
+                .unwrap(),
             None
         );
     }

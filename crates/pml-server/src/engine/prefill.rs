@@ -15,6 +15,7 @@ use pml_runtime::inference::{
     LaidOutSchema, Prefill, PrefixCache, Runtime, SplicePlan, Staged, StagedPrefill,
 };
 
+use super::scheduler::PREFILL_CHUNK_TOKENS;
 use super::sequence::{Prefilled, check_context, prompt_tokens, reserved_slots, runtime_error};
 use super::{CompletionJob, JobError, PromptSource, PromptUsage};
 use crate::incident::{Incident, error_chain};
@@ -116,7 +117,9 @@ impl Prepared {
         // Room for the whole answer, so decoding appends in place.
         let reserve = job.params.max_tokens + 1;
         let started = match prompt {
-            PreparedPrompt::Plain(tokens) => start_plain(runtime, prefix_cache, tokens, reserve),
+            PreparedPrompt::Plain(tokens) => {
+                start_plain(runtime, prefix_cache, tokens, reserve, slots)
+            }
             PreparedPrompt::Pml {
                 schema,
                 bound,
@@ -148,7 +151,7 @@ impl PendingPrefill {
         else {
             return;
         };
-        match prefix_cache.catch_up(runtime.model(), tokens, kv, reserve) {
+        match prefix_cache.catch_up(runtime.model(), tokens, kv, reserve, PREFILL_CHUNK_TOKENS) {
             Ok(Some(cached)) => {
                 kv.limit_rows(self.slots);
                 *cached_tokens = cached;
@@ -261,15 +264,20 @@ enum Started {
     Done(Prefilled),
 }
 
+/// A plain prompt's cache starts with room for one step's chunk and grows as its prefill goes,
+/// up to its reservation (`slots`): a prompt that catches up on another's blocks part way
+/// (eight chats with one system prompt) never allocates the rows it will not compute.
 fn start_plain(
     runtime: &Runtime,
     prefix_cache: &PrefixCache,
     tokens: Vec<u32>,
     reserve: usize,
+    slots: usize,
 ) -> Result<Started, JobError> {
-    let spliced = prefix_cache
-        .splice(runtime.model(), &tokens, reserve)
+    let mut spliced = prefix_cache
+        .splice(runtime.model(), &tokens, reserve, PREFILL_CHUNK_TOKENS)
         .map_err(JobError::internal)?;
+    spliced.kv.limit_rows(slots);
     Ok(Started::Pending(Work::Plain {
         tokens,
         kv: spliced.kv,
