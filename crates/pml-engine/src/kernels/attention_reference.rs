@@ -4,8 +4,8 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::EngineError;
+use super::KvSegment;
 use super::masked_softmax::Visibility;
-use crate::kv_cache::KvSegment;
 
 /// Straightforward f64 attention: every head, every visible key.
 pub(super) fn reference(

@@ -8,7 +8,7 @@ use std::ops::Deref;
 use candle_core::{CpuStorage, Layout, Storage, Tensor};
 
 use super::EngineError;
-use crate::kv_cache::KvSegment;
+use super::KvSegment;
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 

@@ -28,6 +28,7 @@ mod few_query_attention;
 mod flash_attention_cuda;
 pub(crate) mod huge_pages;
 mod kv_rows;
+mod kv_segment;
 pub(crate) mod mapped;
 mod masked_softmax;
 #[cfg(feature = "cuda")]
@@ -42,8 +43,8 @@ use half::slice::HalfFloatSliceExt;
 
 pub use crate::device::Kernels;
 pub(crate) use crate::error::EngineError;
-use crate::kv_cache::KvSegment;
 pub use activation::Activation;
+pub use kv_segment::KvSegment;
 
 /// Most queries attended in plain loops ([`few_query_attention::attend_few`]) instead of matmuls.
 const FEW_QUERIES: usize = 8;

@@ -9,43 +9,7 @@ use std::sync::Arc;
 use candle_core::{Device, Tensor};
 
 use super::{KvCacheError, KvLayout};
-
-/// Consecutive held slots of a layer in one buffer: their K (after RoPE) and V, `(rows,
-/// kv_heads, head_dim)` each, views whose contents never change.
-#[derive(Clone, Debug)]
-pub struct KvSegment {
-    pub keys: Tensor,
-    pub values: Tensor,
-}
-
-impl KvSegment {
-    pub fn len(&self) -> usize {
-        self.keys.dims().first().copied().unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Bytes of its K and V rows.
-    pub fn size_in_bytes(&self) -> usize {
-        (self.keys.elem_count() + self.values.elem_count()) * self.keys.dtype().size_in_bytes()
-    }
-
-    /// Every segment's rows in one `(keys, values)` pair: the first segment's own views when it
-    /// is the only one, else a copy; `None` for no segment.
-    pub fn joined(segments: &[KvSegment]) -> Result<Option<(Tensor, Tensor)>, KvCacheError> {
-        Ok(match segments {
-            [] => None,
-            [only] => Some((only.keys.clone(), only.values.clone())),
-            several => {
-                let keys: Vec<&Tensor> = several.iter().map(|segment| &segment.keys).collect();
-                let values: Vec<&Tensor> = several.iter().map(|segment| &segment.values).collect();
-                Some((Tensor::cat(&keys, 0)?, Tensor::cat(&values, 0)?))
-            }
-        })
-    }
-}
+pub use crate::kernels::KvSegment;
 
 /// A shared segment and the buffer it keeps alive.
 #[derive(Clone, Debug)]

@@ -27,7 +27,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::mpsc::error::TryRecvError;
 
 use super::admission::{Admission, fail, still_wanted};
-use super::prefill::{Advance, PendingPrefill, PlainChunk, Prepared};
+use super::prefill::{Advance, PREFILL_CHUNK_TOKENS, PendingPrefill, PlainChunk, Prepared};
 use super::schema_compile::SchemaCompiler;
 use super::schemas::SchemaRegistry;
 use super::sequence::{Prefilled, Sequence, prompt_tokens};
@@ -35,11 +35,6 @@ use super::structured::{Constraint, Grammars, ResponseFormat};
 use super::{CompletionJob, EngineRequest, JobEnd, JobError, PromptSource, Shutdown};
 use crate::incident::{Incident, error_chain};
 use crate::metrics::{Metrics, Outcome};
-
-/// Prompt tokens computed per step, across all prefilling prompts: about 0.8 s of the default
-/// model on two cores, so running streams get a token at least that often during a long prefill
-/// and a cancelled one frees the engine within that.
-pub const PREFILL_CHUNK_TOKENS: usize = 128;
 
 /// Tokens of each step's budget the oldest prefilling prompt always gets, so a stream of short
 /// prompts cannot starve a long one.

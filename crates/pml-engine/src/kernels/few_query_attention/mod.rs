@@ -20,11 +20,11 @@ use std::sync::Mutex;
 use candle_core::{DType, Tensor};
 
 use super::EngineError;
+use super::KvSegment;
 use super::exp_kernel::exp_shifted_sum;
 use super::kv_rows::{self, KvRows};
 use super::masked_softmax::Visibility;
 use super::partial_softmax::{HEADER, merge_parts};
-use crate::kv_cache::KvSegment;
 
 /// Items per pool thread the keys are cut into, so a thread that finishes early takes more.
 const ITEMS_PER_THREAD: usize = 8;

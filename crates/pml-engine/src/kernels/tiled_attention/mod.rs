@@ -24,10 +24,10 @@ use std::sync::Mutex;
 use candle_core::{DType, Tensor};
 
 use super::EngineError;
+use super::KvSegment;
 use super::kv_rows;
 use super::masked_softmax::Visibility;
 use super::partial_softmax::{HEADER, merge_parts};
-use crate::kv_cache::KvSegment;
 use item::{Call, run_item};
 
 /// Keys per panel: two AVX2 vectors of scores.
