@@ -5,6 +5,7 @@ pub mod chat;
 pub mod conversation;
 pub mod encode;
 pub mod inference;
+pub mod kv_budget;
 pub mod layer_stream;
 pub mod restore;
 /// The module store, its own crate (`pml-store`); re-exported so `store::` paths read as before.

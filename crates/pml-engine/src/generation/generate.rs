@@ -131,6 +131,29 @@ impl<'a> Generator<'a> {
         on_text: &mut dyn FnMut(&str),
         prefill: impl FnOnce(&mut KvCache) -> Result<Tensor, GenerateError>,
     ) -> Result<Generation, GenerateError> {
+        let model = self.model;
+        self.generate_stepped(
+            kv,
+            prompt_tokens,
+            params,
+            on_text,
+            prefill,
+            |kv, token, position| Ok(model.forward(&[token], &[position], kv)?),
+        )
+    }
+
+    /// [`Self::generate_after`] with each decoding step's pass of the caller's making too: `decode`
+    /// runs `token` at `position` after what `kv` holds and returns its logits `(vocab,)` (a KV
+    /// budget watches the attention and evicts slots there).
+    pub fn generate_stepped(
+        &self,
+        kv: &mut KvCache,
+        prompt_tokens: &[u32],
+        params: &SamplingParams,
+        on_text: &mut dyn FnMut(&str),
+        prefill: impl FnOnce(&mut KvCache) -> Result<Tensor, GenerateError>,
+        mut decode: impl FnMut(&mut KvCache, u32, u32) -> Result<Tensor, GenerateError>,
+    ) -> Result<Generation, GenerateError> {
         let mut output = StreamedOutput {
             text: String::new(),
             on_text,
@@ -166,7 +189,7 @@ impl<'a> Generator<'a> {
                 DecodeStep::Finished(reason) => break reason,
                 DecodeStep::Continue { token, position } => {
                     step_start = Instant::now();
-                    logits = logits_to_vec(&self.model.forward(&[token], &[position], kv)?)?;
+                    logits = logits_to_vec(&decode(kv, token, position)?)?;
                 }
             }
         };

@@ -3,6 +3,8 @@
 //! the text in the model's chat template with `--chat`, streams the answer to stdout and prints a
 //! one-line summary to stderr.
 
+use std::cell::RefCell;
+
 use anyhow::Context;
 use clap::Args;
 use pml_cli::model_fetch::{model_file, resolve_model};
@@ -12,9 +14,11 @@ use pml_engine::Tokenizer;
 use pml_engine::device::{BackendChoice, select_backend};
 use pml_engine::generation::{Generator, PromptInput};
 use pml_engine::gguf::GgufFile;
+use pml_engine::kv_cache::KvCache;
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_runtime::chat::model_chat_template;
 use pml_runtime::inference::load_model_and_tokenizer;
+use pml_runtime::kv_budget::{DEFAULT_SINKS, HeavyHitters, KvBudget};
 use pml_syntax::ast::Role;
 
 use super::answer_stream::AnswerStream;
@@ -44,9 +48,22 @@ pub struct GenerateArgs {
     /// Print the answer once finished instead of as it is generated.
     #[arg(long)]
     no_stream: bool,
+    /// Hold at most N KV slots (H2O): the first few (attention sinks), the newest
+    /// (`--kv-recent`) and those that received the most attention; the others are evicted, and
+    /// a prompt longer than the budget is computed in chunks.
+    #[arg(long, value_name = "N")]
+    kv_budget: Option<usize>,
+    /// With `--kv-budget`: the newest slots always kept (default: half the budget, H2O's split).
+    #[arg(long, value_name = "N", requires = "kv_budget")]
+    kv_recent: Option<usize>,
 }
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
+    // Checked before the model loads.
+    let budget = args
+        .kv_budget
+        .map(|slots| KvBudget::new(slots, args.kv_recent.unwrap_or(slots / 2), DEFAULT_SINKS))
+        .transpose()?;
     let choice = resolve_model(args.model.as_deref())?;
     let path = model_file(&choice)?;
     let id = choice.id();
@@ -70,13 +87,38 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let params = args.sampling.params();
 
     let mut answer = AnswerStream::new(!args.no_stream);
-    let mut kv = model.new_kv_cache()?;
-    let generation = Generator::new(&model, &tokenizer).generate(
-        &mut kv,
-        &PromptInput::uncached(prompt_tokens),
-        &params,
-        &mut |piece: &str| answer.write(piece),
-    )?;
+    let generator = Generator::new(&model, &tokenizer);
+    let mut on_text = |piece: &str| answer.write(piece);
+    let (generation, evicted) = match budget {
+        None => {
+            let mut kv = model.new_kv_cache()?;
+            let prompt = PromptInput::uncached(prompt_tokens);
+            let generation = generator.generate(&mut kv, &prompt, &params, &mut on_text)?;
+            (generation, None)
+        }
+        Some(budget) => {
+            // Never more rows than the budget, spare ones included.
+            let mut kv = KvCache::with_capacity(model.kv_layout(), model.device(), budget.slots)?;
+            kv.limit_rows(budget.slots);
+            let hitters = RefCell::new(HeavyHitters::new(&model, budget, &kv, 0));
+            let positions: Vec<u32> = (0..prompt_tokens.len() as u32).collect();
+            let generation = generator.generate_stepped(
+                &mut kv,
+                &prompt_tokens,
+                &params,
+                &mut on_text,
+                |kv| {
+                    Ok(hitters
+                        .borrow_mut()
+                        .forward(&prompt_tokens, &positions, kv)?)
+                },
+                |kv, token, position| {
+                    Ok(hitters.borrow_mut().forward(&[token], &[position], kv)?)
+                },
+            )?;
+            (generation, Some((budget, hitters.borrow().evicted())))
+        }
+    };
     answer
         .finish(&generation.text)
         .context("writing the answer to stdout")?;
@@ -91,9 +133,16 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         }
         _ => "-".to_owned(),
     };
+    let budget = match evicted {
+        Some((budget, evicted)) => format!(
+            " | KV budget {} slots ({} recent, {} sinks): {evicted} evicted",
+            budget.slots, budget.recent, budget.sinks
+        ),
+        None => String::new(),
+    };
     eprintln!(
         "model {} | prompt {} tokens | generated {} tokens | TTFT {:.0} ms (prefill {:.0} ms) | \
-         decode {decode} | finish {}",
+         decode {decode} | finish {}{budget}",
         id,
         n_prompt_tokens,
         generation.token_ids.len(),

@@ -1,7 +1,9 @@
 //! `pml eval DATA`: answer-quality and fidelity evaluation of the cached modes on a QA file
 //! (HotpotQA distractor, NQ-open with oracle passages). Each question becomes a schema whose
 //! documents are members of a collection, and a prompt that imports them all and asks the
-//! question; modes `full` (once, the reference), `reuse` and `blend` at each ratio run on it.
+//! question; modes `full` (once, the reference), `reuse`, `blend` at each ratio and, with
+//! `--kv-budgets`, every token computed within a KV budget (H2O, `pml_runtime::kv_budget`) run
+//! on it.
 //! Every question's results are appended to `--out` as one JSON line as soon as they exist, so
 //! a stopped run keeps what it measured; the summary table (or JSON) follows at the end, and
 //! `--summarize FILE` prints it from such a file (runs split in parts, or stopped early).
@@ -27,7 +29,7 @@ use pml_runtime::store::{ManifestStore, MemoryTier, ModuleStore};
 use super::blend_args::{BlendArgs, ModeArg, RecomputeArg, SelectArg};
 use data::Dataset;
 use report::Summary;
-use runner::{QuestionResult, run_question};
+use runner::{EvalMode, QuestionResult, run_question};
 
 /// RAM for the evaluation's module states: every question's documents are encoded into it and
 /// the oldest are evicted.
@@ -65,6 +67,10 @@ pub struct EvalArgs {
     /// Skip mode `reuse`.
     #[arg(long)]
     no_reuse: bool,
+    /// Also compute every token within a KV budget of each of these fractions of the prompt
+    /// (H2O heavy hitters, comma-separated, e.g. `0.5,0.3`).
+    #[arg(long, value_delimiter = ',', value_name = "FRACTION,...")]
+    kv_budgets: Vec<f64>,
     #[command(flatten)]
     blend: BlendArgs,
     /// Greedy tokens compared with mode `full`.
@@ -104,9 +110,21 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
     if let Some(limit) = args.limit {
         questions.truncate(limit);
     }
-    let mut modes: Vec<(String, InferenceMode)> = Vec::new();
+    if let Some(bad) = args
+        .kv_budgets
+        .iter()
+        .find(|fraction| !(**fraction > 0.0 && **fraction <= 1.0))
+    {
+        return Err(Failure::usage(format!(
+            "--kv-budgets takes fractions of the prompt above 0 and at most 1, not {bad}"
+        )));
+    }
+    let mut modes: Vec<(String, EvalMode)> = Vec::new();
     if !args.no_reuse {
-        modes.push(("reuse".into(), InferenceMode::Reuse));
+        modes.push(("reuse".into(), EvalMode::Cached(InferenceMode::Reuse)));
+    }
+    for &fraction in &args.kv_budgets {
+        modes.push((format!("h2o kv={fraction}"), EvalMode::KvBudget(fraction)));
     }
     let selections = match args.selections.is_empty() {
         true => vec![args.blend.select],
@@ -124,7 +142,7 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
                 1 => format!("blend r={ratio}"),
                 _ => format!("blend r={ratio} {}", Selection::from(select).name()),
             };
-            modes.push((name, blend.mode(ModeArg::Blend, ratio)));
+            modes.push((name, EvalMode::Cached(blend.mode(ModeArg::Blend, ratio))));
         }
     }
 

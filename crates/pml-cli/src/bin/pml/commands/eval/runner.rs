@@ -10,7 +10,9 @@ use anyhow::Context;
 use pml_compiler::RefuseSources;
 use pml_compiler::plan::BoundPrompt;
 use pml_engine::Tokenizer;
-use pml_runtime::inference::{InferenceMode, LaidOutSchema, Runtime};
+use pml_engine::kv_cache::KvCache;
+use pml_runtime::inference::{InferenceMode, LaidOutSchema, Runtime, SplicePlan};
+use pml_runtime::kv_budget::{DEFAULT_SINKS, HeavyHitters, KvBudget};
 
 use super::data::Question;
 use super::score::{Continuation, exact_match, f1, greedy_agreement, kl_divergence};
@@ -45,6 +47,17 @@ pub struct QuestionResult {
     pub modes: Vec<ModeResult>,
 }
 
+/// How a compared mode computes the prompt and the answer.
+#[derive(Clone, Copy, Debug)]
+pub enum EvalMode {
+    /// A cached mode's prefill, then plain decoding.
+    Cached(InferenceMode),
+    /// Every token computed (as `full`) within a KV budget of this fraction of the prompt
+    /// (H2O: half of it the newest slots, the rest the heavy hitters and the attention sinks),
+    /// the prompt in chunks and the answer evicting as it goes.
+    KvBudget(f64),
+}
+
 /// A mode's greedy run.
 struct Decoded {
     ttft: Duration,
@@ -59,7 +72,7 @@ struct Decoded {
 pub fn run_question(
     runtime: &Runtime,
     question: &Question,
-    modes: &[(String, InferenceMode)],
+    modes: &[(String, EvalMode)],
     horizon: usize,
 ) -> anyhow::Result<QuestionResult> {
     let schema_source = sources::schema(question);
@@ -79,7 +92,7 @@ pub fn run_question(
         runtime,
         &laid_out,
         &bound,
-        InferenceMode::Full,
+        EvalMode::Cached(InferenceMode::Full),
         None,
         horizon,
     )?;
@@ -130,7 +143,7 @@ fn decode(
     runtime: &Runtime,
     laid_out: &LaidOutSchema,
     bound: &BoundPrompt,
-    mode: InferenceMode,
+    mode: EvalMode,
     reference: Option<&Decoded>,
     horizon: usize,
 ) -> anyhow::Result<Decoded> {
@@ -138,19 +151,33 @@ fn decode(
     let tokenizer = runtime.tokenizer();
     let eos = tokenizer.eos_tokens();
     let start = Instant::now();
-    let prefill = runtime.prefill(&laid_out.layout, bound, mode)?;
-    let first_logits: Vec<f32> = prefill.logits.to_vec1()?;
+    let (logits, mut kv, tokens, ratio_chosen, mut hitters) = match mode {
+        EvalMode::Cached(mode) => {
+            let prefill = runtime.prefill(&laid_out.layout, bound, mode)?;
+            let stats = &prefill.stats;
+            let tokens = (
+                stats.tokens_reused,
+                stats.tokens_recomputed,
+                stats.tokens_new,
+            );
+            let ratio_chosen = stats.ratio_choice.map(|choice| choice.ratio.get());
+            (prefill.logits, prefill.kv, tokens, ratio_chosen, None)
+        }
+        EvalMode::KvBudget(fraction) => {
+            let plan = SplicePlan::new(&laid_out.layout, bound)?;
+            let n = plan.all_tokens.len();
+            let slots = ((n as f64 * fraction).round() as usize).max(2 * DEFAULT_SINKS + 2);
+            let budget = KvBudget::new(slots, slots / 2, DEFAULT_SINKS)?;
+            let mut kv = KvCache::with_capacity(model.kv_layout(), model.device(), slots)?;
+            kv.limit_rows(slots);
+            let mut hitters = HeavyHitters::new(model, budget, &kv, 0);
+            let logits = hitters.forward(&plan.all_tokens, &plan.all_positions, &mut kv)?;
+            (logits, kv, (0, 0, n), None, Some(hitters))
+        }
+    };
+    let first_logits: Vec<f32> = logits.to_vec1()?;
     let first = argmax(&first_logits);
     let ttft = start.elapsed();
-
-    let stats = &prefill.stats;
-    let tokens = (
-        stats.tokens_reused,
-        stats.tokens_recomputed,
-        stats.tokens_new,
-    );
-    let ratio_chosen = stats.ratio_choice.map(|choice| choice.ratio.get());
-    let mut kv = prefill.kv;
     let mut position = kv.positions().iter().max().map_or(0, |&p| p + 1);
     let mut continuation = Continuation {
         tokens: vec![first],
@@ -165,7 +192,11 @@ fn decode(
             }
         }
         let last = *continuation.tokens.last().unwrap_or(&first);
-        let logits: Vec<f32> = model.forward(&[last], &[position], &mut kv)?.to_vec1()?;
+        let logits = match &mut hitters {
+            Some(hitters) => hitters.forward(&[last], &[position], &mut kv)?,
+            None => model.forward(&[last], &[position], &mut kv)?,
+        };
+        let logits: Vec<f32> = logits.to_vec1()?;
         position += 1;
         let next = argmax(&logits);
         continuation.tokens.push(next);
