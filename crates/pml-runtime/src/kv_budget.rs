@@ -98,22 +98,30 @@ pub struct HeavyHitters<'m> {
     /// HotpotQA questions at budgets of 0.7 and 0.5 of the prompt the mean's first-token KL to
     /// full KV was 0.30 and 0.65, the sum's 0.06 and 0.22.
     scores: Vec<f32>,
-    /// Rows to leave free after each eviction for the tokens that follow.
-    reserve: usize,
     evicted: usize,
 }
 
 impl<'m> HeavyHitters<'m> {
-    /// Scores for the slots `kv` holds now (none received any attention yet); `reserve` rows
-    /// are kept free in the rebuilt cache for what follows.
-    pub fn new(model: &'m Model, budget: KvBudget, kv: &KvCache, reserve: usize) -> Self {
+    /// No slot scored yet: a slot of the cache these passes did not compute counts as having
+    /// received no attention.
+    pub fn new(model: &'m Model, budget: KvBudget) -> Self {
         Self {
             model,
             budget,
-            scores: vec![0.0; kv.len()],
-            reserve,
+            scores: Vec::new(),
             evicted: 0,
         }
+    }
+
+    /// An empty cache that never holds, nor allocates, more rows than the budget.
+    pub fn new_cache(&self) -> Result<KvCache, EngineError> {
+        let mut kv = KvCache::with_capacity(
+            self.model.kv_layout(),
+            self.model.device(),
+            self.budget.slots,
+        )?;
+        kv.limit_rows(self.budget.slots);
+        Ok(kv)
     }
 
     /// Slots evicted so far.
@@ -188,14 +196,15 @@ impl<'m> HeavyHitters<'m> {
             .saturating_sub(incoming + self.budget.slack())
             .max(self.budget.sinks + 1);
         let recent = self.budget.recent.saturating_sub(incoming);
-        let keep = self.budget.keep(&self.scores[..kv.len()], room, recent);
+        self.scores.resize(kv.len(), 0.0);
+        let keep = self.budget.keep(&self.scores, room, recent);
         let block = kv.gather(&keep)?;
         self.evicted += kv.len() - keep.len();
         *kv = KvCache::from_blocks(
             self.model.kv_layout(),
             self.model.device(),
             &[&block],
-            self.budget.slots - keep.len() + self.reserve,
+            self.budget.slots - keep.len(),
         )?;
         self.scores = keep.iter().map(|&slot| self.scores[slot]).collect();
         Ok(())
@@ -226,9 +235,9 @@ mod tests {
             let model = random_model(arch, 3, WeightFormat::F32, &Device::Cpu).expect("model");
             let (tokens, positions) = prompt(40);
             let mut plain = model.new_kv_cache().expect("cache");
-            let mut budgeted = model.new_kv_cache().expect("cache");
             let budget = KvBudget::new(64, 8, DEFAULT_SINKS).expect("budget");
-            let mut hitters = HeavyHitters::new(&model, budget, &budgeted, 0);
+            let mut hitters = HeavyHitters::new(&model, budget);
+            let mut budgeted = hitters.new_cache().expect("cache");
             let expected = model
                 .forward(&tokens, &positions, &mut plain)
                 .expect("plain");
@@ -254,9 +263,9 @@ mod tests {
     #[test]
     fn scores_sum_every_query_head_and_layer() {
         let model = random_model(Arch::Qwen2, 3, WeightFormat::F32, &Device::Cpu).expect("model");
-        let mut kv = model.new_kv_cache().expect("cache");
         let budget = KvBudget::new(64, 8, DEFAULT_SINKS).expect("budget");
-        let mut hitters = HeavyHitters::new(&model, budget, &kv, 0);
+        let mut hitters = HeavyHitters::new(&model, budget);
+        let mut kv = hitters.new_cache().expect("cache");
         let (tokens, positions) = prompt(20);
         hitters.forward(&tokens, &positions, &mut kv).expect("pass");
         let config = model.config();
@@ -276,10 +285,8 @@ mod tests {
         for arch in Arch::ALL {
             let model = random_model(arch, 3, WeightFormat::F32, &Device::Cpu).expect("model");
             let budget = KvBudget::new(48, 12, DEFAULT_SINKS).expect("budget");
-            let mut kv =
-                KvCache::with_capacity(model.kv_layout(), model.device(), 48).expect("cache");
-            kv.limit_rows(48);
-            let mut hitters = HeavyHitters::new(&model, budget, &kv, 0);
+            let mut hitters = HeavyHitters::new(&model, budget);
+            let mut kv = hitters.new_cache().expect("cache");
             let (tokens, positions) = prompt(150);
             hitters
                 .forward(&tokens, &positions, &mut kv)

@@ -118,6 +118,25 @@ impl Fixture {
         prefill(&self.model, &mut self.encoder(layout), &plan, mode, 0)
     }
 
+    /// Modes `reuse` and `full` of `bound`, their last logits checked close (reuse is exact
+    /// there).
+    fn reuse_equal_to_full(
+        &self,
+        layout: &SchemaLayout,
+        bound: &BoundPrompt,
+    ) -> (Prefill, Prefill) {
+        let reuse = self.prefill(layout, bound, InferenceMode::Reuse);
+        let full = self.prefill(layout, bound, InferenceMode::Full);
+        let arch = self.model.config().arch;
+        assert_close(
+            &reuse.logits,
+            &full.logits,
+            self.tolerance,
+            &format!("{arch:?}"),
+        );
+        (reuse, full)
+    }
+
     /// Max abs difference of the last token's logits between `reuse` and `full`.
     fn deviation(&self, layout: &SchemaLayout, bound: &BoundPrompt) -> (f32, Tensor, Tensor) {
         let reuse = self.prefill(layout, bound, InferenceMode::Reuse);
@@ -195,19 +214,11 @@ fn prefix_and_module() -> (SchemaLayout, UnitId) {
 #[test]
 fn reuse_equals_full_for_a_module_right_after_the_prefix() {
     for fixture in ARCHES.into_iter().flat_map(Fixture::both) {
-        let arch = fixture.model.config().arch;
         let (layout, doc) = prefix_and_module();
         let report = fixture.encode(&layout);
         assert_eq!((report.n_encoded(), report.n_reused()), (2, 0));
         let bound = Binding::new(&layout, &[doc], &tokens(90, 6)).bind();
-        let reuse = fixture.prefill(&layout, &bound, InferenceMode::Reuse);
-        let full = fixture.prefill(&layout, &bound, InferenceMode::Full);
-        assert_close(
-            &reuse.logits,
-            &full.logits,
-            fixture.tolerance,
-            &format!("{arch:?}"),
-        );
+        let (reuse, full) = fixture.reuse_equal_to_full(&layout, &bound);
         assert_eq!(reuse.stats.tokens_reused, 33);
         assert_eq!(reuse.stats.tokens_new, 6);
         assert_eq!(reuse.stats.units_loaded, 2);
@@ -236,15 +247,7 @@ fn prompts_read_a_module_in_the_cache_dtype_in_place() {
             .into_iter()
             .map(|first| {
                 let bound = Binding::new(&layout, &[doc], &tokens(first, 6)).bind();
-                let reuse = fixture.prefill(&layout, &bound, InferenceMode::Reuse);
-                let full = fixture.prefill(&layout, &bound, InferenceMode::Full);
-                assert_close(
-                    &reuse.logits,
-                    &full.logits,
-                    fixture.tolerance,
-                    &format!("{arch:?}"),
-                );
-                reuse
+                fixture.reuse_equal_to_full(&layout, &bound).0
             })
             .collect();
         let expected_shared = if windowed { 0 } else { 33 };

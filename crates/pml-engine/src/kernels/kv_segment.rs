@@ -23,11 +23,6 @@ impl KvSegment {
         self.len() == 0
     }
 
-    /// Bytes of its K and V rows.
-    pub fn size_in_bytes(&self) -> usize {
-        (self.keys.elem_count() + self.values.elem_count()) * self.keys.dtype().size_in_bytes()
-    }
-
     /// Every segment's rows in one `(keys, values)` pair: the first segment's own views when it
     /// is the only one, else a copy; `None` for no segment.
     pub fn joined(segments: &[KvSegment]) -> Result<Option<(Tensor, Tensor)>, KvCacheError> {

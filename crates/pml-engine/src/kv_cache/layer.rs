@@ -218,8 +218,7 @@ impl LayerKv {
 
     /// Bytes of this layer's own K and V buffers, spare rows included.
     pub(super) fn allocated_bytes(&self) -> usize {
-        (self.key_buffer.elem_count() + self.value_buffer.elem_count())
-            * self.key_buffer.dtype().size_in_bytes()
+        SharedBuffer::of(&self.key_buffer, &self.value_buffer).bytes
     }
 
     /// Every buffer this layer reads: its own (which clones share until one writes) and

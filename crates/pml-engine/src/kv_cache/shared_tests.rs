@@ -4,32 +4,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::tests::{LAYOUT, row_values, rows};
 use super::*;
-
-const LAYOUT: KvLayout = KvLayout {
-    n_layers: 2,
-    n_kv_heads: 2,
-    head_dim: 3,
-    dtype: DType::F32,
-};
-
-/// Rows whose every entry is `first_value + row`, `(n_rows, 2, 3)`.
-fn rows(first_value: f32, n_rows: usize) -> Tensor {
-    let values: Vec<f32> = (0..n_rows)
-        .flat_map(|row| std::iter::repeat_n(first_value + row as f32, 6))
-        .collect();
-    Tensor::from_vec(values, (n_rows, 2, 3), &Device::Cpu).unwrap()
-}
-
-/// First entry of every row of a `(n, heads, dim)` tensor.
-fn row_values(tensor: &Tensor) -> Vec<f32> {
-    tensor
-        .narrow(1, 0, 1)
-        .and_then(|t| t.narrow(2, 0, 1))
-        .and_then(|t| t.flatten_all())
-        .and_then(|t| t.to_vec1::<f32>())
-        .unwrap()
-}
 
 /// A span of `n` rows (keys `first + row`, values `first + 1000 + row`, layer 1 shifted by
 /// 0.5) at positions `first_position..`.

@@ -1,6 +1,6 @@
 use super::*;
 
-const LAYOUT: KvLayout = KvLayout {
+pub(super) const LAYOUT: KvLayout = KvLayout {
     n_layers: 2,
     n_kv_heads: 2,
     head_dim: 3,
@@ -8,7 +8,7 @@ const LAYOUT: KvLayout = KvLayout {
 };
 
 /// Rows whose every entry is `first_value + row`, `(n_rows, 2, 3)`.
-fn rows(first_value: f32, n_rows: usize) -> Tensor {
+pub(super) fn rows(first_value: f32, n_rows: usize) -> Tensor {
     let values: Vec<f32> = (0..n_rows)
         .flat_map(|row| std::iter::repeat_n(first_value + row as f32, 6))
         .collect();
@@ -16,7 +16,7 @@ fn rows(first_value: f32, n_rows: usize) -> Tensor {
 }
 
 /// First entry of every row of a `(n, heads, dim)` tensor.
-fn row_values(tensor: &Tensor) -> Vec<f32> {
+pub(super) fn row_values(tensor: &Tensor) -> Vec<f32> {
     tensor
         .narrow(1, 0, 1)
         .and_then(|t| t.narrow(2, 0, 1))

@@ -247,6 +247,21 @@ mod tests {
 
     use super::*;
 
+    /// Computes the rest of `tokens` after the `kv.len()` that `kv` holds (at positions 0, 1,
+    /// …) and checks the logits against a prefill of `tokens` from nothing.
+    fn assert_rest_computes_as_alone(model: &Model, tokens: &[u32], kv: &mut KvCache) {
+        let cached = kv.len();
+        let rest: Vec<u32> = (cached as u32..tokens.len() as u32).collect();
+        let logits = model.forward(&tokens[cached..], &rest, kv).expect("rest");
+        let mut alone = model.new_kv_cache().expect("cache");
+        let positions: Vec<u32> = (0..tokens.len() as u32).collect();
+        let reference = model
+            .forward(tokens, &positions, &mut alone)
+            .expect("alone");
+        let gap = pml_engine::testing::max_abs_diff(&logits, &reference);
+        assert!(gap < 1e-4, "logits differ by {gap}");
+    }
+
     /// Two caches (two servers) over one shared tier: the second splices what the first kept,
     /// and the logits match a prefill without any cache.
     #[test]
@@ -311,17 +326,7 @@ mod tests {
                 .expect("splice");
             assert_eq!(late.cached_tokens, 6 * BLOCK_TOKENS);
             assert_eq!(late.kv.shared_rows(), 6 * BLOCK_TOKENS, "read in place");
-            let rest: Vec<u32> = (late.cached_tokens as u32..second.len() as u32).collect();
-            let logits = model
-                .forward(&second[late.cached_tokens..], &rest, &mut late.kv)
-                .expect("rest");
-            let mut alone = model.new_kv_cache().expect("cache");
-            let positions: Vec<u32> = (0..second.len() as u32).collect();
-            let reference = model
-                .forward(&second, &positions, &mut alone)
-                .expect("alone");
-            let gap = pml_engine::testing::max_abs_diff(&logits, &reference);
-            assert!(gap < 1e-4, "logits differ by {gap}");
+            assert_rest_computes_as_alone(&model, &second, &mut late.kv);
         }
         // The span is counted once, the tails once each.
         let mut seen = std::collections::HashSet::new();
@@ -382,18 +387,7 @@ mod tests {
             .unwrap();
         assert_eq!(caught, Some(3 * BLOCK_TOKENS));
         assert_eq!(late.kv.len(), 3 * BLOCK_TOKENS);
-        // The rest computes to what a prefill from nothing gives.
-        let rest: Vec<u32> = (3 * BLOCK_TOKENS as u32..second.len() as u32).collect();
-        let logits = model
-            .forward(&second[3 * BLOCK_TOKENS..], &rest, &mut late.kv)
-            .expect("rest");
-        let mut alone = model.new_kv_cache().expect("cache");
-        let positions: Vec<u32> = (0..second.len() as u32).collect();
-        let reference = model
-            .forward(&second, &positions, &mut alone)
-            .expect("alone");
-        let gap = pml_engine::testing::max_abs_diff(&logits, &reference);
-        assert!(gap < 1e-4, "logits differ by {gap}");
+        assert_rest_computes_as_alone(&model, &second, &mut late.kv);
         assert_eq!(
             cache
                 .catch_up(&model, &second, &mut late.kv, 1, usize::MAX)

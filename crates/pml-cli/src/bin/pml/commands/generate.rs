@@ -14,7 +14,6 @@ use pml_engine::Tokenizer;
 use pml_engine::device::{BackendChoice, select_backend};
 use pml_engine::generation::{Generator, PromptInput};
 use pml_engine::gguf::GgufFile;
-use pml_engine::kv_cache::KvCache;
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_runtime::chat::model_chat_template;
 use pml_runtime::inference::load_model_and_tokenizer;
@@ -97,10 +96,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             (generation, None)
         }
         Some(budget) => {
-            // Never more rows than the budget, spare ones included.
-            let mut kv = KvCache::with_capacity(model.kv_layout(), model.device(), budget.slots)?;
-            kv.limit_rows(budget.slots);
-            let hitters = RefCell::new(HeavyHitters::new(&model, budget, &kv, 0));
+            let hitters = HeavyHitters::new(&model, budget);
+            let mut kv = hitters.new_cache()?;
+            let hitters = RefCell::new(hitters);
             let positions: Vec<u32> = (0..prompt_tokens.len() as u32).collect();
             let generation = generator.generate_stepped(
                 &mut kv,

@@ -10,7 +10,6 @@ use anyhow::Context;
 use pml_compiler::RefuseSources;
 use pml_compiler::plan::BoundPrompt;
 use pml_engine::Tokenizer;
-use pml_engine::kv_cache::KvCache;
 use pml_runtime::inference::{InferenceMode, LaidOutSchema, Runtime, SplicePlan};
 use pml_runtime::kv_budget::{DEFAULT_SINKS, HeavyHitters, KvBudget};
 
@@ -168,9 +167,8 @@ fn decode(
             let n = plan.all_tokens.len();
             let slots = ((n as f64 * fraction).round() as usize).max(2 * DEFAULT_SINKS + 2);
             let budget = KvBudget::new(slots, slots / 2, DEFAULT_SINKS)?;
-            let mut kv = KvCache::with_capacity(model.kv_layout(), model.device(), slots)?;
-            kv.limit_rows(slots);
-            let mut hitters = HeavyHitters::new(model, budget, &kv, 0);
+            let mut hitters = HeavyHitters::new(model, budget);
+            let mut kv = hitters.new_cache()?;
             let logits = hitters.forward(&plan.all_tokens, &plan.all_positions, &mut kv)?;
             (logits, kv, (0, 0, n), None, Some(hitters))
         }
