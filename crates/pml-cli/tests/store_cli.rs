@@ -9,9 +9,9 @@
 //! - a bad `--store` is a usage error (exit 2).
 
 use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
+use pml_testkit::cli::{assert_ok, run, text};
 use pml_testkit::fetched_model;
 use pml_testkit::redis_server::start_redis;
 
@@ -29,38 +29,6 @@ const PROMPT: &str = r#"<prompt schema="shared">
   <user>What is the capital of Italy?</user>
 </prompt>
 "#;
-
-fn run(binary: &str, args: &[&str], stdin: Option<&str>, dir: &Path) -> Output {
-    let mut child = Command::new(binary)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("PML_STORE")
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary runs");
-    if let Some(mut pipe) = child.stdin.take() {
-        pipe.write_all(stdin.unwrap_or_default().as_bytes())
-            .expect("write stdin");
-    }
-    child.wait_with_output().expect("the binary finishes")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn assert_ok(output: &Output, what: &str) {
-    assert!(
-        output.status.success(),
-        "{what}: {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-}
 
 #[test]
 fn a_bad_store_spec_is_a_usage_error() {

@@ -9,6 +9,12 @@
 //! a slot's score is its sum over them (one eviction decision per slot, as SpAtten makes it).
 //! A prompt longer than the budget is computed in chunks, evicting before each, so the cache
 //! never holds more than the budget; its later tokens then attend only what was kept.
+//!
+//! A sequence may also run past the positions the model was trained on (a chat longer than its
+//! context): with a position limit, once the next token would reach it the kept slots are moved
+//! to positions `0..k` in order (their keys re-rotated, as StreamingLLM places its cache and
+//! llama.cpp's context shift moves it) and the sequence goes on from `k`. Callers keep counting
+//! positions as if nothing moved; the cache is told them less the accumulated shift.
 
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::{EngineError, ForwardContext, Model};
@@ -27,6 +33,11 @@ pub enum KvBudgetError {
         recent: usize,
         sinks: usize,
     },
+    #[error(
+        "a KV budget of {slots} slots does not fit a context of {limit} positions: lower \
+         --kv-budget to at most {limit}"
+    )]
+    BeyondContext { slots: usize, limit: u32 },
 }
 
 /// How many slots a sequence may keep, and which are never evicted.
@@ -90,8 +101,8 @@ impl KvBudget {
 }
 
 /// A sequence's heavy-hitter scores, and the passes and evictions that keep it within budget.
-pub struct HeavyHitters<'m> {
-    model: &'m Model,
+#[derive(Clone, Debug)]
+pub struct HeavyHitters {
     budget: KvBudget,
     /// Per slot of the cache, the attention it has received, summed over every (query, head,
     /// layer) that saw it. H2O's sum, not the mean per query that saw the slot: on three
@@ -99,27 +110,51 @@ pub struct HeavyHitters<'m> {
     /// full KV was 0.30 and 0.65, the sum's 0.06 and 0.22.
     scores: Vec<f32>,
     evicted: usize,
+    /// Positions the cache holds must stay below this (`None`: no limit).
+    position_limit: Option<u32>,
+    /// What the callers' positions exceed the cache's by, after the moves to `0..k`.
+    shift: u32,
+    /// Times the kept slots were moved back to position 0.
+    moves: usize,
+    /// The callers' position after the last token run ([`Self::step`] runs there).
+    next_position: u32,
 }
 
-impl<'m> HeavyHitters<'m> {
+impl HeavyHitters {
     /// No slot scored yet: a slot of the cache these passes did not compute counts as having
     /// received no attention.
-    pub fn new(model: &'m Model, budget: KvBudget) -> Self {
+    pub fn new(budget: KvBudget) -> Self {
         Self {
-            model,
             budget,
             scores: Vec::new(),
             evicted: 0,
+            position_limit: None,
+            shift: 0,
+            moves: 0,
+            next_position: 0,
         }
     }
 
+    /// The cache's positions kept below `limit` (the model's context), the kept slots moved
+    /// back to position 0 when the next token would reach it.
+    pub fn with_position_limit(mut self, limit: u32) -> Result<Self, KvBudgetError> {
+        if self.budget.slots > limit as usize {
+            return Err(KvBudgetError::BeyondContext {
+                slots: self.budget.slots,
+                limit,
+            });
+        }
+        self.position_limit = Some(limit);
+        Ok(self)
+    }
+
+    pub fn budget(&self) -> KvBudget {
+        self.budget
+    }
+
     /// An empty cache that never holds, nor allocates, more rows than the budget.
-    pub fn new_cache(&self) -> Result<KvCache, EngineError> {
-        let mut kv = KvCache::with_capacity(
-            self.model.kv_layout(),
-            self.model.device(),
-            self.budget.slots,
-        )?;
+    pub fn new_cache(&self, model: &Model) -> Result<KvCache, EngineError> {
+        let mut kv = KvCache::with_capacity(model.kv_layout(), model.device(), self.budget.slots)?;
         kv.limit_rows(self.budget.slots);
         Ok(kv)
     }
@@ -129,11 +164,30 @@ impl<'m> HeavyHitters<'m> {
         self.evicted
     }
 
-    /// Runs `tokens` at `positions` after what `kv` holds, in chunks that keep the cache within
-    /// the budget (evicting before each as needed), summing the attention every slot receives;
+    /// Times the kept slots were moved back to position 0 (past the position limit).
+    pub fn moves(&self) -> usize {
+        self.moves
+    }
+
+    /// Runs `token` at the position after the last token run (a decoding step); returns its
+    /// logits `(vocab,)`.
+    pub fn step(
+        &mut self,
+        model: &Model,
+        token: u32,
+        kv: &mut KvCache,
+    ) -> Result<candle_core::Tensor, EngineError> {
+        let position = self.next_position;
+        self.forward(model, &[token], &[position], kv)
+    }
+
+    /// Runs `tokens` at `positions` (increasing, after every position run before) after what
+    /// `kv` holds, in chunks that keep the cache within the budget (evicting before each as
+    /// needed) and its positions below the limit, summing the attention every slot receives;
     /// returns the last token's logits `(vocab,)`.
     pub fn forward(
         &mut self,
+        model: &Model,
         tokens: &[u32],
         positions: &[u32],
         kv: &mut KvCache,
@@ -145,6 +199,15 @@ impl<'m> HeavyHitters<'m> {
                 positions.len()
             )));
         }
+        let increasing = positions.windows(2).all(|pair| pair[0] < pair[1]);
+        if !increasing || positions[0] < self.next_position {
+            return Err(EngineError::InvalidInput(format!(
+                "a budgeted sequence runs increasing positions from {} on, not {}..={}",
+                self.next_position,
+                positions[0],
+                positions[positions.len() - 1]
+            )));
+        }
         // A chunk counts towards the recent window it joins; a quarter of the budget at least,
         // so a long prompt takes few passes, and never so much that no heavy hitter fits.
         let room = self.budget.slots - self.budget.sinks;
@@ -152,41 +215,82 @@ impl<'m> HeavyHitters<'m> {
         let mut logits = None;
         for start in (0..tokens.len()).step_by(chunk) {
             let end = tokens.len().min(start + chunk);
-            self.make_room(kv, end - start)?;
-            logits = Some(self.observed_pass(&tokens[start..end], &positions[start..end], kv)?);
+            self.make_room(model, kv, end - start)?;
+            if let Some(limit) = self.position_limit
+                && positions[end - 1] - self.shift >= limit
+            {
+                self.move_to_start(model, kv, positions[start])?;
+                if positions[end - 1] - self.shift >= limit {
+                    return Err(EngineError::InvalidInput(format!(
+                        "positions {}..={} span more than the context of {limit}",
+                        positions[start],
+                        positions[end - 1]
+                    )));
+                }
+            }
+            let cache_positions: Vec<u32> = positions[start..end]
+                .iter()
+                .map(|position| position - self.shift)
+                .collect();
+            logits = Some(self.observed_pass(model, &tokens[start..end], &cache_positions, kv)?);
         }
+        self.next_position = positions[positions.len() - 1] + 1;
         logits.ok_or_else(|| EngineError::InvalidInput("no tokens to run".into()))
+    }
+
+    /// Moves the kept slots to positions `0..k` in order, so the callers' `next` runs at `k`.
+    fn move_to_start(
+        &mut self,
+        model: &Model,
+        kv: &mut KvCache,
+        next: u32,
+    ) -> Result<(), EngineError> {
+        let held = kv.len();
+        let block = kv.gather(&(0..held).collect::<Vec<_>>())?;
+        let positions: Vec<u32> = (0..held as u32).collect();
+        let moved = model.reposition(&block, &positions)?;
+        *kv = KvCache::from_blocks(
+            model.kv_layout(),
+            model.device(),
+            &[&moved],
+            self.budget.slots - held,
+        )?;
+        kv.limit_rows(self.budget.slots);
+        self.shift = next - held as u32;
+        self.moves += 1;
+        Ok(())
     }
 
     /// One pass of every layer, its attention observed.
     fn observed_pass(
         &mut self,
+        model: &Model,
         tokens: &[u32],
         positions: &[u32],
         kv: &mut KvCache,
     ) -> Result<candle_core::Tensor, EngineError> {
         let context = ForwardContext::appending(positions.to_vec(), kv);
         self.scores.resize(kv.len() + tokens.len(), 0.0);
-        let mut hidden = self.model.embed(tokens)?;
-        for layer_idx in 0..self.model.config().n_layers {
+        let mut hidden = model.embed(tokens)?;
+        for layer_idx in 0..model.config().n_layers {
             let mut mass = AttentionMass {
                 mass: &mut self.scores,
                 weighting: MassWeighting::Weights,
             };
-            hidden = self
-                .model
-                .forward_layer_observed(layer_idx, &hidden, &context, kv, &mut mass)?;
+            hidden = model.forward_layer_observed(layer_idx, &hidden, &context, kv, &mut mass)?;
         }
-        Ok(self
-            .model
-            .logits(&hidden, &[tokens.len() - 1])?
-            .squeeze(0)?)
+        Ok(model.logits(&hidden, &[tokens.len() - 1])?.squeeze(0)?)
     }
 
     /// Evicts so that `incoming` more slots fit the budget: down to the budget less `incoming`
     /// and a slack, so the cache is rebuilt once per several tokens. The incoming tokens count
     /// towards the recent window, so as many fewer held slots are kept as recent.
-    fn make_room(&mut self, kv: &mut KvCache, incoming: usize) -> Result<(), EngineError> {
+    fn make_room(
+        &mut self,
+        model: &Model,
+        kv: &mut KvCache,
+        incoming: usize,
+    ) -> Result<(), EngineError> {
         if kv.len() + incoming <= self.budget.slots {
             return Ok(());
         }
@@ -201,11 +305,12 @@ impl<'m> HeavyHitters<'m> {
         let block = kv.gather(&keep)?;
         self.evicted += kv.len() - keep.len();
         *kv = KvCache::from_blocks(
-            self.model.kv_layout(),
-            self.model.device(),
+            model.kv_layout(),
+            model.device(),
             &[&block],
             self.budget.slots - keep.len(),
         )?;
+        kv.limit_rows(self.budget.slots);
         self.scores = keep.iter().map(|&slot| self.scores[slot]).collect();
         Ok(())
     }
@@ -236,13 +341,13 @@ mod tests {
             let (tokens, positions) = prompt(40);
             let mut plain = model.new_kv_cache().expect("cache");
             let budget = KvBudget::new(64, 8, DEFAULT_SINKS).expect("budget");
-            let mut hitters = HeavyHitters::new(&model, budget);
-            let mut budgeted = hitters.new_cache().expect("cache");
+            let mut hitters = HeavyHitters::new(budget);
+            let mut budgeted = hitters.new_cache(&model).expect("cache");
             let expected = model
                 .forward(&tokens, &positions, &mut plain)
                 .expect("plain");
             let logits = hitters
-                .forward(&tokens, &positions, &mut budgeted)
+                .forward(&model, &tokens, &positions, &mut budgeted)
                 .expect("observed");
             assert!(max_abs_diff(&expected, &logits) < 1e-4, "{arch:?}");
             for (token, position) in [(9u32, 40u32), (17, 41)] {
@@ -250,7 +355,7 @@ mod tests {
                     .forward(&[token], &[position], &mut plain)
                     .expect("step");
                 let logits = hitters
-                    .forward(&[token], &[position], &mut budgeted)
+                    .forward(&model, &[token], &[position], &mut budgeted)
                     .expect("step");
                 assert!(max_abs_diff(&expected, &logits) < 1e-4, "{arch:?}");
             }
@@ -264,10 +369,12 @@ mod tests {
     fn scores_sum_every_query_head_and_layer() {
         let model = random_model(Arch::Qwen2, 3, WeightFormat::F32, &Device::Cpu).expect("model");
         let budget = KvBudget::new(64, 8, DEFAULT_SINKS).expect("budget");
-        let mut hitters = HeavyHitters::new(&model, budget);
-        let mut kv = hitters.new_cache().expect("cache");
+        let mut hitters = HeavyHitters::new(budget);
+        let mut kv = hitters.new_cache(&model).expect("cache");
         let (tokens, positions) = prompt(20);
-        hitters.forward(&tokens, &positions, &mut kv).expect("pass");
+        hitters
+            .forward(&model, &tokens, &positions, &mut kv)
+            .expect("pass");
         let config = model.config();
         let expected = (20 * config.n_heads * config.n_layers) as f32;
         let total: f32 = hitters.scores.iter().sum();
@@ -285,18 +392,16 @@ mod tests {
         for arch in Arch::ALL {
             let model = random_model(arch, 3, WeightFormat::F32, &Device::Cpu).expect("model");
             let budget = KvBudget::new(48, 12, DEFAULT_SINKS).expect("budget");
-            let mut hitters = HeavyHitters::new(&model, budget);
-            let mut kv = hitters.new_cache().expect("cache");
+            let mut hitters = HeavyHitters::new(budget);
+            let mut kv = hitters.new_cache(&model).expect("cache");
             let (tokens, positions) = prompt(150);
             hitters
-                .forward(&tokens, &positions, &mut kv)
+                .forward(&model, &tokens, &positions, &mut kv)
                 .expect("prompt");
             let row_bytes = model.kv_layout().slot_bytes();
             for step in 0..60u32 {
                 let position = 150 + step;
-                hitters
-                    .forward(&[5 + step % 90], &[position], &mut kv)
-                    .expect("step");
+                hitters.step(&model, 5 + step % 90, &mut kv).expect("step");
                 assert!(kv.len() <= 48, "{arch:?}: {} slots", kv.len());
                 assert!(kv.allocated_bytes() <= 48 * row_bytes, "{arch:?}");
                 let held = kv.positions();
@@ -306,6 +411,80 @@ mod tests {
             }
             assert!(hitters.evicted() >= 150 + 60 - 48, "{arch:?}");
         }
+    }
+
+    /// Reaching the position limit moves the kept slots to `0..k` and the sequence goes on
+    /// from `k`: slots 20..30 moved to 0..10 and the next tokens run at 10.. compute what a
+    /// cache that held them there from the start computes (RoPE depends on distances only).
+    #[test]
+    fn the_limit_moves_the_kept_slots_to_position_zero() {
+        for arch in Arch::ALL {
+            let model = random_model(arch, 3, WeightFormat::F32, &Device::Cpu).expect("model");
+            let budget = KvBudget::new(48, 12, DEFAULT_SINKS).expect("budget");
+            let mut hitters = HeavyHitters::new(budget)
+                .with_position_limit(64)
+                .expect("limit");
+            let mut kv = hitters.new_cache(&model).expect("cache");
+            let first: Vec<u32> = (0..10).map(|t| 3 + t * 11).collect();
+            let second: Vec<u32> = (0..10).map(|t| 5 + t * 13).collect();
+            let at = |from: u32| (from..from + 10).collect::<Vec<u32>>();
+            hitters
+                .forward(&model, &first, &at(20), &mut kv)
+                .expect("first");
+            let logits = hitters
+                .forward(&model, &second, &at(100), &mut kv)
+                .expect("second");
+            assert_eq!(hitters.moves(), 1, "{arch:?}");
+            assert_eq!(kv.positions(), (0..20).collect::<Vec<u32>>(), "{arch:?}");
+
+            let mut plain = model.new_kv_cache().expect("cache");
+            model.forward(&first, &at(0), &mut plain).expect("first");
+            let expected = model.forward(&second, &at(10), &mut plain).expect("second");
+            assert!(max_abs_diff(&expected, &logits) < 1e-4, "{arch:?}");
+            // Decoding goes on after the callers' last position, at the cache's next one.
+            let stepped = hitters.step(&model, 7, &mut kv).expect("step");
+            let expected = model.forward(&[7], &[20], &mut plain).expect("step");
+            assert!(max_abs_diff(&expected, &stepped) < 1e-4, "{arch:?}");
+        }
+    }
+
+    /// A sequence many times the limit long: the cache stays within the budget and below the
+    /// limit, and goes on.
+    #[test]
+    fn a_sequence_runs_far_past_the_limit() {
+        for arch in Arch::ALL {
+            let model = random_model(arch, 3, WeightFormat::F32, &Device::Cpu).expect("model");
+            let budget = KvBudget::new(32, 8, DEFAULT_SINKS).expect("budget");
+            let mut hitters = HeavyHitters::new(budget)
+                .with_position_limit(48)
+                .expect("limit");
+            let mut kv = hitters.new_cache(&model).expect("cache");
+            let (tokens, positions) = prompt(100);
+            hitters
+                .forward(&model, &tokens, &positions, &mut kv)
+                .expect("prompt");
+            for step in 0..100u32 {
+                hitters.step(&model, 5 + step % 90, &mut kv).expect("step");
+                let held = kv.positions();
+                assert!(held.len() <= 32, "{arch:?}");
+                assert!(held.iter().all(|&position| position < 48), "{arch:?}");
+                assert!(held.windows(2).all(|pair| pair[0] < pair[1]), "{arch:?}");
+            }
+            assert!(hitters.moves() >= 200 / 48, "{arch:?}: {}", hitters.moves());
+        }
+    }
+
+    #[test]
+    fn a_budget_must_fit_the_position_limit() {
+        let budget = KvBudget::new(64, 8, DEFAULT_SINKS).expect("budget");
+        assert!(matches!(
+            HeavyHitters::new(budget).with_position_limit(32),
+            Err(KvBudgetError::BeyondContext {
+                slots: 64,
+                limit: 32
+            })
+        ));
+        assert!(HeavyHitters::new(budget).with_position_limit(64).is_ok());
     }
 
     #[test]

@@ -344,6 +344,7 @@ fn chat_parts<'a>(
         tokenizer: &ByteTokenizer,
         template,
         store,
+        max_positions: 256,
     }
 }
 

@@ -1,11 +1,13 @@
 //! What the tests (and `pml bench`) need from outside the code under test, in one crate that no
 //! shipped library links: a fetched model's path or a skip ([`fetched_model`]), the switch that
 //! turns such skips into failures ([`models_required`]), a throwaway `redis-server`
-//! ([`redis_server`]) and child test processes that start together ([`child_process`]).
+//! ([`redis_server`]), child test processes that start together ([`child_process`]) and the
+//! built binaries run with a given stdin ([`cli`]).
 //!
 //! Test-only: its functions panic where a test must not go on.
 
 pub mod child_process;
+pub mod cli;
 pub mod redis_server;
 
 use std::path::PathBuf;

@@ -9,7 +9,11 @@
 //! depend on the whole history, as its KV does.
 //!
 //! Within one process the KV cache stays in memory between turns; the store is read only when a
-//! conversation is resumed. Hidden states of the answer tokens are taken from one extra pass over
+//! conversation is resumed. Without a KV budget a conversation ends at the model's context (a
+//! turn that would not fit is refused, an answer stops there); within one
+//! ([`Conversation::with_kv_budget`], H2O) it holds at most the budget's slots and goes on past
+//! the context, its kept slots moved back to position 0 when it reaches the end (such a
+//! conversation is not saved: its history is no longer held whole). Hidden states of the answer tokens are taken from one extra pass over
 //! them after the answer is out (the decoding loop does not keep layer inputs); with the
 //! quantized decode kernels they differ from the decoded rows by the kernels' rounding.
 
@@ -21,6 +25,7 @@ use candle_core::Tensor;
 use pml_compiler::chat_template::ChatTemplate;
 use pml_compiler::plan::Role;
 
+use crate::kv_budget::HeavyHitters;
 use crate::restore::{
     LayerForm, RestoreError, RestorePlan, RestoreReport, SaveReport, SavedUnit, restore_unit,
     save_unit,
@@ -43,6 +48,17 @@ pub enum ConversationError {
     Restore(#[from] RestoreError),
     #[error("cannot tokenize the turn: {0}")]
     Tokenize(String),
+    #[error(
+        "the conversation is full: this turn would end at position {end}, past the model's \
+         context of {limit} positions; start it with a KV budget (`--kv-budget N`) to go on past \
+         the context, or start a new conversation"
+    )]
+    ContextFull { end: usize, limit: u32 },
+    #[error(
+        "a conversation within a KV budget cannot be saved: its history is no longer held whole \
+         (drop `--kv-budget` or `--session`)"
+    )]
+    BudgetNotSaved,
 }
 
 impl From<EngineError> for ConversationError {
@@ -69,6 +85,9 @@ pub struct ChatParts<'a> {
     pub tokenizer: &'a dyn pml_engine::Tokenizer,
     pub template: &'a ChatTemplate,
     pub store: &'a ModuleStore,
+    /// Positions the model may use (its context, or less): past it a conversation needs a KV
+    /// budget.
+    pub max_positions: u32,
 }
 
 /// One turn's account.
@@ -79,8 +98,13 @@ pub struct TurnReport {
     pub restored: Vec<RestoreReport>,
     /// Tokens computed in this turn's prefill.
     pub prefill_tokens: usize,
-    /// Tokens of history in the KV cache before the prefill.
+    /// Tokens of history before this turn (within a KV budget, more than the cache holds).
     pub history_tokens: usize,
+    /// KV slots held after the turn.
+    pub kv_slots: usize,
+    /// Within a KV budget: slots evicted and moves to position 0 so far in the conversation.
+    pub evicted: usize,
+    pub position_moves: usize,
     /// From the start of the turn (restore included) to the first answer token.
     pub time_to_first_token: Duration,
     /// What saving the turn stored (`None` when not saving).
@@ -95,6 +119,10 @@ pub struct Conversation {
     pending: Vec<u32>,
     system: Option<String>,
     kv: Option<KvCache>,
+    /// Within a KV budget: its state for the cache in `kv` (`None` while `kv` is), and a fresh
+    /// one to start over with.
+    hitters: Option<HeavyHitters>,
+    budget: Option<HeavyHitters>,
 }
 
 impl Conversation {
@@ -105,7 +133,16 @@ impl Conversation {
             pending: Vec::new(),
             system,
             kv: None,
+            hitters: None,
+            budget: None,
         }
+    }
+
+    /// The conversation held within `hitters`' budget (its position limit set to the context it
+    /// may use).
+    pub fn with_kv_budget(mut self, hitters: HeavyHitters) -> Self {
+        self.budget = Some(hitters);
+        self
     }
 
     /// A conversation resumed from its saved turns: the first turn restores them.
@@ -115,6 +152,8 @@ impl Conversation {
             pending: session.pending.clone(),
             system: session.system.clone(),
             kv: None,
+            hitters: None,
+            budget: None,
         }
     }
 
@@ -157,21 +196,12 @@ impl Conversation {
         save: Option<&RestorePlan>,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<TurnReport, ConversationError> {
+        if self.budget.is_some() && save.is_some() {
+            return Err(ConversationError::BudgetNotSaved);
+        }
         let started = Instant::now();
         let model = parts.model;
         let (history_tokens, history_positions) = self.history();
-        let mut restored = Vec::new();
-        let mut kv = match self.kv.take() {
-            Some(kv) => kv,
-            None => {
-                let mut kv = model.new_kv_cache()?;
-                for unit in &self.units {
-                    restored.push(restore_unit(model, parts.store, unit, &mut kv)?);
-                }
-                kv
-            }
-        };
-        let turn_start = kv.len();
         let prompt = self.prompt_tokens(parts, text)?;
         let first_position = history_positions.last().map_or(0, |&last| last + 1);
         let prompt_positions: Vec<u32> = (0..prompt.len() as u32)
@@ -181,23 +211,91 @@ impl Conversation {
         let mut prompt_inputs = Vec::new();
         let mut all_tokens = history_tokens.clone();
         all_tokens.extend(&prompt);
+        let mut restored = Vec::new();
+        let generator = Generator::new(model, parts.tokenizer);
+        let generate_error = |error| ConversationError::Generate(Box::new(error));
 
-        let before_prefill = started.elapsed();
-        let generation = Generator::new(model, parts.tokenizer)
-            .generate_after(&mut kv, &all_tokens, params, on_text, |kv| {
-                let context = ForwardContext::appending(prompt_positions.clone(), kv);
-                let options = ForwardOptions {
-                    logits: LogitRows::Last,
-                    keep_layer_inputs,
+        let (kv, before_prefill, generation) = match &self.budget {
+            None => {
+                // The answer's tokens are fed at the positions after the prompt: at least one
+                // must fit, and the answer stops at the context's end.
+                let end = first_position as usize + prompt.len();
+                let room = (parts.max_positions as usize).saturating_sub(end);
+                if room == 0 {
+                    return Err(ConversationError::ContextFull {
+                        end,
+                        limit: parts.max_positions,
+                    });
+                }
+                let params = SamplingParams {
+                    max_tokens: params.max_tokens.min(room),
+                    ..params.clone()
                 };
-                let output = model.forward_with(&prompt, &context, kv, &options)?;
-                prompt_inputs = output.layer_inputs;
-                let logits = output
-                    .logits
-                    .ok_or_else(|| GenerateError::InvalidPrompt("the turn has no tokens".into()))?;
-                Ok(logits.squeeze(0)?)
-            })
-            .map_err(|error| ConversationError::Generate(Box::new(error)))?;
+                let mut kv = match self.kv.take() {
+                    Some(kv) => kv,
+                    None => {
+                        let mut kv = model.new_kv_cache()?;
+                        for unit in &self.units {
+                            restored.push(restore_unit(model, parts.store, unit, &mut kv)?);
+                        }
+                        kv
+                    }
+                };
+                let before_prefill = started.elapsed();
+                let generation = generator
+                    .generate_after(&mut kv, &all_tokens, &params, on_text, |kv| {
+                        let context = ForwardContext::appending(prompt_positions.clone(), kv);
+                        let options = ForwardOptions {
+                            logits: LogitRows::Last,
+                            keep_layer_inputs,
+                        };
+                        let output = model.forward_with(&prompt, &context, kv, &options)?;
+                        prompt_inputs = output.layer_inputs;
+                        let logits = output.logits.ok_or_else(|| {
+                            GenerateError::InvalidPrompt("the turn has no tokens".into())
+                        })?;
+                        Ok(logits.squeeze(0)?)
+                    })
+                    .map_err(generate_error)?;
+                (kv, before_prefill, generation)
+            }
+            Some(fresh) => {
+                // The cache and its scores go together; after a failed turn both start over
+                // from the history.
+                let (mut kv, hitters) = match (self.kv.take(), self.hitters.take()) {
+                    (Some(kv), Some(hitters)) => (kv, hitters),
+                    _ => {
+                        let mut hitters = fresh.clone();
+                        let mut kv = hitters.new_cache(model)?;
+                        if !history_tokens.is_empty() {
+                            hitters.forward(model, &history_tokens, &history_positions, &mut kv)?;
+                        }
+                        (kv, hitters)
+                    }
+                };
+                let before_prefill = started.elapsed();
+                let hitters = std::cell::RefCell::new(hitters);
+                let generation = generator
+                    .generate_stepped(
+                        &mut kv,
+                        &all_tokens,
+                        params,
+                        on_text,
+                        |kv| {
+                            Ok(hitters.borrow_mut().forward(
+                                model,
+                                &prompt,
+                                &prompt_positions,
+                                kv,
+                            )?)
+                        },
+                        |kv, token, _position| Ok(hitters.borrow_mut().step(model, token, kv)?),
+                    )
+                    .map_err(generate_error)?;
+                self.hitters = Some(hitters.into_inner());
+                (kv, before_prefill, generation)
+            }
+        };
         let time_to_first_token = before_prefill + generation.timings.time_to_first_token;
 
         // The answer tokens the decoding loop fed; the others open the next turn.
@@ -211,7 +309,8 @@ impl Conversation {
         let turn_positions: Vec<u32> = (0..turn_tokens.len() as u32)
             .map(|offset| first_position + offset)
             .collect();
-        if kv.len() != turn_start + turn_tokens.len() {
+        let turn_start = history_tokens.len();
+        if self.budget.is_none() && kv.len() != turn_start + turn_tokens.len() {
             return Err(ConversationError::Tokenize(format!(
                 "the cache holds {} rows after the turn, expected {}",
                 kv.len(),
@@ -247,10 +346,18 @@ impl Conversation {
         };
         self.pending = generation.token_ids[fed..].to_vec();
         self.units.push(unit);
+        let (evicted, position_moves) = self
+            .hitters
+            .as_ref()
+            .map_or((0, 0), |hitters| (hitters.evicted(), hitters.moves()));
+        let kv_slots = kv.len();
         self.kv = Some(kv);
         Ok(TurnReport {
             prefill_tokens: prompt.len(),
             history_tokens: turn_start,
+            kv_slots,
+            evicted,
+            position_moves,
             restored,
             time_to_first_token,
             saved,

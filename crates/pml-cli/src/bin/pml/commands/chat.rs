@@ -15,6 +15,7 @@ use pml_cli::check_command::ColorChoice;
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{RuntimeArgs, open_runtime, store_config};
 use pml_runtime::conversation::{ChatParts, Conversation, SessionStore};
+use pml_runtime::kv_budget::{DEFAULT_SINKS, HeavyHitters, KvBudget};
 use pml_runtime::restore::{CostCache, LayerForm, RestorePlan, plan_restore};
 
 use super::answer_stream::AnswerStream;
@@ -41,6 +42,19 @@ pub struct ChatArgs {
     /// the slowest store tier), the others store every layer one way.
     #[arg(long, value_enum, default_value_t = PlanArg::Auto)]
     plan: PlanArg,
+    /// Positions the conversation may use (llama.cpp's `-c`); default and most: the model's
+    /// context. Without `--kv-budget` the conversation ends there.
+    #[arg(long, short = 'c', value_name = "N")]
+    ctx_size: Option<u32>,
+    /// Hold at most N KV slots (H2O): the first few (attention sinks), the newest
+    /// (`--kv-recent`) and those that received the most attention; the others are evicted, and
+    /// at the end of the context the kept slots move back to position 0, so the conversation
+    /// goes on. Not with `--session` (a saved history is held whole).
+    #[arg(long, value_name = "N", conflicts_with = "session")]
+    kv_budget: Option<usize>,
+    /// With `--kv-budget`: the newest slots always kept (default: half the budget, H2O's split).
+    #[arg(long, value_name = "N", requires = "kv_budget")]
+    kv_recent: Option<usize>,
     #[command(flatten)]
     runtime: RuntimeArgs,
     #[command(flatten)]
@@ -67,13 +81,40 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
     let paint = Paint {
         enabled: args.color.enabled(),
     };
+    // Checked before the model loads.
+    let budget = args
+        .kv_budget
+        .map(|slots| KvBudget::new(slots, args.kv_recent.unwrap_or(slots / 2), DEFAULT_SINKS))
+        .transpose()
+        .map_err(|error| Failure::usage(error.to_string()))?;
+    if args.ctx_size == Some(0) {
+        return Err(Failure::usage("--ctx-size must be at least 1"));
+    }
     let opened = open_runtime(&args.runtime)?;
     let runtime = &opened.runtime;
+    let context = runtime.max_positions();
+    let max_positions = args.ctx_size.map_or(context, |size| size.min(context));
+    if let Some(size) = args.ctx_size
+        && size > context
+    {
+        eprintln!(
+            "{}",
+            paint.warning(&format!(
+                "warning: --ctx-size {size} is past the model's context of {context} positions; \
+                 using {context}"
+            ))
+        );
+    }
+    let hitters = budget
+        .map(|budget| HeavyHitters::new(budget).with_position_limit(max_positions))
+        .transpose()
+        .map_err(|error| Failure::usage(error.to_string()))?;
     let parts = ChatParts {
         model: runtime.model(),
         tokenizer: runtime.tokenizer(),
         template: runtime.template(),
         store: runtime.store(),
+        max_positions,
     };
     let fingerprint = runtime.store().spec().model_fingerprint.clone();
     let mut conversation = match &args.session {
@@ -108,6 +149,9 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
         },
         None => Conversation::new(args.system.clone()),
     };
+    if let Some(hitters) = hitters {
+        conversation = conversation.with_kv_budget(hitters);
+    }
     let plan = match &args.session {
         Some(_) => Some(choose_plan(args.plan, &parts, &store_root)?),
         None => None,
@@ -175,8 +219,21 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
                 )
             })
             .unwrap_or_default();
+        let kv = match budget {
+            Some(budget) => format!(
+                " | KV {} of {} slots ({} evicted{})",
+                report.kv_slots,
+                budget.slots,
+                report.evicted,
+                match report.position_moves {
+                    0 => String::new(),
+                    moves => format!(", moved to position 0 {moves}×"),
+                }
+            ),
+            None => String::new(),
+        };
         let status = format!(
-            "turn {} | history {} tokens{restored} | prefill {} tokens | TTFT {:.1} ms | {} tokens, finish {}{saved}",
+            "turn {} | history {} tokens{restored}{kv} | prefill {} tokens | TTFT {:.1} ms | {} tokens, finish {}{saved}",
             conversation.turns(),
             report.history_tokens,
             report.prefill_tokens,

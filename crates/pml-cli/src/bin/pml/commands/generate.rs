@@ -96,8 +96,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             (generation, None)
         }
         Some(budget) => {
-            let hitters = HeavyHitters::new(&model, budget);
-            let mut kv = hitters.new_cache()?;
+            let hitters = HeavyHitters::new(budget);
+            let mut kv = hitters.new_cache(&model)?;
             let hitters = RefCell::new(hitters);
             let positions: Vec<u32> = (0..prompt_tokens.len() as u32).collect();
             let generation = generator.generate_stepped(
@@ -108,11 +108,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
                 |kv| {
                     Ok(hitters
                         .borrow_mut()
-                        .forward(&prompt_tokens, &positions, kv)?)
+                        .forward(&model, &prompt_tokens, &positions, kv)?)
                 },
-                |kv, token, position| {
-                    Ok(hitters.borrow_mut().forward(&[token], &[position], kv)?)
-                },
+                |kv, token, _position| Ok(hitters.borrow_mut().step(&model, token, kv)?),
             )?;
             (generation, Some((budget, hitters.borrow().evicted())))
         }

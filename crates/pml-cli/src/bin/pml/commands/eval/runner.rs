@@ -167,9 +167,9 @@ fn decode(
             let n = plan.all_tokens.len();
             let slots = ((n as f64 * fraction).round() as usize).max(2 * DEFAULT_SINKS + 2);
             let budget = KvBudget::new(slots, slots / 2, DEFAULT_SINKS)?;
-            let mut hitters = HeavyHitters::new(model, budget);
-            let mut kv = hitters.new_cache()?;
-            let logits = hitters.forward(&plan.all_tokens, &plan.all_positions, &mut kv)?;
+            let mut hitters = HeavyHitters::new(budget);
+            let mut kv = hitters.new_cache(model)?;
+            let logits = hitters.forward(model, &plan.all_tokens, &plan.all_positions, &mut kv)?;
             (logits, kv, (0, 0, n), None, Some(hitters))
         }
     };
@@ -191,7 +191,7 @@ fn decode(
         }
         let last = *continuation.tokens.last().unwrap_or(&first);
         let logits = match &mut hitters {
-            Some(hitters) => hitters.forward(&[last], &[position], &mut kv)?,
+            Some(hitters) => hitters.step(model, last, &mut kv)?,
             None => model.forward(&[last], &[position], &mut kv)?,
         };
         let logits: Vec<f32> = logits.to_vec1()?;

@@ -1,0 +1,94 @@
+//! `pml chat` and the model's context, on the default model (skipped with a notice when it is
+//! not fetched, unless `PML_REQUIRE_MODELS=1`): with `--kv-budget` a conversation run past its
+//! context (`-c`) keeps answering, never holding more slots than the budget; without one the
+//! turn that does not fit is refused, naming the flag.
+
+use pml_models::DEFAULT_MODEL_ID;
+use pml_testkit::cli::{assert_ok, run, text};
+use pml_testkit::fetched_model;
+
+const TURNS: &str = "What is the capital of France?\nAnd of Italy?\nAnd of Spain?\n\
+    And of Germany?\nAnd of Portugal?\nAnd of Austria?\nAnd of Japan?\nAnd of Egypt?\n";
+
+fn chat(extra: &[&str]) -> std::process::Output {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("disk:{}", dir.path().join("store").display());
+    let mut args = vec![
+        "chat",
+        "--store",
+        &store,
+        "--max-tokens",
+        "24",
+        "--temperature",
+        "0",
+        "-c",
+        "128",
+    ];
+    args.extend(extra);
+    run(env!("CARGO_BIN_EXE_pml"), &args, Some(TURNS), dir.path())
+}
+
+/// Slots held after each turn, from the status lines (`KV n of 96 slots`).
+fn held_slots(stderr: &str) -> Vec<usize> {
+    stderr
+        .lines()
+        .filter_map(|line| line.split("| KV ").nth(1))
+        .map(|rest| {
+            let (held, rest) = rest.split_once(" of ").expect("`KV n of m slots`");
+            assert!(rest.starts_with("96 slots"), "{rest}");
+            held.parse().expect("a slot count")
+        })
+        .collect()
+}
+
+#[test]
+fn a_chat_within_a_kv_budget_goes_on_past_its_context() {
+    if fetched_model(DEFAULT_MODEL_ID).is_none() {
+        return;
+    }
+    let output = chat(&["--kv-budget", "96"]);
+    assert_ok(&output, "pml chat --kv-budget");
+    let stderr = text(&output.stderr);
+    let answers = text(&output.stdout);
+    eprintln!("{answers}\n{stderr}");
+    let held = held_slots(&stderr);
+    assert_eq!(held.len(), 8, "one status line per turn:\n{stderr}");
+    assert!(held.iter().all(|&slots| slots <= 96), "{held:?}");
+    assert!(stderr.contains("moved to position 0"), "{stderr}");
+    assert!(answers.contains("Paris"), "{answers}");
+    assert!(
+        answers.contains("Cairo"),
+        "the last turn, past the context: {answers}"
+    );
+    let blank_separated = answers.split("\n\n").filter(|a| !a.trim().is_empty());
+    assert_eq!(blank_separated.count(), 8, "{answers}");
+}
+
+#[test]
+fn without_a_budget_a_chat_ends_at_its_context() {
+    if fetched_model(DEFAULT_MODEL_ID).is_none() {
+        return;
+    }
+    let output = chat(&[]);
+    assert!(!output.status.success());
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("the conversation is full"), "{stderr}");
+    assert!(stderr.contains("--kv-budget"), "{stderr}");
+    assert!(
+        text(&output.stdout).contains("Paris"),
+        "the turns that fit are answered"
+    );
+}
+
+#[test]
+fn a_budget_past_the_context_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = run(
+        env!("CARGO_BIN_EXE_pml"),
+        &["chat", "--kv-budget", "8", "--kv-recent", "8"],
+        Some(""),
+        dir.path(),
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("--kv-recent"));
+}
