@@ -18,6 +18,7 @@ pub mod attention_mass;
 pub mod blend;
 pub mod blend_options;
 pub mod controller;
+pub mod edit;
 pub mod full;
 mod layer_feed;
 pub mod model_load;

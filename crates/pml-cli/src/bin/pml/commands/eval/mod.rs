@@ -4,11 +4,15 @@
 //! question; modes `full` (once, the reference), `reuse`, `blend` at each ratio and, with
 //! `--kv-budgets`, every token computed within a KV budget (H2O, `pml_runtime::kv_budget`) run
 //! on it.
+//! With `--edits` the questions become the edited-fact set ([`edits`]): each question's answer
+//! changed in its documents, the original documents cached, and the edited prompt run in `full`,
+//! `prefix` (the rows before the first change reused) and edit reuse in `reuse` and `blend`.
 //! Every question's results are appended to `--out` as one JSON line as soon as they exist, so
 //! a stopped run keeps what it measured; the summary table (or JSON) follows at the end, and
 //! `--summarize FILE` prints it from such a file (runs split in parts, or stopped early).
 
 pub mod data;
+pub mod edits;
 pub mod report;
 pub mod runner;
 pub mod score;
@@ -71,6 +75,11 @@ pub struct EvalArgs {
     /// (H2O heavy hitters, comma-separated, e.g. `0.5,0.3`).
     #[arg(long, value_delimiter = ',', value_name = "FRACTION,...")]
     kv_budgets: Vec<f64>,
+    /// The edited-fact set: each question whose answer its documents mention gets it changed
+    /// there; the original documents are cached and the edited prompt compared in `full`,
+    /// `prefix` and edit reuse (`reuse`, `blend` at each ratio).
+    #[arg(long, conflicts_with = "kv_budgets")]
+    edits: bool,
     #[command(flatten)]
     blend: BlendArgs,
     /// Greedy tokens compared with mode `full`.
@@ -107,8 +116,20 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
         None => infer_format(&args.data)?,
     };
     let mut questions = data::load(&args.data, format, args.seed, args.distractors)?;
+    let mut edited = if args.edits {
+        edits::edited_questions(&questions)
+    } else {
+        Vec::new()
+    };
     if let Some(limit) = args.limit {
         questions.truncate(limit);
+        edited.truncate(limit);
+    }
+    if args.edits && edited.is_empty() {
+        return Err(Failure::usage(format!(
+            "no question of {} has an answer its documents mention: nothing to edit",
+            args.data.display()
+        )));
     }
     if let Some(bad) = args
         .kv_budgets
@@ -169,8 +190,12 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
         None => None,
     };
 
-    let bar =
-        ProgressBar::with_draw_target(Some(questions.len() as u64), ProgressDrawTarget::stderr());
+    let count = if args.edits {
+        edited.len()
+    } else {
+        questions.len()
+    };
+    let bar = ProgressBar::with_draw_target(Some(count as u64), ProgressDrawTarget::stderr());
     bar.set_style(
         ProgressStyle::with_template("{msg} {wide_bar} {pos}/{len} questions, eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -178,8 +203,27 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
     bar.set_message(format!("eval {}", opened.id));
     let mut results: Vec<QuestionResult> = Vec::with_capacity(questions.len());
     let mut failed = 0usize;
-    for question in &questions {
-        match run_question(&opened.runtime, question, &modes, args.horizon) {
+    let edit_modes: Vec<(String, InferenceMode)> = modes
+        .iter()
+        .filter_map(|(label, mode)| match mode {
+            EvalMode::Cached(mode) => Some((format!("edit {label}"), *mode)),
+            EvalMode::KvBudget(_) => None,
+        })
+        .collect();
+    for index in 0..count {
+        let (id, result) = if args.edits {
+            let question = &edited[index];
+            let result =
+                edits::run_edited_question(&opened.runtime, question, &edit_modes, args.horizon);
+            (&question.edited.id, result)
+        } else {
+            let question = &questions[index];
+            (
+                &question.id,
+                run_question(&opened.runtime, question, &modes, args.horizon),
+            )
+        };
+        match result {
             Ok(result) => {
                 if let Some(out) = &mut out {
                     let line = serde_json::to_string(&result).context("encoding a result")?;
@@ -191,7 +235,7 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
             }
             Err(error) => {
                 failed += 1;
-                bar.suspend(|| eprintln!("question {} skipped: {error:#}", question.id));
+                bar.suspend(|| eprintln!("question {id} skipped: {error:#}"));
             }
         }
         bar.inc(1);

@@ -194,6 +194,7 @@ mod tests {
             answers: Vec::new(),
             encode_ms: 0.0,
             modes: vec![row("full", 1.0, 10.0, true)],
+            edited_from: None,
         };
         let line = |id: &str| serde_json::to_string(&result(id)).expect("encodes");
         let text = format!(
@@ -222,6 +223,7 @@ mod tests {
             answers: Vec::new(),
             encode_ms: 0.0,
             modes: vec![row("full", 1.0, 100.0, true), auto(ratio)],
+            edited_from: None,
         };
         let summary = Summary::of(&[question(0.15), question(0.25)]);
         assert_eq!(summary.modes[0].ratio_chosen_mean, None);
@@ -242,6 +244,7 @@ mod tests {
                 row("full", 1.0, full_ms, true),
                 row("reuse", 0.0, reuse_ms, agrees),
             ],
+            edited_from: None,
         };
         let summary = Summary::of(&[
             question(100.0, 10.0, true),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use pml_compiler::RefuseSources;
-use pml_compiler::plan::BoundPrompt;
+use pml_compiler::plan::{BoundPrompt, SchemaLayout};
 use pml_engine::Tokenizer;
 use pml_runtime::inference::{InferenceMode, LaidOutSchema, Runtime, SplicePlan};
 use pml_runtime::kv_budget::{DEFAULT_SINKS, HeavyHitters, KvBudget};
@@ -44,6 +44,9 @@ pub struct QuestionResult {
     pub answers: Vec<String>,
     pub encode_ms: f64,
     pub modes: Vec<ModeResult>,
+    /// An edited question (`--edits`): the answer its documents held before the edit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edited_from: Option<String>,
 }
 
 /// How a compared mode computes the prompt and the answer.
@@ -58,7 +61,7 @@ pub enum EvalMode {
 }
 
 /// A mode's greedy run.
-struct Decoded {
+pub(super) struct Decoded {
     ttft: Duration,
     first_logits: Vec<f32>,
     continuation: Continuation,
@@ -89,7 +92,7 @@ pub fn run_question(
 
     let reference = decode(
         runtime,
-        &laid_out,
+        &laid_out.layout,
         &bound,
         EvalMode::Cached(InferenceMode::Full),
         None,
@@ -97,8 +100,15 @@ pub fn run_question(
     )?;
     let mut results = vec![score(question, "full", &reference, &reference, horizon)];
     for (label, mode) in modes {
-        let decoded = decode(runtime, &laid_out, &bound, *mode, Some(&reference), horizon)
-            .with_context(|| format!("mode {label}"))?;
+        let decoded = decode(
+            runtime,
+            &laid_out.layout,
+            &bound,
+            *mode,
+            Some(&reference),
+            horizon,
+        )
+        .with_context(|| format!("mode {label}"))?;
         results.push(score(question, label, &decoded, &reference, horizon));
     }
     Ok(QuestionResult {
@@ -107,10 +117,11 @@ pub fn run_question(
         answers: question.answers.clone(),
         encode_ms,
         modes: results,
+        edited_from: None,
     })
 }
 
-fn score(
+pub(super) fn score(
     question: &Question,
     label: &str,
     decoded: &Decoded,
@@ -138,9 +149,9 @@ fn score(
 /// Prefills `bound` in `mode` and decodes greedily: up to `horizon` tokens or the end of
 /// sequence for the reference; otherwise while the tokens still match `reference` or the answer
 /// (its first line) is unfinished.
-fn decode(
+pub(super) fn decode(
     runtime: &Runtime,
-    laid_out: &LaidOutSchema,
+    layout: &SchemaLayout,
     bound: &BoundPrompt,
     mode: EvalMode,
     reference: Option<&Decoded>,
@@ -152,7 +163,7 @@ fn decode(
     let start = Instant::now();
     let (logits, mut kv, tokens, ratio_chosen, mut hitters) = match mode {
         EvalMode::Cached(mode) => {
-            let prefill = runtime.prefill(&laid_out.layout, bound, mode)?;
+            let prefill = runtime.prefill(layout, bound, mode)?;
             let stats = &prefill.stats;
             let tokens = (
                 stats.tokens_reused,
@@ -163,7 +174,7 @@ fn decode(
             (prefill.logits, prefill.kv, tokens, ratio_chosen, None)
         }
         EvalMode::KvBudget(fraction) => {
-            let plan = SplicePlan::new(&laid_out.layout, bound)?;
+            let plan = SplicePlan::new(layout, bound)?;
             let n = plan.all_tokens.len();
             let slots = ((n as f64 * fraction).round() as usize).max(2 * DEFAULT_SINKS + 2);
             let budget = KvBudget::new(slots, slots / 2, DEFAULT_SINKS)?;

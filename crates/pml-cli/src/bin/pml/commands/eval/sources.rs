@@ -48,12 +48,12 @@ pub fn prompt(question: &Question) -> String {
 
 /// `text` with its line breaks made spaces: a document is one paragraph, and a blank line could
 /// not end a text run early.
-fn single_line(text: &str) -> String {
+pub fn single_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// `text` as PML character data.
-fn escape(text: &str) -> String {
+pub fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -1,0 +1,140 @@
+//! Reuse of an edited module's cached state (`inference::edit`) on the tiny random models of
+//! every family, f32 states: the original module is encoded, then a prompt of the edited module
+//! (one token replaced by two, so every row after the edit moves by one) runs bound to the
+//! original layout. Reusing the rows before the change alone is exact; `blend` recomputing
+//! every cached token is `full`; splicing the moved rows without recompute deviates (those rows
+//! attended to the old token).
+
+mod cached_support;
+
+use candle_core::{DType, Device};
+use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
+use pml_engine::model::tiny::random_model;
+use pml_engine::model::{Arch, Model, WeightFormat};
+use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
+use pml_runtime::inference::edit::rebind_edited;
+use pml_runtime::inference::{BlendOptions, InferenceMode, Prefill, Ratio, SplicePlan, prefill};
+use pml_runtime::store::ModuleStore;
+
+use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff, ram_store_in};
+
+const SEED: u64 = 11;
+const BOS: u32 = 1;
+/// f32 states: summation-order noise only.
+const TOLERANCE: f32 = 1e-4;
+
+fn tokens(first: u32, n: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| 2 + (first + i * 37) % 250).collect()
+}
+
+/// Root [BOS, prefix], module `doc`, then root text after it; `doc` holds `text`.
+fn layout(text: &[u32]) -> (SchemaLayout, UnitId) {
+    let mut builder = LayoutBuilder::new();
+    builder
+        .text(UnitId::ROOT, &[BOS])
+        .text(UnitId::ROOT, &tokens(3, 8));
+    let doc = builder.open("doc", UnitId::ROOT);
+    builder.text(doc, text);
+    builder.close(doc);
+    builder.text(UnitId::ROOT, &tokens(120, 3));
+    (builder.build("edited"), doc)
+}
+
+fn run(
+    model: &Model,
+    store: &ModuleStore,
+    layout: &SchemaLayout,
+    bound: &BoundPrompt,
+    mode: InferenceMode,
+) -> Prefill {
+    let plan = SplicePlan::new(layout, bound).expect("plan");
+    let mut encoder =
+        UnitEncoder::new(model, layout, EncodeMode::Scaffolded, Some(BOS), store).expect("encoder");
+    prefill(model, &mut encoder, &plan, mode, 0).expect("prefill")
+}
+
+#[test]
+fn an_edited_module_reuses_its_unchanged_rows() {
+    let original = tokens(50, 24);
+    let mut edited = original.clone();
+    edited.splice(10..11, [7, 9]);
+    for arch in Arch::ALL {
+        let model = random_model(arch, SEED, WeightFormat::F32, &Device::Cpu).expect("model");
+        let (store, _manifests) = ram_store_in(&model, "edit-test", DType::F32);
+        let (old, doc) = layout(&original);
+        let (new, _) = layout(&edited);
+        let options = EncodeOptions {
+            mode: EncodeMode::Scaffolded,
+            bos: Some(BOS),
+        };
+        encode_schema(&model, &old, options, &store, &mut |_| {}).expect("encode");
+        let bound = Binding::new(&new, &[doc], &tokens(90, 5)).bind();
+        let full = run(&model, &store, &new, &bound, InferenceMode::Full);
+
+        // The rows before the change, where they were: exact.
+        let prefix = rebind_edited(&old, &new, &bound, true).expect("rebind");
+        let reused = run(&model, &store, &old, &prefix, InferenceMode::Reuse);
+        assert_eq!(
+            reused.stats.tokens_reused,
+            9 + 10,
+            "{arch:?}: root prefix, doc prefix"
+        );
+        assert_close(
+            &reused.logits,
+            &full.logits,
+            TOLERANCE,
+            &format!("{arch:?} prefix"),
+        );
+
+        // Every unchanged row, the moved ones re-rotated: the doc's 23, the root's 12.
+        let edit = rebind_edited(&old, &new, &bound, false).expect("rebind");
+        let spliced = run(&model, &store, &old, &edit, InferenceMode::Reuse);
+        assert_eq!(spliced.stats.tokens_reused, 9 + 23 + 3, "{arch:?}");
+        assert_eq!(spliced.stats.tokens_new, 2 + 5, "{arch:?}");
+        // Cached rows first in the cache, the new ones after: the same positions in all.
+        let mut positions = spliced.kv.positions().to_vec();
+        positions.sort_unstable();
+        assert_eq!(positions, full.kv.positions(), "{arch:?}");
+        let deviation = max_abs_diff(&spliced.logits, &full.logits);
+        eprintln!("{arch:?}: moved rows spliced without recompute: max |Δlogit| {deviation:.3e}");
+        assert!(
+            deviation > 10.0 * TOLERANCE,
+            "{arch:?}: the edit should matter"
+        );
+
+        // Blend recomputing every cached token is full.
+        let everything = BlendOptions {
+            recompute: Ratio::new(1.0).expect("a fraction"),
+            shortcuts: false,
+            ..BlendOptions::default()
+        };
+        let blended = run(
+            &model,
+            &store,
+            &old,
+            &edit,
+            InferenceMode::Blend(everything),
+        );
+        assert_close(
+            &blended.logits,
+            &full.logits,
+            TOLERANCE,
+            &format!("{arch:?} blend"),
+        );
+    }
+}
+
+/// A layout whose structure changed (another module at the unit's id) is refused.
+#[test]
+fn another_structure_is_refused() {
+    let (old, doc) = layout(&tokens(50, 4));
+    let mut builder = LayoutBuilder::new();
+    builder.text(UnitId::ROOT, &[BOS]);
+    let other = builder.open("other", UnitId::ROOT);
+    builder.text(other, &tokens(50, 4));
+    builder.close(other);
+    let new = builder.build("edited");
+    let bound = Binding::new(&new, &[doc], &tokens(90, 2)).bind();
+    let error = rebind_edited(&old, &new, &bound, false).expect_err("refused");
+    assert!(error.to_string().contains("`doc`"), "{error}");
+}
