@@ -298,3 +298,61 @@ fn the_cache_benchmark_reports_a_reused_document() {
         "{report}"
     );
 }
+
+/// A schema whose module changed after `pmlc compile`: `pml run` reuses the module's stored
+/// state for its unchanged tokens (edit reuse, saying so) and answers from the edited text;
+/// `--no-edit-reuse` compiles it first instead.
+#[test]
+fn an_edited_module_is_reused_for_its_unchanged_tokens() {
+    if fetched_model(DEFAULT_MODEL_ID).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let schema = |year: &str| {
+        format!(
+            "<schema name=\"facts\">\n  <system>You answer briefly.</system>\n  <user>\n    \
+             <module name=\"museum\">The Harbor Museum opened in {year} and moved twice before \
+             the war. Its founder, Clara Voss, collected maps of the northern coast. The \
+             museum's largest room holds a whale skeleton found in 1887.</module>\n  </user>\n\
+             </schema>\n"
+        )
+    };
+    let write =
+        |name: &str, text: &str| std::fs::write(dir.path().join(name), text).expect("write");
+    write("facts.pml", &schema("1901"));
+    write(
+        "ask.pml",
+        "<prompt schema=\"facts\">\n  <museum/>\n  <user>When did the Harbor Museum open?</user>\n\
+         </prompt>\n",
+    );
+    let store = format!("disk:{}", dir.path().join("store").display());
+    let run = |binary: &str, args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--store", &store]);
+        pml_testkit::cli::run(binary, &all, None, dir.path())
+    };
+    let compiled = run(env!("CARGO_BIN_EXE_pmlc"), &["compile", "facts.pml"]);
+    assert_status(&compiled, 0, "pmlc compile");
+    write("facts.pml", &schema("1923"));
+    let answer = |extra: &[&str]| {
+        let output = run(
+            env!("CARGO_BIN_EXE_pml"),
+            &[&["run", "ask.pml", "--temperature", "0"], extra].concat(),
+        );
+        assert_status(&output, 0, "pml run");
+        output
+    };
+    let edited = answer(&[]);
+    let notes = stderr(&edited);
+    assert!(notes.contains("changed since it was compiled"), "{notes}");
+    assert!(notes.contains("module `museum`"), "{notes}");
+    assert!(notes.contains("mode blend"), "{notes}");
+    assert!(stdout(&edited).contains("1923"), "{}", stdout(&edited));
+    let compiled_first = answer(&["--no-edit-reuse"]);
+    assert!(
+        stderr(&compiled_first).contains("compiling it first"),
+        "{}",
+        stderr(&compiled_first)
+    );
+    assert!(stdout(&compiled_first).contains("1923"));
+}

@@ -13,6 +13,7 @@ use pml_engine::model::tiny::random_model;
 use pml_engine::model::{Arch, Model, WeightFormat};
 use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
 use pml_runtime::inference::edit::rebind_edited;
+use pml_runtime::inference::previous_layout::previous_layout;
 use pml_runtime::inference::{BlendOptions, InferenceMode, Prefill, Ratio, SplicePlan, prefill};
 use pml_runtime::store::ModuleStore;
 
@@ -122,6 +123,51 @@ fn an_edited_module_reuses_its_unchanged_rows() {
             &format!("{arch:?} blend"),
         );
     }
+}
+
+/// Root [BOS, prefix], `doc` holding `text`, `after`, then root text: an edit of `doc` moves
+/// everything after it.
+fn layout_with_tail(text: &[u32]) -> SchemaLayout {
+    let mut builder = LayoutBuilder::new();
+    builder
+        .text(UnitId::ROOT, &[BOS])
+        .text(UnitId::ROOT, &tokens(3, 8));
+    let doc = builder.open("doc", UnitId::ROOT);
+    builder.text(doc, text);
+    builder.close(doc);
+    let after = builder.open("after", UnitId::ROOT);
+    builder.text(after, &tokens(170, 6));
+    builder.close(after);
+    builder.text(UnitId::ROOT, &tokens(120, 3));
+    builder.build("edited")
+}
+
+/// After an edit, the layout the stored states were computed under is rebuilt from the last
+/// manifest and those states, exactly; with nothing changed there is none to rebuild.
+#[test]
+fn the_previous_layout_is_rebuilt_from_the_stored_states() {
+    let original = tokens(50, 24);
+    let mut edited = original.clone();
+    edited.splice(10..11, [7, 9]);
+    let model = random_model(Arch::Qwen2, SEED, WeightFormat::F32, &Device::Cpu).expect("model");
+    let (store, _manifests) = ram_store_in(&model, "edit-test", DType::F32);
+    let old = layout_with_tail(&original);
+    let options = EncodeOptions {
+        mode: EncodeMode::Scaffolded,
+        bos: Some(BOS),
+    };
+    encode_schema(&model, &old, options, &store, &mut |_| {}).expect("encode");
+    let find = |layout: &SchemaLayout| {
+        previous_layout(&model, &store, EncodeMode::Scaffolded, Some(BOS), layout)
+            .expect("previous layout")
+    };
+    assert_eq!(find(&old), None, "nothing changed");
+    let previous = find(&layout_with_tail(&edited)).expect("a previous layout");
+    assert_eq!(previous.layout, old);
+    assert_eq!(
+        previous.changed,
+        ["the root", "module `doc`", "module `after`"]
+    );
 }
 
 /// A layout whose structure changed (another module at the unit's id) is refused.

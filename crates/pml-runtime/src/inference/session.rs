@@ -242,6 +242,23 @@ impl Runtime {
         )
     }
 
+    /// The layout `layout`'s schema had when the store's states of its changed units were
+    /// computed (see [`super::previous_layout`]), for edit reuse; `None` when nothing changed
+    /// or the previous states cannot be used.
+    pub fn previous_layout(
+        &self,
+        layout: &SchemaLayout,
+    ) -> Result<Option<super::previous_layout::PreviousLayout>, InferenceError> {
+        let options = self.encode_options();
+        super::previous_layout::previous_layout(
+            &self.model,
+            &self.store,
+            options.mode,
+            options.bos,
+            layout,
+        )
+    }
+
     /// Answers a bound prompt in `mode`, streaming text to `on_text`.
     pub fn run_bound(
         &self,

@@ -16,6 +16,7 @@ use pml_cli::compile_command::{compile_schema, units_missing};
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{CheckedFile, RuntimeArgs, SourceText, bind, check, lay_out, open_runtime};
 use pml_engine::generation::Generation;
+use pml_runtime::inference::edit::rebind_edited;
 use pml_runtime::inference::{InferenceMode, RunStats, SplicePlan};
 use serde::{Deserialize, Serialize};
 
@@ -60,6 +61,10 @@ pub struct RunArgs {
     /// token counts) instead of the answer text; the summary line still goes to stderr.
     #[arg(long)]
     json: bool,
+    /// A schema changed since it was compiled is compiled first, instead of reusing the stored
+    /// states of its changed modules for their unchanged tokens (edit reuse).
+    #[arg(long)]
+    no_edit_reuse: bool,
 }
 
 /// What `pml run --json` prints: the answer and the run's account. Times are in milliseconds.
@@ -151,11 +156,31 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     let runtime = &opened.runtime;
     let laid_out = lay_out(runtime, &schema, color)?;
     let bound = bind(runtime, &laid_out, &prompt, color)?;
-    let mode = args.blend.mode(args.mode, args.recompute);
+    let mut mode = args.blend.mode(args.mode, args.recompute);
     let mut units_compiled_first = 0;
+    // With edit reuse the prompt runs bound to the layout the stored states were computed under.
+    let mut previous = None;
     if mode != InferenceMode::Full {
         let missing = units_missing(runtime, &laid_out.layout)?;
-        if missing > 0 {
+        if missing > 0 && !args.no_edit_reuse {
+            previous = runtime
+                .previous_layout(&laid_out.layout)
+                .context("looking for the schema's previous states")?;
+        }
+        if let Some(previous) = &previous {
+            if mode == InferenceMode::Reuse {
+                mode = args.blend.mode(ModeArg::Blend, args.recompute);
+            }
+            eprintln!(
+                "schema `{}` changed since it was compiled: the stored states of {} are reused \
+                 for their unchanged tokens, the changed ones computed and {mode} repairs the \
+                 rest (edit reuse; `pmlc compile {}` stores exact states, `--no-edit-reuse` \
+                 compiles first)",
+                laid_out.layout.schema_name,
+                previous.changed.join(", "),
+                schema.name()
+            );
+        } else if missing > 0 {
             units_compiled_first = missing;
             eprintln!(
                 "schema `{}` is not compiled for {} ({missing} units missing from the store): \
@@ -166,21 +191,26 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             eprintln!("{summary}");
         }
     }
+    let (layout, bound) = match &previous {
+        Some(previous) => (
+            &previous.layout,
+            rebind_edited(&previous.layout, &laid_out.layout, &bound, false)
+                .with_context(|| format!("binding `{}` for edit reuse", prompt.name()))?,
+        ),
+        None => (&laid_out.layout, bound),
+    };
     if args.show_plan {
-        eprint!(
-            "{}",
-            describe_plan(&laid_out.layout, &bound, runtime.tokenizer())
-        );
+        eprint!("{}", describe_plan(layout, &bound, runtime.tokenizer()));
     }
     let params = args.sampling.params();
     let mut answer = AnswerStream::new(!args.no_stream && !args.json);
     let (generation, stats) = runtime
-        .run_bound(&laid_out.layout, &bound, mode, &params, &mut |piece| {
+        .run_bound(layout, &bound, mode, &params, &mut |piece| {
             answer.write(piece)
         })
         .with_context(|| format!("running `{}`", prompt.name()))?;
     if args.json {
-        let plan = SplicePlan::new(&laid_out.layout, &bound)
+        let plan = SplicePlan::new(layout, &bound)
             .with_context(|| format!("planning `{}`", prompt.name()))?;
         let report = RunJson::new(
             &opened.id,

@@ -18,7 +18,7 @@ use std::time::Instant;
 use anyhow::Context;
 use pml_compiler::RefuseSources;
 use pml_runtime::inference::edit::rebind_edited;
-use pml_runtime::inference::{InferenceMode, LaidOutSchema, Runtime};
+use pml_runtime::inference::{InferenceMode, LaidOutSchema, Runtime, SplicePlan};
 
 use super::data::{Document, Question};
 use super::runner::{EvalMode, QuestionResult, decode, score};
@@ -122,6 +122,15 @@ fn prompt(question: &Question) -> String {
     )
 }
 
+/// The token ids of an edited question's prompts, for running the same tokens through another
+/// engine (`--prompts-out`: llama.cpp's `--cache-reuse`, `scripts/edit_reuse_llama.py`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct EditedPrompts {
+    pub id: String,
+    pub original: Vec<u32>,
+    pub edited: Vec<u32>,
+}
+
 /// Runs `question`: its original documents encoded, then `full` on the edited prompt (the
 /// reference), `prefix`, and every one of `modes` on the edit-reused prompt.
 pub fn run_edited_question(
@@ -129,7 +138,7 @@ pub fn run_edited_question(
     question: &EditedQuestion,
     modes: &[(String, InferenceMode)],
     horizon: usize,
-) -> anyhow::Result<QuestionResult> {
+) -> anyhow::Result<(QuestionResult, EditedPrompts)> {
     let lay_out = |question: &Question| -> anyhow::Result<LaidOutSchema> {
         runtime
             .lay_out(&schema(question), &RefuseSources)
@@ -145,6 +154,14 @@ pub fn run_edited_question(
     let bound = runtime
         .bind(&new, &prompt(&question.edited))
         .context("binding the edited prompt")?;
+    let original_bound = runtime
+        .bind(&old, &prompt(&question.original))
+        .context("binding the original prompt")?;
+    let prompts = EditedPrompts {
+        id: question.edited.id.clone(),
+        original: SplicePlan::new(&old.layout, &original_bound)?.all_tokens,
+        edited: SplicePlan::new(&new.layout, &bound)?.all_tokens,
+    };
 
     let full = EvalMode::Cached(InferenceMode::Full);
     let reference = decode(runtime, &new.layout, &bound, full, None, horizon)?;
@@ -175,14 +192,15 @@ pub fn run_edited_question(
         .with_context(|| format!("mode {label}"))?;
         results.push(score(edited, label, &decoded, &reference, horizon));
     }
-    Ok(QuestionResult {
+    let result = QuestionResult {
         id: edited.id.clone(),
         question: edited.question.clone(),
         answers: edited.answers.clone(),
         encode_ms,
         modes: results,
         edited_from: Some(question.old_answer.clone()),
-    })
+    };
+    Ok((result, prompts))
 }
 
 #[cfg(test)]

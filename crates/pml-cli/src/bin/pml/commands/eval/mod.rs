@@ -88,6 +88,10 @@ pub struct EvalArgs {
     /// Append each question's results to this file as JSON lines while running.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// With `--edits`: append each question's original and edited prompt token ids to this
+    /// file as JSON lines (to run the same tokens through another engine).
+    #[arg(long, value_name = "FILE", requires = "edits")]
+    prompts_out: Option<PathBuf>,
     /// Print the summary as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -179,16 +183,19 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
         .runtime
         .replace_store(store)
         .context("switching to a RAM-only store")?;
-    let mut out = match &args.out {
-        Some(path) => Some(
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("opening {}", path.display()))?,
-        ),
-        None => None,
+    let append = |path: &Option<PathBuf>| -> anyhow::Result<Option<std::fs::File>> {
+        path.as_ref()
+            .map(|path| {
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("opening {}", path.display()))
+            })
+            .transpose()
     };
+    let mut out = append(&args.out)?;
+    let mut prompts_out = append(&args.prompts_out)?;
 
     let count = if args.edits {
         edited.len()
@@ -214,7 +221,13 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
         let (id, result) = if args.edits {
             let question = &edited[index];
             let result =
-                edits::run_edited_question(&opened.runtime, question, &edit_modes, args.horizon);
+                edits::run_edited_question(&opened.runtime, question, &edit_modes, args.horizon)
+                    .and_then(|(result, prompts)| {
+                        if let Some(file) = &mut prompts_out {
+                            write_line(file, &prompts)?;
+                        }
+                        Ok(result)
+                    });
             (&question.edited.id, result)
         } else {
             let question = &questions[index];
@@ -226,10 +239,7 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
         match result {
             Ok(result) => {
                 if let Some(out) = &mut out {
-                    let line = serde_json::to_string(&result).context("encoding a result")?;
-                    writeln!(out, "{line}")
-                        .and_then(|()| out.flush())
-                        .context("writing a result line")?;
+                    write_line(out, &result)?;
                 }
                 results.push(result);
             }
@@ -255,6 +265,14 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
         )));
     }
     Ok(())
+}
+
+/// `value` as one JSON line, flushed (a stopped run keeps every line written).
+fn write_line(file: &mut std::fs::File, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let line = serde_json::to_string(value).context("encoding a result")?;
+    writeln!(file, "{line}")
+        .and_then(|()| file.flush())
+        .context("writing a result line")
 }
 
 fn print_summary(summary: &Summary, json: bool) -> anyhow::Result<()> {
