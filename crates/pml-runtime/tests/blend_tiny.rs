@@ -110,6 +110,10 @@ fn recomputing_everything_is_mode_full() {
                 selection: Selection::AttentionValue,
                 ..blend(1.0)
             },
+            BlendOptions {
+                selection: Selection::Mixed,
+                ..blend(1.0)
+            },
         ];
         for options in variants {
             let blended = fixture.prefill(&layout, &bound, InferenceMode::Blend(options));
@@ -165,6 +169,7 @@ fn the_selection_holds_the_new_tokens_the_last_one_and_r_of_the_cached() {
             (0.75, false, Selection::Deviation),
             (0.1, false, Selection::Weighted),
             (0.25, true, Selection::AttentionValue),
+            (0.25, false, Selection::Mixed),
         ];
         for (ratio, gradual, selection) in cases {
             let options = BlendOptions {
@@ -217,6 +222,7 @@ fn no_ranking_recomputes_rows_spliced_exactly() {
             Selection::Attention,
             Selection::Weighted,
             Selection::AttentionValue,
+            Selection::Mixed,
         ] {
             for ratio in [0.25, 0.5] {
                 let options = BlendOptions {

@@ -223,6 +223,17 @@ fn recompute(
             None => None,
         };
         let exact_up_to = exact_deviation(&probe.deviation[..n_cached]);
+        let (deviation_rank, read_rank) = match options.selection {
+            Selection::Mixed => (
+                rank_scores(&probe.deviation[..n_cached]),
+                rank_scores(
+                    attention
+                        .as_deref()
+                        .map_or(&[], |mass| &mass[..n_cached.min(mass.len())]),
+                ),
+            ),
+            _ => (Vec::new(), Vec::new()),
+        };
         let by_row: Vec<f32> = rows
             .context
             .slots()
@@ -235,6 +246,10 @@ fn recompute(
                     Selection::Deviation => deviation,
                     Selection::Attention | Selection::AttentionValue => read,
                     Selection::Weighted => deviation * read,
+                    Selection::Mixed => {
+                        let rank = |ranks: &[f32]| ranks.get(slot).copied().unwrap_or(0.0);
+                        rank(&deviation_rank).max(rank(&read_rank))
+                    }
                 }
             })
             .collect();
@@ -404,6 +419,19 @@ fn exact_deviation(cached_deviation: &[f32]) -> f32 {
     largest * EXACT_RELATIVE_DEVIATION
 }
 
+/// Each value's place from the top as a score in `(0, 1]`: the largest 1, the smallest
+/// `1 / n` (ties in index order), so two rankings of different scales can be merged.
+fn rank_scores(values: &[f32]) -> Vec<f32> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| values[b].total_cmp(&values[a]).then(a.cmp(&b)));
+    let n = values.len() as f32;
+    let mut scores = vec![0.0; values.len()];
+    for (place, index) in order.into_iter().enumerate() {
+        scores[index] = 1.0 - place as f32 / n;
+    }
+    scores
+}
+
 /// The rows to recompute, ascending: every row that is not cached, and the `keep` cached rows
 /// with the largest score (deviation, attention or their product; ties to the earlier row).
 pub fn select_top(cached: &[bool], score_of_row: &[f32], keep: usize) -> Vec<usize> {
@@ -475,7 +503,13 @@ fn row_ids(rows: &[usize], device: &candle_core::Device) -> Result<Tensor, Infer
 
 #[cfg(test)]
 mod tests {
-    use super::select_top;
+    use super::{rank_scores, select_top};
+
+    #[test]
+    fn rank_scores_place_values_from_the_top() {
+        assert_eq!(rank_scores(&[0.5, 9.0, 0.5, 2.0]), [0.5, 1.0, 0.25, 0.75]);
+        assert!(rank_scores(&[]).is_empty());
+    }
 
     #[test]
     fn selection_keeps_every_new_row_and_the_highest_scoring_cached_ones() {

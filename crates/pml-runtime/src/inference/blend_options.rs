@@ -106,6 +106,10 @@ pub enum Selection {
     /// less).
     #[default]
     AttentionValue,
+    /// Half from each of `AttentionValue` and `Deviation`: a row ranks by the better of its two
+    /// places (rank fusion), so the selection is the union of the two lists' heads — the
+    /// tokens the question reads and the tokens the splice got most wrong.
+    Mixed,
 }
 
 impl Selection {
@@ -115,6 +119,7 @@ impl Selection {
             Selection::Attention => "attention",
             Selection::Weighted => "weighted",
             Selection::AttentionValue => "attention-value",
+            Selection::Mixed => "mixed",
         }
     }
 
@@ -124,7 +129,7 @@ impl Selection {
         match self {
             Selection::Deviation => None,
             Selection::Attention | Selection::Weighted => Some(MassWeighting::Weights),
-            Selection::AttentionValue => Some(MassWeighting::ValueNorm),
+            Selection::AttentionValue | Selection::Mixed => Some(MassWeighting::ValueNorm),
         }
     }
 }
@@ -230,6 +235,7 @@ impl fmt::Display for BlendOptions {
             Selection::Deviation => write!(f, "{deviation} deviation")?,
             Selection::Weighted => write!(f, "attention × {deviation} deviation")?,
             Selection::AttentionValue => f.write_str("attention × |V|")?,
+            Selection::Mixed => write!(f, "attention × |V| and {deviation} deviation")?,
         }
         if self.gradual {
             write!(f, ", gradual on {deviation}")?;

@@ -30,6 +30,7 @@ pub enum SelectArg {
     Attention,
     Weighted,
     AttentionValue,
+    Mixed,
 }
 
 impl From<SelectArg> for Selection {
@@ -39,6 +40,7 @@ impl From<SelectArg> for Selection {
             SelectArg::Attention => Selection::Attention,
             SelectArg::Weighted => Selection::Weighted,
             SelectArg::AttentionValue => Selection::AttentionValue,
+            SelectArg::Mixed => Selection::Mixed,
         }
     }
 }
