@@ -80,8 +80,9 @@ fn without_a_budget_a_chat_ends_at_its_context() {
     );
 }
 
+/// A budget that cannot hold its sinks and recent slots is refused before the model loads.
 #[test]
-fn a_budget_past_the_context_is_refused() {
+fn a_budget_too_small_for_its_recent_slots_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let output = run(
         env!("CARGO_BIN_EXE_pml"),
@@ -91,4 +92,19 @@ fn a_budget_past_the_context_is_refused() {
     );
     assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
     assert!(text(&output.stderr).contains("--kv-recent"));
+}
+
+/// A budget larger than the context it may use is refused, naming the most it may be.
+#[test]
+fn a_budget_past_the_context_is_refused() {
+    if fetched_model(DEFAULT_MODEL_ID).is_none() {
+        return;
+    }
+    let output = chat(&["--kv-budget", "200"]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("does not fit a context of 128 positions"),
+        "{stderr}"
+    );
 }

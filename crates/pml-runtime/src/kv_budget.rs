@@ -257,6 +257,8 @@ impl HeavyHitters {
         )?;
         kv.limit_rows(self.budget.slots);
         self.shift = next - held as u32;
+        // Kept at least the shift, so a failed pass after the move leaves a usable state.
+        self.next_position = next;
         self.moves += 1;
         Ok(())
     }

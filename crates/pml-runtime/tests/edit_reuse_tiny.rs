@@ -125,6 +125,41 @@ fn an_edited_module_reuses_its_unchanged_rows() {
     }
 }
 
+/// A module the prompt places elsewhere (as a collection member is) keeps its placement when
+/// it is edit-reused: blend recomputing everything is `full` of the placed, edited prompt.
+#[test]
+fn a_placed_module_is_edit_reused_where_the_prompt_puts_it() {
+    let original = tokens(50, 24);
+    let mut edited = original.clone();
+    edited.splice(10..11, [7, 9]);
+    let model = random_model(Arch::Qwen2, SEED, WeightFormat::F32, &Device::Cpu).expect("model");
+    let (store, _manifests) = ram_store_in(&model, "edit-test", DType::F32);
+    let (old, doc) = layout(&original);
+    let (new, _) = layout(&edited);
+    let options = EncodeOptions {
+        mode: EncodeMode::Scaffolded,
+        bos: Some(BOS),
+    };
+    encode_schema(&model, &old, options, &store, &mut |_| {}).expect("encode");
+    let mut binding = Binding::new(&new, &[doc], &tokens(90, 5));
+    binding.placed.push((doc, 45));
+    binding.tail_start = Some(80);
+    let bound = binding.bind();
+    let full = run(&model, &store, &new, &bound, InferenceMode::Full);
+    let edit = rebind_edited(&old, &new, &bound, false).expect("rebind");
+    let everything = BlendOptions {
+        recompute: Ratio::new(1.0).expect("a fraction"),
+        shortcuts: false,
+        ..BlendOptions::default()
+    };
+    let blended = run(&model, &store, &old, &edit, InferenceMode::Blend(everything));
+    let mut positions = blended.kv.positions().to_vec();
+    positions.sort_unstable();
+    assert_eq!(positions, full.kv.positions());
+    assert!(positions.contains(&45) && !positions.contains(&20));
+    assert_close(&blended.logits, &full.logits, TOLERANCE, "placed");
+}
+
 /// Root [BOS, prefix], `doc` holding `text`, `after`, then root text: an edit of `doc` moves
 /// everything after it.
 fn layout_with_tail(text: &[u32]) -> SchemaLayout {

@@ -60,8 +60,9 @@ pub fn edit_unit(
     let mut last: Option<(usize, usize, i64)> = None;
     for (row, index) in pairs {
         let delta = i64::from(positions[index]) - i64::from(old.positions[row]);
-        // The splice moves a span by `placed_at - first`: a run that would start before
-        // position 0 is computed instead.
+        // The splice moves a span by `placed_at - first`, the old unit's first position: a run
+        // that would need it before position 0 (more tokens deleted before it than the unit's
+        // first position) is computed instead, a loss of reuse, not of correctness.
         let Ok(placed_at) = u32::try_from(first + delta) else {
             continue;
         };
@@ -122,11 +123,32 @@ pub fn rebind_edited(
                 new_unit.path.join("/")
             )));
         }
-        let (tokens, positions): (Vec<u32>, Vec<u32>) = span
-            .rows
-            .iter()
-            .filter_map(|&row| Some((*new_unit.tokens.get(row)?, *new_unit.positions.get(row)?)))
-            .unzip();
+        // A collection member placed elsewhere in the prompt moves by its placement.
+        let moved_by = match (span.placed_at, new_unit.positions.first()) {
+            (Some(placed_at), Some(&first)) => i64::from(placed_at) - i64::from(first),
+            _ => 0,
+        };
+        let mut tokens = Vec::with_capacity(span.rows.len());
+        let mut positions = Vec::with_capacity(span.rows.len());
+        for &row in &span.rows {
+            let (Some(&token), Some(&position)) =
+                (new_unit.tokens.get(row), new_unit.positions.get(row))
+            else {
+                return Err(InferenceError::InvalidPrompt(format!(
+                    "row {row} of unit {}, which has {} tokens",
+                    span.unit.0,
+                    new_unit.tokens.len()
+                )));
+            };
+            let position = u32::try_from(i64::from(position) + moved_by).map_err(|_| {
+                InferenceError::InvalidPrompt(format!(
+                    "unit {} placed at {:?} moves position {position} out of range",
+                    span.unit.0, span.placed_at
+                ))
+            })?;
+            tokens.push(token);
+            positions.push(position);
+        }
         let edited = edit_unit(span.unit, old_unit, &tokens, &positions, prefix_only);
         rebound.cached.extend(edited.cached);
         rebound.new_kinds.extend(std::iter::repeat_n(

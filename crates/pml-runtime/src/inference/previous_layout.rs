@@ -94,9 +94,15 @@ pub fn previous_layout(
         .map(|unit| unit.end)
         .max()
         .unwrap_or(0);
+    // Every replaced unit must read the state the manifest recorded, and every kept one its
+    // own: a kept unit's context may hold a replaced one's rows.
     let previous_encoder = UnitEncoder::new(model, &previous, mode, bos, store)?;
-    for (id, key) in &replaced {
-        if previous_encoder.key(*id)? != *key {
+    for unit in layout.units.iter().filter(|unit| !unit.tokens.is_empty()) {
+        let expected = match replaced.iter().find(|(id, _)| *id == unit.id) {
+            Some((_, key)) => key.clone(),
+            None => encoder.key(unit.id)?,
+        };
+        if previous_encoder.key(unit.id)? != expected {
             return Ok(None);
         }
     }

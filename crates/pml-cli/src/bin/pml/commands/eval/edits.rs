@@ -60,7 +60,7 @@ pub fn edited_questions(questions: &[Question]) -> Vec<EditedQuestion> {
             continue;
         }
         let substitute = match answer.parse::<u64>() {
-            Ok(number) => Some((number + 7).to_string()),
+            Ok(number) => number.checked_add(7).map(|moved| moved.to_string()),
             // Another question's answer of the same kind, the next one round the set.
             Err(_) => (1..answers.len())
                 .map(|step| answers[(index + step) % answers.len()])
