@@ -93,8 +93,9 @@ pub struct BlendArgs {
     pub deviation: DeviationArg,
     /// How mode `blend` ranks the cached tokens to recompute: by the attention the new tokens pay
     /// them, each weight times the slot's value norm (attention-value, the default), by the plain
-    /// attention, by their deviation at the check layer (CacheBlend's), or by deviation ×
-    /// attention (weighted).
+    /// attention, by their deviation at the check layer (CacheBlend's), by deviation ×
+    /// attention (weighted), or by the better of their attention-value and deviation places
+    /// (mixed).
     #[arg(long, value_enum, default_value_t = SelectArg::AttentionValue)]
     pub select: SelectArg,
     /// Gradual filtering: choose twice the fraction at the check layer, narrow to it one layer on.
