@@ -152,7 +152,13 @@ fn a_placed_module_is_edit_reused_where_the_prompt_puts_it() {
         shortcuts: false,
         ..BlendOptions::default()
     };
-    let blended = run(&model, &store, &old, &edit, InferenceMode::Blend(everything));
+    let blended = run(
+        &model,
+        &store,
+        &old,
+        &edit,
+        InferenceMode::Blend(everything),
+    );
     let mut positions = blended.kv.positions().to_vec();
     positions.sort_unstable();
     assert_eq!(positions, full.kv.positions());
