@@ -28,6 +28,12 @@ pub struct ModeSummary {
     /// Ratio `auto`: the mean fraction the loading controller chose.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_chosen_mean: Option<f64>,
+    /// Edited questions (`--edits`): the share of answers naming the changed fact, and the
+    /// share naming the fact the documents held before the edit (answering from stale KV).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub names_new_fact: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub names_old_fact: Option<f64>,
 }
 
 /// Every mode's summary, in the order the modes ran.
@@ -78,11 +84,38 @@ impl Summary {
                             .collect();
                         (!chosen.is_empty()).then(|| self::mean(chosen.into_iter()))
                     },
+                    names_new_fact: names_fact(results, index, |result| {
+                        result.answers.first().map(String::as_str)
+                    }),
+                    names_old_fact: names_fact(results, index, |result| {
+                        result.edited_from.as_deref()
+                    }),
                 }
             })
             .collect();
         Self { modes }
     }
+}
+
+/// Over edited questions only (`None` without any): the share whose mode `index` answer names
+/// `fact` (case-insensitive) and not, for the old fact, the new one too.
+fn names_fact(
+    results: &[QuestionResult],
+    index: usize,
+    fact: impl Fn(&QuestionResult) -> Option<&str>,
+) -> Option<f64> {
+    let named: Vec<f64> = results
+        .iter()
+        .filter(|result| result.edited_from.is_some())
+        .filter_map(|result| {
+            let answer = result.modes.get(index)?.answer.to_lowercase();
+            let new = result.answers.first()?.to_lowercase();
+            let fact = fact(result)?.to_lowercase();
+            let names = answer.contains(&fact) && (fact == new || !answer.contains(&new));
+            Some(f64::from(u8::from(names)))
+        })
+        .collect();
+    (!named.is_empty()).then(|| mean(named.into_iter()))
 }
 
 impl fmt::Display for Summary {
@@ -110,6 +143,20 @@ impl fmt::Display for Summary {
                 mode.tokens_recomputed_mean,
                 mode.tokens_cached_mean,
             )?;
+        }
+        if self.modes.iter().any(|mode| mode.names_new_fact.is_some()) {
+            writeln!(f, "\n| mode | names the new fact | names the old fact |")?;
+            writeln!(f, "|---|---|---|")?;
+            for mode in &self.modes {
+                let share = |value: Option<f64>| value.map_or("-".into(), |v| format!("{v:.3}"));
+                writeln!(
+                    f,
+                    "| {} | {} | {} |",
+                    mode.mode,
+                    share(mode.names_new_fact),
+                    share(mode.names_old_fact)
+                )?;
+            }
         }
         Ok(())
     }
@@ -259,5 +306,34 @@ mod tests {
         assert!((reuse.ttft_ratio_to_full_median - 0.1).abs() < 1e-12);
         assert_eq!(reuse.tokens_cached_mean, 100.0);
         assert!(summary.to_string().contains("| reuse | 3 |"));
+        assert!(!summary.to_string().contains("names the new fact"));
+    }
+
+    #[test]
+    fn edited_questions_count_answers_naming_the_new_and_the_old_fact() {
+        let question = |answers: [&str; 2]| QuestionResult {
+            id: String::new(),
+            question: String::new(),
+            answers: vec!["1908".into()],
+            encode_ms: 0.0,
+            modes: answers
+                .iter()
+                .enumerate()
+                .map(|(index, answer)| ModeResult {
+                    answer: (*answer).into(),
+                    ..row(if index == 0 { "full" } else { "edit" }, 0.0, 1.0, true)
+                })
+                .collect(),
+            edited_from: Some("1901".into()),
+        };
+        let summary = Summary::of(&[
+            question(["In 1908.", "In 1901."]),
+            question(["1908", "1901 or 1908"]),
+        ]);
+        assert_eq!(summary.modes[0].names_new_fact, Some(1.0));
+        assert_eq!(summary.modes[0].names_old_fact, Some(0.0));
+        assert_eq!(summary.modes[1].names_new_fact, Some(0.5));
+        assert_eq!(summary.modes[1].names_old_fact, Some(0.5));
+        assert!(summary.to_string().contains("| edit | 0.500 | 0.500 |"));
     }
 }
