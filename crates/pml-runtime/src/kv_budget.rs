@@ -16,7 +16,7 @@
 //! llama.cpp's context shift moves it) and the sequence goes on from `k`. Callers keep counting
 //! positions as if nothing moved; the cache is told them less the accumulated shift.
 
-use pml_engine::kv_cache::KvCache;
+use pml_engine::kv_cache::{KvBlock, KvCache};
 use pml_engine::model::{EngineError, ForwardContext, Model};
 
 use crate::inference::{AttentionMass, MassWeighting};
@@ -248,14 +248,7 @@ impl HeavyHitters {
         let held = kv.len();
         let block = kv.gather(&(0..held).collect::<Vec<_>>())?;
         let positions: Vec<u32> = (0..held as u32).collect();
-        let moved = model.reposition(&block, &positions)?;
-        *kv = KvCache::from_blocks(
-            model.kv_layout(),
-            model.device(),
-            &[&moved],
-            self.budget.slots - held,
-        )?;
-        kv.limit_rows(self.budget.slots);
+        *kv = self.rebuilt(model, &model.reposition(&block, &positions)?)?;
         self.shift = next - held as u32;
         // Kept at least the shift, so a failed pass after the move leaves a usable state.
         self.next_position = next;
@@ -284,6 +277,18 @@ impl HeavyHitters {
         Ok(model.logits(&hidden, &[tokens.len() - 1])?.squeeze(0)?)
     }
 
+    /// A cache holding `block`'s rows, with room for the budget and never more.
+    fn rebuilt(&self, model: &Model, block: &KvBlock) -> Result<KvCache, EngineError> {
+        let mut kv = KvCache::from_blocks(
+            model.kv_layout(),
+            model.device(),
+            &[block],
+            self.budget.slots - block.len(),
+        )?;
+        kv.limit_rows(self.budget.slots);
+        Ok(kv)
+    }
+
     /// Evicts so that `incoming` more slots fit the budget: down to the budget less `incoming`
     /// and a slack, so the cache is rebuilt once per several tokens. The incoming tokens count
     /// towards the recent window, so as many fewer held slots are kept as recent.
@@ -306,13 +311,7 @@ impl HeavyHitters {
         let keep = self.budget.keep(&self.scores, room, recent);
         let block = kv.gather(&keep)?;
         self.evicted += kv.len() - keep.len();
-        *kv = KvCache::from_blocks(
-            model.kv_layout(),
-            model.device(),
-            &[&block],
-            self.budget.slots - keep.len(),
-        )?;
-        kv.limit_rows(self.budget.slots);
+        *kv = self.rebuilt(model, &block)?;
         self.scores = keep.iter().map(|&slot| self.scores[slot]).collect();
         Ok(())
     }
@@ -415,6 +414,16 @@ mod tests {
         }
     }
 
+    /// A budget of `slots` (`recent` newest) whose positions stay below `limit`, and its cache.
+    fn limited(model: &Model, slots: usize, recent: usize, limit: u32) -> (HeavyHitters, KvCache) {
+        let budget = KvBudget::new(slots, recent, DEFAULT_SINKS).expect("budget");
+        let hitters = HeavyHitters::new(budget)
+            .with_position_limit(limit)
+            .expect("limit");
+        let kv = hitters.new_cache(model).expect("cache");
+        (hitters, kv)
+    }
+
     /// Reaching the position limit moves the kept slots to `0..k` and the sequence goes on
     /// from `k`: slots 20..30 moved to 0..10 and the next tokens run at 10.. compute what a
     /// cache that held them there from the start computes (RoPE depends on distances only).
@@ -422,11 +431,7 @@ mod tests {
     fn the_limit_moves_the_kept_slots_to_position_zero() {
         for arch in Arch::ALL {
             let model = random_model(arch, 3, WeightFormat::F32, &Device::Cpu).expect("model");
-            let budget = KvBudget::new(48, 12, DEFAULT_SINKS).expect("budget");
-            let mut hitters = HeavyHitters::new(budget)
-                .with_position_limit(64)
-                .expect("limit");
-            let mut kv = hitters.new_cache(&model).expect("cache");
+            let (mut hitters, mut kv) = limited(&model, 48, 12, 64);
             let first: Vec<u32> = (0..10).map(|t| 3 + t * 11).collect();
             let second: Vec<u32> = (0..10).map(|t| 5 + t * 13).collect();
             let at = |from: u32| (from..from + 10).collect::<Vec<u32>>();
@@ -456,11 +461,7 @@ mod tests {
     fn a_sequence_runs_far_past_the_limit() {
         for arch in Arch::ALL {
             let model = random_model(arch, 3, WeightFormat::F32, &Device::Cpu).expect("model");
-            let budget = KvBudget::new(32, 8, DEFAULT_SINKS).expect("budget");
-            let mut hitters = HeavyHitters::new(budget)
-                .with_position_limit(48)
-                .expect("limit");
-            let mut kv = hitters.new_cache(&model).expect("cache");
+            let (mut hitters, mut kv) = limited(&model, 32, 8, 48);
             let (tokens, positions) = prompt(100);
             hitters
                 .forward(&model, &tokens, &positions, &mut kv)

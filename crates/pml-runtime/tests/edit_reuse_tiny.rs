@@ -54,21 +54,60 @@ fn run(
     prefill(model, &mut encoder, &plan, mode, 0).expect("prefill")
 }
 
-#[test]
-fn an_edited_module_reuses_its_unchanged_rows() {
+/// The original module's layout encoded (f32 states) and the edited one's: 24 tokens, the
+/// eleventh replaced by two.
+struct Encoded {
+    model: Model,
+    store: ModuleStore,
+    _manifests: tempfile::TempDir,
+    old: SchemaLayout,
+    new: SchemaLayout,
+    doc: UnitId,
+}
+
+fn encoded(arch: Arch) -> Encoded {
     let original = tokens(50, 24);
     let mut edited = original.clone();
     edited.splice(10..11, [7, 9]);
+    let model = random_model(arch, SEED, WeightFormat::F32, &Device::Cpu).expect("model");
+    let (store, manifests) = ram_store_in(&model, "edit-test", DType::F32);
+    let (old, doc) = layout(&original);
+    let (new, _) = layout(&edited);
+    let options = EncodeOptions {
+        mode: EncodeMode::Scaffolded,
+        bos: Some(BOS),
+    };
+    encode_schema(&model, &old, options, &store, &mut |_| {}).expect("encode");
+    Encoded {
+        model,
+        store,
+        _manifests: manifests,
+        old,
+        new,
+        doc,
+    }
+}
+
+/// Blend recomputing every cached token: `full` up to summation order.
+fn blend_everything() -> InferenceMode {
+    InferenceMode::Blend(BlendOptions {
+        recompute: Ratio::new(1.0).expect("a fraction"),
+        shortcuts: false,
+        ..BlendOptions::default()
+    })
+}
+
+#[test]
+fn an_edited_module_reuses_its_unchanged_rows() {
     for arch in Arch::ALL {
-        let model = random_model(arch, SEED, WeightFormat::F32, &Device::Cpu).expect("model");
-        let (store, _manifests) = ram_store_in(&model, "edit-test", DType::F32);
-        let (old, doc) = layout(&original);
-        let (new, _) = layout(&edited);
-        let options = EncodeOptions {
-            mode: EncodeMode::Scaffolded,
-            bos: Some(BOS),
-        };
-        encode_schema(&model, &old, options, &store, &mut |_| {}).expect("encode");
+        let Encoded {
+            model,
+            store,
+            old,
+            new,
+            doc,
+            ..
+        } = encoded(arch);
         let bound = Binding::new(&new, &[doc], &tokens(90, 5)).bind();
         let full = run(&model, &store, &new, &bound, InferenceMode::Full);
 
@@ -104,18 +143,7 @@ fn an_edited_module_reuses_its_unchanged_rows() {
         );
 
         // Blend recomputing every cached token is full.
-        let everything = BlendOptions {
-            recompute: Ratio::new(1.0).expect("a fraction"),
-            shortcuts: false,
-            ..BlendOptions::default()
-        };
-        let blended = run(
-            &model,
-            &store,
-            &old,
-            &edit,
-            InferenceMode::Blend(everything),
-        );
+        let blended = run(&model, &store, &old, &edit, blend_everything());
         assert_close(
             &blended.logits,
             &full.logits,
@@ -129,36 +157,21 @@ fn an_edited_module_reuses_its_unchanged_rows() {
 /// it is edit-reused: blend recomputing everything is `full` of the placed, edited prompt.
 #[test]
 fn a_placed_module_is_edit_reused_where_the_prompt_puts_it() {
-    let original = tokens(50, 24);
-    let mut edited = original.clone();
-    edited.splice(10..11, [7, 9]);
-    let model = random_model(Arch::Qwen2, SEED, WeightFormat::F32, &Device::Cpu).expect("model");
-    let (store, _manifests) = ram_store_in(&model, "edit-test", DType::F32);
-    let (old, doc) = layout(&original);
-    let (new, _) = layout(&edited);
-    let options = EncodeOptions {
-        mode: EncodeMode::Scaffolded,
-        bos: Some(BOS),
-    };
-    encode_schema(&model, &old, options, &store, &mut |_| {}).expect("encode");
+    let Encoded {
+        model,
+        store,
+        old,
+        new,
+        doc,
+        ..
+    } = encoded(Arch::Qwen2);
     let mut binding = Binding::new(&new, &[doc], &tokens(90, 5));
     binding.placed.push((doc, 45));
     binding.tail_start = Some(80);
     let bound = binding.bind();
     let full = run(&model, &store, &new, &bound, InferenceMode::Full);
     let edit = rebind_edited(&old, &new, &bound, false).expect("rebind");
-    let everything = BlendOptions {
-        recompute: Ratio::new(1.0).expect("a fraction"),
-        shortcuts: false,
-        ..BlendOptions::default()
-    };
-    let blended = run(
-        &model,
-        &store,
-        &old,
-        &edit,
-        InferenceMode::Blend(everything),
-    );
+    let blended = run(&model, &store, &old, &edit, blend_everything());
     let mut positions = blended.kv.positions().to_vec();
     positions.sort_unstable();
     assert_eq!(positions, full.kv.positions());
