@@ -13,6 +13,7 @@ use pml_compiler::plan::{EncodeMode, SchemaLayout};
 use pml_engine::Tokenizer;
 use pml_runtime::encode::{EncodeReport, UnitEncoder};
 use pml_runtime::inference::Runtime;
+use pml_runtime::store::KeepFraction;
 
 use crate::check_command::ColorChoice;
 use crate::encode_progress::EncodeProgress;
@@ -24,10 +25,28 @@ pub struct CompileArgs {
     /// Schema files.
     #[arg(required = true)]
     pub schemas: Vec<PathBuf>,
+    /// Store each module's heavy hitters only: this fraction of its rows (e.g. 0.5), the ones its
+    /// own tokens attended most while it was encoded (H2O), plus its first and last rows. Smaller
+    /// states to store, load and attend; answers approximate. `pml run` reads what the last
+    /// compile stored.
+    #[arg(long, value_name = "FRACTION", value_parser = parse_keep)]
+    pub keep: Option<KeepFraction>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
+}
+
+fn parse_keep(text: &str) -> Result<KeepFraction, String> {
+    text.parse::<f64>()
+        .ok()
+        .and_then(KeepFraction::new)
+        .ok_or_else(|| {
+            format!(
+                "`{text}` is not a fraction above 0 and below 1 (e.g. 0.5); to keep every row, \
+                 leave --keep out"
+            )
+        })
 }
 
 /// Runs `pmlc compile` and returns the exit status: 0 when every schema compiled, 1 when one has
@@ -68,7 +87,8 @@ fn compile_files(args: &CompileArgs) -> Result<(), Failure> {
         eprintln!("nothing compiled: fix the errors above first");
         return Err(Failure::Reported);
     }
-    let opened = open_runtime(&args.runtime)?;
+    let mut opened = open_runtime(&args.runtime)?;
+    opened.runtime.set_keep(args.keep);
     for file in &schemas {
         let laid_out = lay_out(&opened.runtime, file, color)?;
         let summary = compile_schema(&opened.runtime, &laid_out.layout, file)?;
@@ -83,6 +103,8 @@ pub struct CompileSummary {
     pub schema_name: String,
     pub path: PathBuf,
     pub encode_mode: EncodeMode,
+    /// `--keep`: the fraction of each unit's rows stored.
+    pub keep: Option<KeepFraction>,
     /// Units with tokens of their own (the ones stored).
     pub n_units: usize,
     pub units_encoded: usize,
@@ -131,6 +153,7 @@ fn summarize(report: &EncodeReport, file: &SourceText, kv_bytes: u64) -> Compile
         schema_name: report.schema_name.clone(),
         path: file.path.clone(),
         encode_mode: report.mode,
+        keep: report.keep,
         n_units: stored.clone().count(),
         units_encoded: report.n_encoded(),
         units_reused: report.n_reused(),
@@ -149,9 +172,12 @@ impl fmt::Display for CompileSummary {
             EncodeMode::Scaffolded => "scaffolded",
             EncodeMode::Isolated => "isolated",
         };
+        let keep = self.keep.map_or(String::new(), |keep| {
+            format!(", heavy hitters {keep} of each")
+        });
         write!(
             f,
-            "compiled `{}` ({}, {mode}): {} units, {} tokens, KV {:.1} MB — ",
+            "compiled `{}` ({}, {mode}{keep}): {} units, {} tokens, KV {:.1} MB — ",
             self.schema_name,
             self.path.display(),
             self.n_units,
@@ -187,7 +213,8 @@ pub fn units_missing(runtime: &Runtime, layout: &SchemaLayout) -> anyhow::Result
         runtime.encode_mode(),
         runtime.tokenizer().bos_token(),
         runtime.store(),
-    )?;
+    )?
+    .with_keep(runtime.keep());
     let mut missing = 0;
     for unit in layout.units.iter().filter(|unit| !unit.tokens.is_empty()) {
         if !runtime.store().contains(&encoder.key(unit.id)?)? {

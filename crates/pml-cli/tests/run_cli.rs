@@ -299,6 +299,68 @@ fn the_cache_benchmark_reports_a_reused_document() {
     );
 }
 
+/// A one-module schema `facts` and a prompt `ask.pml` asking when its museum opened, in a
+/// temporary folder with a disk store of its own.
+struct Facts {
+    dir: tempfile::TempDir,
+    store: String,
+}
+
+impl Facts {
+    fn new(year: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = format!("disk:{}", dir.path().join("store").display());
+        let facts = Self { dir, store };
+        facts.write_schema(year);
+        facts.write(
+            "ask.pml",
+            "<prompt schema=\"facts\">\n  <museum/>\n  <user>When did the Harbor Museum open?</user>\n\
+             </prompt>\n",
+        );
+        facts
+    }
+
+    fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.dir.path().join(name), text).expect("write");
+    }
+
+    fn write_schema(&self, year: &str) {
+        self.write(
+            "facts.pml",
+            &format!(
+                "<schema name=\"facts\">\n  <system>You answer briefly.</system>\n  <user>\n    \
+                 <module name=\"museum\">The Harbor Museum opened in {year} and moved twice \
+                 before the war. Its founder, Clara Voss, collected maps of the northern coast. \
+                 The museum's largest room holds a whale skeleton found in 1887.</module>\n  \
+                 </user>\n</schema>\n"
+            ),
+        );
+    }
+
+    /// `binary` with `args` and this folder's store, in this folder.
+    fn run(&self, binary: &str, args: &[&str]) -> Output {
+        let mut all = args.to_vec();
+        all.extend(["--store", &self.store]);
+        pml_testkit::cli::run(binary, &all, None, self.dir.path())
+    }
+
+    fn compile(&self, extra: &[&str]) -> Output {
+        self.run(
+            env!("CARGO_BIN_EXE_pmlc"),
+            &[&["compile", "facts.pml"], extra].concat(),
+        )
+    }
+
+    fn ask(&self, extra: &[&str]) -> Output {
+        let output = self.run(
+            env!("CARGO_BIN_EXE_pml"),
+            &[&["run", "ask.pml", "--temperature", "0"], extra].concat(),
+        );
+        assert_status(&output, 0, "pml run");
+        output
+    }
+}
+
 /// A schema whose module changed after `pmlc compile`: `pml run` reuses the module's stored
 /// state for its unchanged tokens (edit reuse, saying so) and answers from the edited text;
 /// `--no-edit-reuse` compiles it first instead.
@@ -307,52 +369,67 @@ fn an_edited_module_is_reused_for_its_unchanged_tokens() {
     if fetched_model(DEFAULT_MODEL_ID).is_none() {
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let schema = |year: &str| {
-        format!(
-            "<schema name=\"facts\">\n  <system>You answer briefly.</system>\n  <user>\n    \
-             <module name=\"museum\">The Harbor Museum opened in {year} and moved twice before \
-             the war. Its founder, Clara Voss, collected maps of the northern coast. The \
-             museum's largest room holds a whale skeleton found in 1887.</module>\n  </user>\n\
-             </schema>\n"
-        )
-    };
-    let write =
-        |name: &str, text: &str| std::fs::write(dir.path().join(name), text).expect("write");
-    write("facts.pml", &schema("1901"));
-    write(
-        "ask.pml",
-        "<prompt schema=\"facts\">\n  <museum/>\n  <user>When did the Harbor Museum open?</user>\n\
-         </prompt>\n",
-    );
-    let store = format!("disk:{}", dir.path().join("store").display());
-    let run = |binary: &str, args: &[&str]| {
-        let mut all = args.to_vec();
-        all.extend(["--store", &store]);
-        pml_testkit::cli::run(binary, &all, None, dir.path())
-    };
-    let compiled = run(env!("CARGO_BIN_EXE_pmlc"), &["compile", "facts.pml"]);
-    assert_status(&compiled, 0, "pmlc compile");
-    write("facts.pml", &schema("1923"));
-    let answer = |extra: &[&str]| {
-        let output = run(
-            env!("CARGO_BIN_EXE_pml"),
-            &[&["run", "ask.pml", "--temperature", "0"], extra].concat(),
-        );
-        assert_status(&output, 0, "pml run");
-        output
-    };
-    let edited = answer(&[]);
+    let facts = Facts::new("1901");
+    assert_status(&facts.compile(&[]), 0, "pmlc compile");
+    facts.write_schema("1923");
+    let edited = facts.ask(&[]);
     let notes = stderr(&edited);
     assert!(notes.contains("changed since it was compiled"), "{notes}");
     assert!(notes.contains("module `museum`"), "{notes}");
     assert!(notes.contains("mode blend"), "{notes}");
     assert!(stdout(&edited).contains("1923"), "{}", stdout(&edited));
-    let compiled_first = answer(&["--no-edit-reuse"]);
+    let compiled_first = facts.ask(&["--no-edit-reuse"]);
     assert!(
         stderr(&compiled_first).contains("compiling it first"),
         "{}",
         stderr(&compiled_first)
     );
     assert!(stdout(&compiled_first).contains("1923"));
+}
+
+/// `pmlc compile --keep 0.5` stores each unit's heavy hitters only, and says so; `pml run` reads
+/// those compressed states (the manifest says which), leaving the other rows out; compiling
+/// without `--keep` again brings back whole states. A fraction outside (0, 1) is refused.
+#[test]
+fn compressed_modules_are_compiled_and_run_from_what_they_kept() {
+    let facts = Facts::new("1901");
+    for bad in ["1", "0", "half"] {
+        let refused = facts.compile(&["--keep", bad]);
+        assert_status(&refused, 2, &format!("--keep {bad}"));
+        assert!(
+            stderr(&refused).contains("leave --keep out"),
+            "{}",
+            stderr(&refused)
+        );
+    }
+    if fetched_model(DEFAULT_MODEL_ID).is_none() {
+        return;
+    }
+    let whole = facts.compile(&[]);
+    assert_status(&whole, 0, "pmlc compile");
+    let kept = facts.compile(&["--keep", "0.5"]);
+    assert_status(&kept, 0, "pmlc compile --keep 0.5");
+    let summary = stderr(&kept);
+    assert!(summary.contains("heavy hitters 0.5 of each"), "{summary}");
+    let megabytes = |text: &str| -> f64 {
+        let after = &text[text.find("KV ").expect("a KV size") + 3..];
+        after[..after.find(" MB").expect("in MB")]
+            .parse()
+            .expect("a number")
+    };
+    let (whole_mb, kept_mb) = (megabytes(&stderr(&whole)), megabytes(&summary));
+    assert!(
+        kept_mb < 0.6 * whole_mb && kept_mb > 0.4 * whole_mb,
+        "{kept_mb} MB kept of {whole_mb} MB"
+    );
+    let answered = facts.ask(&[]);
+    let notes = stderr(&answered);
+    assert!(notes.contains("module tokens not kept"), "{notes}");
+    assert!(!notes.contains("compiling it first"), "{notes}");
+    assert!(!stdout(&answered).trim().is_empty());
+
+    assert_status(&facts.compile(&[]), 0, "pmlc compile without --keep");
+    let notes = stderr(&facts.ask(&[]));
+    assert!(!notes.contains("not kept"), "{notes}");
+    assert!(!notes.contains("compiling it first"), "{notes}");
 }

@@ -264,16 +264,7 @@ impl HeavyHitters {
         positions: &[u32],
         kv: &mut KvCache,
     ) -> Result<candle_core::Tensor, EngineError> {
-        let context = ForwardContext::appending(positions.to_vec(), kv);
-        self.scores.resize(kv.len() + tokens.len(), 0.0);
-        let mut hidden = model.embed(tokens)?;
-        for layer_idx in 0..model.config().n_layers {
-            let mut mass = AttentionMass {
-                mass: &mut self.scores,
-                weighting: MassWeighting::Weights,
-            };
-            hidden = model.forward_layer_observed(layer_idx, &hidden, &context, kv, &mut mass)?;
-        }
+        let hidden = observed_pass(model, tokens, positions, kv, &mut self.scores)?;
         Ok(model.logits(&hidden, &[tokens.len() - 1])?.squeeze(0)?)
     }
 
@@ -315,6 +306,29 @@ impl HeavyHitters {
         self.scores = keep.iter().map(|&slot| self.scores[slot]).collect();
         Ok(())
     }
+}
+
+/// Appends `tokens` at `positions` to `kv` in one pass of every layer and adds to `scores[slot]`
+/// (grown to the cache's new length) the attention each slot received from them, summed over
+/// queries, heads and layers; returns the last layer's output.
+pub(crate) fn observed_pass(
+    model: &Model,
+    tokens: &[u32],
+    positions: &[u32],
+    kv: &mut KvCache,
+    scores: &mut Vec<f32>,
+) -> Result<candle_core::Tensor, EngineError> {
+    let context = ForwardContext::appending(positions.to_vec(), kv);
+    scores.resize(kv.len() + tokens.len(), 0.0);
+    let mut hidden = model.embed(tokens)?;
+    for layer_idx in 0..model.config().n_layers {
+        let mut mass = AttentionMass {
+            mass: scores,
+            weighting: MassWeighting::Weights,
+        };
+        hidden = model.forward_layer_observed(layer_idx, &hidden, &context, kv, &mut mass)?;
+    }
+    Ok(hidden)
 }
 
 #[cfg(test)]

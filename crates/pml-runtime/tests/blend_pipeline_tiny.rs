@@ -28,6 +28,7 @@ const BOS: u32 = 1;
 const ENCODING: EncodeOptions = EncodeOptions {
     mode: EncodeMode::Scaffolded,
     bos: Some(BOS),
+    keep: None,
 };
 
 /// A tiny model with a disk-only store, so every state is read (and verified) from its file.

@@ -53,6 +53,7 @@ impl Fixture {
         let options = EncodeOptions {
             mode: EncodeMode::Scaffolded,
             bos: Some(BOS),
+            keep: None,
         };
         encode_schema(&self.model, layout, options, &self.store, &mut |_| {}).expect("encodes");
         let plan = SplicePlan::new(layout, bound)?;

@@ -94,6 +94,7 @@ impl Fixture {
         let options = EncodeOptions {
             mode: self.mode,
             bos: Some(BOS),
+            keep: None,
         };
         encode_schema(&self.model, layout, options, &self.store, &mut |_| {})
             .expect("schema encodes")
@@ -784,6 +785,7 @@ fn bad_bindings_and_layouts_are_errors() {
     let options = EncodeOptions {
         mode: EncodeMode::Scaffolded,
         bos: Some(BOS),
+        keep: None,
     };
     let result = encode_schema(
         &fixture.model,

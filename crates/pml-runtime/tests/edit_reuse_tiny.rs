@@ -76,6 +76,7 @@ fn encoded(arch: Arch) -> Encoded {
     let options = EncodeOptions {
         mode: EncodeMode::Scaffolded,
         bos: Some(BOS),
+        keep: None,
     };
     encode_schema(&model, &old, options, &store, &mut |_| {}).expect("encode");
     Encoded {
@@ -209,6 +210,7 @@ fn the_previous_layout_is_rebuilt_from_the_stored_states() {
     let options = EncodeOptions {
         mode: EncodeMode::Scaffolded,
         bos: Some(BOS),
+        keep: None,
     };
     encode_schema(&model, &old, options, &store, &mut |_| {}).expect("encode");
     let find = |layout: &SchemaLayout| {

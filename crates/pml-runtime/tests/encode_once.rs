@@ -47,6 +47,7 @@ fn run_as_child(root: &Path) {
     let options = EncodeOptions {
         mode: EncodeMode::Scaffolded,
         bos: Some(BOS),
+        keep: None,
     };
     let report = encode_schema(&model, &layout, options, &store, &mut |event| {
         if let EncodeEvent::Waiting { .. } = event {

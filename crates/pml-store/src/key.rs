@@ -82,6 +82,58 @@ pub enum StateKind {
     /// The input hidden states of one layer, `(n_tokens, d_model)`: restored by projecting them
     /// to K/V at the unit's positions (HCache).
     HiddenLayer(u16),
+    /// K and V of every layer for the unit's heavy hitters only (`pmlc compile --keep F`): the
+    /// rows its own tokens attended most while it was encoded, at their positions, a fraction
+    /// of the unit's rows.
+    KvKept(KeepFraction),
+}
+
+/// The fraction of a unit's rows a compressed state keeps, in thousandths (1 to 999; keeping
+/// everything is a plain [`StateKind::Kv`] state), so that it hashes and prints exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "f64", into = "f64")]
+pub struct KeepFraction(u16);
+
+impl KeepFraction {
+    /// `fraction` rounded to thousandths; `None` unless it lies strictly between 0 and 1 there.
+    pub fn new(fraction: f64) -> Option<Self> {
+        let per_mille = (fraction * 1000.0).round();
+        (per_mille >= 1.0 && per_mille <= 999.0).then_some(Self(per_mille as u16))
+    }
+
+    /// The fraction in thousandths.
+    pub fn per_mille(self) -> u16 {
+        self.0
+    }
+
+    pub fn get(self) -> f64 {
+        f64::from(self.0) / 1000.0
+    }
+
+    /// Rows kept of a unit of `n` rows: the fraction rounded up, at least one of a non-empty unit.
+    pub fn rows_of(self, n: usize) -> usize {
+        (n * usize::from(self.0)).div_ceil(1000).clamp(n.min(1), n)
+    }
+}
+
+impl fmt::Display for KeepFraction {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "{}", self.get())
+    }
+}
+
+impl TryFrom<f64> for KeepFraction {
+    type Error = String;
+
+    fn try_from(fraction: f64) -> Result<Self, String> {
+        Self::new(fraction).ok_or_else(|| format!("keep fraction {fraction} is not in (0, 1)"))
+    }
+}
+
+impl From<KeepFraction> for f64 {
+    fn from(keep: KeepFraction) -> f64 {
+        keep.get()
+    }
 }
 
 impl StateKind {
@@ -90,23 +142,36 @@ impl StateKind {
             StateKind::Kv => "kv",
             StateKind::KvLayer(_) => "kv-layer",
             StateKind::HiddenLayer(_) => "hidden-layer",
+            StateKind::KvKept(_) => "kv-kept",
         }
     }
 
     /// The layer of a one-layer kind.
     pub fn layer(self) -> Option<usize> {
         match self {
-            StateKind::Kv => None,
+            StateKind::Kv | StateKind::KvKept(_) => None,
             StateKind::KvLayer(layer) | StateKind::HiddenLayer(layer) => Some(usize::from(layer)),
         }
     }
 
-    /// The kind named `name` (of layer `layer` for one-layer kinds), as file metadata spells it.
-    pub fn parse(name: &str, layer: Option<u16>) -> Option<Self> {
-        match (name, layer) {
-            ("kv", None) => Some(StateKind::Kv),
-            ("kv-layer", Some(layer)) => Some(StateKind::KvLayer(layer)),
-            ("hidden-layer", Some(layer)) => Some(StateKind::HiddenLayer(layer)),
+    /// The fraction of a compressed state.
+    pub fn keep(self) -> Option<KeepFraction> {
+        match self {
+            StateKind::KvKept(keep) => Some(keep),
+            _ => None,
+        }
+    }
+
+    /// The kind named `name` (of layer `layer` for one-layer kinds, keeping `keep` thousandths
+    /// for compressed ones), as file metadata spells it.
+    pub fn parse(name: &str, layer: Option<u16>, keep: Option<u16>) -> Option<Self> {
+        match (name, layer, keep) {
+            ("kv", None, None) => Some(StateKind::Kv),
+            ("kv-layer", Some(layer), None) => Some(StateKind::KvLayer(layer)),
+            ("hidden-layer", Some(layer), None) => Some(StateKind::HiddenLayer(layer)),
+            ("kv-kept", None, Some(per_mille)) if (1..=999).contains(&per_mille) => {
+                Some(StateKind::KvKept(KeepFraction(per_mille)))
+            }
             _ => None,
         }
     }
@@ -211,6 +276,9 @@ impl StoreKeyParts<'_> {
         if let Some(layer) = self.kind.layer() {
             hasher.update((layer as u64).to_le_bytes());
         }
+        if let Some(keep) = self.kind.keep() {
+            hasher.update(u64::from(keep.per_mille()).to_le_bytes());
+        }
         hash_u32s(&mut hasher, self.tokens);
         hash_u32s(&mut hasher, self.positions);
         hasher.update(self.context.as_bytes());
@@ -306,6 +374,14 @@ mod tests {
                 ..base()
             },
             StoreKeyParts {
+                kind: StateKind::KvKept(KeepFraction::new(0.5).unwrap()),
+                ..base()
+            },
+            StoreKeyParts {
+                kind: StateKind::KvKept(KeepFraction::new(0.3).unwrap()),
+                ..base()
+            },
+            StoreKeyParts {
                 tokens: &[10, 20, 31],
                 ..base()
             },
@@ -360,6 +436,35 @@ mod tests {
         let back: StoreKey = serde_json::from_str(&json).unwrap();
         assert_eq!(back, base().key());
         assert!(serde_json::from_str::<StoreKey>("\"../etc/passwd\"").is_err());
+    }
+
+    #[test]
+    fn keep_fractions_are_thousandths_strictly_inside_0_and_1() {
+        assert_eq!(
+            KeepFraction::new(0.5).map(KeepFraction::per_mille),
+            Some(500)
+        );
+        assert_eq!(
+            KeepFraction::new(0.3333).map(KeepFraction::per_mille),
+            Some(333)
+        );
+        for outside in [0.0, 0.0004, 0.9996, 1.0, 1.5, -0.2, f64::NAN] {
+            assert_eq!(KeepFraction::new(outside), None, "{outside}");
+        }
+        let half = KeepFraction::new(0.5).unwrap();
+        assert_eq!(
+            [0, 1, 2, 3, 1001].map(|n| half.rows_of(n)),
+            [0, 1, 1, 2, 501]
+        );
+        assert_eq!(KeepFraction::new(0.001).unwrap().rows_of(10), 1);
+        let json = serde_json::to_string(&half).unwrap();
+        assert_eq!(json, "0.5");
+        assert_eq!(serde_json::from_str::<KeepFraction>(&json).unwrap(), half);
+        assert!(serde_json::from_str::<KeepFraction>("1.0").is_err());
+        let kind = StateKind::KvKept(half);
+        assert_eq!(StateKind::parse(kind.name(), None, Some(500)), Some(kind));
+        assert_eq!(StateKind::parse("kv-kept", None, Some(1000)), None);
+        assert_eq!(StateKind::parse("kv", None, Some(500)), None);
     }
 
     #[test]

@@ -42,7 +42,9 @@ pub use config::{
 };
 pub use disk::DiskTier;
 pub use error::StoreError;
-pub use key::{ContextHash, STORE_FORMAT_VERSION, StateKind, StoreKey, StoreKeyParts};
+pub use key::{
+    ContextHash, KeepFraction, STORE_FORMAT_VERSION, StateKind, StoreKey, StoreKeyParts,
+};
 pub use manifest::{Manifest, ManifestLookup, ManifestStore, ManifestUnit};
 pub use memory::MemoryTier;
 pub use module_store::{ModuleStore, StoreHit, StoreStats, TierPut};

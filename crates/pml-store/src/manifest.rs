@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::StoreError;
 use super::atomic_file::write_atomically;
-use super::key::{STORE_FORMAT_VERSION, StoreKey};
+use super::key::{KeepFraction, STORE_FORMAT_VERSION, StoreKey};
 
 /// Characters of the model fingerprint that name a manifest directory: enough to tell models
 /// apart at a glance; the full fingerprint is inside and checked.
@@ -28,6 +28,10 @@ pub struct Manifest {
     pub encode_mode: EncodeMode,
     /// Seconds since the Unix epoch.
     pub created_unix_s: u64,
+    /// `pmlc compile --keep F`: the units' states hold their heavy hitters only, this fraction
+    /// of their rows; absent when they hold every row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<KeepFraction>,
     pub units: Vec<ManifestUnit>,
 }
 
@@ -61,8 +65,14 @@ impl Manifest {
             model_fingerprint: model_fingerprint.into(),
             encode_mode,
             created_unix_s,
+            keep: None,
             units,
         }
+    }
+
+    /// The same manifest for states that keep `keep` of their rows.
+    pub fn with_keep(self, keep: Option<KeepFraction>) -> Self {
+        Self { keep, ..self }
     }
 }
 
@@ -256,6 +266,9 @@ mod tests {
             Some(written.clone())
         );
         assert_eq!(manifests.read("ffff", "travel"), ManifestLookup::Missing);
+        let kept = manifest("kept").with_keep(KeepFraction::new(0.5));
+        manifests.write(&kept).unwrap();
+        assert_eq!(manifests.read(fingerprint, "kept").found(), Some(kept));
 
         std::fs::write(&path, b"{\"format_version\": 1, \"schema_na").unwrap();
         assert!(matches!(

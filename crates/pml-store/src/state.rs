@@ -29,7 +29,7 @@ use safetensors::tensor::{Dtype as SafeDtype, SafeTensors, View};
 
 use super::StoreError;
 use super::checksum::{self, CHECKSUM_FIELD};
-use super::key::{STORE_FORMAT_VERSION, StateKind, StoreKey};
+use super::key::{KeepFraction, STORE_FORMAT_VERSION, StateKind, StoreKey};
 use pml_engine::kv_cache::{KvBlock, KvLayout, SharedBytes};
 
 /// The dtype states are stored in unless the store is opened for another
@@ -80,6 +80,12 @@ impl ModuleState {
     /// Pairs a block of every layer with its tokens, one token per KV row.
     pub fn new(kv: KvBlock, tokens: Vec<u32>) -> Result<Self, StoreError> {
         Self::build(StateKind::Kv, kv, None, tokens)
+    }
+
+    /// A compressed unit's heavy-hitter rows (every layer) with their tokens: `kv` holds the
+    /// kept rows at their positions, `tokens` their tokens.
+    pub fn kv_kept(keep: KeepFraction, kv: KvBlock, tokens: Vec<u32>) -> Result<Self, StoreError> {
+        Self::build(StateKind::KvKept(keep), kv, None, tokens)
     }
 
     /// One layer's K and V `(n_tokens, kv_heads, head_dim)` at `positions`.
@@ -220,7 +226,7 @@ impl ModuleState {
     /// The layers a state of `kind` holds K/V for, in a store of `layout`.
     fn kv_layers(kind: StateKind, layout: &KvLayout) -> Vec<usize> {
         match kind {
-            StateKind::Kv => (0..layout.n_layers).collect(),
+            StateKind::Kv | StateKind::KvKept(_) => (0..layout.n_layers).collect(),
             StateKind::KvLayer(layer) => vec![usize::from(layer)],
             StateKind::HiddenLayer(_) => Vec::new(),
         }
@@ -326,6 +332,9 @@ impl ModuleState {
         if let Some(layer_idx) = self.kind.layer() {
             metadata.insert("layer".to_string(), layer_idx.to_string());
         }
+        if let Some(keep) = self.kind.keep() {
+            metadata.insert("keep_per_mille".to_string(), keep.per_mille().to_string());
+        }
         if let Some(hidden) = &self.hidden {
             metadata.insert("hidden_dim".to_string(), hidden.dims2()?.1.to_string());
         }
@@ -371,7 +380,14 @@ impl ModuleState {
             ),
             None => None,
         };
-        let kind = StateKind::parse(kind_name, layer)
+        let keep = match metadata.0.get("keep_per_mille") {
+            Some(_) => Some(
+                u16::try_from(metadata.get_usize("keep_per_mille")?)
+                    .map_err(|_| malformed("keep fraction out of range".into()))?,
+            ),
+            None => None,
+        };
+        let kind = StateKind::parse(kind_name, layer, keep)
             .ok_or_else(|| malformed(format!("holds unknown `{kind_name}` state")))?;
         let layout = &spec.layout;
         let fingerprint = metadata.get("model_fingerprint")?;

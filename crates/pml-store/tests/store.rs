@@ -9,17 +9,19 @@ mod store_support;
 
 use std::sync::Arc;
 
-use candle_core::{DType, Device};
+use candle_core::{DType, Device, Tensor};
 use pml_compiler::plan::EncodeMode;
-use pml_engine::kv_cache::KvLayout;
+use pml_engine::kv_cache::{KvBlock, KvLayout};
 use pml_engine::model::tiny::random_model;
 use pml_engine::model::{Arch, WeightFormat};
 use pml_store::{
-    ContextHash, DiskTier, Manifest, ManifestLookup, ManifestUnit, MemoryTier, ModuleState,
-    ModuleStore, PutOutcome, StateSpec, StoreConfig, StoreError, StoreKeyParts, Tier,
+    ContextHash, DiskTier, KeepFraction, Manifest, ManifestLookup, ManifestUnit, MemoryTier,
+    ModuleState, ModuleStore, PutOutcome, StateKind, StateSpec, StoreConfig, StoreError,
+    StoreKeyParts, Tier,
 };
 use store_support::{
-    FINGERPRINT, LAYOUT, assert_same_state, decode, files_under, key_of, spec, state, state_with,
+    FINGERPRINT, LAYOUT, STATE_DTYPE, assert_same_state, decode, files_under, key_of, spec, state,
+    state_with, unit_tokens,
 };
 
 /// The KV of a tiny model's forward pass over 11 tokens, as a module state in `state_dtype`, with
@@ -94,6 +96,69 @@ fn every_stored_dtype_and_empty_states_round_trip() {
             assert_same_state(&decoded, &state);
         }
     }
+}
+
+/// A compressed state (`pmlc compile --keep`): a subset of a unit's rows at their positions, gaps
+/// and all, keeps its kind and fraction through bytes and the disk tier, under its own key.
+#[test]
+fn compressed_states_round_trip_with_their_fraction() {
+    let spec = spec();
+    let whole = state(4, 10);
+    let rows = [0usize, 1, 4, 8, 9];
+    let index = Tensor::new(&[0u32, 1, 4, 8, 9], &Device::Cpu).expect("index");
+    let layers = whole
+        .kv()
+        .layers()
+        .expect("tensors")
+        .iter()
+        .map(|(keys, values)| {
+            (
+                keys.index_select(&index, 0).expect("keys"),
+                values.index_select(&index, 0).expect("values"),
+            )
+        })
+        .collect();
+    let positions = rows.iter().map(|&row| whole.positions()[row]).collect();
+    let tokens = rows.iter().map(|&row| whole.tokens()[row]).collect();
+    let keep = KeepFraction::new(0.5).expect("a fraction");
+    let kept = ModuleState::kv_kept(
+        keep,
+        KvBlock::new(layers, positions).expect("block"),
+        tokens,
+    )
+    .expect("state");
+    assert_eq!(kept.kind(), StateKind::KvKept(keep));
+    let (unit, unit_positions) = unit_tokens(4, 10);
+    let key = StoreKeyParts {
+        model_fingerprint: FINGERPRINT,
+        weight_format: Default::default(),
+        kv_dtype: LAYOUT.dtype,
+        state_dtype: STATE_DTYPE,
+        kind: kept.kind(),
+        encode_mode: Default::default(),
+        tokens: &unit,
+        positions: &unit_positions,
+        context: ContextHash::NONE,
+    }
+    .key();
+    assert_ne!(
+        key,
+        key_of(4, 10),
+        "a compressed state has a key of its own"
+    );
+    let bytes = kept.to_safetensors(&key, &spec).expect("encode");
+    assert_same_state(&decode(&bytes, &key, &spec).expect("decode"), &kept);
+    let root = tempfile::tempdir().expect("tempdir");
+    let disk = DiskTier::open(root.path(), spec.clone()).expect("disk tier");
+    disk.put(&key, &Arc::new(kept.clone())).expect("put");
+    assert_same_state(&disk.get(&key).expect("get").expect("hit"), &kept);
+    assert!(
+        bytes.len()
+            < whole
+                .to_safetensors(&key_of(4, 10), &spec)
+                .expect("encode")
+                .len()
+    );
 }
 
 #[test]

@@ -114,6 +114,45 @@ pub fn select_rows(block: &KvBlock, rows: &[usize]) -> Result<KvBlock, KvCacheEr
     KvBlock::new(layers, select(block.positions(), rows))
 }
 
+/// For each of `wanted` (ascending positions), the index of the row at that position in `held`
+/// (a state's ascending positions: every row of its unit, or a compressed state's subset), if
+/// the state holds it.
+pub fn held_rows(held: &[u32], wanted: impl IntoIterator<Item = u32>) -> Vec<Option<usize>> {
+    let mut next = 0;
+    wanted
+        .into_iter()
+        .map(|position| {
+            while next < held.len() && held[next] < position {
+                next += 1;
+            }
+            (next < held.len() && held[next] == position).then_some(next)
+        })
+        .collect()
+}
+
+/// Rows `rows` of unit `unit` that its state `block` holds (all of them, unless the state is
+/// compressed): selected by position, the rows it dropped left out.
+pub fn unit_rows(
+    block: &KvBlock,
+    unit: &LayoutUnit,
+    rows: &[usize],
+) -> Result<KvBlock, KvCacheError> {
+    if let Some(&row) = rows.iter().find(|&&row| row >= unit.positions.len()) {
+        return Err(KvCacheError::SlotOutOfRange {
+            slot: row,
+            len: unit.positions.len(),
+        });
+    }
+    let held: Vec<usize> = held_rows(
+        block.positions(),
+        rows.iter().map(|&row| unit.positions[row]),
+    )
+    .into_iter()
+    .flatten()
+    .collect();
+    select_rows(block, &held)
+}
+
 fn select(values: &[u32], rows: &[usize]) -> Vec<u32> {
     rows.iter().map(|&row| values[row]).collect()
 }

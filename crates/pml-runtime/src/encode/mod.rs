@@ -12,9 +12,11 @@
 //! - [`context`]: which rows a unit attends to; row selection; layout checks.
 //! - [`unit_encoder`]: one unit's state on demand (memory, store, or encoded now), and its key.
 //! - [`chunked`]: position-ordered prefill in bounded passes.
+//! - [`kept`]: compressed states, a unit's heavy-hitter rows only (`pmlc compile --keep F`).
 
 pub mod chunked;
 pub mod context;
+pub mod kept;
 pub mod unit_encoder;
 
 use std::path::PathBuf;
@@ -22,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use pml_compiler::plan::{EncodeMode, LayoutUnit, SchemaLayout, UnitId};
 
-use crate::store::{Manifest, ManifestUnit, ModuleStore, PutOutcome, StoreError, StoreKey};
+use crate::store::{
+    KeepFraction, Manifest, ManifestUnit, ModuleStore, PutOutcome, StoreError, StoreKey,
+};
 use pml_engine::kv_cache::KvCacheError;
 use pml_engine::model::{EngineError, Model};
 
@@ -59,6 +63,8 @@ pub struct EncodeOptions {
     pub mode: EncodeMode,
     /// The model's BOS token, if it uses one (see [`pml_compiler::Tokenizer::bos_token`]).
     pub bos: Option<u32>,
+    /// Store each unit's heavy hitters only, this fraction of its rows (`None`: every row).
+    pub keep: Option<KeepFraction>,
 }
 
 /// What happened to one unit.
@@ -105,6 +111,8 @@ pub struct UnitReport {
 pub struct EncodeReport {
     pub schema_name: String,
     pub mode: EncodeMode,
+    /// The fraction of each unit's rows its state keeps (`None`: all).
+    pub keep: Option<KeepFraction>,
     pub units: Vec<UnitReport>,
     pub elapsed: Duration,
     /// Stored states found unusable and re-encoded.
@@ -150,7 +158,8 @@ pub fn encode_schema(
     progress: &mut dyn FnMut(EncodeEvent<'_>),
 ) -> Result<EncodeReport, EncodeError> {
     let start = Instant::now();
-    let mut encoder = UnitEncoder::new(model, layout, options.mode, options.bos, store)?;
+    let mut encoder =
+        UnitEncoder::new(model, layout, options.mode, options.bos, store)?.with_keep(options.keep);
     progress(EncodeEvent::Start {
         n_units: layout.units.len(),
         n_tokens: layout.units.iter().map(|unit| unit.tokens.len()).sum(),
@@ -197,11 +206,13 @@ pub fn encode_schema(
         store.spec().model_fingerprint.clone(),
         options.mode,
         manifest_units,
-    );
+    )
+    .with_keep(options.keep);
     let manifest_path = store.write_manifest(&manifest)?;
     Ok(EncodeReport {
         schema_name: layout.schema_name.clone(),
         mode: options.mode,
+        keep: options.keep,
         units,
         elapsed: start.elapsed(),
         warnings: encoder.warnings().to_vec(),
@@ -237,6 +248,9 @@ fn stored_bytes(
         let layout = model.kv_layout();
         let row_bytes = 2 * layout.n_layers * layout.n_kv_heads * layout.head_dim;
         let value_bytes = encoder.store().spec().state_dtype.size_in_bytes();
-        (row_bytes * value_bytes * unit.tokens.len()) as u64
+        let rows = encoder
+            .keep()
+            .map_or(unit.tokens.len(), |keep| keep.rows_of(unit.tokens.len()));
+        (row_bytes * value_bytes * rows) as u64
     })
 }

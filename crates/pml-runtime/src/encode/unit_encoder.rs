@@ -16,7 +16,7 @@ use candle_core::Tensor;
 use pml_compiler::plan::{EncodeMode, LayoutUnit, SchemaLayout, UnitId};
 
 use crate::store::{
-    ContextHash, ModuleState, ModuleStore, StateKind, StoreError, StoreKey, TierPut,
+    ContextHash, KeepFraction, ModuleState, ModuleStore, StateKind, StoreError, StoreKey, TierPut,
 };
 use pml_engine::kv_cache::{KvBlock, KvCache};
 use pml_engine::model::Model;
@@ -25,7 +25,11 @@ use crate::unit_key::UnitKey;
 
 use super::EncodeError;
 use super::chunked::prefill_sorted;
-use super::context::{UnitRows, context_rows, context_tokens, select_rows, unit, validate_layout};
+use super::context::{
+    UnitRows, context_rows, context_tokens, held_rows, select_rows, unit, unit_rows,
+    validate_layout,
+};
+use super::kept::{heavy_rows, observed_prefill};
 
 /// Where a unit's state came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +50,8 @@ pub struct UnitEncoder<'a> {
     layout: &'a SchemaLayout,
     mode: EncodeMode,
     bos: Option<u32>,
+    /// Compressed states (`pmlc compile --keep F`): each unit keeps this fraction of its rows.
+    keep: Option<KeepFraction>,
     store: &'a ModuleStore,
     known: HashMap<UnitId, Arc<KvBlock>>,
     /// What the store's tiers did with each unit put in this run.
@@ -79,12 +85,24 @@ impl<'a> UnitEncoder<'a> {
             layout,
             mode,
             bos,
+            keep: None,
             store,
             known: HashMap::new(),
             puts: HashMap::new(),
             last_context: None,
             warnings: Vec::new(),
         })
+    }
+
+    /// The same encoder for compressed states keeping `keep` of each unit's rows (`None`: every
+    /// row). Their keys differ from whole states', so the two never meet in a store.
+    pub fn with_keep(self, keep: Option<KeepFraction>) -> Self {
+        Self { keep, ..self }
+    }
+
+    /// The fraction of its rows each unit's state keeps (`None`: all).
+    pub fn keep(&self) -> Option<KeepFraction> {
+        self.keep
     }
 
     pub fn layout(&self) -> &'a SchemaLayout {
@@ -107,7 +125,8 @@ impl<'a> UnitEncoder<'a> {
 
     /// The store key of unit `unit_id`.
     pub fn key(&self, unit_id: UnitId) -> Result<StoreKey, EncodeError> {
-        Ok(self.unit_key(unit_id)?.of(StateKind::Kv))
+        let kind = self.keep.map_or(StateKind::Kv, StateKind::KvKept);
+        Ok(self.unit_key(unit_id)?.of(kind))
     }
 
     /// The store keys of unit `unit_id`'s layers kept one entry per layer
@@ -163,7 +182,8 @@ impl<'a> UnitEncoder<'a> {
         Ok(origin)
     }
 
-    /// Unit `unit_id`'s KV: one row per token of the unit, at the unit's positions.
+    /// Unit `unit_id`'s KV: one row per token of the unit, at the unit's positions (with
+    /// [`Self::keep`], the rows its compressed state holds, at theirs).
     pub fn state(&mut self, unit_id: UnitId) -> Result<(Arc<KvBlock>, StateOrigin), EncodeError> {
         if let Some(block) = self.known.get(&unit_id) {
             return Ok((Arc::clone(block), StateOrigin::Memory));
@@ -176,7 +196,7 @@ impl<'a> UnitEncoder<'a> {
         }
         let key = self.key(unit_id)?;
         match self.store.get(&key) {
-            Ok(Some(hit)) if matches_unit(&hit.state, layout_unit) => {
+            Ok(Some(hit)) if matches_unit(&hit.state, layout_unit, self.keep) => {
                 let block = Arc::new(hit.state.kv().clone());
                 self.known.insert(unit_id, Arc::clone(&block));
                 return Ok((block, StateOrigin::Store));
@@ -209,7 +229,7 @@ impl<'a> UnitEncoder<'a> {
         let lock = self.store.lock(key, &mut || on_wait(layout_unit))?;
         let stored_meanwhile = match &lock {
             Some(_) => match self.store.get(key) {
-                Ok(Some(hit)) if matches_unit(&hit.state, layout_unit) => Some(hit),
+                Ok(Some(hit)) if matches_unit(&hit.state, layout_unit, self.keep) => Some(hit),
                 _ => None,
             },
             None => None,
@@ -238,7 +258,8 @@ impl<'a> UnitEncoder<'a> {
                 let mut blocks = Vec::with_capacity(context.len());
                 for part in &context {
                     let (block, _) = self.state(part.unit)?;
-                    blocks.push(select_rows(&block, &part.rows)?);
+                    let part_unit = unit(self.layout, part.unit)?;
+                    blocks.push(unit_rows(&block, part_unit, &part.rows)?);
                 }
                 blocks
             }
@@ -251,17 +272,22 @@ impl<'a> UnitEncoder<'a> {
             layout_unit.tokens.len(),
         )?;
         let context_len = kv.len();
-        prefill_sorted(
-            self.model,
-            &layout_unit.tokens,
-            &layout_unit.positions,
-            &mut kv,
-            false,
-        )?;
-        let computed = kv.slice(context_len..kv.len())?;
+        let (tokens, positions) = (&layout_unit.tokens, &layout_unit.positions);
+        let state = match self.keep {
+            None => {
+                prefill_sorted(self.model, tokens, positions, &mut kv, false)?;
+                ModuleState::new(kv.slice(context_len..kv.len())?, tokens.clone())?
+            }
+            Some(keep) => {
+                let scores = observed_prefill(self.model, tokens, positions, &mut kv)?;
+                let rows = heavy_rows(&scores, keep);
+                let kept = select_rows(&kv.slice(context_len..kv.len())?, &rows)?;
+                let kept_tokens = rows.iter().map(|&row| tokens[row]).collect();
+                ModuleState::kv_kept(keep, kept, kept_tokens)?
+            }
+        };
         self.last_context = Some((context, blocks));
-        let state = ModuleState::new(computed, layout_unit.tokens.clone())?
-            .to_dtype(self.store.spec().state_dtype)?;
+        let state = state.to_dtype(self.store.spec().state_dtype)?;
         // From here on this run uses what the store keeps (f16-rounded by default), so a unit
         // encoded after this one sees the same context rows whether this state came from memory
         // or, in another run, from the store.
@@ -285,10 +311,22 @@ impl<'a> UnitEncoder<'a> {
     }
 }
 
-/// Whether a stored state is exactly this unit's (a guard against key collisions and bugs).
-fn matches_unit(state: &ModuleState, layout_unit: &LayoutUnit) -> bool {
-    state.tokens() == layout_unit.tokens.as_slice()
-        && state.positions() == layout_unit.positions.as_slice()
+/// Whether a stored state is exactly this unit's (a guard against key collisions and bugs): all
+/// its tokens at their positions, or with `keep` that fraction of them.
+fn matches_unit(state: &ModuleState, layout_unit: &LayoutUnit, keep: Option<KeepFraction>) -> bool {
+    let Some(keep) = keep else {
+        return state.kind() == StateKind::Kv
+            && state.tokens() == layout_unit.tokens.as_slice()
+            && state.positions() == layout_unit.positions.as_slice();
+    };
+    let held = held_rows(&layout_unit.positions, state.positions().iter().copied());
+    state.kind() == StateKind::KvKept(keep)
+        && state.len() == keep.rows_of(layout_unit.tokens.len())
+        && state.positions().windows(2).all(|pair| pair[0] < pair[1])
+        && held
+            .iter()
+            .zip(state.tokens())
+            .all(|(row, &token)| row.is_some_and(|row| layout_unit.tokens[row] == token))
 }
 
 /// `module `a/b`` or `the root`, for messages.

@@ -46,6 +46,7 @@ use super::blend_options::{BlendOptions, Deviation, Selection};
 use super::controller::{LayerCosts, RemainingWork, Shortcut, choose_ratio};
 use super::layer_feed::{CachedLayers, LayerSource, with_cached_layers};
 use super::plan::SplicePlan;
+use super::reuse::kept_plan;
 use super::stats::PrefillStats;
 use super::{InferenceError, InferenceMode, Prefill};
 
@@ -123,6 +124,7 @@ pub fn prefill_blend(
         )));
     }
     let mut stats = PrefillStats::new(InferenceMode::Blend(*options));
+    let plan = &*kept_plan(encoder, plan, &mut stats)?;
     // Nothing cached is repaired at r = 0, so the probe would only rewrite the first layers:
     // skipping it keeps r = 0 exactly mode `reuse`. The controller needs the probe's timing.
     let n_cached = plan.n_cached();

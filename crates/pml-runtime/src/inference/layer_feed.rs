@@ -262,6 +262,17 @@ fn should_stream(
     plan: &SplicePlan,
     pipelining: Pipelining,
 ) -> Result<bool, InferenceError> {
+    if encoder.keep().is_some() {
+        // Per-layer entries hold every row of a unit; compressed states are read whole.
+        return match pipelining {
+            Pipelining::Always => Err(InferenceError::InvalidOptions(
+                "compressed module states (compiled with --keep) are read whole: they cannot \
+                 be streamed per layer (--pipeline on)"
+                    .into(),
+            )),
+            Pipelining::Auto | Pipelining::Never => Ok(false),
+        };
+    }
     match pipelining {
         Pipelining::Never => Ok(false),
         Pipelining::Always => Ok(!plan.spans.is_empty()),

@@ -119,13 +119,25 @@ impl SplicePlan {
             });
         }
         spans.sort_by_key(|span| span.positions[0]);
+        let plan = Self::assemble(spans, &bound.new_tokens, &bound.new_positions);
+        if plan.all_positions.last() != plan.new_positions.last() {
+            return invalid(format!(
+                "the last new token (position {:?}) must come after every cached token \
+                 (position {:?}): its logits choose the first answer token",
+                plan.new_positions.last(),
+                plan.all_positions.last()
+            ));
+        }
+        Ok(plan)
+    }
 
+    /// The plan over `spans` (ordered, non-empty) and the new tokens at their positions.
+    fn assemble(spans: Vec<PlannedSpan>, new_tokens: &[u32], new_positions: &[u32]) -> Self {
         let (new_tokens, new_positions) = sorted_by_position(
-            bound
-                .new_tokens
+            new_tokens
                 .iter()
                 .copied()
-                .zip(bound.new_positions.iter().copied()),
+                .zip(new_positions.iter().copied()),
         );
         let cached_pairs = spans.iter().flat_map(|span| {
             span.tokens
@@ -138,21 +150,57 @@ impl SplicePlan {
             .copied()
             .zip(new_positions.iter().copied());
         let (all_tokens, all_positions) = sorted_by_position(cached_pairs.chain(new_pairs));
-        if all_positions.last() != new_positions.last() {
-            return invalid(format!(
-                "the last new token (position {:?}) must come after every cached token \
-                 (position {:?}): its logits choose the first answer token",
-                new_positions.last(),
-                all_positions.last()
-            ));
-        }
-        Ok(Self {
+        Self {
             spans,
             new_tokens,
             new_positions,
             all_tokens,
             all_positions,
-        })
+        }
+    }
+
+    /// The plan splicing only the cached rows `held` marks (one flag per row of each span, in
+    /// order): what compressed states hold. Spans left with no row are dropped.
+    pub fn retaining(
+        &self,
+        mut held: impl FnMut(&PlannedSpan) -> Result<Vec<bool>, InferenceError>,
+    ) -> Result<Self, InferenceError> {
+        let mut spans = Vec::with_capacity(self.spans.len());
+        for span in &self.spans {
+            let flags = held(span)?;
+            if flags.len() != span.rows.len() {
+                return Err(InferenceError::InvalidPrompt(format!(
+                    "{} flags for the {} rows of unit {}",
+                    flags.len(),
+                    span.rows.len(),
+                    span.unit.0
+                )));
+            }
+            let keep = |values: &[u32]| -> Vec<u32> {
+                values
+                    .iter()
+                    .zip(&flags)
+                    .filter_map(|(&value, &held)| held.then_some(value))
+                    .collect()
+            };
+            let rows: Vec<usize> = span
+                .rows
+                .iter()
+                .zip(&flags)
+                .filter_map(|(&row, &held)| held.then_some(row))
+                .collect();
+            if rows.is_empty() {
+                continue;
+            }
+            spans.push(PlannedSpan {
+                unit: span.unit,
+                rows,
+                tokens: keep(&span.tokens),
+                encoded_positions: keep(&span.encoded_positions),
+                positions: keep(&span.positions),
+            });
+        }
+        Ok(Self::assemble(spans, &self.new_tokens, &self.new_positions))
     }
 
     /// Number of cached rows spliced.

@@ -3,10 +3,11 @@
 //! cache (one concatenation per layer), then compute all new tokens in one forward pass over it,
 //! masked by position. [`splice`] is shared with mode `blend`, which starts from the same cache.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::encode::context::select_rows;
+use crate::encode::context::{held_rows, select_rows};
 use crate::encode::unit_encoder::describe;
 use crate::encode::{StateOrigin, UnitEncoder};
 use pml_engine::kv_cache::{KvBlock, KvCache};
@@ -26,6 +27,7 @@ pub fn prefill_reuse(
     reserve: usize,
 ) -> Result<Prefill, InferenceError> {
     let mut stats = PrefillStats::new(InferenceMode::Reuse);
+    let plan = &*kept_plan(encoder, plan, &mut stats)?;
     let mut kv = splice(
         model,
         encoder,
@@ -64,7 +66,7 @@ pub(super) fn splice(
     for span in &plan.spans {
         blocks.push(span_rows(model, encoder, span, stats)?);
     }
-    stats.load = load_start.elapsed();
+    stats.load += load_start.elapsed();
     stats.warnings = encoder.warnings()[warnings_before..].to_vec();
 
     let splice_start = Instant::now();
@@ -112,25 +114,67 @@ pub(super) fn span_state(
     Ok((state, origin))
 }
 
-/// `span`'s rows of its unit's `state`, re-rotated to the span's positions if it moved.
+/// `span`'s rows of its unit's `state` (found by position), re-rotated to the span's positions
+/// if it moved.
 pub(super) fn span_block(
     model: &Model,
     state: &Arc<KvBlock>,
     span: &PlannedSpan,
 ) -> Result<KvBlock, InferenceError> {
+    // The state's rows at the span's positions: the span's rows of a whole state, and of a
+    // compressed one the rows it kept (the plan splices no other, see `kept_plan`).
+    let state_rows: Vec<usize> =
+        held_rows(state.positions(), span.encoded_positions.iter().copied())
+            .into_iter()
+            .collect::<Option<_>>()
+            .ok_or_else(|| {
+                InferenceError::InvalidPrompt(format!(
+                    "the state of unit {} lacks rows the prompt splices",
+                    span.unit.0
+                ))
+            })?;
     if !span.is_moved()
         && state.holds_tensors()
-        && let Some(&first) = span.rows.first()
-        && span.rows.iter().copied().eq(first..first + span.rows.len())
+        && let Some(&first) = state_rows.first()
+        && state_rows
+            .iter()
+            .copied()
+            .eq(first..first + state_rows.len())
     {
         // Consecutive rows in place: a view, which a cache of the state's dtype reads without
         // copying, so a module many prompts import is held once.
-        return Ok(KvBlock::view(state, first..first + span.rows.len())?);
+        return Ok(KvBlock::view(state, first..first + state_rows.len())?);
     }
-    let rows = select_rows(state, &span.rows)?;
+    let rows = select_rows(state, &state_rows)?;
     Ok(if span.is_moved() {
         model.reposition(&rows, &span.positions)?
     } else {
         rows
     })
+}
+
+/// `plan` restricted to the cached rows the units' states hold: all of them, unless the encoder
+/// reads compressed states ([`UnitEncoder::keep`]), which hold their heavy hitters only. Reads
+/// each state (recorded in `stats`); the splice then finds them in the encoder's memory.
+pub(super) fn kept_plan<'p>(
+    encoder: &mut UnitEncoder<'_>,
+    plan: &'p SplicePlan,
+    stats: &mut PrefillStats,
+) -> Result<Cow<'p, SplicePlan>, InferenceError> {
+    if encoder.keep().is_none() {
+        return Ok(Cow::Borrowed(plan));
+    }
+    let load_start = Instant::now();
+    let kept = plan.retaining(|span| {
+        let (state, _) = span_state(encoder, span, stats)?;
+        Ok(
+            held_rows(state.positions(), span.encoded_positions.iter().copied())
+                .into_iter()
+                .map(|row| row.is_some())
+                .collect(),
+        )
+    })?;
+    stats.load += load_start.elapsed();
+    stats.tokens_dropped = plan.n_cached() - kept.n_cached();
+    Ok(Cow::Owned(kept))
 }

@@ -22,7 +22,7 @@ use crate::chat::{ChatSetupError, model_chat_template};
 use crate::encode::{
     EncodeError, EncodeEvent, EncodeOptions, EncodeReport, UnitEncoder, encode_schema,
 };
-use crate::store::{ModuleStore, StateSpec, StoreConfig, StoreError};
+use crate::store::{KeepFraction, ModuleStore, StateSpec, StoreConfig, StoreError};
 use crate::tokenizer::PmlTokenizer;
 use pml_engine::device::{BackendChoice, DeviceError, select_backend};
 use pml_engine::generation::{Generation, SamplingParams};
@@ -89,6 +89,8 @@ pub struct Runtime {
     template: ChatTemplate,
     store: ModuleStore,
     encode_mode: EncodeMode,
+    /// Module states hold this fraction of their rows (`pmlc compile --keep F`; `None`: all).
+    keep: Option<KeepFraction>,
     max_positions: u32,
 }
 
@@ -130,6 +132,7 @@ impl Runtime {
             template,
             store,
             encode_mode,
+            keep: None,
             max_positions,
         }
     }
@@ -172,6 +175,25 @@ impl Runtime {
 
     pub fn encode_mode(&self) -> EncodeMode {
         self.encode_mode
+    }
+
+    /// Compile and read compressed module states that keep `keep` of each unit's rows (their
+    /// heavy hitters), or whole ones (`None`, the default).
+    pub fn set_keep(&mut self, keep: Option<KeepFraction>) {
+        self.keep = keep;
+    }
+
+    pub fn keep(&self) -> Option<KeepFraction> {
+        self.keep
+    }
+
+    /// The fraction of rows the states of schema `schema_name` were last compiled to keep, by
+    /// its manifest (`None`: whole states, or never compiled).
+    pub fn compiled_keep(&self, schema_name: &str) -> Option<KeepFraction> {
+        self.store
+            .read_manifest(schema_name)
+            .found()
+            .and_then(|manifest| manifest.keep)
     }
 
     /// Parses, checks and lays out a schema's source; `loader` reads its `src` files.
@@ -309,13 +331,17 @@ impl Runtime {
 
     fn encoder<'a>(&'a self, layout: &'a SchemaLayout) -> Result<UnitEncoder<'a>, EncodeError> {
         let options = self.encode_options();
-        UnitEncoder::new(&self.model, layout, options.mode, options.bos, &self.store)
+        Ok(
+            UnitEncoder::new(&self.model, layout, options.mode, options.bos, &self.store)?
+                .with_keep(options.keep),
+        )
     }
 
     fn encode_options(&self) -> EncodeOptions {
         EncodeOptions {
             mode: self.encode_mode,
             bos: self.tokenizer.bos_token(),
+            keep: self.keep,
         }
     }
 }

@@ -10,7 +10,7 @@ use pml_engine::kv_cache::KvCache;
 use pml_engine::model::Model;
 
 use super::plan::SplicePlan;
-use super::reuse::splice;
+use super::reuse::{kept_plan, splice};
 use super::stats::PrefillStats;
 use super::{InferenceError, InferenceMode, Prefill};
 use crate::encode::UnitEncoder;
@@ -45,6 +45,7 @@ pub fn stage(
         }
         InferenceMode::Reuse => {
             let mut stats = PrefillStats::new(mode);
+            let plan = &*kept_plan(encoder, plan, &mut stats)?;
             let extra = plan.new_tokens.len() + reserve;
             let first_query = plan.first_new_position();
             let kv = splice(model, encoder, plan, extra, first_query, &mut stats)?;

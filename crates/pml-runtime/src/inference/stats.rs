@@ -36,6 +36,9 @@ pub struct PrefillStats {
     pub tokens_new: usize,
     /// Cached tokens recomputed (selective recompute; 0 in `reuse` and `full`).
     pub tokens_recomputed: usize,
+    /// Cached tokens the prompt imports that compressed module states do not hold
+    /// (`pmlc compile --keep F`): neither spliced nor computed.
+    pub tokens_dropped: usize,
     /// Positions of the tokens that ran through the last layer in mode `blend` (the recomputed
     /// cached tokens and the new ones); empty in the other modes.
     pub recomputed_positions: Vec<u32>,
@@ -69,6 +72,7 @@ impl PrefillStats {
             tokens_reused: 0,
             tokens_new: 0,
             tokens_recomputed: 0,
+            tokens_dropped: 0,
             recomputed_positions: Vec::new(),
             units_loaded: 0,
             units_encoded_on_the_fly: Vec::new(),
@@ -118,6 +122,13 @@ impl fmt::Display for RunStats {
             prefill.tokens_new,
             self.tokens_generated,
         )?;
+        if prefill.tokens_dropped > 0 {
+            write!(
+                f,
+                " | {} module tokens not kept (compressed states)",
+                prefill.tokens_dropped
+            )?;
+        }
         if let Some(choice) = &prefill.ratio_choice {
             write!(f, " | {choice}")?;
         }

@@ -92,6 +92,7 @@ fn values(tensor: &Tensor) -> Vec<f32> {
 
 /// Panics unless the two states hold the same tokens, positions, dtypes, shapes and values.
 pub fn assert_same_state(actual: &ModuleState, expected: &ModuleState) {
+    assert_eq!(actual.kind(), expected.kind(), "kind");
     assert_eq!(actual.tokens(), expected.tokens(), "tokens");
     assert_eq!(actual.positions(), expected.positions(), "positions");
     assert_eq!(actual.kv().n_layers(), expected.kv().n_layers(), "layers");

@@ -152,11 +152,14 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     };
     let schema = SourceText::read(&schema_path)?;
     let started = Instant::now();
-    let opened = open_runtime(&args.runtime)?;
+    let mut opened = open_runtime(&args.runtime)?;
     let model_load_ms = started.elapsed().as_secs_f64() * 1e3;
+    let laid_out = lay_out(&opened.runtime, &schema, color)?;
+    let bound = bind(&opened.runtime, &laid_out, &prompt, color)?;
+    // Read the states the last `pmlc compile` stored: whole, or its `--keep` heavy hitters.
+    let keep = opened.runtime.compiled_keep(&laid_out.layout.schema_name);
+    opened.runtime.set_keep(keep);
     let runtime = &opened.runtime;
-    let laid_out = lay_out(runtime, &schema, color)?;
-    let bound = bind(runtime, &laid_out, &prompt, color)?;
     let mut mode = args.blend.mode(args.mode, args.recompute);
     let mut units_compiled_first = 0;
     // With edit reuse the prompt runs bound to the layout the stored states were computed under.

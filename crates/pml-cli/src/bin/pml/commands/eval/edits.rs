@@ -199,6 +199,7 @@ pub fn run_edited_question(
         encode_ms,
         modes: results,
         edited_from: Some(question.old_answer.clone()),
+        store_bytes: None,
     };
     Ok((result, prompts))
 }

@@ -3,7 +3,7 @@
 //! documents are members of a collection, and a prompt that imports them all and asks the
 //! question; modes `full` (once, the reference), `reuse`, `blend` at each ratio and, with
 //! `--kv-budgets`, every token computed within a KV budget (H2O, `pml_runtime::kv_budget`) run
-//! on it.
+//! on it, and with `--keeps` mode `reuse` over compressed module states (`pmlc compile --keep`).
 //! With `--edits` the questions become the edited-fact set ([`edits`]): each question's answer
 //! changed in its documents, the original documents cached, and the edited prompt run in `full`,
 //! `prefix` (the rows before the first change reused) and edit reuse in `reuse` and `blend`.
@@ -28,7 +28,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{RuntimeArgs, open_runtime};
 use pml_runtime::inference::{InferenceMode, Selection};
-use pml_runtime::store::{ManifestStore, MemoryTier, ModuleStore};
+use pml_runtime::store::{KeepFraction, ManifestStore, MemoryTier, ModuleStore};
 
 use super::blend_args::{BlendArgs, ModeArg, RecomputeArg, SelectArg};
 use data::Dataset;
@@ -71,10 +71,23 @@ pub struct EvalArgs {
     /// Skip mode `reuse`.
     #[arg(long)]
     no_reuse: bool,
+    /// Skip mode `blend` (every `--ratios`).
+    #[arg(long)]
+    no_blend: bool,
     /// Also compute every token within a KV budget of each of these fractions of the prompt
     /// (H2O heavy hitters, comma-separated, e.g. `0.5,0.3`).
     #[arg(long, value_delimiter = ',', value_name = "FRACTION,...")]
     kv_budgets: Vec<f64>,
+    /// Also run mode `reuse` and every `blend` over compressed module states keeping each of
+    /// these fractions of every unit's rows (`pmlc compile --keep`, comma-separated, e.g.
+    /// `0.5,0.3`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "FRACTION,...",
+        conflicts_with = "edits"
+    )]
+    keeps: Vec<f64>,
     /// The edited-fact set: each question whose answer its documents mention gets it changed
     /// there; the original documents are cached and the edited prompt compared in `full`,
     /// `prefix` and edit reuse (`reuse`, `blend` at each ratio).
@@ -151,11 +164,28 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
     for &fraction in &args.kv_budgets {
         modes.push((format!("h2o kv={fraction}"), EvalMode::KvBudget(fraction)));
     }
+    let mut kept_modes = Vec::new();
+    for &fraction in &args.keeps {
+        let keep = KeepFraction::new(fraction).ok_or_else(|| {
+            Failure::usage(format!(
+                "--keeps takes fractions of each module's rows above 0 and below 1, not {fraction}"
+            ))
+        })?;
+        kept_modes.push((
+            format!("keep {keep}"),
+            EvalMode::Kept(keep, InferenceMode::Reuse),
+        ));
+    }
     let selections = match args.selections.is_empty() {
         true => vec![args.blend.select],
         false => args.selections.clone(),
     };
-    for &ratio in &args.ratios {
+    let ratios = if args.no_blend {
+        &[][..]
+    } else {
+        &args.ratios[..]
+    };
+    for &ratio in ratios {
         for &select in &selections {
             // Each ratio is what is measured: no shortcut to `full` or `reuse`.
             let blend = BlendArgs {
@@ -167,9 +197,16 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
                 1 => format!("blend r={ratio}"),
                 _ => format!("blend r={ratio} {}", Selection::from(select).name()),
             };
-            modes.push((name, EvalMode::Cached(blend.mode(ModeArg::Blend, ratio))));
+            let mode = blend.mode(ModeArg::Blend, ratio);
+            for (label, kept) in kept_modes.clone() {
+                if let EvalMode::Kept(keep, _) = kept {
+                    kept_modes.push((format!("{label} {name}"), EvalMode::Kept(keep, mode)));
+                }
+            }
+            modes.push((name, EvalMode::Cached(mode)));
         }
     }
+    modes.extend(kept_modes);
 
     let mut opened = open_runtime(&args.runtime)?;
     let manifests = tempfile::TempDir::new().context("creating a folder for manifests")?;
@@ -214,7 +251,7 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
         .iter()
         .filter_map(|(label, mode)| match mode {
             EvalMode::Cached(mode) => Some((format!("edit {label}"), *mode)),
-            EvalMode::KvBudget(_) => None,
+            EvalMode::KvBudget(_) | EvalMode::Kept(..) => None,
         })
         .collect();
     for index in 0..count {
@@ -233,7 +270,7 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
             let question = &questions[index];
             (
                 &question.id,
-                run_question(&opened.runtime, question, &modes, args.horizon),
+                run_question(&mut opened.runtime, question, &modes, args.horizon),
             )
         };
         match result {

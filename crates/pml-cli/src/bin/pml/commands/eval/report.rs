@@ -34,6 +34,10 @@ pub struct ModeSummary {
     pub names_new_fact: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub names_old_fact: Option<f64>,
+    /// Modes reading module states: the bytes they take in the store over the whole states'
+    /// (summed over the questions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_bytes_ratio: Option<f64>,
 }
 
 /// Every mode's summary, in the order the modes ran.
@@ -90,11 +94,24 @@ impl Summary {
                     names_old_fact: names_fact(results, index, |result| {
                         result.edited_from.as_deref()
                     }),
+                    store_bytes_ratio: store_bytes_ratio(results, index),
                 }
             })
             .collect();
         Self { modes }
     }
+}
+
+/// Mode `index`'s store bytes over the whole states' bytes, summed over the questions that
+/// report both (`None` without any).
+fn store_bytes_ratio(results: &[QuestionResult], index: usize) -> Option<f64> {
+    let (mode, whole) = results
+        .iter()
+        .filter_map(|result| Some((result.modes.get(index)?.store_bytes?, result.store_bytes?)))
+        .fold((0u64, 0u64), |(mode, whole), (bytes, all)| {
+            (mode + bytes, whole + all)
+        });
+    (whole > 0).then(|| mode as f64 / whole as f64)
 }
 
 /// Over edited questions only (`None` without any): the share whose mode `index` answer names
@@ -143,6 +160,18 @@ impl fmt::Display for Summary {
                 mode.tokens_recomputed_mean,
                 mode.tokens_cached_mean,
             )?;
+        }
+        if self.modes.iter().any(|mode| {
+            mode.store_bytes_ratio
+                .is_some_and(|ratio| (ratio - 1.0).abs() > 1e-9)
+        }) {
+            writeln!(f, "\n| mode | store bytes / whole states |")?;
+            writeln!(f, "|---|---|")?;
+            for mode in &self.modes {
+                if let Some(ratio) = mode.store_bytes_ratio {
+                    writeln!(f, "| {} | {ratio:.3} |", mode.mode)?;
+                }
+            }
         }
         if self.modes.iter().any(|mode| mode.names_new_fact.is_some()) {
             writeln!(f, "\n| mode | names the new fact | names the old fact |")?;

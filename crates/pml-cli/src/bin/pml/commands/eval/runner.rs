@@ -12,6 +12,7 @@ use pml_compiler::plan::{BoundPrompt, SchemaLayout};
 use pml_engine::Tokenizer;
 use pml_runtime::inference::{InferenceMode, LaidOutSchema, Runtime, SplicePlan};
 use pml_runtime::kv_budget::{DEFAULT_SINKS, HeavyHitters, KvBudget};
+use pml_runtime::store::KeepFraction;
 
 use super::data::Question;
 use super::score::{Continuation, exact_match, f1, greedy_agreement, kl_divergence};
@@ -34,6 +35,9 @@ pub struct ModeResult {
     /// Mode `blend` with ratio `auto`: the fraction the loading controller chose.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ratio_chosen: Option<f64>,
+    /// Modes reading module states: the bytes the question's states take in the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_bytes: Option<u64>,
 }
 
 /// A question's results, the reference (`full`) first.
@@ -47,6 +51,9 @@ pub struct QuestionResult {
     /// An edited question (`--edits`): the answer its documents held before the edit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edited_from: Option<String>,
+    /// The bytes the question's whole module states take in the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_bytes: Option<u64>,
 }
 
 /// How a compared mode computes the prompt and the answer.
@@ -58,6 +65,9 @@ pub enum EvalMode {
     /// (H2O: half of it the newest slots, the rest the heavy hitters and the attention sinks),
     /// the prompt in chunks and the answer evicting as it goes.
     KvBudget(f64),
+    /// A cached mode over compressed module states that keep this fraction of each unit's rows
+    /// (`pmlc compile --keep`).
+    Kept(KeepFraction, InferenceMode),
 }
 
 /// A mode's greedy run.
@@ -72,7 +82,7 @@ pub(super) struct Decoded {
 
 /// Runs `question` in mode `full` and in each of `modes`, decoding at most `horizon` tokens.
 pub fn run_question(
-    runtime: &Runtime,
+    runtime: &mut Runtime,
     question: &Question,
     modes: &[(String, EvalMode)],
     horizon: usize,
@@ -82,9 +92,7 @@ pub fn run_question(
         .lay_out(&schema_source, &RefuseSources)
         .context("laying out the question's schema")?;
     let encode_start = Instant::now();
-    runtime
-        .encode(&laid_out.layout, &mut |_| {})
-        .context("encoding the documents")?;
+    let store_bytes = encode(runtime, &laid_out.layout)?;
     let encode_ms = encode_start.elapsed().as_secs_f64() * 1e3;
     let bound = runtime
         .bind(&laid_out, &sources::prompt(question))
@@ -100,16 +108,29 @@ pub fn run_question(
     )?;
     let mut results = vec![score(question, "full", &reference, &reference, horizon)];
     for (label, mode) in modes {
-        let decoded = decode(
-            runtime,
-            &laid_out.layout,
-            &bound,
-            *mode,
-            Some(&reference),
-            horizon,
-        )
+        let layout = &laid_out.layout;
+        let (decoded, bytes) = match *mode {
+            EvalMode::Kept(keep, mode) => {
+                runtime.set_keep(Some(keep));
+                let decoded = encode(runtime, layout).and_then(|bytes| {
+                    let mode = EvalMode::Cached(mode);
+                    let decoded = decode(runtime, layout, &bound, mode, Some(&reference), horizon);
+                    Ok((decoded?, Some(bytes)))
+                });
+                runtime.set_keep(None);
+                decoded
+            }
+            EvalMode::Cached(InferenceMode::Reuse) => {
+                let decoded = decode(runtime, layout, &bound, *mode, Some(&reference), horizon);
+                decoded.map(|decoded| (decoded, Some(store_bytes)))
+            }
+            _ => decode(runtime, layout, &bound, *mode, Some(&reference), horizon)
+                .map(|decoded| (decoded, None)),
+        }
         .with_context(|| format!("mode {label}"))?;
-        results.push(score(question, label, &decoded, &reference, horizon));
+        let mut result = score(question, label, &decoded, &reference, horizon);
+        result.store_bytes = bytes;
+        results.push(result);
     }
     Ok(QuestionResult {
         id: question.id.clone(),
@@ -118,7 +139,22 @@ pub fn run_question(
         encode_ms,
         modes: results,
         edited_from: None,
+        store_bytes: Some(store_bytes),
     })
+}
+
+/// Encodes `layout`'s units into the runtime's store (whole, or as its keep fraction says) and
+/// returns the bytes its states take there, by the manifest the encoding wrote.
+fn encode(runtime: &Runtime, layout: &SchemaLayout) -> anyhow::Result<u64> {
+    runtime
+        .encode(layout, &mut |_| {})
+        .context("encoding the documents")?;
+    let manifest = runtime
+        .store()
+        .read_manifest(&layout.schema_name)
+        .found()
+        .context("reading the question's manifest back")?;
+    Ok(manifest.units.iter().map(|unit| unit.bytes).sum())
 }
 
 pub(super) fn score(
@@ -143,6 +179,7 @@ pub(super) fn score(
         tokens_recomputed,
         tokens_new,
         ratio_chosen: decoded.ratio_chosen,
+        store_bytes: None,
     }
 }
 
@@ -172,6 +209,9 @@ pub(super) fn decode(
             );
             let ratio_chosen = stats.ratio_choice.map(|choice| choice.ratio.get());
             (prefill.logits, prefill.kv, tokens, ratio_chosen, None)
+        }
+        EvalMode::Kept(..) => {
+            anyhow::bail!("compressed states are decoded in their cached mode once encoded")
         }
         EvalMode::KvBudget(fraction) => {
             let plan = SplicePlan::new(layout, bound)?;
