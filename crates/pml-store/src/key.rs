@@ -98,7 +98,9 @@ impl KeepFraction {
     /// `fraction` rounded to thousandths; `None` unless it lies strictly between 0 and 1 there.
     pub fn new(fraction: f64) -> Option<Self> {
         let per_mille = (fraction * 1000.0).round();
-        (per_mille >= 1.0 && per_mille <= 999.0).then_some(Self(per_mille as u16))
+        (1.0..=999.0)
+            .contains(&per_mille)
+            .then_some(Self(per_mille as u16))
     }
 
     /// The fraction in thousandths.

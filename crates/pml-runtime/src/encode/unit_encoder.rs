@@ -29,7 +29,7 @@ use super::context::{
     UnitRows, context_rows, context_tokens, held_rows, select_rows, unit, unit_rows,
     validate_layout,
 };
-use super::kept::{heavy_rows, observed_prefill};
+use super::kept::{heavy_rows, reread_scores};
 
 /// Where a unit's state came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,9 +100,17 @@ impl<'a> UnitEncoder<'a> {
         Self { keep, ..self }
     }
 
-    /// The fraction of its rows each unit's state keeps (`None`: all).
+    /// The fraction of its rows each module's state keeps (`None`: all).
     pub fn keep(&self) -> Option<KeepFraction> {
         self.keep
+    }
+
+    /// The fraction unit `unit_id`'s state keeps: modules [`Self::keep`], the root all its rows.
+    /// The root is the text every prompt of the schema holds (the system prompt, the chat
+    /// template's frame, the instructions around the modules): short, and where losing a row
+    /// costs every answer (on HotpotQA, compressing it too left no answer in the asked form).
+    fn unit_keep(&self, unit_id: UnitId) -> Option<KeepFraction> {
+        self.keep.filter(|_| unit_id != UnitId::ROOT)
     }
 
     pub fn layout(&self) -> &'a SchemaLayout {
@@ -125,7 +133,9 @@ impl<'a> UnitEncoder<'a> {
 
     /// The store key of unit `unit_id`.
     pub fn key(&self, unit_id: UnitId) -> Result<StoreKey, EncodeError> {
-        let kind = self.keep.map_or(StateKind::Kv, StateKind::KvKept);
+        let kind = self
+            .unit_keep(unit_id)
+            .map_or(StateKind::Kv, StateKind::KvKept);
         Ok(self.unit_key(unit_id)?.of(kind))
     }
 
@@ -196,7 +206,7 @@ impl<'a> UnitEncoder<'a> {
         }
         let key = self.key(unit_id)?;
         match self.store.get(&key) {
-            Ok(Some(hit)) if matches_unit(&hit.state, layout_unit, self.keep) => {
+            Ok(Some(hit)) if matches_unit(&hit.state, layout_unit, self.unit_keep(unit_id)) => {
                 let block = Arc::new(hit.state.kv().clone());
                 self.known.insert(unit_id, Arc::clone(&block));
                 return Ok((block, StateOrigin::Store));
@@ -229,7 +239,9 @@ impl<'a> UnitEncoder<'a> {
         let lock = self.store.lock(key, &mut || on_wait(layout_unit))?;
         let stored_meanwhile = match &lock {
             Some(_) => match self.store.get(key) {
-                Ok(Some(hit)) if matches_unit(&hit.state, layout_unit, self.keep) => Some(hit),
+                Ok(Some(hit)) if matches_unit(&hit.state, layout_unit, self.unit_keep(unit_id)) => {
+                    Some(hit)
+                }
                 _ => None,
             },
             None => None,
@@ -273,15 +285,17 @@ impl<'a> UnitEncoder<'a> {
         )?;
         let context_len = kv.len();
         let (tokens, positions) = (&layout_unit.tokens, &layout_unit.positions);
-        let state = match self.keep {
+        let state = match self.unit_keep(unit_id) {
             None => {
                 prefill_sorted(self.model, tokens, positions, &mut kv, false)?;
                 ModuleState::new(kv.slice(context_len..kv.len())?, tokens.clone())?
             }
             Some(keep) => {
-                let scores = observed_prefill(self.model, tokens, positions, &mut kv)?;
+                prefill_sorted(self.model, tokens, positions, &mut kv, false)?;
+                let computed = kv.slice(context_len..kv.len())?;
+                let scores = reread_scores(self.model, tokens, positions, &mut kv)?;
                 let rows = heavy_rows(&scores, keep);
-                let kept = select_rows(&kv.slice(context_len..kv.len())?, &rows)?;
+                let kept = select_rows(&computed, &rows)?;
                 let kept_tokens = rows.iter().map(|&row| tokens[row]).collect();
                 ModuleState::kv_kept(keep, kept, kept_tokens)?
             }

@@ -257,6 +257,7 @@ mod tests {
             tokens_recomputed: 10,
             tokens_new: 5,
             ratio_chosen: None,
+            store_bytes: None,
         }
     }
 
@@ -271,6 +272,7 @@ mod tests {
             encode_ms: 0.0,
             modes: vec![row("full", 1.0, 10.0, true)],
             edited_from: None,
+            store_bytes: Some(100),
         };
         let line = |id: &str| serde_json::to_string(&result(id)).expect("encodes");
         let text = format!(
@@ -300,6 +302,7 @@ mod tests {
             encode_ms: 0.0,
             modes: vec![row("full", 1.0, 100.0, true), auto(ratio)],
             edited_from: None,
+            store_bytes: Some(100),
         };
         let summary = Summary::of(&[question(0.15), question(0.25)]);
         assert_eq!(summary.modes[0].ratio_chosen_mean, None);
@@ -318,9 +321,13 @@ mod tests {
             encode_ms: 0.0,
             modes: vec![
                 row("full", 1.0, full_ms, true),
-                row("reuse", 0.0, reuse_ms, agrees),
+                ModeResult {
+                    store_bytes: Some(50),
+                    ..row("reuse", 0.0, reuse_ms, agrees)
+                },
             ],
             edited_from: None,
+            store_bytes: Some(100),
         };
         let summary = Summary::of(&[
             question(100.0, 10.0, true),
@@ -336,6 +343,9 @@ mod tests {
         assert_eq!(reuse.tokens_cached_mean, 100.0);
         assert!(summary.to_string().contains("| reuse | 3 |"));
         assert!(!summary.to_string().contains("names the new fact"));
+        assert_eq!(summary.modes[0].store_bytes_ratio, None);
+        assert_eq!(reuse.store_bytes_ratio, Some(0.5));
+        assert!(summary.to_string().contains("| reuse | 0.500 |"));
     }
 
     #[test]
@@ -354,6 +364,7 @@ mod tests {
                 })
                 .collect(),
             edited_from: Some("1901".into()),
+            store_bytes: Some(100),
         };
         let summary = Summary::of(&[
             question(["In 1908.", "In 1901."]),
