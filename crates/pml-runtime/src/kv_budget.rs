@@ -17,9 +17,9 @@
 //! positions as if nothing moved; the cache is told them less the accumulated shift.
 
 use pml_engine::kv_cache::{KvBlock, KvCache};
-use pml_engine::model::{EngineError, ForwardContext, Model};
+use pml_engine::model::{EngineError, Model};
 
-use crate::inference::{AttentionMass, MassWeighting};
+use crate::attention_mass::observed_pass;
 
 /// Why a budget cannot be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -306,29 +306,6 @@ impl HeavyHitters {
         self.scores = keep.iter().map(|&slot| self.scores[slot]).collect();
         Ok(())
     }
-}
-
-/// Appends `tokens` at `positions` to `kv` in one pass of every layer and adds to `scores[slot]`
-/// (grown to the cache's new length) the attention each slot received from them, summed over
-/// queries, heads and layers; returns the last layer's output.
-pub(crate) fn observed_pass(
-    model: &Model,
-    tokens: &[u32],
-    positions: &[u32],
-    kv: &mut KvCache,
-    scores: &mut Vec<f32>,
-) -> Result<candle_core::Tensor, EngineError> {
-    let context = ForwardContext::appending(positions.to_vec(), kv);
-    scores.resize(kv.len() + tokens.len(), 0.0);
-    let mut hidden = model.embed(tokens)?;
-    for layer_idx in 0..model.config().n_layers {
-        let mut mass = AttentionMass {
-            mass: scores,
-            weighting: MassWeighting::Weights,
-        };
-        hidden = model.forward_layer_observed(layer_idx, &hidden, &context, kv, &mut mass)?;
-    }
-    Ok(hidden)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Runtime: module encoding, cached inference, restore and conversations on top of `pml-engine`,
 //! with states kept in `pml-store`. Knows nothing of PML syntax beyond what `pml-compiler` hands
 //! it, and nothing of where model files come from (`pml-models`): it is given a path.
+pub mod attention_mass;
 pub mod chat;
 pub mod conversation;
 pub mod encode;

@@ -9,7 +9,8 @@
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::{EngineError, Model};
 
-use crate::kv_budget::{DEFAULT_SINKS, KvBudget, observed_pass};
+use crate::attention_mass::observed_pass;
+use crate::kv_budget::{DEFAULT_SINKS, KvBudget};
 use crate::store::KeepFraction;
 
 use super::chunked::MAX_CHUNK_TOKENS;

@@ -41,7 +41,6 @@ use crate::encode::chunked::MAX_CHUNK_TOKENS;
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::{AttentionObserver, ForwardContext, Model};
 
-use super::attention_mass::{AttentionMass, MassWeighting};
 use super::blend_options::{BlendOptions, Deviation, Selection};
 use super::controller::{LayerCosts, RemainingWork, Shortcut, choose_ratio};
 use super::layer_feed::{CachedLayers, LayerSource, with_cached_layers};
@@ -49,6 +48,7 @@ use super::plan::SplicePlan;
 use super::reuse::kept_plan;
 use super::stats::PrefillStats;
 use super::{InferenceError, InferenceMode, Prefill};
+use crate::attention_mass::{AttentionMass, MassWeighting};
 
 /// The prompt's tokens in position order, each with its KV slot: cached rows occupy the slots the
 /// splice gave them, new tokens follow in position order.

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::attention_mass::MassWeighting;
+use crate::attention_mass::MassWeighting;
 
 /// A command-line or request value that names no setting (`--recompute 2`, `--mode fast`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

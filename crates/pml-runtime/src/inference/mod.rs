@@ -14,7 +14,6 @@
 //! it to the shared decoding loop, so TTFT includes store loads and splicing. [`session`] wraps a
 //! model, tokenizer, chat template and store into the API the CLI calls.
 
-pub mod attention_mass;
 pub mod blend;
 pub mod blend_options;
 pub mod controller;
@@ -42,7 +41,7 @@ use pml_engine::generation::{GenerateError, Generation, Generator, SamplingParam
 use pml_engine::kv_cache::{KvCache, KvCacheError};
 use pml_engine::model::{EngineError, Model};
 
-pub use attention_mass::{AttentionMass, MassWeighting};
+pub use crate::attention_mass::{AttentionMass, MassWeighting};
 pub use blend_options::{BlendOptions, Deviation, Pipelining, Ratio, Selection, ValueError};
 pub use controller::{LayerCosts, RatioChoice, RemainingWork, Shortcut, choose_ratio};
 pub use model_load::load_model_and_tokenizer;

@@ -89,6 +89,9 @@ pub struct RunJson {
     pub tokens_reused: usize,
     pub tokens_recomputed: usize,
     pub tokens_new: usize,
+    /// Module tokens the prompt imports that compressed states (`pmlc compile --keep`) left out.
+    #[serde(default)]
+    pub tokens_not_kept: usize,
     /// The new tokens in position order: what was computed after the spliced states.
     pub new_token_ids: Vec<u32>,
     pub units_encoded_on_the_fly: Vec<String>,
@@ -123,6 +126,7 @@ impl RunJson {
             tokens_reused: prefill.tokens_reused,
             tokens_recomputed: prefill.tokens_recomputed,
             tokens_new: prefill.tokens_new,
+            tokens_not_kept: prefill.tokens_dropped,
             new_token_ids: plan.new_tokens.clone(),
             units_encoded_on_the_fly: prefill.units_encoded_on_the_fly.clone(),
             tokens_generated: stats.tokens_generated,

@@ -539,6 +539,7 @@ mod tests {
             tokens_reused,
             tokens_recomputed: 0,
             tokens_new: new_token_ids.len(),
+            tokens_not_kept: 0,
             new_token_ids,
             units_encoded_on_the_fly: Vec::new(),
             tokens_generated: 1,

@@ -51,9 +51,12 @@ pub struct EvalArgs {
     /// Its format (default: from the extension, `.json` HotpotQA, `.jsonl[.gz]` NQ-open).
     #[arg(long, value_enum)]
     format: Option<Dataset>,
-    /// Evaluate only the first N questions.
+    /// Evaluate only the first N questions (after `--skip`).
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
+    /// Leave out the first N questions (to run a set in parts; `--summarize` reads them all).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    skip: usize,
     /// Seed of the NQ-open distractor choice and the gold passage's place.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -138,6 +141,16 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
     } else {
         Vec::new()
     };
+    for list_len in [questions.len(), edited.len()] {
+        if args.skip > 0 && args.skip >= list_len && list_len > 0 {
+            return Err(Failure::usage(format!(
+                "--skip {} leaves none of the {list_len} questions",
+                args.skip
+            )));
+        }
+    }
+    questions.drain(..args.skip.min(questions.len()));
+    edited.drain(..args.skip.min(edited.len()));
     if let Some(limit) = args.limit {
         questions.truncate(limit);
         edited.truncate(limit);

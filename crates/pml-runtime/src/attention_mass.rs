@@ -1,10 +1,13 @@
-//! Blend's attention ranking as an observer of the engine's layer step: how much attention the
-//! new tokens pay each spliced slot, summed over their queries, heads and the layers observed
-//! (what `--select attention` and its variants rank cached rows by). The model only shows its
-//! attention ([`AttentionObserver`]); what to sum, and weighted how, is blend's business.
+//! How much attention each slot of a cache receives, as an observer of the engine's layer step,
+//! summed over the observed queries, heads and layers: blend's ranking of cached rows (the
+//! attention the new tokens pay them, `--select attention` and its variants), H2O's heavy-hitter
+//! scores (`kv_budget`) and the second reading that scores a compressed module's rows
+//! (`encode::kept`). The model only shows its attention ([`AttentionObserver`]); what to sum, and
+//! weighted how, is the caller's business.
 
 use candle_core::Tensor;
-use pml_engine::model::{AttentionObserver, AttentionView, EngineError};
+use pml_engine::kv_cache::KvCache;
+use pml_engine::model::{AttentionObserver, AttentionView, EngineError, ForwardContext, Model};
 
 /// What [`AttentionMass`] adds to each slot's entry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -49,6 +52,29 @@ impl AttentionObserver for AttentionMass<'_> {
             Ok(())
         })
     }
+}
+
+/// Appends `tokens` at `positions` to `kv` in one pass of every layer and adds to `scores[slot]`
+/// (grown to the cache's new length) the attention each slot received from them, summed over
+/// queries, heads and layers; returns the last layer's output.
+pub(crate) fn observed_pass(
+    model: &Model,
+    tokens: &[u32],
+    positions: &[u32],
+    kv: &mut KvCache,
+    scores: &mut Vec<f32>,
+) -> Result<candle_core::Tensor, EngineError> {
+    let context = ForwardContext::appending(positions.to_vec(), kv);
+    scores.resize(kv.len() + tokens.len(), 0.0);
+    let mut hidden = model.embed(tokens)?;
+    for layer_idx in 0..model.config().n_layers {
+        let mut mass = AttentionMass {
+            mass: scores,
+            weighting: MassWeighting::Weights,
+        };
+        hidden = model.forward_layer_observed(layer_idx, &hidden, &context, kv, &mut mass)?;
+    }
+    Ok(hidden)
 }
 
 /// Every slot's value norm per KV head, `(n_kv_heads, 1, n_slots)`.
