@@ -25,10 +25,10 @@ pub struct CompileArgs {
     /// Schema files.
     #[arg(required = true)]
     pub schemas: Vec<PathBuf>,
-    /// Store each module's heavy hitters only: this fraction of its rows (e.g. 0.5), the ones its
-    /// own tokens attended most while it was encoded (H2O), plus its first and last rows. Smaller
-    /// states to store, load and attend; answers approximate. `pml run` reads what the last
-    /// compile stored.
+    /// Store each module's heavy hitters only: this fraction of its rows (e.g. 0.5), its first
+    /// rows and the ones the model attends most when it reads the module again. Smaller states to
+    /// store, load and attend; answers approximate (docs/benchmarks.md). The schema's own text
+    /// stays whole. `pml run` reads what the last compile stored.
     #[arg(long, value_name = "FRACTION", value_parser = parse_keep)]
     pub keep: Option<KeepFraction>,
     #[command(flatten)]
