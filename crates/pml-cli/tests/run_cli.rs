@@ -405,22 +405,33 @@ fn compressed_modules_are_compiled_and_run_from_what_they_kept() {
     if fetched_model(DEFAULT_MODEL_ID).is_none() {
         return;
     }
-    let whole = facts.compile(&[]);
-    assert_status(&whole, 0, "pmlc compile");
+    // The module's stored bytes, by the manifest the last compile wrote.
+    let module_bytes = || -> u64 {
+        let manifests = facts.dir.path().join("store/manifests");
+        let folder = std::fs::read_dir(&manifests)
+            .expect("manifests")
+            .next()
+            .expect("one model's folder")
+            .expect("an entry");
+        let text = std::fs::read_to_string(folder.path().join("facts.json")).expect("manifest");
+        let manifest: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        let units = manifest["units"].as_array().expect("units");
+        let museum = units
+            .iter()
+            .find(|unit| unit["path"] == serde_json::json!(["museum"]))
+            .expect("the module's entry");
+        museum["bytes"].as_u64().expect("bytes")
+    };
+    assert_status(&facts.compile(&[]), 0, "pmlc compile");
+    let whole_bytes = module_bytes();
     let kept = facts.compile(&["--keep", "0.5"]);
     assert_status(&kept, 0, "pmlc compile --keep 0.5");
     let summary = stderr(&kept);
     assert!(summary.contains("heavy hitters 0.5 of each"), "{summary}");
-    let megabytes = |text: &str| -> f64 {
-        let after = &text[text.find("KV ").expect("a KV size") + 3..];
-        after[..after.find(" MB").expect("in MB")]
-            .parse()
-            .expect("a number")
-    };
-    let (whole_mb, kept_mb) = (megabytes(&stderr(&whole)), megabytes(&summary));
+    let kept_bytes = module_bytes();
     assert!(
-        kept_mb < 0.6 * whole_mb && kept_mb > 0.4 * whole_mb,
-        "{kept_mb} MB kept of {whole_mb} MB"
+        kept_bytes * 10 < whole_bytes * 6 && kept_bytes * 10 > whole_bytes * 4,
+        "{kept_bytes} bytes kept of {whole_bytes}"
     );
     let answered = facts.ask(&[]);
     let notes = stderr(&answered);

@@ -82,11 +82,14 @@ pub enum StateKind {
     /// The input hidden states of one layer, `(n_tokens, d_model)`: restored by projecting them
     /// to K/V at the unit's positions (HCache).
     HiddenLayer(u16),
-    /// K and V of every layer for the unit's heavy hitters only (`pmlc compile --keep F`): the
-    /// rows its own tokens attended most while it was encoded, at their positions, a fraction
-    /// of the unit's rows.
+    /// K and V of every layer for the unit's heavy hitters only (`pmlc compile --keep F`): a
+    /// fraction of the unit's rows, at their positions, chosen as [`KEPT_ROWS_SELECTION`] names.
     KvKept(KeepFraction),
 }
+
+/// How the runtime chooses the rows of a [`StateKind::KvKept`] state, hashed into its key: a
+/// compressed state chosen another way is another state. Change it with the runtime's choice.
+pub const KEPT_ROWS_SELECTION: &str = "sinks-4+second-reading-attention";
 
 /// The fraction of a unit's rows a compressed state keeps, in thousandths (1 to 999; keeping
 /// everything is a plain [`StateKind::Kv`] state), so that it hashes and prints exactly.
@@ -280,6 +283,8 @@ impl StoreKeyParts<'_> {
         }
         if let Some(keep) = self.kind.keep() {
             hasher.update(u64::from(keep.per_mille()).to_le_bytes());
+            hasher.update((KEPT_ROWS_SELECTION.len() as u64).to_le_bytes());
+            hasher.update(KEPT_ROWS_SELECTION.as_bytes());
         }
         hash_u32s(&mut hasher, self.tokens);
         hash_u32s(&mut hasher, self.positions);

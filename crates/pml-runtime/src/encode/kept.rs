@@ -61,15 +61,22 @@ pub fn reread_scores(
     let Some(&last) = positions.last() else {
         return Ok(Vec::new());
     };
+    // These positions may pass the model's context (a long module near its end): every family
+    // here rotates keys and queries by position (RoPE), so the scores see only distances, at
+    // most twice the module's length, never an absolute position. Overflow is refused.
     let again: Vec<u32> = (1..=tokens.len() as u32)
-        .map(|offset| last + offset)
-        .collect();
+        .map(|offset| last.checked_add(offset))
+        .collect::<Option<_>>()
+        .ok_or_else(|| {
+            EngineError::InvalidInput("the second reading passes position 2^32".into())
+        })?;
     let scores = observed_prefill(model, tokens, &again, kv)?;
     Ok(scores[first_row..unit_end].to_vec())
 }
 
 /// The rows a compressed state keeps of a unit whose rows scored `scores`, ascending: `keep`
-/// of them, up to [`DEFAULT_SINKS`] first ones and the rest the highest scoring.
+/// of them, up to [`DEFAULT_SINKS`] first ones and the rest the highest scoring. With the
+/// scores, what `store::key::KEPT_ROWS_SELECTION` names: change it with either.
 pub fn heavy_rows(scores: &[f32], keep: KeepFraction) -> Vec<usize> {
     let room = keep.rows_of(scores.len());
     let sinks = DEFAULT_SINKS.min(room);

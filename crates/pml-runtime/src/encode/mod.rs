@@ -249,7 +249,7 @@ fn stored_bytes(
         let row_bytes = 2 * layout.n_layers * layout.n_kv_heads * layout.head_dim;
         let value_bytes = encoder.store().spec().state_dtype.size_in_bytes();
         let rows = encoder
-            .keep()
+            .unit_keep(unit.id)
             .map_or(unit.tokens.len(), |keep| keep.rows_of(unit.tokens.len()));
         (row_bytes * value_bytes * rows) as u64
     })

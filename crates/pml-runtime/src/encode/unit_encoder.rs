@@ -109,7 +109,7 @@ impl<'a> UnitEncoder<'a> {
     /// The root is the text every prompt of the schema holds (the system prompt, the chat
     /// template's frame, the instructions around the modules): short, and where losing a row
     /// costs every answer (on HotpotQA, compressing it too left no answer in the asked form).
-    fn unit_keep(&self, unit_id: UnitId) -> Option<KeepFraction> {
+    pub fn unit_keep(&self, unit_id: UnitId) -> Option<KeepFraction> {
         self.keep.filter(|_| unit_id != UnitId::ROOT)
     }
 

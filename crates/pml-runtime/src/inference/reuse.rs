@@ -67,7 +67,9 @@ pub(super) fn splice(
         blocks.push(span_rows(model, encoder, span, stats)?);
     }
     stats.load += load_start.elapsed();
-    stats.warnings = encoder.warnings()[warnings_before..].to_vec();
+    stats
+        .warnings
+        .extend_from_slice(&encoder.warnings()[warnings_before..]);
 
     let splice_start = Instant::now();
     let block_refs: Vec<&KvBlock> = blocks.iter().collect();
@@ -165,6 +167,7 @@ pub(super) fn kept_plan<'p>(
         return Ok(Cow::Borrowed(plan));
     }
     let load_start = Instant::now();
+    let warnings_before = encoder.warnings().len();
     let kept = plan.retaining(|span| {
         let (state, _) = span_state(encoder, span, stats)?;
         Ok(
@@ -175,6 +178,9 @@ pub(super) fn kept_plan<'p>(
         )
     })?;
     stats.load += load_start.elapsed();
+    stats
+        .warnings
+        .extend_from_slice(&encoder.warnings()[warnings_before..]);
     stats.tokens_dropped = plan.n_cached() - kept.n_cached();
     Ok(Cow::Owned(kept))
 }

@@ -272,6 +272,10 @@ impl Runtime {
         layout: &SchemaLayout,
     ) -> Result<Option<super::previous_layout::PreviousLayout>, InferenceError> {
         let options = self.encode_options();
+        if options.keep.is_some() {
+            // Edit reuse rebuilds the layout of whole states; compressed ones are compiled again.
+            return Ok(None);
+        }
         super::previous_layout::previous_layout(
             &self.model,
             &self.store,

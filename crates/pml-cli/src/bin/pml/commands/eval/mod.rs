@@ -177,18 +177,27 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
     for &fraction in &args.kv_budgets {
         modes.push((format!("h2o kv={fraction}"), EvalMode::KvBudget(fraction)));
     }
-    let mut kept_modes = Vec::new();
-    for &fraction in &args.keeps {
-        let keep = KeepFraction::new(fraction).ok_or_else(|| {
-            Failure::usage(format!(
-                "--keeps takes fractions of each module's rows above 0 and below 1, not {fraction}"
-            ))
-        })?;
-        kept_modes.push((
-            format!("keep {keep}"),
-            EvalMode::Kept(keep, InferenceMode::Reuse),
-        ));
-    }
+    let keeps = args
+        .keeps
+        .iter()
+        .map(|&fraction| {
+            KeepFraction::new(fraction).ok_or_else(|| {
+                Failure::usage(format!(
+                    "--keeps takes fractions of each module's rows above 0 and below 1, not \
+                     {fraction}"
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut kept_modes: Vec<(String, EvalMode)> = keeps
+        .iter()
+        .map(|&keep| {
+            (
+                format!("keep {keep}"),
+                EvalMode::Kept(keep, InferenceMode::Reuse),
+            )
+        })
+        .collect();
     let selections = match args.selections.is_empty() {
         true => vec![args.blend.select],
         false => args.selections.clone(),
@@ -211,10 +220,8 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
                 _ => format!("blend r={ratio} {}", Selection::from(select).name()),
             };
             let mode = blend.mode(ModeArg::Blend, ratio);
-            for (label, kept) in kept_modes.clone() {
-                if let EvalMode::Kept(keep, _) = kept {
-                    kept_modes.push((format!("{label} {name}"), EvalMode::Kept(keep, mode)));
-                }
+            for &keep in &keeps {
+                kept_modes.push((format!("keep {keep} {name}"), EvalMode::Kept(keep, mode)));
             }
             modes.push((name, EvalMode::Cached(mode)));
         }
