@@ -14,10 +14,12 @@ use pml_engine::model::{Arch, Model, WeightFormat};
 use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
 use pml_runtime::inference::edit::rebind_edited;
 use pml_runtime::inference::previous_layout::previous_layout;
-use pml_runtime::inference::{BlendOptions, InferenceMode, Prefill, Ratio, SplicePlan, prefill};
+use pml_runtime::inference::{InferenceMode, Pipelining, Prefill, SplicePlan, prefill};
 use pml_runtime::store::ModuleStore;
 
-use cached_support::{Binding, LayoutBuilder, assert_close, max_abs_diff, ram_store_in};
+use cached_support::{
+    Binding, LayoutBuilder, assert_close, blend_everything, max_abs_diff, ram_store_in,
+};
 
 const SEED: u64 = 11;
 const BOS: u32 = 1;
@@ -89,15 +91,6 @@ fn encoded(arch: Arch) -> Encoded {
     }
 }
 
-/// Blend recomputing every cached token: `full` up to summation order.
-fn blend_everything() -> InferenceMode {
-    InferenceMode::Blend(BlendOptions {
-        recompute: Ratio::new(1.0).expect("a fraction"),
-        shortcuts: false,
-        ..BlendOptions::default()
-    })
-}
-
 #[test]
 fn an_edited_module_reuses_its_unchanged_rows() {
     for arch in Arch::ALL {
@@ -144,7 +137,13 @@ fn an_edited_module_reuses_its_unchanged_rows() {
         );
 
         // Blend recomputing every cached token is full.
-        let blended = run(&model, &store, &old, &edit, blend_everything());
+        let blended = run(
+            &model,
+            &store,
+            &old,
+            &edit,
+            blend_everything(Pipelining::Auto),
+        );
         assert_close(
             &blended.logits,
             &full.logits,
@@ -172,7 +171,13 @@ fn a_placed_module_is_edit_reused_where_the_prompt_puts_it() {
     let bound = binding.bind();
     let full = run(&model, &store, &new, &bound, InferenceMode::Full);
     let edit = rebind_edited(&old, &new, &bound, false).expect("rebind");
-    let blended = run(&model, &store, &old, &edit, blend_everything());
+    let blended = run(
+        &model,
+        &store,
+        &old,
+        &edit,
+        blend_everything(Pipelining::Auto),
+    );
     let mut positions = blended.kv.positions().to_vec();
     positions.sort_unstable();
     assert_eq!(positions, full.kv.positions());

@@ -15,12 +15,12 @@ use pml_engine::model::tiny::random_model;
 use pml_engine::model::{Arch, Model, WeightFormat};
 use pml_runtime::encode::chunked::prefill_sorted;
 use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
-use pml_runtime::inference::{
-    BlendOptions, InferenceError, InferenceMode, Pipelining, Ratio, SplicePlan, prefill,
-};
+use pml_runtime::inference::{InferenceError, InferenceMode, Pipelining, SplicePlan, prefill};
 use pml_runtime::store::{KeepFraction, ModuleStore, StateKind};
 
-use cached_support::{Binding, LayoutBuilder, assert_close, ram_store_in, spread_tokens};
+use cached_support::{
+    Binding, LayoutBuilder, assert_close, blend_everything, ram_store_in, spread_tokens,
+};
 
 const SEED: u64 = 5;
 const BOS: u32 = 1;
@@ -58,15 +58,6 @@ fn encoder<'a>(
     UnitEncoder::new(model, layout, EncodeMode::Scaffolded, Some(BOS), store)
         .expect("encoder")
         .with_keep(keep)
-}
-
-fn blend_everything(pipelining: Pipelining) -> InferenceMode {
-    InferenceMode::Blend(BlendOptions {
-        recompute: Ratio::new(1.0).expect("a fraction"),
-        shortcuts: false,
-        pipelining,
-        ..BlendOptions::default()
-    })
 }
 
 #[test]

@@ -26,8 +26,7 @@ use crate::unit_key::UnitKey;
 use super::EncodeError;
 use super::chunked::prefill_sorted;
 use super::context::{
-    UnitRows, context_rows, context_tokens, held_rows, select_rows, unit, unit_rows,
-    validate_layout,
+    UnitRows, context_rows, context_tokens, held_rows, unit, unit_rows, validate_layout,
 };
 use super::kept::{heavy_rows, reread_scores};
 
@@ -285,19 +284,17 @@ impl<'a> UnitEncoder<'a> {
         )?;
         let context_len = kv.len();
         let (tokens, positions) = (&layout_unit.tokens, &layout_unit.positions);
+        prefill_sorted(self.model, tokens, positions, &mut kv, false)?;
         let state = match self.unit_keep(unit_id) {
-            None => {
-                prefill_sorted(self.model, tokens, positions, &mut kv, false)?;
-                ModuleState::new(kv.slice(context_len..kv.len())?, tokens.clone())?
-            }
+            None => ModuleState::new(kv.slice(context_len..kv.len())?, tokens.clone())?,
             Some(keep) => {
-                prefill_sorted(self.model, tokens, positions, &mut kv, false)?;
-                let computed = kv.slice(context_len..kv.len())?;
+                // The second reading appends after the unit's rows; the kept ones are copied
+                // out of the cache once, by slot.
                 let scores = reread_scores(self.model, tokens, positions, &mut kv)?;
                 let rows = heavy_rows(&scores, keep);
-                let kept = select_rows(&computed, &rows)?;
+                let slots: Vec<usize> = rows.iter().map(|&row| context_len + row).collect();
                 let kept_tokens = rows.iter().map(|&row| tokens[row]).collect();
-                ModuleState::kv_kept(keep, kept, kept_tokens)?
+                ModuleState::kv_kept(keep, kv.gather(&slots)?, kept_tokens)?
             }
         };
         self.last_context = Some((context, blocks));

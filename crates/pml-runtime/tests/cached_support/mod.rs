@@ -9,6 +9,7 @@ use pml_compiler::plan::{
     BoundPrompt, CachedSpan, LayoutUnit, NewTokenKind, ParamSlot, SchemaLayout, UnitId, UnitKind,
 };
 use pml_engine::model::Model;
+use pml_runtime::inference::{BlendOptions, InferenceMode, Pipelining, Ratio};
 use pml_runtime::store::{DEFAULT_STATE_DTYPE, ManifestStore, MemoryTier, ModuleStore, StateSpec};
 use tempfile::TempDir;
 
@@ -184,6 +185,17 @@ impl<'a> Binding<'a> {
 }
 
 pub use pml_engine::testing::max_abs_diff;
+
+/// Blend recomputing every cached token (no shortcut): `full` of the rows it splices, up to
+/// summation order; cached layers streamed as `pipelining` says.
+pub fn blend_everything(pipelining: Pipelining) -> InferenceMode {
+    InferenceMode::Blend(BlendOptions {
+        recompute: Ratio::new(1.0).expect("a fraction"),
+        shortcuts: false,
+        pipelining,
+        ..BlendOptions::default()
+    })
+}
 
 pub fn max_abs(a: &Tensor) -> f32 {
     a.to_dtype(candle_core::DType::F32)
