@@ -73,6 +73,12 @@ impl KvBudget {
         })
     }
 
+    /// H2O's budget of `slots`: the [`DEFAULT_SINKS`] first, the `recent` newest (default:
+    /// half the budget, H2O's split of heavy hitters and recent tokens) and heavy hitters.
+    pub fn h2o(slots: usize, recent: Option<usize>) -> Result<Self, KvBudgetError> {
+        Self::new(slots, recent.unwrap_or(slots / 2), DEFAULT_SINKS)
+    }
+
     /// Slots evicted beyond need each time, so the cache is rebuilt once per that many new
     /// tokens rather than for every token.
     fn slack(&self) -> usize {

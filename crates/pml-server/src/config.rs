@@ -23,6 +23,10 @@ pub struct ServerConfig {
     /// bound). Each sequence reserves room for its prompt and `max_tokens` at admission; a
     /// completion waits until its reservation fits, and one that could never fit is refused.
     pub kv_cache_bytes: Option<usize>,
+    /// Most KV slots each sequence of a plain prompt keeps (`--kv-budget`, H2O): one whose
+    /// prompt and answer would hold more evicts what its attention reads least. A request's
+    /// `kv_budget` overrides it; PML prompts are not bounded.
+    pub kv_budget: Option<pml_runtime::kv_budget::KvBudget>,
     /// RAM for the KV of plain prompts' blocks (automatic prefix caching); 0 turns it off.
     pub prefix_cache_bytes: u64,
     /// Redis the prefix cache's blocks are shared through (a namespace of their own, in the
@@ -54,6 +58,7 @@ impl Default for ServerConfig {
             max_batch: 16,
             request_timeout: Duration::from_secs(600),
             kv_cache_bytes: None,
+            kv_budget: None,
             prefix_cache_bytes: 1 << 30,
             prefix_cache_redis: None,
             shutdown_grace: Duration::from_secs(3),

@@ -136,6 +136,17 @@ pub async fn start(
     prompt: PromptSource,
     generation: &Generation,
 ) -> Result<(PromptUsage, UnboundedReceiver<(usize, JobEvent)>), ApiError> {
+    let kv_budget = match (&prompt, generation.kv_budget) {
+        (PromptSource::Pml { .. }, Some(_)) => {
+            return Err(ApiError::bad_field(
+                "kv_budget",
+                "kv_budget applies to plain prompts and chats: a PML prompt's cached modules are \
+                 spliced whole",
+            ));
+        }
+        (PromptSource::Pml { .. }, None) => None,
+        (_, asked) => asked.or(state.config.kv_budget),
+    };
     let (sender, mut receiver) = unbounded_channel();
     let arrived = Instant::now();
     // Each choice its own draw, reproducibly (greedy choices are alike); one prefill for all.
@@ -166,6 +177,7 @@ pub async fn start(
             sender: sender.clone(),
         },
         siblings,
+        kv_budget,
     })?;
     drop(sender);
     // The first choice's verdict decides the status (its prefill is every choice's); a later

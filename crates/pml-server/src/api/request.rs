@@ -6,6 +6,7 @@ use pml_compiler::conversation::Conversation;
 use pml_compiler::tool_calls::ToolCallFormat;
 use pml_engine::generation::SamplingParams;
 use pml_runtime::inference::{InferenceMode, Ratio};
+use pml_runtime::kv_budget::{DEFAULT_SINKS, KvBudget};
 use pml_syntax::ast::Role;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -62,6 +63,9 @@ pub struct GenerationFields {
     pub mode: Option<String>,
     /// PML: fraction of cached tokens to recompute in mode `blend` (0 to 1).
     pub recompute: Option<f32>,
+    /// PML: most KV slots this sequence keeps (H2O heavy hitters, half of them the newest);
+    /// plain prompts and chats only.
+    pub kv_budget: Option<usize>,
     /// Everything else the body holds, refused unless null.
     #[serde(flatten)]
     pub other: Map<String, Value>,
@@ -103,6 +107,23 @@ pub struct Generation {
     pub logprobs: Option<usize>,
     /// The answer's required form (`response_format` other than `text`).
     pub format: Option<ResponseFormat>,
+    /// `kv_budget`, when the request names one (the server's default applies otherwise).
+    pub kv_budget: Option<KvBudget>,
+}
+
+/// `kv_budget = slots`: the first [`DEFAULT_SINKS`] and the newest half always kept, the
+/// heavy hitters in the rest (the budget `pml run --kv-budget` gives by default).
+fn heavy_hitter_budget(slots: usize) -> Result<KvBudget, ApiError> {
+    KvBudget::h2o(slots, None).map_err(|_| {
+        ApiError::bad_field(
+            "kv_budget",
+            format!(
+                "kv_budget = {slots} cannot hold {DEFAULT_SINKS} attention sinks, the newest half \
+                 and a heavy hitter: ask for at least {}",
+                2 * DEFAULT_SINKS + 1
+            ),
+        )
+    })
 }
 
 /// `response_format`: `text` (no constraint), `json_object`, or `json_schema` with its
@@ -217,6 +238,7 @@ impl GenerationFields {
                 .is_some_and(|options| options.include_usage),
             logprobs,
             format,
+            kv_budget: self.kv_budget.map(heavy_hitter_budget).transpose()?,
         })
     }
 

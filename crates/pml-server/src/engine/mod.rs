@@ -70,6 +70,10 @@ pub struct CompletionJob {
     /// The request's other choices (`n` > 1): the prompt is prefilled once, for this job, and
     /// each sibling decodes from a copy-on-write fork of its KV with its own sampling.
     pub siblings: Vec<Sibling>,
+    /// Most KV slots each of its sequences keeps (H2O): a plain prompt whose prompt and answer
+    /// would hold more is computed and decoded within it, evicting what its attention reads
+    /// least ([`pml_runtime::kv_budget`]); dropped at admission where it could never be reached.
+    pub kv_budget: Option<pml_runtime::kv_budget::KvBudget>,
 }
 
 /// One more choice of a [`CompletionJob`]'s request.
@@ -97,6 +101,7 @@ impl CompletionJob {
             format: self.format.clone(),
             events: sibling.events,
             siblings: Vec::new(),
+            kv_budget: self.kv_budget,
         }
     }
 }

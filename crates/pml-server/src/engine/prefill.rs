@@ -14,6 +14,7 @@ use pml_engine::kv_cache::KvCache;
 use pml_runtime::inference::{
     LaidOutSchema, Prefill, PrefixCache, Runtime, SplicePlan, Staged, StagedPrefill,
 };
+use pml_runtime::kv_budget::{HeavyHitters, KvBudget};
 
 use super::sequence::{Prefilled, check_context, prompt_tokens, reserved_slots, runtime_error};
 use super::{CompletionJob, JobError, PromptSource, PromptUsage};
@@ -60,6 +61,16 @@ enum Work {
         staged: Box<StagedPrefill>,
         all_tokens: Vec<u32>,
     },
+    /// A plain prompt computed within its KV budget, in chunks of its own passes (each observes
+    /// the attention the heavy-hitter scores sum), evicting as it goes; it neither reads nor
+    /// keeps prefix-cache blocks, whose rows would not be what it holds.
+    Budgeted {
+        tokens: Vec<u32>,
+        /// Prompt tokens computed so far (the cache holds fewer once it evicts).
+        done: usize,
+        kv: KvCache,
+        hitters: Box<HeavyHitters>,
+    },
 }
 
 /// Where a prefill stands after admission or a chunk.
@@ -103,8 +114,15 @@ impl Prepared {
         if let Err(error) = check_context(runtime, prompt_len, &job) {
             return Err(Box::new((job, error)));
         }
+        let mut job = job;
+        let whole = reserved_slots(prompt_len, &job);
+        // A budget the prompt and answer never reach changes nothing: the prompt then runs as
+        // any other (batched, prefix-cached).
+        job.kv_budget = job
+            .kv_budget
+            .filter(|budget| matches!(prompt, PreparedPrompt::Plain(_)) && whole > budget.slots);
         Ok(Self {
-            slots: reserved_slots(prompt_len, &job),
+            slots: job.kv_budget.map_or(whole, |budget| budget.slots),
             job,
             prompt,
         })
@@ -120,15 +138,21 @@ impl Prepared {
         let Self { job, slots, prompt } = self;
         // Room for the whole answer, so decoding appends in place.
         let reserve = job.params.max_tokens + 1;
-        let started = match prompt {
-            PreparedPrompt::Plain(tokens) => {
+        let started = match (prompt, job.kv_budget) {
+            (PreparedPrompt::Plain(tokens), Some(budget)) => {
+                start_budgeted(runtime, tokens, budget)
+            }
+            (PreparedPrompt::Plain(tokens), None) => {
                 start_plain(runtime, prefix_cache, tokens, reserve, slots)
             }
-            PreparedPrompt::Pml {
-                schema,
-                bound,
-                all_tokens,
-            } => stage_pml(runtime, schemas, &job, &schema, &bound, all_tokens, reserve),
+            (
+                PreparedPrompt::Pml {
+                    schema,
+                    bound,
+                    all_tokens,
+                },
+                _,
+            ) => stage_pml(runtime, schemas, &job, &schema, &bound, all_tokens, reserve),
         };
         Advance::of(job, slots, started)
     }
@@ -187,7 +211,7 @@ impl PendingPrefill {
                     kv,
                 })
             }
-            Work::Pml { .. } => None,
+            Work::Pml { .. } | Work::Budgeted { .. } => None,
         }
     }
 
@@ -205,8 +229,8 @@ impl PendingPrefill {
                 kv,
                 cached_tokens,
             } => after_chunk(runtime, prefix_cache, tokens, kv, cached_tokens, logits),
-            Work::Pml { .. } => Err(JobError::Internal(Incident::report(
-                "a PML prompt's chunk was run in a batched step",
+            Work::Pml { .. } | Work::Budgeted { .. } => Err(JobError::Internal(Incident::report(
+                "a PML or budgeted prompt's chunk was run in a batched step",
             ))),
         };
         Advance::of(job, slots, advanced)
@@ -218,6 +242,7 @@ impl PendingPrefill {
         match &self.work {
             Work::Plain { kv, .. } => kv.resident_bytes(seen),
             Work::Pml { staged, .. } => staged.kv().resident_bytes(seen),
+            Work::Budgeted { kv, .. } => kv.resident_bytes(seen),
         }
     }
 
@@ -226,12 +251,13 @@ impl PendingPrefill {
         match &self.work {
             Work::Plain { tokens, kv, .. } => tokens.len() - kv.len(),
             Work::Pml { staged, .. } => staged.remaining(),
+            Work::Budgeted { tokens, done, .. } => tokens.len() - done,
         }
     }
 
     /// A PML prompt's next `budget` tokens (at least one) in a pass of their own (its splices
-    /// place tokens at laid-out positions); when that ends the prompt, hands back the
-    /// prefilled prompt. Plain prompts advance in the step's batched pass instead
+    /// place tokens at laid-out positions; a budgeted prompt's passes observe its attention);
+    /// when that ends the prompt, hands back the prefilled prompt. Plain prompts advance in the step's batched pass instead
     /// ([`Self::plain_chunk`]).
     pub fn advance(self, runtime: &Runtime, budget: usize) -> Advance {
         let Self { job, slots, work } = self;
@@ -247,6 +273,12 @@ impl PendingPrefill {
                 Ok(Staged::Ready(prefill)) => Ok(Started::Done(pml_prefilled(prefill, all_tokens))),
                 Err(error) => Err(JobError::internal(error)),
             },
+            Work::Budgeted {
+                tokens,
+                done,
+                kv,
+                hitters,
+            } => advance_budgeted(runtime, tokens, done, kv, hitters, budget),
         };
         Advance::of(job, slots, advanced)
     }
@@ -286,6 +318,59 @@ fn start_plain(
         tokens,
         kv: spliced.kv,
         cached_tokens: spliced.cached_tokens,
+    }))
+}
+
+/// A plain prompt within a KV budget: an empty cache that never holds more than the budget.
+fn start_budgeted(
+    runtime: &Runtime,
+    tokens: Vec<u32>,
+    budget: KvBudget,
+) -> Result<Started, JobError> {
+    let hitters = HeavyHitters::new(budget);
+    let kv = hitters
+        .new_cache(runtime.model())
+        .map_err(JobError::internal)?;
+    Ok(Started::Pending(Work::Budgeted {
+        tokens,
+        done: 0,
+        kv,
+        hitters: Box::new(hitters),
+    }))
+}
+
+/// A budgeted prompt's next `budget` tokens (at least one), evicting before them as needed.
+fn advance_budgeted(
+    runtime: &Runtime,
+    tokens: Vec<u32>,
+    done: usize,
+    mut kv: KvCache,
+    mut hitters: Box<HeavyHitters>,
+    budget: usize,
+) -> Result<Started, JobError> {
+    let end = (done + budget.max(1)).min(tokens.len());
+    let positions: Vec<u32> = (done as u32..end as u32).collect();
+    let logits = hitters
+        .forward(runtime.model(), &tokens[done..end], &positions, &mut kv)
+        .map_err(JobError::internal)?;
+    if end < tokens.len() {
+        return Ok(Started::Pending(Work::Budgeted {
+            tokens,
+            done: end,
+            kv,
+            hitters,
+        }));
+    }
+    Ok(Started::Done(Prefilled {
+        kv,
+        logits,
+        usage: PromptUsage {
+            prompt_tokens: tokens.len(),
+            new_tokens: tokens.len(),
+            ..PromptUsage::default()
+        },
+        all_tokens: tokens,
+        hitters: Some(hitters),
     }))
 }
 
@@ -330,6 +415,7 @@ fn after_chunk(
         logits,
         all_tokens: tokens,
         usage,
+        hitters: None,
     }))
 }
 
@@ -393,5 +479,6 @@ fn pml_prefilled(prefill: Prefill, all_tokens: Vec<u32>) -> Prefilled {
         all_tokens,
         kv: prefill.kv,
         logits: prefill.logits,
+        hitters: None,
     }
 }

@@ -358,7 +358,20 @@ impl<'r> Scheduler<'r> {
                 _ => alone.push((prefill, grant)),
             }
         }
+        // Budgeted sequences step in passes of their own, which observe their attention.
+        let (budgeted, batched_decodes): (Vec<_>, Vec<_>) = std::mem::take(&mut self.active)
+            .into_iter()
+            .partition(Sequence::is_budgeted);
+        self.active = batched_decodes;
         self.batched_pass(batched);
+        let (runtime, prefix_cache) = (self.runtime, &self.prefix_cache);
+        let mut keep =
+            |tokens: &[u32], kv: &KvCache| keep_answer(runtime, prefix_cache, tokens, kv);
+        for sequence in budgeted {
+            if let Some(sequence) = sequence.step_alone(runtime.model(), &self.metrics, &mut keep) {
+                self.active.push(sequence);
+            }
+        }
         for (prefill, grant) in alone {
             let advanced = prefill.advance(self.runtime, grant);
             self.take_advance(advanced);

@@ -9,8 +9,10 @@ use pml_compiler::PlanError;
 use pml_engine::Tokenizer;
 use pml_engine::generation::{DecodeState, DecodeStep};
 use pml_engine::kv_cache::KvCache;
+use pml_engine::model::Model;
 use pml_runtime::chat::{chat_prompt_tokens, conversation_tokens};
 use pml_runtime::inference::{Runtime, RuntimeError};
+use pml_runtime::kv_budget::HeavyHitters;
 use pml_syntax::LineIndex;
 use pml_syntax::json::JsonDiagnostic;
 
@@ -18,6 +20,7 @@ use super::structured::Constraint;
 use super::{
     CompletionJob, JobEnd, JobError, JobEvent, PromptSource, PromptUsage, TokenLogprob, TokenText,
 };
+use crate::incident::Incident;
 use crate::metrics::{Metrics, Outcome};
 
 /// A completion between decode steps.
@@ -35,8 +38,12 @@ pub struct Sequence<'r> {
     pub next_token: u32,
     pub next_position: u32,
     /// The prompt's tokens, when its KV sits at positions 0, 1, … (a plain prompt, not a PML
-    /// one): a finished answer's blocks then join the prefix cache after them.
+    /// one, that evicted nothing): a finished answer's blocks then join the prefix cache after
+    /// them.
     plain_prompt: Option<Vec<u32>>,
+    /// Within a KV budget: the heavy-hitter scores, and the passes of its own each step runs
+    /// (they observe the attention; the batched pass does not).
+    hitters: Option<Box<HeavyHitters>>,
 }
 
 /// Where a finished answer goes: its tokens (the prompt's, then the answer's) and their KV, for
@@ -49,6 +56,8 @@ pub struct Prefilled {
     pub logits: Tensor,
     pub all_tokens: Vec<u32>,
     pub usage: PromptUsage,
+    /// A prompt computed within a KV budget: its heavy-hitter scores, for its decoding.
+    pub hitters: Option<Box<HeavyHitters>>,
 }
 
 impl Prefilled {
@@ -65,6 +74,7 @@ impl Prefilled {
                 recomputed_tokens: 0,
                 new_tokens: 0,
             },
+            hitters: self.hitters.clone(),
         }
     }
 }
@@ -119,10 +129,15 @@ impl<'r> Sequence<'r> {
             metrics.count_outcome(Outcome::Cancelled);
             return None;
         }
-        let plain_prompt =
-            (!matches!(job.prompt, PromptSource::Pml { .. })).then_some(prefilled.all_tokens);
+        let hitters = prefilled.hitters;
+        let plain_prompt = (!matches!(job.prompt, PromptSource::Pml { .. }) && hitters.is_none())
+            .then_some(prefilled.all_tokens);
         let mut kv = prefilled.kv;
-        let reserved_slots = reserved_slots(kv.len(), &job);
+        // A budgeted cache is limited to its budget already.
+        let reserved_slots = match &hitters {
+            Some(hitters) => hitters.budget().slots,
+            None => reserved_slots(kv.len(), &job),
+        };
         kv.limit_rows(reserved_slots);
         let sequence = Sequence {
             job,
@@ -134,6 +149,7 @@ impl<'r> Sequence<'r> {
             next_token: 0,
             next_position,
             plain_prompt,
+            hitters,
         };
         match logits_row(&prefilled.logits) {
             Ok(mut logits) => {
@@ -212,6 +228,44 @@ impl<'r> Sequence<'r> {
                 self.next_position = position;
                 Some(self)
             }
+        }
+    }
+
+    /// Whether the sequence decodes within a KV budget, in passes of its own ([`Self::step_alone`]).
+    pub fn is_budgeted(&self) -> bool {
+        self.hitters.is_some()
+    }
+
+    /// A budgeted sequence's decoding step: its next token in a pass of its own that observes
+    /// the attention, evicting first when the cache is full, then [`Self::accept`].
+    pub fn step_alone(
+        mut self,
+        model: &Model,
+        metrics: &Metrics,
+        keep: &mut KeepAnswer<'_>,
+    ) -> Progress<'r> {
+        let Some(hitters) = &mut self.hitters else {
+            return self.fail(
+                JobError::Internal(Incident::report("an unbudgeted sequence stepped alone")),
+                metrics,
+            );
+        };
+        let started = Instant::now();
+        let row = hitters
+            .forward(
+                model,
+                &[self.next_token],
+                &[self.next_position],
+                &mut self.kv,
+            )
+            .map_err(JobError::internal)
+            .and_then(|logits| logits_row(&logits));
+        match row {
+            Ok(mut row) => {
+                metrics.inter_token_latency.observe(started.elapsed());
+                self.accept(&mut row, metrics, keep)
+            }
+            Err(error) => self.fail(error, metrics),
         }
     }
 

@@ -15,7 +15,7 @@ use pml_cli::check_command::ColorChoice;
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{RuntimeArgs, open_runtime, store_config};
 use pml_runtime::conversation::{ChatParts, Conversation, SessionStore};
-use pml_runtime::kv_budget::{DEFAULT_SINKS, HeavyHitters, KvBudget};
+use pml_runtime::kv_budget::{HeavyHitters, KvBudget};
 use pml_runtime::restore::{CostCache, LayerForm, RestorePlan, plan_restore};
 
 use super::answer_stream::AnswerStream;
@@ -84,7 +84,7 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
     // Checked before the model loads.
     let budget = args
         .kv_budget
-        .map(|slots| KvBudget::new(slots, args.kv_recent.unwrap_or(slots / 2), DEFAULT_SINKS))
+        .map(|slots| KvBudget::h2o(slots, args.kv_recent))
         .transpose()
         .map_err(|error| Failure::usage(error.to_string()))?;
     if args.ctx_size == Some(0) {

@@ -17,7 +17,7 @@ use pml_engine::gguf::GgufFile;
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_runtime::chat::model_chat_template;
 use pml_runtime::inference::load_model_and_tokenizer;
-use pml_runtime::kv_budget::{DEFAULT_SINKS, HeavyHitters, KvBudget};
+use pml_runtime::kv_budget::{HeavyHitters, KvBudget};
 use pml_syntax::ast::Role;
 
 use super::answer_stream::AnswerStream;
@@ -61,7 +61,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     // Checked before the model loads.
     let budget = args
         .kv_budget
-        .map(|slots| KvBudget::new(slots, args.kv_recent.unwrap_or(slots / 2), DEFAULT_SINKS))
+        .map(|slots| KvBudget::h2o(slots, args.kv_recent))
         .transpose()?;
     let choice = resolve_model(args.model.as_deref())?;
     let path = model_file(&choice)?;

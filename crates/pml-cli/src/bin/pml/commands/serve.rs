@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{RuntimeArgs, open_runtime, store_config};
+use pml_runtime::kv_budget::KvBudget;
 use pml_runtime::store::TierConfig;
 use pml_server::{ServerConfig, ServerError, ServerHandle};
 
@@ -54,9 +55,25 @@ pub struct ServeArgs {
     /// is refused (400). Unbounded when absent (`--max-batch` still bounds the batch).
     #[arg(long, value_name = "MIB")]
     kv_cache_mib: Option<usize>,
+    /// Hold at most N KV slots per sequence of a plain prompt or chat (H2O): the first few
+    /// (attention sinks), the newest (`--kv-recent`) and those that received the most
+    /// attention; a sequence whose prompt and answer would hold more evicts the others, and
+    /// reserves only N slots of `--kv-cache-mib`. A request's `kv_budget` overrides it. Such
+    /// sequences decode in passes of their own and skip the prefix cache.
+    #[arg(long, value_name = "N")]
+    kv_budget: Option<usize>,
+    /// With `--kv-budget`: the newest slots always kept (default: half the budget, H2O's split).
+    #[arg(long, value_name = "N", requires = "kv_budget")]
+    kv_recent: Option<usize>,
 }
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
+    // Checked before the model loads.
+    let kv_budget = args
+        .kv_budget
+        .map(|slots| KvBudget::h2o(slots, args.kv_recent))
+        .transpose()
+        .map_err(|error| Failure::usage(error.to_string()))?;
     let opened = open_runtime(&args.runtime)?;
     let store = store_config(args.runtime.store.as_deref())?;
     let saved_schemas = store.root.join("schemas");
@@ -74,6 +91,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         max_batch: args.max_batch,
         request_timeout: Duration::from_secs(args.timeout),
         kv_cache_bytes: args.kv_cache_mib.map(|mib| mib << 20),
+        kv_budget,
         prefix_cache_bytes: args.prefix_cache_mib << 20,
         prefix_cache_redis,
         open_admin,
