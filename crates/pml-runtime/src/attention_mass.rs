@@ -66,18 +66,38 @@ pub(crate) fn observed_pass(
 ) -> Result<candle_core::Tensor, EngineError> {
     let context = ForwardContext::appending(positions.to_vec(), kv);
     scores.resize(kv.len() + tokens.len(), 0.0);
+    observed_layers(model, tokens, &context, kv, scores)
+}
+
+/// One pass of every layer for `tokens` in `context` (their slots may be ones `kv` holds
+/// already, rewritten with what they held), adding to `scores[slot]` the attention each slot
+/// received from them; returns the last layer's output. `scores` covers every slot the pass
+/// reads.
+pub(crate) fn observed_layers(
+    model: &Model,
+    tokens: &[u32],
+    context: &ForwardContext,
+    kv: &mut KvCache,
+    scores: &mut [f32],
+) -> Result<candle_core::Tensor, EngineError> {
     let mut hidden = model.embed(tokens)?;
     for layer_idx in 0..model.config().n_layers {
+        // A sliding-window layer a splice left slots out of (they are outside every later
+        // query's window) has no weights for them: its attention is not counted, the other
+        // layers' is.
+        if kv.layer(layer_idx)?.first_held() > 0 {
+            hidden = model.forward_layer(layer_idx, &hidden, context, kv)?;
+            continue;
+        }
         let mut mass = AttentionMass {
             mass: scores,
             weighting: MassWeighting::Weights,
         };
-        hidden = model.forward_layer_observed(layer_idx, &hidden, &context, kv, &mut mass)?;
+        hidden = model.forward_layer_observed(layer_idx, &hidden, context, kv, &mut mass)?;
     }
     Ok(hidden)
 }
 
-/// Every slot's value norm per KV head, `(n_kv_heads, 1, n_slots)`.
 fn value_norms(attention: &AttentionView<'_>) -> Result<Tensor, EngineError> {
     Ok(attention
         .values()

@@ -141,6 +141,17 @@ impl HeavyHitters {
         }
     }
 
+    /// Goes on after a prefill computed elsewhere (spliced modules, a selective recompute):
+    /// `scores` are its slots' heavy-hitter scores so far, and the next token runs at
+    /// `next_position`. A cache above the budget is cut to it before that token runs.
+    pub fn after_prefill(budget: KvBudget, scores: Vec<f32>, next_position: u32) -> Self {
+        Self {
+            scores,
+            next_position,
+            ..Self::new(budget)
+        }
+    }
+
     /// The cache's positions kept below `limit` (the model's context), the kept slots moved
     /// back to position 0 when the next token would reach it.
     pub fn with_position_limit(mut self, limit: u32) -> Result<Self, KvBudgetError> {
@@ -306,7 +317,9 @@ impl HeavyHitters {
         let recent = self.budget.recent.saturating_sub(incoming);
         self.scores.resize(kv.len(), 0.0);
         let keep = self.budget.keep(&self.scores, room, recent);
-        let block = kv.gather(&keep)?;
+        // A spliced prompt's sliding-window layers may have left out slots no later query
+        // sees; the kept slots stay at their positions, so those layers still never read them.
+        let block = kv.gather_visible(&keep)?;
         self.evicted += kv.len() - keep.len();
         *kv = self.rebuilt(model, &block)?;
         self.scores = keep.iter().map(|&slot| self.scores[slot]).collect();

@@ -377,6 +377,19 @@ impl KvCache {
 
     /// Copies the given slots of every layer out as a block (e.g. a module's own tokens).
     pub fn gather(&self, slots: &[usize]) -> Result<KvBlock, KvCacheError> {
+        self.gather_rows(slots, false)
+    }
+
+    /// [`Self::gather`] where a sliding-window layer may have left some of the slots out
+    /// ([`Self::from_blocks_for`]): their rows in that layer are zeros. No query of this cache
+    /// can see such a slot in that layer (it is outside the window of every query at or after
+    /// the horizon, and masks go by position), so a cache rebuilt from the block at the same
+    /// positions attends as this one does; moving the block to other positions would not.
+    pub fn gather_visible(&self, slots: &[usize]) -> Result<KvBlock, KvCacheError> {
+        self.gather_rows(slots, true)
+    }
+
+    fn gather_rows(&self, slots: &[usize], zero_not_held: bool) -> Result<KvBlock, KvCacheError> {
         self.check_consistent()?;
         let len = self.len();
         if let Some(&slot) = slots.iter().find(|&&slot| slot >= len) {
@@ -386,14 +399,34 @@ impl KvCache {
             .layers
             .iter()
             .map(|layer| {
-                let rows = slots
+                let (keys, values) = (layer.keys()?, layer.values()?);
+                let missing = zero_not_held && slots.iter().any(|&slot| slot < layer.first_held());
+                if !missing {
+                    let rows = slots
+                        .iter()
+                        .map(|&slot| layer.held_row(slot))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let index = row_index(&rows, &self.device)?;
+                    return Ok((
+                        keys.index_select(&index, 0)?,
+                        values.index_select(&index, 0)?,
+                    ));
+                }
+                // One zero row after the held ones stands in for every slot left out.
+                let held = keys.dim(0)?;
+                let zero_row = |rows: &Tensor| -> Result<Tensor, KvCacheError> {
+                    let (_, heads, dim) = rows.dims3()?;
+                    let zero = Tensor::zeros((1, heads, dim), rows.dtype(), rows.device())?;
+                    Ok(Tensor::cat(&[rows, &zero], 0)?)
+                };
+                let rows: Vec<usize> = slots
                     .iter()
-                    .map(|&slot| layer.held_row(slot))
-                    .collect::<Result<Vec<_>, _>>()?;
+                    .map(|&slot| slot.checked_sub(layer.first_held()).unwrap_or(held))
+                    .collect();
                 let index = row_index(&rows, &self.device)?;
                 Ok((
-                    layer.keys()?.index_select(&index, 0)?,
-                    layer.values()?.index_select(&index, 0)?,
+                    zero_row(&keys)?.index_select(&index, 0)?,
+                    zero_row(&values)?.index_select(&index, 0)?,
                 ))
             })
             .collect::<Result<_, KvCacheError>>()?;

@@ -16,6 +16,7 @@
 
 pub mod blend;
 pub mod blend_options;
+pub mod budgeted_decode;
 pub mod controller;
 pub mod edit;
 pub mod full;
@@ -41,8 +42,12 @@ use pml_engine::generation::{GenerateError, Generation, Generator, SamplingParam
 use pml_engine::kv_cache::{KvCache, KvCacheError};
 use pml_engine::model::{EngineError, Model};
 
+use crate::kv_budget::{HeavyHitters, KvBudget};
+
 pub use crate::attention_mass::{AttentionMass, MassWeighting};
-pub use blend_options::{BlendOptions, Deviation, Pipelining, Ratio, Selection, ValueError};
+pub use blend_options::{
+    BlendOptions, Deviation, HEAD_ROWS, Pipelining, Ratio, Selection, ValueError,
+};
 pub use controller::{LayerCosts, RatioChoice, RemainingWork, Shortcut, choose_ratio};
 pub use model_load::load_model_and_tokenizer;
 pub use plan::{PlannedSpan, SplicePlan};
@@ -165,7 +170,9 @@ pub fn prefill(
 }
 
 /// Runs `bound` in `mode` and generates the answer, streaming text to `on_text`. Decoding
-/// continues at one past the prompt's highest position.
+/// continues at one past the prompt's highest position; with `budget`, within that many KV slots
+/// ([`budgeted_decode`]).
+#[allow(clippy::too_many_arguments)]
 pub fn generate(
     model: &Model,
     tokenizer: &dyn pml_engine::Tokenizer,
@@ -173,23 +180,43 @@ pub fn generate(
     bound: &BoundPrompt,
     mode: InferenceMode,
     params: &SamplingParams,
+    budget: Option<KvBudget>,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<(Generation, RunStats), InferenceError> {
     let plan = SplicePlan::new(encoder.layout(), bound)?;
+    // A budget the prompt and its answer never reach changes nothing.
+    let budget =
+        budget.filter(|budget| plan.all_tokens.len() + params.max_tokens + 1 > budget.slots);
     let mut prefill_stats = None;
     let mut kv = model.new_kv_cache()?;
-    let generated = Generator::new(model, tokenizer).generate_after(
+    let mut hitters: Option<HeavyHitters> = None;
+    let generated = Generator::new(model, tokenizer).generate_stepped(
         &mut kv,
         &plan.all_tokens,
         params,
         on_text,
         |kv| {
-            let reserve = params.max_tokens.min(MAX_RESERVED_SLOTS);
-            let prefill = prefill(model, encoder, &plan, mode, reserve)
+            let reserve = match budget {
+                Some(budget) => budget.slots.saturating_sub(plan.all_tokens.len()),
+                None => params.max_tokens,
+            };
+            let prefill = prefill(model, encoder, &plan, mode, reserve.min(MAX_RESERVED_SLOTS))
                 .map_err(|error| GenerateError::Prefill(Box::new(error)))?;
             *kv = prefill.kv;
             prefill_stats = Some(prefill.stats);
             Ok(prefill.logits)
+        },
+        |kv, token, position| match budget {
+            None => Ok(model.forward(&[token], &[position], kv)?),
+            Some(budget) => {
+                let hitters = match &mut hitters {
+                    Some(hitters) => hitters,
+                    empty => empty.insert(budgeted_decode::hitters_after_prefill(
+                        model, &plan, kv, budget, position,
+                    )?),
+                };
+                Ok(hitters.step(model, token, kv)?)
+            }
         },
     );
     let generation = match generated {
@@ -205,8 +232,14 @@ pub fn generate(
     let prefill = prefill_stats.ok_or_else(|| {
         InferenceError::InvalidPrompt("generation finished without a prefill".into())
     })?;
+    let kv_budget = budget.map(|budget| budgeted_decode::BudgetReport {
+        budget,
+        evicted: hitters.as_ref().map_or(0, HeavyHitters::evicted),
+        held: kv.len(),
+    });
     let stats = RunStats {
         prefill,
+        kv_budget,
         time_to_first_token: generation.timings.time_to_first_token,
         tokens_generated: generation.token_ids.len(),
         decode_ms_per_token: generation.timings.decode_ms_per_token(),

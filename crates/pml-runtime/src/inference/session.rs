@@ -22,6 +22,7 @@ use crate::chat::{ChatSetupError, model_chat_template};
 use crate::encode::{
     EncodeError, EncodeEvent, EncodeOptions, EncodeReport, UnitEncoder, encode_schema,
 };
+use crate::kv_budget::KvBudget;
 use crate::store::{KeepFraction, ModuleStore, StateSpec, StoreConfig, StoreError};
 use crate::tokenizer::PmlTokenizer;
 use pml_engine::device::{BackendChoice, DeviceError, select_backend};
@@ -91,6 +92,8 @@ pub struct Runtime {
     encode_mode: EncodeMode,
     /// Module states hold this fraction of their rows (`pmlc compile --keep F`; `None`: all).
     keep: Option<KeepFraction>,
+    /// Answers decode within this many KV slots (`pml run --kv-budget`; `None`: unbounded).
+    kv_budget: Option<KvBudget>,
     max_positions: u32,
 }
 
@@ -133,6 +136,7 @@ impl Runtime {
             store,
             encode_mode,
             keep: None,
+            kv_budget: None,
             max_positions,
         }
     }
@@ -175,6 +179,12 @@ impl Runtime {
 
     pub fn encode_mode(&self) -> EncodeMode {
         self.encode_mode
+    }
+
+    /// Decode answers within `budget` KV slots, the prompt's rows cut to it after the prefill
+    /// ([`super::budgeted_decode`]).
+    pub fn set_kv_budget(&mut self, budget: Option<KvBudget>) {
+        self.kv_budget = budget;
     }
 
     /// Compile and read compressed module states that keep `keep` of each unit's rows (their
@@ -302,6 +312,7 @@ impl Runtime {
             bound,
             mode,
             params,
+            self.kv_budget,
             on_text,
         )
     }

@@ -97,6 +97,8 @@ impl PrefillStats {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunStats {
     pub prefill: PrefillStats,
+    /// Decoded within a KV budget (`--kv-budget`) that the prompt and answer could exceed.
+    pub kv_budget: Option<super::budgeted_decode::BudgetReport>,
     /// Prefill (store loads and splice included) up to the first sampled token.
     pub time_to_first_token: Duration,
     pub tokens_generated: usize,
@@ -149,6 +151,14 @@ impl fmt::Display for RunStats {
         }
         if let Some(ms) = self.decode_ms_per_token {
             write!(f, " | decode {ms:.1} ms/token")?;
+        }
+        if let Some(report) = &self.kv_budget {
+            let budget = report.budget;
+            write!(
+                f,
+                " | KV budget {} slots ({} recent, {} sinks): {} evicted, {} held",
+                budget.slots, budget.recent, budget.sinks, report.evicted, report.held
+            )?;
         }
         if !prefill.units_encoded_on_the_fly.is_empty() {
             write!(

@@ -18,6 +18,7 @@ use pml_cli::pipeline::{CheckedFile, RuntimeArgs, SourceText, bind, check, lay_o
 use pml_engine::generation::Generation;
 use pml_runtime::inference::edit::rebind_edited;
 use pml_runtime::inference::{InferenceMode, RunStats, SplicePlan};
+use pml_runtime::kv_budget::KvBudget;
 use serde::{Deserialize, Serialize};
 
 use super::answer_stream::AnswerStream;
@@ -66,6 +67,16 @@ pub struct RunArgs {
     /// mode `reuse` ranked by deviation).
     #[arg(long)]
     no_edit_reuse: bool,
+    /// Decode within at most N KV slots (H2O): after the prefill the prompt's rows are scored
+    /// by the attention its last computed tokens pay them, and the first few (attention
+    /// sinks), the newest (`--kv-recent`) and the highest scoring are kept; each step's
+    /// attention adds to the scores and the others are evicted. Time to first token is the
+    /// mode's.
+    #[arg(long, value_name = "N")]
+    kv_budget: Option<usize>,
+    /// With `--kv-budget`: the newest slots always kept (default: half the budget, H2O's split).
+    #[arg(long, value_name = "N", requires = "kv_budget")]
+    kv_recent: Option<usize>,
 }
 
 /// What `pml run --json` prints: the answer and the run's account. Times are in milliseconds.
@@ -97,6 +108,9 @@ pub struct RunJson {
     pub units_encoded_on_the_fly: Vec<String>,
     pub tokens_generated: usize,
     pub decode_ms_per_token: Option<f64>,
+    /// With `--kv-budget` (and a prompt and answer that could exceed it): slots evicted.
+    #[serde(default)]
+    pub tokens_evicted: Option<usize>,
     pub warnings: Vec<String>,
 }
 
@@ -131,6 +145,7 @@ impl RunJson {
             units_encoded_on_the_fly: prefill.units_encoded_on_the_fly.clone(),
             tokens_generated: stats.tokens_generated,
             decode_ms_per_token: stats.decode_ms_per_token,
+            tokens_evicted: stats.kv_budget.map(|report| report.evicted),
             warnings: prefill.warnings.clone(),
         }
     }
@@ -138,6 +153,12 @@ impl RunJson {
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
     let color = args.color.enabled();
+    // Checked before the model loads.
+    let kv_budget = args
+        .kv_budget
+        .map(|slots| KvBudget::h2o(slots, args.kv_recent))
+        .transpose()
+        .map_err(|error| Failure::usage(error.to_string()))?;
     let prompt = SourceText::read(&args.prompt)?;
     let schema_path = match check(&prompt, args.schema.as_deref(), color)? {
         CheckedFile::Prompt { schema_path } => schema_path,
@@ -163,6 +184,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     // Read the states the last `pmlc compile` stored: whole, or its `--keep` heavy hitters.
     let keep = opened.runtime.compiled_keep(&laid_out.layout.schema_name);
     opened.runtime.set_keep(keep);
+    opened.runtime.set_kv_budget(kv_budget);
     let runtime = &opened.runtime;
     let mut mode = args.blend.mode(args.mode, args.recompute);
     let mut units_compiled_first = 0;

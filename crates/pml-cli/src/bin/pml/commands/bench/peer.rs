@@ -544,6 +544,7 @@ mod tests {
             units_encoded_on_the_fly: Vec::new(),
             tokens_generated: 1,
             decode_ms_per_token: None,
+            tokens_evicted: None,
             warnings: Vec::new(),
         }
     }
