@@ -8,12 +8,12 @@ mod cached_support;
 
 use candle_core::{Device, Tensor};
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
-use pml_engine::model::tiny::random_model;
+use pml_engine::model::tiny::{TINY_SLIDING_WINDOW, random_model};
 use pml_engine::model::{Arch, Model, WeightFormat};
 use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
 use pml_runtime::inference::{
-    BlendOptions, Deviation, InferenceError, InferenceMode, Prefill, Ratio, Selection, Shortcut,
-    SplicePlan, prefill,
+    BlendOptions, Deviation, HEAD_ROWS, InferenceError, InferenceMode, Prefill, Ratio, Selection,
+    Shortcut, SplicePlan, prefill,
 };
 use pml_runtime::store::ModuleStore;
 use tempfile::TempDir;
@@ -115,6 +115,10 @@ fn recomputing_everything_is_mode_full() {
                 selection: Selection::Mixed,
                 ..blend(1.0)
             },
+            BlendOptions {
+                selection: Selection::Heads,
+                ..blend(1.0)
+            },
         ];
         for options in variants {
             let blended = fixture.prefill(&layout, &bound, InferenceMode::Blend(options));
@@ -171,6 +175,8 @@ fn the_selection_holds_the_new_tokens_the_last_one_and_r_of_the_cached() {
             (0.1, false, Selection::Weighted),
             (0.25, true, Selection::AttentionValue),
             (0.25, false, Selection::Mixed),
+            (0.1, false, Selection::Heads),
+            (0.5, true, Selection::Heads),
         ];
         for (ratio, gradual, selection) in cases {
             let options = BlendOptions {
@@ -224,6 +230,7 @@ fn no_ranking_recomputes_rows_spliced_exactly() {
             Selection::Weighted,
             Selection::AttentionValue,
             Selection::Mixed,
+            Selection::Heads,
         ] {
             for ratio in [0.25, 0.5] {
                 let options = BlendOptions {
@@ -243,6 +250,37 @@ fn no_ranking_recomputes_rows_spliced_exactly() {
                     "{arch:?} {options}: recomputed exact {wasted:?}"
                 );
             }
+        }
+    }
+}
+
+/// EPIC's LegoLink order: the first rows of every span after the prompt's start are recomputed
+/// before anything the attention ranking adds, when the budget holds them all — except rows the probe finds spliced
+/// exactly: with Gemma's sliding window of 8, a span's 8th row reads only its own span at the
+/// check layer.
+#[test]
+fn heads_recompute_the_first_rows_of_every_later_span_first() {
+    let not_exact = HEAD_ROWS.min(TINY_SLIDING_WINDOW - 1);
+    for arch in ARCHES {
+        let fixture = Fixture::new(arch);
+        let (layout, bound) = reordered_members();
+        let plan = SplicePlan::new(&layout, &bound).expect("plan");
+        let later = || plan.spans.iter().filter(|span| span.positions[0] > 0);
+        let n_heads: usize = later().map(|span| span.rows.len().min(HEAD_ROWS)).sum();
+        let budget = n_heads as f64 / plan.n_cached() as f64;
+        assert!(budget < 1.0, "the fixture leaves rows outside the heads");
+        let options = BlendOptions {
+            selection: Selection::Heads,
+            ..blend(budget)
+        };
+        let blended = fixture.prefill(&layout, &bound, InferenceMode::Blend(options));
+        assert_eq!(blended.stats.tokens_recomputed, n_heads, "{arch:?}");
+        let recomputed = &blended.stats.recomputed_positions;
+        for position in later().flat_map(|span| span.positions.iter().take(not_exact)) {
+            assert!(
+                recomputed.contains(position),
+                "{arch:?}: head position {position} not recomputed: {recomputed:?}"
+            );
         }
     }
 }

@@ -32,6 +32,7 @@
 //! and the measured time to load a layer. Ranking by attention places every later layer before
 //! the recompute starts, so a streamed load then overlaps only the probe and that pass.
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use candle_core::{DType, Tensor};
@@ -41,7 +42,7 @@ use crate::encode::chunked::MAX_CHUNK_TOKENS;
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::{AttentionObserver, ForwardContext, Model};
 
-use super::blend_options::{BlendOptions, Deviation, Selection};
+use super::blend_options::{BlendOptions, Deviation, HEAD_ROWS, Selection};
 use super::controller::{LayerCosts, RemainingWork, Shortcut, choose_ratio};
 use super::layer_feed::{CachedLayers, LayerSource, with_cached_layers};
 use super::plan::SplicePlan;
@@ -236,17 +237,24 @@ fn recompute(
             ),
             _ => (Vec::new(), Vec::new()),
         };
+        let heads = match options.selection {
+            Selection::Heads => span_heads(plan),
+            _ => HashSet::new(),
+        };
         let by_row: Vec<f32> = rows
             .context
             .slots()
             .iter()
-            .map(|&slot| {
+            .zip(rows.context.positions())
+            .map(|(&slot, position)| {
                 let deviation = probe.deviation[slot];
                 let read = attention.as_ref().map_or(0.0, |mass| mass[slot]);
                 match options.selection {
                     _ if deviation <= exact_up_to => f32::NEG_INFINITY,
                     Selection::Deviation => deviation,
                     Selection::Attention | Selection::AttentionValue => read,
+                    Selection::Heads if heads.contains(position) => f32::MAX,
+                    Selection::Heads => read,
                     Selection::Weighted => deviation * read,
                     Selection::Mixed => {
                         let rank = |ranks: &[f32]| ranks.get(slot).copied().unwrap_or(0.0);
@@ -419,6 +427,18 @@ fn nothing_to_repair(probe: &Probe, n_cached: usize, check_layer: usize) -> bool
 fn exact_deviation(cached_deviation: &[f32]) -> f32 {
     let largest = cached_deviation.iter().copied().fold(0f32, f32::max);
     largest * EXACT_RELATIVE_DEVIATION
+}
+
+/// The positions of the first [`HEAD_ROWS`] rows of every span but one that starts the prompt:
+/// where an encoding began without the text now before it (EPIC's LegoLink recomputes these).
+/// A span imported where it was encoded counts too, as the units before it in the prompt were
+/// not before it when it was encoded; the probe's exact rows still come last.
+fn span_heads(plan: &SplicePlan) -> HashSet<u32> {
+    plan.spans
+        .iter()
+        .filter(|span| span.positions.first().is_some_and(|&first| first > 0))
+        .flat_map(|span| span.positions.iter().copied().take(HEAD_ROWS))
+        .collect()
 }
 
 /// Each value's place from the top as a score in `(0, 1]`: the largest 1, the smallest

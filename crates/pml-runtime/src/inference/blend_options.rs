@@ -110,7 +110,14 @@ pub enum Selection {
     /// places (rank fusion), so the selection is the union of the two lists' heads — the
     /// tokens the question reads and the tokens the splice got most wrong.
     Mixed,
+    /// EPIC's LegoLink before `AttentionValue`: the first [`HEAD_ROWS`] rows of every cached
+    /// span that does not start the prompt come first — where a module's encoding began without
+    /// the text now before it — and the rest of the budget goes by `AttentionValue`.
+    Heads,
 }
+
+/// Rows at the start of each cached span that [`Selection::Heads`] recomputes first.
+pub const HEAD_ROWS: usize = 8;
 
 impl Selection {
     pub fn name(self) -> &'static str {
@@ -120,6 +127,7 @@ impl Selection {
             Selection::Weighted => "weighted",
             Selection::AttentionValue => "attention-value",
             Selection::Mixed => "mixed",
+            Selection::Heads => "heads",
         }
     }
 
@@ -129,7 +137,9 @@ impl Selection {
         match self {
             Selection::Deviation => None,
             Selection::Attention | Selection::Weighted => Some(MassWeighting::Weights),
-            Selection::AttentionValue | Selection::Mixed => Some(MassWeighting::ValueNorm),
+            Selection::AttentionValue | Selection::Mixed | Selection::Heads => {
+                Some(MassWeighting::ValueNorm)
+            }
         }
     }
 }
@@ -236,6 +246,7 @@ impl fmt::Display for BlendOptions {
             Selection::Weighted => write!(f, "attention × {deviation} deviation")?,
             Selection::AttentionValue => f.write_str("attention × |V|")?,
             Selection::Mixed => write!(f, "attention × |V| and {deviation} deviation")?,
+            Selection::Heads => write!(f, "{HEAD_ROWS} head rows of each module, attention × |V|")?,
         }
         if self.gradual {
             write!(f, ", gradual on {deviation}")?;

@@ -31,6 +31,7 @@ pub enum SelectArg {
     Weighted,
     AttentionValue,
     Mixed,
+    Heads,
 }
 
 impl From<SelectArg> for Selection {
@@ -41,6 +42,7 @@ impl From<SelectArg> for Selection {
             SelectArg::Weighted => Selection::Weighted,
             SelectArg::AttentionValue => Selection::AttentionValue,
             SelectArg::Mixed => Selection::Mixed,
+            SelectArg::Heads => Selection::Heads,
         }
     }
 }
