@@ -247,6 +247,14 @@ fn recompute_takes_a_fraction_or_auto_and_nothing_else() {
 }
 
 #[test]
+fn a_kv_budget_too_small_for_its_sinks_and_recent_slots_exits_2() {
+    let output = run_composer(&["--kv-budget", "8"]);
+    assert_status(&output, 2, "--kv-budget 8");
+    let text = stderr(&output);
+    assert!(text.contains("raise --kv-budget"), "{text}");
+}
+
+#[test]
 fn an_argument_too_long_for_its_parameter_is_a_binding_diagnostic() {
     if fetched_model(DEFAULT_MODEL_ID).is_none() {
         return;
@@ -385,6 +393,27 @@ fn an_edited_module_is_reused_for_its_unchanged_tokens() {
         stderr(&compiled_first)
     );
     assert!(stdout(&compiled_first).contains("1923"));
+}
+
+/// `pml run --kv-budget` decodes within the budget after the cached prefill: slots are
+/// evicted (the summary and `--json` say how many) and the answer still comes.
+#[test]
+fn an_answer_is_decoded_within_a_kv_budget() {
+    if fetched_model(DEFAULT_MODEL_ID).is_none() {
+        return;
+    }
+    let facts = Facts::new("1901");
+    assert_status(&facts.compile(&[]), 0, "pmlc compile");
+    let output = facts.ask(&["--kv-budget", "24", "--json"]);
+    assert_status(&output, 0, "pml run --kv-budget 24");
+    let summary = stderr(&output);
+    assert!(
+        summary.contains("KV budget 24 slots (12 recent, 4 sinks)"),
+        "{summary}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("JSON");
+    assert!(json["tokens_evicted"].as_u64() > Some(0), "{json}");
+    assert!(json["tokens_generated"].as_u64() > Some(0), "{json}");
 }
 
 /// `pmlc compile --keep 0.5` stores each unit's heavy hitters only, and says so; `pml run` reads
