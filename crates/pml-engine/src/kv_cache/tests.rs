@@ -464,9 +464,18 @@ fn sliding_window_layers_hold_only_the_slots_later_queries_see() {
     // what it holds.
     let visible = held.gather_visible(&[5, 6, 8]).unwrap();
     assert_eq!(visible.positions(), &[5, 6, 8]);
-    assert_eq!(row_values(&visible.layer(1).unwrap().0), vec![0.0, 6.0, 50.0]);
-    assert_eq!(row_values(&visible.layer(1).unwrap().1), vec![0.0, 106.0, 150.0]);
-    assert_eq!(row_values(&visible.layer(0).unwrap().0), vec![5.0, 6.0, 50.0]);
+    assert_eq!(
+        row_values(&visible.layer(1).unwrap().0),
+        vec![0.0, 6.0, 50.0]
+    );
+    assert_eq!(
+        row_values(&visible.layer(1).unwrap().1),
+        vec![0.0, 106.0, 150.0]
+    );
+    assert_eq!(
+        row_values(&visible.layer(0).unwrap().0),
+        vec![5.0, 6.0, 50.0]
+    );
     assert_eq!(held.slice(7..9).unwrap().positions(), &[7, 8]);
 
     // Cut below the first held slot, the layer holds nothing and appends from its first row.
