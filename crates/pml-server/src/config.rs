@@ -27,6 +27,10 @@ pub struct ServerConfig {
     /// prompt and answer would hold more evicts what its attention reads least. A request's
     /// `kv_budget` overrides it; PML prompts are not bounded.
     pub kv_budget: Option<pml_runtime::kv_budget::KvBudget>,
+    /// The pool's pressure valve (`--kv-pressure-budget`): with `kv_cache_bytes`, a plain prompt
+    /// whose reservation does not fit now (or ever) is admitted at once within this many KV
+    /// slots (H2O) when they fit, instead of waiting (or being refused).
+    pub kv_pressure_budget: Option<pml_runtime::kv_budget::KvBudget>,
     /// RAM for the KV of plain prompts' blocks (automatic prefix caching); 0 turns it off.
     pub prefix_cache_bytes: u64,
     /// Redis the prefix cache's blocks are shared through (a namespace of their own, in the
@@ -59,6 +63,7 @@ impl Default for ServerConfig {
             request_timeout: Duration::from_secs(600),
             kv_cache_bytes: None,
             kv_budget: None,
+            kv_pressure_budget: None,
             prefix_cache_bytes: 1 << 30,
             prefix_cache_redis: None,
             shutdown_grace: Duration::from_secs(3),

@@ -123,6 +123,10 @@ pub struct Metrics {
     pub tokens_recomputed: AtomicU64,
     pub tokens_new: AtomicU64,
     pub tokens_generated: AtomicU64,
+    /// Completions admitted within `--kv-pressure-budget` because their reservation did not fit.
+    pub kv_pressure_admissions: AtomicU64,
+    /// KV slots evicted by per-sequence budgets, counted when a sequence ends.
+    pub kv_evicted_tokens: AtomicU64,
     outcomes: [AtomicU64; Outcome::ALL.len()],
     store: Mutex<Vec<TierHits>>,
 }
@@ -264,6 +268,16 @@ impl Metrics {
             out,
             "# HELP pml_generated_tokens_total Tokens generated.\n# TYPE pml_generated_tokens_total counter\npml_generated_tokens_total {}",
             self.tokens_generated.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP pml_kv_pressure_admissions_total Completions admitted within --kv-pressure-budget because their KV reservation did not fit.\n# TYPE pml_kv_pressure_admissions_total counter\npml_kv_pressure_admissions_total {}",
+            self.kv_pressure_admissions.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP pml_kv_evicted_tokens_total KV slots evicted by per-sequence budgets (H2O), counted when a sequence ends.\n# TYPE pml_kv_evicted_tokens_total counter\npml_kv_evicted_tokens_total {}",
+            self.kv_evicted_tokens.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

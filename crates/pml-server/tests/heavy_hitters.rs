@@ -3,7 +3,8 @@
 //! same tokens as the runtime's own heavy-hitter passes, its resident KV never above the budget —
 //! whether the request names the budget (`kv_budget`) or the server sets it (`--kv-budget`);
 //! a budget it never reaches changes nothing; a budget that cannot work, or one on a PML prompt,
-//! is refused with a 400 naming the field.
+//! is refused with a 400 naming the field. The pool's pressure valve (`--kv-pressure-budget`)
+//! serves within its budget a completion `--kv-cache-mib` could never hold whole.
 
 mod support;
 
@@ -70,11 +71,13 @@ fn reference_answer(n_tokens: usize) -> (String, Vec<f32>) {
     (tokenizer.decode(&answer).expect("decodes"), logprobs)
 }
 
+fn slot_bytes() -> usize {
+    let (runtime, _manifests) = tiny_runtime(Arch::Qwen2, 7);
+    runtime.model().kv_layout().slot_bytes()
+}
+
 fn check_budgeted(server: &TestServer, body: &Value) -> String {
-    let slot_bytes = {
-        let (runtime, _manifests) = tiny_runtime(Arch::Qwen2, 7);
-        runtime.model().kv_layout().slot_bytes()
-    };
+    let slot_bytes = slot_bytes();
     let (status, answer) = complete(server, body);
     assert_eq!(status, 200, "{answer}");
     let text = answer["choices"][0]["text"]
@@ -121,6 +124,40 @@ fn a_budgeted_completion_decodes_what_the_runtimes_heavy_hitters_do_within_its_b
     let body = json!({"prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0,
         "logprobs": 1});
     assert_eq!(check_budgeted(&server_default, &body), by_request);
+}
+
+#[test]
+fn the_pressure_valve_serves_within_its_budget_what_the_pool_could_never_hold() {
+    let (prompt_slots, slots) = (PROMPT.len() + 1, PROMPT.len() + 1 + MAX_TOKENS + 1);
+    let pool = (slots - 10) * slot_bytes();
+    let body = json!({"prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0,
+        "logprobs": 1});
+    let without = TestServer::tiny(ServerConfig {
+        kv_cache_bytes: Some(pool),
+        ..ServerConfig::default()
+    });
+    let (status, refused) = complete(&without, &body);
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["code"], "kv_cache_budget_exceeded");
+
+    let server = TestServer::tiny(ServerConfig {
+        kv_cache_bytes: Some(pool),
+        kv_pressure_budget: Some(KvBudget::h2o(BUDGET, None).expect("budget")),
+        ..ServerConfig::default()
+    });
+    check_budgeted(&server, &body);
+    assert_eq!(server.metric("pml_kv_pressure_admissions_total"), 1.0);
+    // Every prompt and answer token but the last ran; the budget holds the rest.
+    let ran = prompt_slots + MAX_TOKENS - 1;
+    assert!(
+        server.metric("pml_kv_evicted_tokens_total") >= (ran - BUDGET) as f64,
+        "evicted {}",
+        server.metric("pml_kv_evicted_tokens_total")
+    );
+    // One that fits whole is not squeezed.
+    let (status, answer) = complete(&server, &json!({"prompt": "short", "max_tokens": 4}));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(server.metric("pml_kv_pressure_admissions_total"), 1.0);
 }
 
 #[test]

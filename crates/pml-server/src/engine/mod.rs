@@ -387,6 +387,7 @@ pub fn spawn(
     let metrics = Arc::clone(&handle.metrics);
     let max_batch = config.max_batch.max(1);
     let kv_budget = config.kv_cache_bytes;
+    let pressure_budget = config.kv_pressure_budget;
     // Published before the server answers anything, not when the engine thread gets to it.
     metrics
         .kv_budget_bytes
@@ -402,6 +403,7 @@ pub fn spawn(
                     metrics,
                     max_batch,
                     kv_budget,
+                    pressure_budget,
                     prefix_cache,
                 )
                 .run(receiver, &shutdown);

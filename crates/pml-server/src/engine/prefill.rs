@@ -128,6 +128,18 @@ impl Prepared {
         })
     }
 
+    /// Within `budget` instead (the pool's pressure valve): a plain prompt whose reservation is
+    /// larger takes the budget and reserves only its slots; false where it cannot (a PML
+    /// prompt) or it would not reserve less.
+    pub fn impose_budget(&mut self, budget: KvBudget) -> bool {
+        if !matches!(self.prompt, PreparedPrompt::Plain(_)) || budget.slots >= self.slots {
+            return false;
+        }
+        self.job.kv_budget = Some(budget);
+        self.slots = budget.slots;
+        true
+    }
+
     /// Everything but the computing of the prompt (a `blend` PML prompt: everything).
     pub fn start(
         self,

@@ -23,6 +23,7 @@ use pml_engine::Tokenizer;
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::BatchSlot;
 use pml_runtime::inference::{PrefixCache, Runtime};
+use pml_runtime::kv_budget::KvBudget;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::mpsc::error::TryRecvError;
 
@@ -55,6 +56,9 @@ pub struct Scheduler<'r> {
     /// The KV budget of the sequences (`--kv-cache-mib`) and the bytes of one slot.
     kv_budget: Option<usize>,
     slot_bytes: usize,
+    /// `--kv-pressure-budget`: what a plain prompt whose reservation does not fit is admitted
+    /// within instead of waiting.
+    pressure_budget: Option<KvBudget>,
     /// The oldest admitted job, prepared, waiting for its KV reservation to fit: nothing is
     /// admitted past it, so a long prompt is not starved by short ones.
     deferred: Option<Prepared>,
@@ -67,9 +71,11 @@ impl<'r> Scheduler<'r> {
         metrics: Arc<Metrics>,
         max_batch: usize,
         kv_budget: Option<usize>,
+        pressure_budget: Option<KvBudget>,
         prefix_cache: PrefixCache,
     ) -> Self {
         Self {
+            pressure_budget,
             prefix_cache,
             grammars: None,
             kv_budget,
@@ -183,7 +189,7 @@ impl<'r> Scheduler<'r> {
     fn admit(&mut self) -> usize {
         let mut spent = 0;
         while spent < PREFILL_CHUNK_TOKENS {
-            let prepared = match self.deferred.take() {
+            let mut prepared = match self.deferred.take() {
                 Some(prepared) => {
                     self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
                     prepared
@@ -209,6 +215,8 @@ impl<'r> Scheduler<'r> {
                 }
             };
             if let Some(budget) = self.kv_budget {
+                let reserved = self.reserved_slots() * self.slot_bytes;
+                self.relieve_pressure(&mut prepared, budget, reserved);
                 let (slots, width) = (prepared.slots, prepared.job.width());
                 let needed = slots * width * self.slot_bytes;
                 if needed > budget {
@@ -221,7 +229,7 @@ impl<'r> Scheduler<'r> {
                     fail(prepared.job, error, &self.metrics);
                     continue;
                 }
-                if self.reserved_slots() * self.slot_bytes + needed > budget {
+                if reserved + needed > budget {
                     // Counted as waiting again until it fits.
                     self.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
                     self.deferred = Some(prepared);
@@ -240,6 +248,24 @@ impl<'r> Scheduler<'r> {
             self.publish_store_stats();
         }
         spent
+    }
+
+    /// The pool's pressure valve: a plain prompt whose reservation does not fit the `budget`
+    /// bytes beside the `reserved` ones now — or could never fit — is put within
+    /// `--kv-pressure-budget` slots when that lets it start now (or at all).
+    fn relieve_pressure(&self, prepared: &mut Prepared, budget: usize, reserved: usize) {
+        let Some(valve) = self.pressure_budget else {
+            return;
+        };
+        let bytes = |slots: usize| slots * prepared.job.width() * self.slot_bytes;
+        let (needed, squeezed) = (bytes(prepared.slots), bytes(valve.slots));
+        let room = budget.saturating_sub(reserved);
+        let helps = needed > room && (squeezed <= room || needed > budget);
+        if helps && prepared.impose_budget(valve) {
+            self.metrics
+                .kv_pressure_admissions
+                .fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// During a shutdown: refuses every waiting completion and schema encoding, and past the

@@ -281,6 +281,11 @@ impl<'r> Sequence<'r> {
     /// Ends the sequence with `end`, reporting the tokens generated.
     pub fn end(self, end: JobEnd, metrics: &Metrics) -> Progress<'r> {
         let completion_tokens = self.state.token_ids().len();
+        if let Some(hitters) = &self.hitters {
+            metrics
+                .kv_evicted_tokens
+                .fetch_add(hitters.evicted() as u64, Ordering::Relaxed);
+        }
         if matches!(end, JobEnd::Finished(_)) {
             // The last token of a finished answer never ran through the model.
             metrics.tokens_generated.fetch_add(1, Ordering::Relaxed);

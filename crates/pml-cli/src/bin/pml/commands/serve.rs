@@ -65,6 +65,12 @@ pub struct ServeArgs {
     /// With `--kv-budget`: the newest slots always kept (default: half the budget, H2O's split).
     #[arg(long, value_name = "N", requires = "kv_budget")]
     kv_recent: Option<usize>,
+    /// The pool's pressure valve: with `--kv-cache-mib`, a plain prompt or chat whose
+    /// reservation does not fit now (or ever) is admitted at once within N KV slots (H2O, half
+    /// of them the newest) when they fit, instead of waiting (or being refused); counted in
+    /// `pml_kv_pressure_admissions_total`.
+    #[arg(long, value_name = "N", requires = "kv_cache_mib")]
+    kv_pressure_budget: Option<usize>,
 }
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
@@ -74,6 +80,17 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         .map(|slots| KvBudget::h2o(slots, args.kv_recent))
         .transpose()
         .map_err(|error| Failure::usage(error.to_string()))?;
+    let kv_pressure_budget = args
+        .kv_pressure_budget
+        .map(|slots| KvBudget::h2o(slots, None))
+        .transpose()
+        .map_err(|error| {
+            Failure::usage(
+                error
+                    .to_string()
+                    .replace("--kv-budget", "--kv-pressure-budget"),
+            )
+        })?;
     let opened = open_runtime(&args.runtime)?;
     let store = store_config(args.runtime.store.as_deref())?;
     let saved_schemas = store.root.join("schemas");
@@ -92,6 +109,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         request_timeout: Duration::from_secs(args.timeout),
         kv_cache_bytes: args.kv_cache_mib.map(|mib| mib << 20),
         kv_budget,
+        kv_pressure_budget,
         prefix_cache_bytes: args.prefix_cache_mib << 20,
         prefix_cache_redis,
         open_admin,
