@@ -31,6 +31,10 @@ pub struct ServerConfig {
     /// whose reservation does not fit now (or ever) is admitted at once within this many KV
     /// slots (H2O) when they fit, instead of waiting (or being refused).
     pub kv_pressure_budget: Option<pml_runtime::kv_budget::KvBudget>,
+    /// Whether a plain prompt that differs by a few edits from one the prefix cache kept reuses
+    /// the KV of its unchanged tokens (mode `blend` repairing what read the edits), not only the
+    /// blocks before its first change (`--no-edit-reuse` turns it off).
+    pub edit_reuse: bool,
     /// RAM for the KV of plain prompts' blocks (automatic prefix caching); 0 turns it off.
     pub prefix_cache_bytes: u64,
     /// Redis the prefix cache's blocks are shared through (a namespace of their own, in the
@@ -64,6 +68,7 @@ impl Default for ServerConfig {
             kv_cache_bytes: None,
             kv_budget: None,
             kv_pressure_budget: None,
+            edit_reuse: true,
             prefix_cache_bytes: 1 << 30,
             prefix_cache_redis: None,
             shutdown_grace: Duration::from_secs(3),

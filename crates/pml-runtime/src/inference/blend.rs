@@ -44,7 +44,7 @@ use pml_engine::model::{AttentionObserver, ForwardContext, Model};
 
 use super::blend_options::{BlendOptions, Deviation, HEAD_ROWS, Selection};
 use super::controller::{LayerCosts, RemainingWork, Shortcut, choose_ratio};
-use super::layer_feed::{CachedLayers, LayerSource, with_cached_layers};
+use super::layer_feed::{CachedLayers, LayerSource, Spliced, with_cached_layers};
 use super::plan::SplicePlan;
 use super::reuse::kept_plan;
 use super::stats::PrefillStats;
@@ -146,6 +146,34 @@ pub fn prefill_blend(
         },
         &mut stats,
         |kv, source, stats| recompute(model, plan, options, probing, kv, source, stats),
+    )?;
+    Ok(Prefill { kv, logits, stats })
+}
+
+/// `blend` over a cache the caller spliced: `kv` holds `plan`'s cached rows, one slot per row in
+/// the plan's span order, at their positions in this prompt (re-rotated where moved), with room
+/// for the new tokens. For cached rows that come from no module store (an edited plain prompt's
+/// rows in the prefix cache, [`super::prefix_edit`]).
+pub(super) fn blend_spliced(
+    model: &Model,
+    plan: &SplicePlan,
+    options: &BlendOptions,
+    mut kv: KvCache,
+    stats: PrefillStats,
+) -> Result<Prefill, InferenceError> {
+    let mut stats = stats;
+    let probing = options.recompute.of(plan.n_cached()) > 0;
+    let mut source = Spliced {
+        load_per_layer: std::time::Duration::ZERO,
+    };
+    let logits = recompute(
+        model,
+        plan,
+        options,
+        probing,
+        &mut kv,
+        &mut source,
+        &mut stats,
     )?;
     Ok(Prefill { kv, logits, stats })
 }

@@ -61,8 +61,8 @@ pub(super) trait LayerSource {
 }
 
 /// Everything spliced before the compute started.
-struct Spliced {
-    load_per_layer: Duration,
+pub(super) struct Spliced {
+    pub(super) load_per_layer: Duration,
 }
 
 impl LayerSource for Spliced {

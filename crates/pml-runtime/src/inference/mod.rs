@@ -24,6 +24,7 @@ mod layer_feed;
 pub mod model_load;
 pub mod plan;
 pub mod prefix_cache;
+pub mod prefix_edit;
 pub mod previous_layout;
 pub mod reuse;
 pub mod session;

@@ -16,7 +16,8 @@
 //! With a shared tier (a Redis namespace of the engine's KV dtype), blocks one server computed
 //! are found by the others: a block missing from RAM is looked up there and copied into RAM.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 use pml_compiler::plan::EncodeMode;
 use pml_engine::kv_cache::{KvBlock, KvCache};
@@ -44,6 +45,9 @@ pub struct PrefixCache {
     /// Blocks shared with other servers (Redis), behind `blocks`.
     shared: Option<Arc<dyn Tier>>,
     model_fingerprint: String,
+    /// The token lists whose blocks were kept last, newest first: what an edited prompt is
+    /// diffed against ([`super::prefix_edit`]).
+    recent: Mutex<VecDeque<Arc<[u32]>>>,
 }
 
 /// The start of a plain prompt's prefill: a cache holding the longest run of its cached blocks
@@ -69,6 +73,7 @@ impl PrefixCache {
             blocks: MemoryTier::new(budget_bytes),
             shared: None,
             model_fingerprint: model_fingerprint.into(),
+            recent: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -82,7 +87,7 @@ impl PrefixCache {
     }
 
     /// Block `key` from RAM, else from the shared tier (then kept in RAM too).
-    fn block(&self, key: &StoreKey) -> Result<Option<Arc<ModuleState>>, StoreError> {
+    pub(super) fn block(&self, key: &StoreKey) -> Result<Option<Arc<ModuleState>>, StoreError> {
         if let Some(state) = self.blocks.get(key)? {
             return Ok(Some(state));
         }
@@ -102,7 +107,7 @@ impl PrefixCache {
     }
 
     /// The key of every full block of `tokens` (at positions 0, 1, …).
-    fn block_keys(&self, model: &Model, tokens: &[u32]) -> Vec<StoreKey> {
+    pub(super) fn block_keys(&self, model: &Model, tokens: &[u32]) -> Vec<StoreKey> {
         let dtype = model.kv_layout().dtype;
         let mut context = ContextHash::NONE;
         tokens
@@ -211,6 +216,7 @@ impl PrefixCache {
         kv: &KvCache,
     ) -> Result<(), PrefixCacheError> {
         let computed = kv.len().min(tokens.len());
+        self.remember(&tokens[..computed]);
         let keys = self.block_keys(model, &tokens[..computed]);
         let mut missing = Vec::new();
         for (index, key) in keys.iter().enumerate() {
@@ -238,7 +244,35 @@ impl PrefixCache {
         }
         Ok(())
     }
+
+    /// Notes `tokens` as the newest prompt kept, dropping one it extends (a chat's earlier
+    /// turn) and the oldest past [`RECENT_PROMPTS`].
+    fn remember(&self, tokens: &[u32]) {
+        if tokens.len() < BLOCK_TOKENS {
+            return;
+        }
+        let Ok(mut recent) = self.recent.lock() else {
+            return;
+        };
+        recent.retain(|old| !tokens.starts_with(old));
+        if recent.iter().any(|old| old.starts_with(tokens)) {
+            return;
+        }
+        recent.push_front(tokens.into());
+        recent.truncate(RECENT_PROMPTS);
+    }
+
+    /// The token lists kept last, newest first.
+    pub(super) fn recent(&self) -> Vec<Arc<[u32]>> {
+        self.recent
+            .lock()
+            .map(|recent| recent.iter().cloned().collect())
+            .unwrap_or_default()
+    }
 }
+
+/// Token lists [`PrefixCache`] remembers for edit reuse.
+pub const RECENT_PROMPTS: usize = 32;
 
 #[cfg(test)]
 mod tests {

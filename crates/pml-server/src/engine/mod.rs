@@ -385,28 +385,18 @@ pub fn spawn(
     let shutdown = Arc::clone(&handle.shutdown);
     let schemas = Arc::clone(&handle.schemas);
     let metrics = Arc::clone(&handle.metrics);
-    let max_batch = config.max_batch.max(1);
-    let kv_budget = config.kv_cache_bytes;
-    let pressure_budget = config.kv_pressure_budget;
+    let settings = scheduler::SchedulerSettings::of(config);
     // Published before the server answers anything, not when the engine thread gets to it.
     metrics
         .kv_budget_bytes
-        .store(kv_budget.unwrap_or(0), Ordering::Relaxed);
+        .store(settings.kv_cache_bytes.unwrap_or(0), Ordering::Relaxed);
     let prefix_cache = prefix_cache(&runtime, config)?;
     let thread = std::thread::Builder::new()
         .name("pml-engine".to_string())
         .spawn(move || {
             log_panics("engine", || {
-                scheduler::Scheduler::new(
-                    &runtime,
-                    schemas,
-                    metrics,
-                    max_batch,
-                    kv_budget,
-                    pressure_budget,
-                    prefix_cache,
-                )
-                .run(receiver, &shutdown);
+                scheduler::Scheduler::new(&runtime, schemas, metrics, settings, prefix_cache)
+                    .run(receiver, &shutdown);
             })
         })?;
     Ok((handle, thread))

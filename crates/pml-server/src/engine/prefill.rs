@@ -12,7 +12,7 @@ use candle_core::Tensor;
 use pml_compiler::plan::BoundPrompt;
 use pml_engine::kv_cache::KvCache;
 use pml_runtime::inference::{
-    LaidOutSchema, Prefill, PrefixCache, Runtime, SplicePlan, Staged, StagedPrefill,
+    BlendOptions, LaidOutSchema, Prefill, PrefixCache, Runtime, SplicePlan, Staged, StagedPrefill,
 };
 use pml_runtime::kv_budget::{HeavyHitters, KvBudget};
 
@@ -146,6 +146,7 @@ impl Prepared {
         runtime: &Runtime,
         schemas: &HashMap<String, LaidOutSchema>,
         prefix_cache: &PrefixCache,
+        edit_reuse: Option<&BlendOptions>,
     ) -> Advance {
         let Self { job, slots, prompt } = self;
         // Room for the whole answer, so decoding appends in place.
@@ -155,7 +156,7 @@ impl Prepared {
                 start_budgeted(runtime, tokens, budget)
             }
             (PreparedPrompt::Plain(tokens), None) => {
-                start_plain(runtime, prefix_cache, tokens, reserve, slots)
+                start_plain(runtime, prefix_cache, tokens, reserve, slots, edit_reuse)
             }
             (
                 PreparedPrompt::Pml {
@@ -314,17 +315,43 @@ enum Started {
 
 /// A plain prompt's cache starts with room for one step's chunk and grows as its prefill goes,
 /// up to its reservation (`slots`): a prompt that catches up on another's blocks part way
-/// (eight chats with one system prompt) never allocates the rows it will not compute.
+/// (eight chats with one system prompt) never allocates the rows it will not compute. With
+/// `edit_reuse`, a prompt that differs by a few edits from one the cache kept reuses the rows
+/// of its unchanged tokens and is prefilled whole in mode `blend` at once
+/// ([`PrefixCache::edit_prefill`]).
 fn start_plain(
     runtime: &Runtime,
     prefix_cache: &PrefixCache,
     tokens: Vec<u32>,
     reserve: usize,
     slots: usize,
+    edit_reuse: Option<&BlendOptions>,
 ) -> Result<Started, JobError> {
     let mut spliced = prefix_cache
         .splice(runtime.model(), &tokens, reserve, PREFILL_CHUNK_TOKENS)
         .map_err(JobError::internal)?;
+    if let Some(options) = edit_reuse {
+        let edited = prefix_cache.edit_prefill(
+            runtime.model(),
+            &tokens,
+            spliced.cached_tokens,
+            options,
+            reserve,
+        );
+        match edited {
+            Ok(Some(prefill)) => {
+                let mut prefilled = pml_prefilled(prefill, tokens);
+                prefilled.kv.limit_rows(slots);
+                return Ok(Started::Done(prefilled));
+            }
+            Ok(None) => {}
+            // What it would have saved is computed instead.
+            Err(error) => tracing::warn!(
+                "edit reuse of a plain prompt failed, computing it: {}",
+                error_chain(&error)
+            ),
+        }
+    }
     spliced.kv.limit_rows(slots);
     Ok(Started::Pending(Work::Plain {
         tokens,
@@ -383,6 +410,7 @@ fn advance_budgeted(
         },
         all_tokens: tokens,
         hitters: Some(hitters),
+        exact: false,
     }))
 }
 
@@ -428,6 +456,7 @@ fn after_chunk(
         all_tokens: tokens,
         usage,
         hitters: None,
+        exact: true,
     }))
 }
 
@@ -479,6 +508,7 @@ fn stage_pml(
     }
 }
 
+/// A prefill the runtime computed (a PML prompt's, an edited plain prompt's) as the server's.
 fn pml_prefilled(prefill: Prefill, all_tokens: Vec<u32>) -> Prefilled {
     let stats = &prefill.stats;
     Prefilled {
@@ -492,5 +522,6 @@ fn pml_prefilled(prefill: Prefill, all_tokens: Vec<u32>) -> Prefilled {
         kv: prefill.kv,
         logits: prefill.logits,
         hitters: None,
+        exact: false,
     }
 }

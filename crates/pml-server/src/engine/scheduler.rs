@@ -22,7 +22,8 @@ use candle_core::DType;
 use pml_engine::Tokenizer;
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::BatchSlot;
-use pml_runtime::inference::{PrefixCache, Runtime};
+use pml_runtime::inference::prefix_edit::edit_blend_options;
+use pml_runtime::inference::{BlendOptions, PrefixCache, Runtime};
 use pml_runtime::kv_budget::KvBudget;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::mpsc::error::TryRecvError;
@@ -40,6 +41,26 @@ use crate::metrics::{Metrics, Outcome};
 /// Tokens of each step's budget the oldest prefilling prompt always gets, so a stream of short
 /// prompts cannot starve a long one.
 const OLDEST_SHARE: usize = 32;
+
+/// What the scheduler takes from [`crate::ServerConfig`].
+#[derive(Clone, Copy, Debug)]
+pub struct SchedulerSettings {
+    pub max_batch: usize,
+    pub kv_cache_bytes: Option<usize>,
+    pub kv_pressure_budget: Option<KvBudget>,
+    pub edit_reuse: bool,
+}
+
+impl SchedulerSettings {
+    pub fn of(config: &crate::ServerConfig) -> Self {
+        Self {
+            max_batch: config.max_batch,
+            kv_cache_bytes: config.kv_cache_bytes,
+            kv_pressure_budget: config.kv_pressure_budget,
+            edit_reuse: config.edit_reuse,
+        }
+    }
+}
 
 /// The engine thread's state; borrows the runtime it owns for the thread's lifetime.
 pub struct Scheduler<'r> {
@@ -59,6 +80,8 @@ pub struct Scheduler<'r> {
     /// `--kv-pressure-budget`: what a plain prompt whose reservation does not fit is admitted
     /// within instead of waiting.
     pressure_budget: Option<KvBudget>,
+    /// How an edited plain prompt's reused rows are repaired; `None`: no edit reuse.
+    edit_reuse: Option<BlendOptions>,
     /// The oldest admitted job, prepared, waiting for its KV reservation to fit: nothing is
     /// admitted past it, so a long prompt is not starved by short ones.
     deferred: Option<Prepared>,
@@ -69,16 +92,16 @@ impl<'r> Scheduler<'r> {
         runtime: &'r Runtime,
         registry: Arc<SchemaRegistry>,
         metrics: Arc<Metrics>,
-        max_batch: usize,
-        kv_budget: Option<usize>,
-        pressure_budget: Option<KvBudget>,
+        settings: SchedulerSettings,
         prefix_cache: PrefixCache,
     ) -> Self {
+        let max_batch = settings.max_batch.max(1);
         Self {
-            pressure_budget,
+            pressure_budget: settings.kv_pressure_budget,
+            edit_reuse: settings.edit_reuse.then(edit_blend_options),
             prefix_cache,
             grammars: None,
-            kv_budget,
+            kv_budget: settings.kv_cache_bytes,
             slot_bytes: runtime.model().kv_layout().slot_bytes(),
             deferred: None,
             runtime,
@@ -237,7 +260,8 @@ impl<'r> Scheduler<'r> {
                 }
             }
             let schemas = self.schemas.laid_out();
-            match prepared.start(self.runtime, schemas, &self.prefix_cache) {
+            let edit_reuse = self.edit_reuse.as_ref();
+            match prepared.start(self.runtime, schemas, &self.prefix_cache, edit_reuse) {
                 Advance::Pending(prefill) => self.prefilling.push(prefill),
                 Advance::Done(job, prefilled) => {
                     spent += prefilled.usage.new_tokens + prefilled.usage.recomputed_tokens;

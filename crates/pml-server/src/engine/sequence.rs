@@ -58,6 +58,9 @@ pub struct Prefilled {
     pub usage: PromptUsage,
     /// A prompt computed within a KV budget: its heavy-hitter scores, for its decoding.
     pub hitters: Option<Box<HeavyHitters>>,
+    /// Whether the KV is what a full prefill of the plain prompt computes (up to summation
+    /// order), so its blocks may join the prefix cache: not after edit reuse.
+    pub exact: bool,
 }
 
 impl Prefilled {
@@ -75,6 +78,7 @@ impl Prefilled {
                 new_tokens: 0,
             },
             hitters: self.hitters.clone(),
+            exact: self.exact,
         }
     }
 }
@@ -130,7 +134,9 @@ impl<'r> Sequence<'r> {
             return None;
         }
         let hitters = prefilled.hitters;
-        let plain_prompt = (!matches!(job.prompt, PromptSource::Pml { .. }) && hitters.is_none())
+        let plain_prompt = (!matches!(job.prompt, PromptSource::Pml { .. })
+            && hitters.is_none()
+            && prefilled.exact)
             .then_some(prefilled.all_tokens);
         let mut kv = prefilled.kv;
         // A budgeted cache is limited to its budget already.

@@ -71,6 +71,11 @@ pub struct ServeArgs {
     /// `pml_kv_pressure_admissions_total`.
     #[arg(long, value_name = "N", requires = "kv_cache_mib")]
     kv_pressure_budget: Option<usize>,
+    /// Reuse a plain prompt's cached KV only up to its first change. By default a prompt that
+    /// differs by a few edits from one the prefix cache kept (a document or file sent again)
+    /// reuses the KV of every unchanged token, mode `blend` recomputing what read the edits.
+    #[arg(long)]
+    no_edit_reuse: bool,
 }
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
@@ -110,6 +115,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         kv_cache_bytes: args.kv_cache_mib.map(|mib| mib << 20),
         kv_budget,
         kv_pressure_budget,
+        edit_reuse: !args.no_edit_reuse,
         prefix_cache_bytes: args.prefix_cache_mib << 20,
         prefix_cache_redis,
         open_admin,
