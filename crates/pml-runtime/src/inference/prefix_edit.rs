@@ -11,6 +11,7 @@
 //! The KV it leaves is approximate past the first change: it is never kept as blocks (whose keys
 //! promise exact prefixes).
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use pml_compiler::plan::UnitId;
@@ -92,6 +93,11 @@ impl PrefixCache {
         let last = tokens.len() - 1;
         let mut best: Option<Match> = None;
         for old in self.recent() {
+            // Most kept prompts are unrelated to this one: the diff runs only where they share
+            // enough text to reuse (it costs up to (n + m) × 512 steps otherwise).
+            if !shares_enough(&old, tokens, cached_tokens + EDIT_MIN_TOKENS) {
+                continue;
+            }
             // The last token is always computed: its logits choose the first answer token.
             let pairs: Vec<(usize, usize)> = matched_pairs(&old, tokens)
                 .into_iter()
@@ -124,6 +130,25 @@ impl PrefixCache {
             .map_err(EngineError::from)?;
         Ok(Some((found, old_kv)))
     }
+}
+
+/// Tokens in the n-grams [`shares_enough`] compares.
+const SHINGLE: usize = 8;
+
+/// Whether `tokens` could match at least `wanted` tokens of `old`: whether that many of its
+/// 8-token windows (at most, one per token) occur in `old`. One pass over each, hashed.
+fn shares_enough(old: &[u32], tokens: &[u32], wanted: usize) -> bool {
+    if old.len() < SHINGLE || tokens.len() < SHINGLE {
+        return false;
+    }
+    let windows: HashSet<&[u32]> = old.windows(SHINGLE).collect();
+    let shared = tokens
+        .windows(SHINGLE)
+        .filter(|window| windows.contains(window))
+        .count();
+    // Each shared window vouches for its first token; the last SHINGLE - 1 tokens of a shared
+    // run are matched too.
+    shared + SHINGLE - 1 >= wanted
 }
 
 /// The plan of `tokens` (at positions 0, 1, …) reusing `found`'s matched rows of `old_kv`, one
@@ -185,4 +210,22 @@ fn spliced_runs(
         all_positions: (0..tokens.len() as u32).collect(),
     };
     Ok((plan, blocks))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shares_enough;
+
+    #[test]
+    fn only_prompts_sharing_enough_windows_are_diffed() {
+        let old: Vec<u32> = (0..200).collect();
+        let mut edited = old.clone();
+        edited[100] = 9_999;
+        assert!(shares_enough(&old, &edited, 150));
+        // 8 windows lost around the change: 185 of 193 shared, 192 tokens at most.
+        assert!(!shares_enough(&old, &edited, 193));
+        let unrelated: Vec<u32> = (1_000..1_200).collect();
+        assert!(!shares_enough(&old, &unrelated, 64));
+        assert!(!shares_enough(&old, &old[..5], 1));
+    }
 }
