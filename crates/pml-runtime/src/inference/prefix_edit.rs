@@ -148,7 +148,7 @@ fn shares_enough(old: &[u32], tokens: &[u32], wanted: usize) -> bool {
         .count();
     // Each shared window vouches for its first token; the last SHINGLE - 1 tokens of a shared
     // run are matched too.
-    shared + SHINGLE - 1 >= wanted
+    shared + SHINGLE > wanted
 }
 
 /// The plan of `tokens` (at positions 0, 1, …) reusing `found`'s matched rows of `old_kv`, one
