@@ -59,7 +59,8 @@ impl KvBudget {
     /// A budget of `slots` that keeps the `recent` newest and the `sinks` first slots, with room
     /// for at least one heavy hitter.
     pub fn new(slots: usize, recent: usize, sinks: usize) -> Result<Self, KvBudgetError> {
-        if sinks + recent >= slots {
+        // Not `sinks + recent >= slots`: a huge `--kv-recent` would overflow it.
+        if sinks >= slots || recent >= slots - sinks {
             return Err(KvBudgetError::TooSmall {
                 slots,
                 recent,

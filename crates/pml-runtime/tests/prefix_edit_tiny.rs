@@ -115,9 +115,10 @@ fn unchanged_tokens_are_spliced_at_their_new_positions() {
 fn a_prompt_with_nothing_to_gain_over_its_prefix_is_left_to_the_prefix_splice() {
     let model = random_model(Arch::Qwen2, 5, WeightFormat::F32, &Device::Cpu).expect("model");
     let cache = cache_with_old(&model);
-    // The old prompt and a few more tokens: its blocks are all an exact prefix.
+    // The old prompt and 70 more tokens: its blocks are all an exact prefix, and the diff finds
+    // nothing more (it would need 112 + 64 matched tokens).
     let mut longer = old_prompt();
-    longer.extend([9, 8, 7, 6, 5]);
+    longer.extend((0..70u32).map(|i| 220 + i % 30));
     let prefix = cache
         .splice(&model, &longer, 0, usize::MAX)
         .expect("splice");

@@ -112,18 +112,7 @@ pub fn prefill_blend(
     options: &BlendOptions,
     reserve: usize,
 ) -> Result<Prefill, InferenceError> {
-    let n_layers = model.config().n_layers;
-    if options.last_filter_layer() >= n_layers {
-        return Err(InferenceError::InvalidOptions(format!(
-            "check layer {} {}of a model with {n_layers} layers",
-            options.check_layer,
-            if options.gradual {
-                "(and the gradual filter's next layer) "
-            } else {
-                ""
-            }
-        )));
-    }
+    check_layers(model, options)?;
     let mut stats = PrefillStats::new(InferenceMode::Blend(*options));
     let plan = &*kept_plan(encoder, plan, &mut stats)?;
     // Nothing cached is repaired at r = 0, so the probe would only rewrite the first layers:
@@ -150,6 +139,23 @@ pub fn prefill_blend(
     Ok(Prefill { kv, logits, stats })
 }
 
+/// Refuses a check layer (or gradual filter layer) past the model's layers.
+fn check_layers(model: &Model, options: &BlendOptions) -> Result<(), InferenceError> {
+    let n_layers = model.config().n_layers;
+    if options.last_filter_layer() >= n_layers {
+        return Err(InferenceError::InvalidOptions(format!(
+            "check layer {} {}of a model with {n_layers} layers",
+            options.check_layer,
+            if options.gradual {
+                "(and the gradual filter's next layer) "
+            } else {
+                ""
+            }
+        )));
+    }
+    Ok(())
+}
+
 /// `blend` over a cache the caller spliced: `kv` holds `plan`'s cached rows, one slot per row in
 /// the plan's span order, at their positions in this prompt (re-rotated where moved), with room
 /// for the new tokens. For cached rows that come from no module store (an edited plain prompt's
@@ -162,7 +168,12 @@ pub(super) fn blend_spliced(
     stats: PrefillStats,
 ) -> Result<Prefill, InferenceError> {
     let mut stats = stats;
-    let probing = options.recompute.of(plan.n_cached()) > 0;
+    check_layers(model, options)?;
+    let n_cached = plan.n_cached();
+    let probing = match options.auto_ratio {
+        true => n_cached > 0,
+        false => options.recompute.of(n_cached) > 0,
+    };
     let mut source = Spliced {
         load_per_layer: std::time::Duration::ZERO,
     };

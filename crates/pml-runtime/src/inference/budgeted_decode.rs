@@ -25,6 +25,7 @@ pub const OBSERVATION_TOKENS: usize = 64;
 /// What a KV budget did to one answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BudgetReport {
+    /// The budget decoding kept to.
     pub budget: KvBudget,
     /// Slots evicted.
     pub evicted: usize,

@@ -62,6 +62,7 @@ pub(super) trait LayerSource {
 
 /// Everything spliced before the compute started.
 pub(super) struct Spliced {
+    /// What loading a layer took (zero where nothing was loaded from a store).
     pub(super) load_per_layer: Duration,
 }
 

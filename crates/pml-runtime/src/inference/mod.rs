@@ -233,11 +233,15 @@ pub fn generate(
     let prefill = prefill_stats.ok_or_else(|| {
         InferenceError::InvalidPrompt("generation finished without a prefill".into())
     })?;
-    let kv_budget = budget.map(|budget| budgeted_decode::BudgetReport {
-        budget,
-        evicted: hitters.as_ref().map_or(0, HeavyHitters::evicted),
-        held: kv.len(),
-    });
+    // No decoding step ran (the first token ended the answer): the budget never acted.
+    let kv_budget =
+        budget
+            .zip(hitters.as_ref())
+            .map(|(budget, hitters)| budgeted_decode::BudgetReport {
+                budget,
+                evicted: hitters.evicted(),
+                held: kv.len(),
+            });
     let stats = RunStats {
         prefill,
         kv_budget,

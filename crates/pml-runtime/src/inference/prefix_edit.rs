@@ -12,6 +12,7 @@
 //! promise exact prefixes).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Instant;
 
 use pml_compiler::plan::UnitId;
@@ -26,6 +27,7 @@ use super::prefix_cache::{BLOCK_TOKENS, PrefixCache};
 use super::stats::PrefillStats;
 use super::{InferenceError, InferenceMode, Prefill};
 use crate::encode::EncodeError;
+use crate::store::ModuleState;
 
 /// Tokens that must be left to compute after the cached prefix, and gained by a diff over it,
 /// before edit reuse is tried: below that the probe and recompute cost more than they save.
@@ -41,9 +43,8 @@ pub fn edit_blend_options() -> BlendOptions {
     }
 }
 
-/// The prompt the diff reuses most of, and the pairs `(old row, new index)` it reuses.
+/// The pairs `(old row, new index)` the diff reuses of the prompt it reuses most of.
 struct Match {
-    old: std::sync::Arc<[u32]>,
     pairs: Vec<(usize, usize)>,
 }
 
@@ -91,40 +92,40 @@ impl PrefixCache {
         cached_tokens: usize,
     ) -> Result<Option<(Match, KvCache)>, InferenceError> {
         let last = tokens.len() - 1;
-        let mut best: Option<Match> = None;
+        let wanted = cached_tokens + EDIT_MIN_TOKENS;
+        let mut best: Option<(Match, Vec<Arc<ModuleState>>)> = None;
         for old in self.recent() {
             // Most kept prompts are unrelated to this one: the diff runs only where they share
             // enough text to reuse (it costs up to (n + m) × 512 steps otherwise).
-            if !shares_enough(&old, tokens, cached_tokens + EDIT_MIN_TOKENS) {
+            if !shares_enough(&old, tokens, wanted) {
+                continue;
+            }
+            // Only the leading run of its blocks still kept can be read: a prompt whose blocks
+            // were evicted is passed over before its diff, not chosen and then found empty.
+            let mut held = Vec::new();
+            for key in self.block_keys(model, &old) {
+                match self.block(&key).map_err(EncodeError::from)? {
+                    Some(state) => held.push(state),
+                    None => break,
+                }
+            }
+            let rows = held.len() * BLOCK_TOKENS;
+            if rows < wanted {
                 continue;
             }
             // The last token is always computed: its logits choose the first answer token.
             let pairs: Vec<(usize, usize)> = matched_pairs(&old, tokens)
                 .into_iter()
-                .filter(|&(row, index)| {
-                    index < last && row < old.len() / BLOCK_TOKENS * BLOCK_TOKENS
-                })
+                .filter(|&(row, index)| index < last && row < rows)
                 .collect();
-            if pairs.len() > best.as_ref().map_or(0, |best| best.pairs.len()) {
-                best = Some(Match { old, pairs });
+            let most = best.as_ref().map_or(0, |(best, _)| best.pairs.len());
+            if pairs.len() >= wanted && pairs.len() > most {
+                best = Some((Match { pairs }, held));
             }
         }
-        let Some(mut found) = best else {
+        let Some((found, held)) = best else {
             return Ok(None);
         };
-        // Only the leading run of the old prompt's blocks still kept can be read.
-        let mut held = Vec::new();
-        for key in self.block_keys(model, &found.old) {
-            match self.block(&key).map_err(EncodeError::from)? {
-                Some(state) => held.push(state),
-                None => break,
-            }
-        }
-        let rows = held.len() * BLOCK_TOKENS;
-        found.pairs.retain(|&(row, _)| row < rows);
-        if found.pairs.len() < cached_tokens + EDIT_MIN_TOKENS {
-            return Ok(None);
-        }
         let blocks: Vec<&KvBlock> = held.iter().map(|state| state.kv()).collect();
         let old_kv = KvCache::from_shared_blocks(model.kv_layout(), model.device(), &blocks, 0)
             .map_err(EngineError::from)?;
@@ -135,20 +136,21 @@ impl PrefixCache {
 /// Tokens in the n-grams [`shares_enough`] compares.
 const SHINGLE: usize = 8;
 
-/// Whether `tokens` could match at least `wanted` tokens of `old`: whether that many of its
-/// 8-token windows (at most, one per token) occur in `old`. One pass over each, hashed.
+/// Whether `tokens` likely matches at least `wanted` tokens of `old`: whether that many of its
+/// tokens lie in 8-token windows that occur in `old` (one hashed pass over each). A filter, not
+/// a bound: matched runs shorter than a window are not counted.
 fn shares_enough(old: &[u32], tokens: &[u32], wanted: usize) -> bool {
     if old.len() < SHINGLE || tokens.len() < SHINGLE {
         return false;
     }
     let windows: HashSet<&[u32]> = old.windows(SHINGLE).collect();
-    let shared = tokens
-        .windows(SHINGLE)
-        .filter(|window| windows.contains(window))
-        .count();
-    // Each shared window vouches for its first token; the last SHINGLE - 1 tokens of a shared
-    // run are matched too.
-    shared + SHINGLE > wanted
+    let mut covered = vec![false; tokens.len()];
+    for (start, window) in tokens.windows(SHINGLE).enumerate() {
+        if windows.contains(window) {
+            covered[start..start + SHINGLE].fill(true);
+        }
+    }
+    covered.iter().filter(|&&covered| covered).count() >= wanted
 }
 
 /// The plan of `tokens` (at positions 0, 1, …) reusing `found`'s matched rows of `old_kv`, one
@@ -222,8 +224,9 @@ mod tests {
         let mut edited = old.clone();
         edited[100] = 9_999;
         assert!(shares_enough(&old, &edited, 150));
-        // 8 windows lost around the change: 185 of 193 shared, 192 tokens at most.
-        assert!(!shares_enough(&old, &edited, 193));
+        // Every token but the changed one lies in a shared window.
+        assert!(shares_enough(&old, &edited, 199));
+        assert!(!shares_enough(&old, &edited, 200));
         let unrelated: Vec<u32> = (1_000..1_200).collect();
         assert!(!shares_enough(&old, &unrelated, 64));
         assert!(!shares_enough(&old, &old[..5], 1));

@@ -42,16 +42,21 @@ use crate::metrics::{Metrics, Outcome};
 /// prompts cannot starve a long one.
 const OLDEST_SHARE: usize = 32;
 
-/// What the scheduler takes from [`crate::ServerConfig`].
+/// What the scheduler takes from [`crate::ServerConfig`] (its fields' docs say what each does).
 #[derive(Clone, Copy, Debug)]
 pub struct SchedulerSettings {
+    /// `ServerConfig::max_batch`.
     pub max_batch: usize,
+    /// `ServerConfig::kv_cache_bytes`.
     pub kv_cache_bytes: Option<usize>,
+    /// `ServerConfig::kv_pressure_budget`.
     pub kv_pressure_budget: Option<KvBudget>,
+    /// `ServerConfig::edit_reuse`.
     pub edit_reuse: bool,
 }
 
 impl SchedulerSettings {
+    /// The settings `config` gives.
     pub fn of(config: &crate::ServerConfig) -> Self {
         Self {
             max_batch: config.max_batch,
@@ -319,7 +324,8 @@ impl<'r> Scheduler<'r> {
     /// of its own, so the prompt is computed and held once for every choice.
     fn start_decoding(&mut self, mut job: CompletionJob, mut prefilled: Prefilled) {
         let usage = prefilled.usage;
-        if !matches!(job.prompt, PromptSource::Pml { .. }) {
+        // A budgeted prompt never looks in the prefix cache.
+        if !matches!(job.prompt, PromptSource::Pml { .. }) && prefilled.hitters.is_none() {
             self.metrics
                 .count_prefix_lookup(usage.prompt_tokens, usage.cached_tokens);
         }
