@@ -14,10 +14,9 @@ first token's agreement with llama.cpp's full, and the median prompt-time ratio.
 
 import json
 import statistics
-import subprocess
 import sys
-import time
-import urllib.request
+
+import local_server
 
 SERVER, MODEL, PROMPTS = sys.argv[1], sys.argv[2], sys.argv[3]
 PORT = int(sys.argv[4]) if len(sys.argv) > 4 else 8191
@@ -25,29 +24,15 @@ questions = [json.loads(line) for line in open(PROMPTS, encoding="utf-8") if lin
 
 
 def post(path, body):
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{PORT}{path}", data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=600) as response:
-        return json.loads(response.read())
+    return local_server.post(PORT, path, body)
 
 
 def start(extra):
     context = max(len(q["original"]) + len(q["edited"]) for q in questions) + 64
-    process = subprocess.Popen(
+    return local_server.start(
         [SERVER, "-m", MODEL, "--port", str(PORT), "-t", "2", "-tb", "2", "-np", "1",
          "-c", str(context), "--temp", "0", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(600):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=2) as response:
-                if response.status == 200:
-                    return process
-        except OSError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    sys.exit("llama-server did not start")
+        PORT, "llama-server")
 
 
 def first_token(tokens, cache):

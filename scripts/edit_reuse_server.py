@@ -15,10 +15,10 @@ the summary: the first token's agreement with `full` and the median time ratio t
 
 import json
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
+
+import local_server
 
 BINARY, PROMPTS = sys.argv[1], sys.argv[2]
 LIMIT = int(sys.argv[3]) if len(sys.argv) > 3 else 30
@@ -29,27 +29,11 @@ port = PORT
 
 
 def post(path, body):
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=600) as response:
-        return json.loads(response.read())
+    return local_server.post(port, path, body)
 
 
 def start(extra):
-    process = subprocess.Popen(
-        [BINARY, "serve", "--port", str(port), *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(600):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                if response.status == 200:
-                    return process
-        except OSError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    sys.exit(f"pml serve did not start on port {port}")
+    return local_server.start([BINARY, "serve", "--port", str(port), *extra], port, "pml serve")
 
 
 def complete(text):

@@ -14,23 +14,12 @@ use pml_runtime::kv_budget::{HeavyHitters, KvBudget};
 use pml_runtime::testing::tiny_runtime;
 use pml_server::ServerConfig;
 use serde_json::{Value, json};
-use support::{PROMPT as PML_PROMPT, SCHEMA, TestServer, call, json as parse};
+use support::{PROMPT as PML_PROMPT, SCHEMA, TestServer};
 
 /// 40 letters: 41 prompt tokens with BOS for the letter tokenizer, more than the budget.
 const PROMPT: &str = "a prompt longer than the budget it runs ";
 const MAX_TOKENS: usize = 30;
 const BUDGET: usize = 24;
-
-fn complete(server: &TestServer, body: &Value) -> (u16, Value) {
-    let (status, text) = call(
-        "POST",
-        &server.url("/v1/completions"),
-        Some(&body.to_string()),
-        None,
-    );
-    let parsed = parse(&text);
-    (status, parsed)
-}
 
 /// The greedy answer of the runtime's heavy-hitter passes over the same tiny model, and each
 /// token's log-probability: the prompt in one call (as the server's first step computes a
@@ -78,7 +67,7 @@ fn slot_bytes() -> usize {
 
 fn check_budgeted(server: &TestServer, body: &Value) -> String {
     let slot_bytes = slot_bytes();
-    let (status, answer) = complete(server, body);
+    let (status, answer) = server.complete(body);
     assert_eq!(status, 200, "{answer}");
     let text = answer["choices"][0]["text"]
         .as_str()
@@ -136,7 +125,7 @@ fn the_pressure_valve_serves_within_its_budget_what_the_pool_could_never_hold() 
         kv_cache_bytes: Some(pool),
         ..ServerConfig::default()
     });
-    let (status, refused) = complete(&without, &body);
+    let (status, refused) = without.complete(&body);
     assert_eq!(status, 400, "{refused}");
     assert_eq!(refused["error"]["code"], "kv_cache_budget_exceeded");
 
@@ -155,7 +144,7 @@ fn the_pressure_valve_serves_within_its_budget_what_the_pool_could_never_hold() 
         server.metric("pml_kv_evicted_tokens_total")
     );
     // One that fits whole is not squeezed.
-    let (status, answer) = complete(&server, &json!({"prompt": "short", "max_tokens": 4}));
+    let (status, answer) = server.complete(&json!({"prompt": "short", "max_tokens": 4}));
     assert_eq!(status, 200, "{answer}");
     assert_eq!(server.metric("pml_kv_pressure_admissions_total"), 1.0);
 }
@@ -166,9 +155,9 @@ fn a_budget_never_reached_changes_nothing() {
     let plain = json!({"prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0});
     let mut roomy = plain.clone();
     roomy["kv_budget"] = json!(PROMPT.len() + 1 + MAX_TOKENS + 1);
-    let (status, unbounded) = complete(&server, &plain);
+    let (status, unbounded) = server.complete(&plain);
     assert_eq!(status, 200, "{unbounded}");
-    let (status, bounded) = complete(&server, &roomy);
+    let (status, bounded) = server.complete(&roomy);
     assert_eq!(status, 200, "{bounded}");
     assert_eq!(
         bounded["choices"][0]["text"],
@@ -192,7 +181,7 @@ fn budgets_that_cannot_apply_are_refused_naming_the_field() {
             "plain prompts and chats",
         ),
     ] {
-        let (status, answer) = complete(&server, &body);
+        let (status, answer) = server.complete(&body);
         assert_eq!(status, 400, "{body} -> {answer}");
         let error = &answer["error"];
         assert_eq!(error["param"], "kv_budget", "{answer}");
@@ -204,6 +193,6 @@ fn budgets_that_cannot_apply_are_refused_naming_the_field() {
         );
     }
     // The smallest budget that works is served.
-    let (status, answer) = complete(&server, &json!({"prompt": PROMPT, "kv_budget": 9}));
+    let (status, answer) = server.complete(&json!({"prompt": PROMPT, "kv_budget": 9}));
     assert_eq!(status, 200, "{answer}");
 }

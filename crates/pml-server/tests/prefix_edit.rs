@@ -8,7 +8,7 @@ mod support;
 
 use pml_server::ServerConfig;
 use serde_json::{Value, json};
-use support::{TestServer, call, json as parse};
+use support::TestServer;
 
 /// 160 letters: 161 prompt tokens with BOS for the letter tokenizer.
 fn document() -> String {
@@ -25,15 +25,10 @@ fn edited() -> String {
 }
 
 fn usage(server: &TestServer, prompt: &str) -> Value {
-    let body = json!({"prompt": prompt, "max_tokens": 4, "temperature": 0});
-    let (status, text) = call(
-        "POST",
-        &server.url("/v1/completions"),
-        Some(&body.to_string()),
-        None,
-    );
-    assert_eq!(status, 200, "{text}");
-    parse(&text)["usage"].clone()
+    let (status, answer) =
+        server.complete(&json!({"prompt": prompt, "max_tokens": 4, "temperature": 0}));
+    assert_eq!(status, 200, "{answer}");
+    answer["usage"].clone()
 }
 
 #[test]

@@ -72,6 +72,17 @@ impl TestServer {
         upload_ready(&self.base, schema, Duration::from_secs(120))
     }
 
+    /// Status and parsed body of a `/v1/completions` request with `body`.
+    pub fn complete(&self, body: &Value) -> (u16, Value) {
+        let (status, text) = call(
+            "POST",
+            &self.url("/v1/completions"),
+            Some(&body.to_string()),
+            None,
+        );
+        (status, json(&text))
+    }
+
     /// The value of a metric line (`name{labels}` exactly as rendered).
     pub fn metric(&self, series: &str) -> f64 {
         let (status, text) = call("GET", &self.url("/metrics"), None, None);
