@@ -200,6 +200,7 @@ pub fn run_edited_question(
         modes: results,
         edited_from: Some(question.old_answer.clone()),
         store_bytes: None,
+        first_token_margin: Some(reference.first_token_margin()),
     };
     Ok((result, prompts))
 }

@@ -38,7 +38,18 @@ pub struct ModeSummary {
     /// (summed over the questions).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store_bytes_ratio: Option<f64>,
+    /// First-token agreement over the questions where `full`'s first token leads its runner-up
+    /// by at least [`DECIDED_MARGIN`], and how many those are (`None` where no result records
+    /// the margin).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_agreement: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_questions: Option<usize>,
 }
+
+/// The probability lead of `full`'s first token over its runner-up from which the question
+/// counts as decided: below it the two are near a tie that any rounding may flip.
+pub const DECIDED_MARGIN: f64 = 0.1;
 
 /// Every mode's summary, in the order the modes ran.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -95,6 +106,8 @@ impl Summary {
                         result.edited_from.as_deref()
                     }),
                     store_bytes_ratio: store_bytes_ratio(results, index),
+                    decided_agreement: decided(results, index).map(|(agreement, _)| agreement),
+                    decided_questions: decided(results, index).map(|(_, n)| n),
                 }
             })
             .collect();
@@ -112,6 +125,26 @@ fn store_bytes_ratio(results: &[QuestionResult], index: usize) -> Option<f64> {
             (mode + bytes, whole + all)
         });
     (whole > 0).then(|| mode as f64 / whole as f64)
+}
+
+/// Mode `index`'s first-token agreement over the questions whose `full` margin is at least
+/// [`DECIDED_MARGIN`], with their number; `None` where no result records the margin.
+fn decided(results: &[QuestionResult], index: usize) -> Option<(f64, usize)> {
+    let recorded: Vec<&QuestionResult> = results
+        .iter()
+        .filter(|result| result.first_token_margin.is_some())
+        .collect();
+    if recorded.is_empty() {
+        return None;
+    }
+    let agrees: Vec<f64> = recorded
+        .iter()
+        .filter(|result| result.first_token_margin >= Some(DECIDED_MARGIN))
+        .filter_map(|result| result.modes.get(index))
+        .map(|mode| f64::from(u8::from(mode.first_token_agrees)))
+        .collect();
+    let n = agrees.len();
+    Some((mean(agrees.into_iter()), n))
 }
 
 /// Over edited questions only (`None` without any): the share whose mode `index` answer names
@@ -170,6 +203,23 @@ impl fmt::Display for Summary {
             for mode in &self.modes {
                 if let Some(ratio) = mode.store_bytes_ratio {
                     writeln!(f, "| {} | {ratio:.3} |", mode.mode)?;
+                }
+            }
+        }
+        if self
+            .modes
+            .iter()
+            .any(|mode| mode.decided_agreement.is_some())
+        {
+            writeln!(
+                f,
+                "\n| mode | first-token agree where `full`'s lead is ≥ {DECIDED_MARGIN} | questions |"
+            )?;
+            writeln!(f, "|---|---|---|")?;
+            for mode in &self.modes {
+                if let (Some(agreement), Some(n)) = (mode.decided_agreement, mode.decided_questions)
+                {
+                    writeln!(f, "| {} | {agreement:.3} | {n} |", mode.mode)?;
                 }
             }
         }
@@ -273,6 +323,7 @@ mod tests {
             modes: vec![row("full", 1.0, 10.0, true)],
             edited_from: None,
             store_bytes: Some(100),
+            first_token_margin: None,
         };
         let line = |id: &str| serde_json::to_string(&result(id)).expect("encodes");
         let text = format!(
@@ -303,6 +354,7 @@ mod tests {
             modes: vec![row("full", 1.0, 100.0, true), auto(ratio)],
             edited_from: None,
             store_bytes: Some(100),
+            first_token_margin: None,
         };
         let summary = Summary::of(&[question(0.15), question(0.25)]);
         assert_eq!(summary.modes[0].ratio_chosen_mean, None);
@@ -328,6 +380,7 @@ mod tests {
             ],
             edited_from: None,
             store_bytes: Some(100),
+            first_token_margin: None,
         };
         let summary = Summary::of(&[
             question(100.0, 10.0, true),
@@ -349,6 +402,34 @@ mod tests {
     }
 
     #[test]
+    fn agreement_is_also_counted_where_full_was_decided() {
+        let question = |margin: Option<f64>, agrees: bool| QuestionResult {
+            id: String::new(),
+            question: String::new(),
+            answers: Vec::new(),
+            encode_ms: 0.0,
+            modes: vec![row("full", 1.0, 1.0, true), row("blend", 1.0, 1.0, agrees)],
+            edited_from: None,
+            store_bytes: None,
+            first_token_margin: margin,
+        };
+        let old = Summary::of(&[question(None, false)]);
+        assert_eq!(old.modes[1].decided_agreement, None);
+        assert!(!old.to_string().contains("lead is"));
+        let summary = Summary::of(&[
+            question(Some(0.02), false),
+            question(Some(0.5), true),
+            question(Some(DECIDED_MARGIN), false),
+            question(None, false),
+        ]);
+        assert_eq!(summary.modes[1].first_token_agreement, 0.25);
+        assert_eq!(summary.modes[1].decided_agreement, Some(0.5));
+        assert_eq!(summary.modes[1].decided_questions, Some(2));
+        assert_eq!(summary.modes[0].decided_agreement, Some(1.0));
+        assert!(summary.to_string().contains("| blend | 0.500 | 2 |"));
+    }
+
+    #[test]
     fn edited_questions_count_answers_naming_the_new_and_the_old_fact() {
         let question = |answers: [&str; 2]| QuestionResult {
             id: String::new(),
@@ -365,6 +446,7 @@ mod tests {
                 .collect(),
             edited_from: Some("1901".into()),
             store_bytes: Some(100),
+            first_token_margin: None,
         };
         let summary = Summary::of(&[
             question(["In 1908.", "In 1901."]),

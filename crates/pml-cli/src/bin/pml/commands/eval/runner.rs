@@ -15,7 +15,9 @@ use pml_runtime::kv_budget::{DEFAULT_SINKS, HeavyHitters, KvBudget};
 use pml_runtime::store::KeepFraction;
 
 use super::data::Question;
-use super::score::{Continuation, exact_match, f1, greedy_agreement, kl_divergence};
+use super::score::{
+    Continuation, exact_match, f1, greedy_agreement, kl_divergence, top_two_margin,
+};
 use super::sources;
 
 /// What one mode did on one question.
@@ -54,6 +56,10 @@ pub struct QuestionResult {
     /// The bytes the question's whole module states take in the store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_bytes: Option<u64>,
+    /// How far `full`'s first token's probability leads its runner-up's (results written
+    /// before it was recorded have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_token_margin: Option<f64>,
 }
 
 /// How a compared mode computes the prompt and the answer.
@@ -78,6 +84,12 @@ pub(super) struct Decoded {
     answer: String,
     tokens: (usize, usize, usize),
     ratio_chosen: Option<f64>,
+}
+
+impl Decoded {
+    pub(super) fn first_token_margin(&self) -> f64 {
+        top_two_margin(&self.first_logits)
+    }
 }
 
 /// Runs `question` in mode `full` and in each of `modes`, decoding at most `horizon` tokens.
@@ -140,6 +152,7 @@ pub fn run_question(
         modes: results,
         edited_from: None,
         store_bytes: Some(store_bytes),
+        first_token_margin: Some(reference.first_token_margin()),
     })
 }
 

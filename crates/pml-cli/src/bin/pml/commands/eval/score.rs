@@ -75,6 +75,20 @@ pub fn kl_divergence(reference_logits: &[f32], logits: &[f32]) -> f64 {
         .max(0.0)
 }
 
+/// How far the most likely token's probability leads the runner-up's (0 for a tie, 1 for a
+/// certain token): a first token that `full` barely prefers can flip on any rounding, so
+/// agreement is also reported over the questions where `full` was decided.
+pub fn top_two_margin(logits: &[f32]) -> f64 {
+    let (first, second) = log_softmax(logits).into_iter().map(f64::exp).fold(
+        (0.0f64, 0.0f64),
+        |(first, second), prob| match prob > first {
+            true => (prob, first),
+            false => (first, second.max(prob)),
+        },
+    );
+    first - second
+}
+
 fn log_softmax(logits: &[f32]) -> Vec<f64> {
     let max: f64 = logits
         .iter()
@@ -142,6 +156,15 @@ mod tests {
             1.0,
             "both empty after normalising"
         );
+    }
+
+    #[test]
+    fn the_margin_is_the_leaders_probability_lead() {
+        assert!(top_two_margin(&[1.0, 1.0, -5.0]).abs() < 1e-12);
+        // softmax of ln 6, ln 3, ln 1: 0.6, 0.3, 0.1, the leader anywhere in the vector.
+        let margin = top_two_margin(&[3f32.ln(), 1.0f32.ln(), 6f32.ln()]);
+        assert!((margin - 0.3).abs() < 1e-6, "{margin}");
+        assert!(top_two_margin(&[0.0, 100.0]) > 0.999);
     }
 
     #[test]
