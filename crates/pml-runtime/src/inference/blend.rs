@@ -115,13 +115,7 @@ pub fn prefill_blend(
     check_layers(model, options)?;
     let mut stats = PrefillStats::new(InferenceMode::Blend(*options));
     let plan = &*kept_plan(encoder, plan, &mut stats)?;
-    // Nothing cached is repaired at r = 0, so the probe would only rewrite the first layers:
-    // skipping it keeps r = 0 exactly mode `reuse`. The controller needs the probe's timing.
-    let n_cached = plan.n_cached();
-    let probing = match options.auto_ratio {
-        true => n_cached > 0,
-        false => options.recompute.of(n_cached) > 0,
-    };
+    let probing = probes(options, plan.n_cached());
     // The probe overwrites every row of the layers before the check layer: never loaded.
     let first_layer = if probing { options.check_layer } else { 0 };
     let (kv, logits) = with_cached_layers(
@@ -137,6 +131,16 @@ pub fn prefill_blend(
         |kv, source, stats| recompute(model, plan, options, probing, kv, source, stats),
     )?;
     Ok(Prefill { kv, logits, stats })
+}
+
+/// Whether `blend` probes `n_cached` spliced rows. Nothing cached is repaired at r = 0, so the
+/// probe would only rewrite the first layers: skipping it keeps r = 0 exactly mode `reuse`. The
+/// controller (ratio `auto`) needs the probe's timing.
+fn probes(options: &BlendOptions, n_cached: usize) -> bool {
+    match options.auto_ratio {
+        true => n_cached > 0,
+        false => options.recompute.of(n_cached) > 0,
+    }
 }
 
 /// Refuses a check layer (or gradual filter layer) past the model's layers.
@@ -169,11 +173,7 @@ pub(super) fn blend_spliced(
 ) -> Result<Prefill, InferenceError> {
     let mut stats = stats;
     check_layers(model, options)?;
-    let n_cached = plan.n_cached();
-    let probing = match options.auto_ratio {
-        true => n_cached > 0,
-        false => options.recompute.of(n_cached) > 0,
-    };
+    let probing = probes(options, plan.n_cached());
     let mut source = Spliced {
         load_per_layer: std::time::Duration::ZERO,
     };

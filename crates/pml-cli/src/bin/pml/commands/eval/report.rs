@@ -71,6 +71,7 @@ impl Summary {
                     .iter()
                     .filter_map(|result| Some((result.modes.first()?, result.modes.get(index)?)))
                     .collect();
+                let decided = decided(results, index);
                 let mean = |value: &dyn Fn(&super::runner::ModeResult) -> f64| {
                     mean(rows.iter().map(|(_, row)| value(row)))
                 };
@@ -106,8 +107,8 @@ impl Summary {
                         result.edited_from.as_deref()
                     }),
                     store_bytes_ratio: store_bytes_ratio(results, index),
-                    decided_agreement: decided(results, index).map(|(agreement, _)| agreement),
-                    decided_questions: decided(results, index).map(|(_, n)| n),
+                    decided_agreement: decided.map(|(agreement, _)| agreement),
+                    decided_questions: decided.map(|(_, n)| n),
                 }
             })
             .collect();
@@ -130,14 +131,13 @@ fn store_bytes_ratio(results: &[QuestionResult], index: usize) -> Option<f64> {
 /// Mode `index`'s first-token agreement over the questions whose `full` margin is at least
 /// [`DECIDED_MARGIN`], with their number; `None` where no result records the margin.
 fn decided(results: &[QuestionResult], index: usize) -> Option<(f64, usize)> {
-    let recorded: Vec<&QuestionResult> = results
+    if results
         .iter()
-        .filter(|result| result.first_token_margin.is_some())
-        .collect();
-    if recorded.is_empty() {
+        .all(|result| result.first_token_margin.is_none())
+    {
         return None;
     }
-    let agrees: Vec<f64> = recorded
+    let agrees: Vec<f64> = results
         .iter()
         .filter(|result| result.first_token_margin >= Some(DECIDED_MARGIN))
         .filter_map(|result| result.modes.get(index))
