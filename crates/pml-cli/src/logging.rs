@@ -1,7 +1,8 @@
 //! Where the libraries' `tracing` events go: standard error, as `warning: …` lines like the
 //! commands' own warnings, with a timestamp for the long-running server. `PML_LOG` takes a
-//! `RUST_LOG`-style filter (`PML_LOG=debug`, `PML_LOG=pml_server=info`); the default shows
-//! warnings and errors.
+//! `RUST_LOG`-style filter (`PML_LOG=debug`, `PML_LOG=pml_server=warn`); the default shows
+//! warnings and errors, and for the server also its `info` lines: one per request, as
+//! llama.cpp's server logs them.
 
 use std::fmt;
 
@@ -15,16 +16,25 @@ use tracing_subscriber::registry::LookupSpan;
 /// The environment variable holding the filter.
 pub const LOG_ENV: &str = "PML_LOG";
 
-/// Installs the subscriber; `timestamps` for a server's log. A filter that does not parse is
-/// said once and the default used: a typo must not silence the warnings.
-pub fn init(timestamps: bool) {
+/// Installs the subscriber; `server` for a server's log (timestamps, and its requests at
+/// `info`). A filter that does not parse is said once and the default used: a typo must not
+/// silence the warnings.
+pub fn init(server: bool) {
+    let default = if server {
+        "warn,pml_server=info"
+    } else {
+        "warn"
+    };
     let filter = match std::env::var(LOG_ENV) {
         Ok(text) => EnvFilter::try_new(&text).unwrap_or_else(|error| {
-            eprintln!("warning: {LOG_ENV}={text:?} is not a log filter ({error}); using `warn`");
-            EnvFilter::new("warn")
+            eprintln!(
+                "warning: {LOG_ENV}={text:?} is not a log filter ({error}); using `{default}`"
+            );
+            EnvFilter::new(default)
         }),
-        Err(_) => EnvFilter::new("warn"),
+        Err(_) => EnvFilter::new(default),
     };
+    let timestamps = server;
     // Fails only when a subscriber is already installed (a test calling twice): keep that one.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -100,8 +100,11 @@ impl ToolCallFormat {
 /// stays content, verbatim.
 ///
 /// Small Hermes-trained models often drop the tags and answer with the bare call object; an
-/// answer that is one JSON object naming an offered function (`known`) is read as that call, as
-/// Llama 3's format is.
+/// answer that starts with a JSON object naming an offered function (`known`) is read as that
+/// call, as Llama 3's format is, and so is each such object right after it; whatever else follows
+/// the calls is dropped, as llama.cpp's parsers drop it (models echo a schema's `title` there).
+/// An answer starting with `{` is held until its first object closes: then it is a call, or text
+/// released at once.
 #[derive(Debug)]
 pub struct ToolCallParser {
     format: ToolCallFormat,
@@ -118,8 +121,12 @@ enum ParseState {
     Text,
     /// Inside a Hermes block, after its opening tag.
     InCall,
-    /// The answer may be a bare call object; everything is held to the end.
+    /// The answer may be a bare call object; held until its first object closes.
     WholeCall,
+    /// After a bare call: more call objects, or the rest of the answer, dropped.
+    AfterCalls,
+    /// Past the calls: nothing more is released.
+    Dropped,
 }
 
 impl ToolCallParser {
@@ -139,7 +146,37 @@ impl ToolCallParser {
         let mut out = Vec::new();
         loop {
             match (self.format, self.state) {
-                (_, ParseState::WholeCall) => return out,
+                (_, ParseState::Dropped) => {
+                    self.held.clear();
+                    return out;
+                }
+                (_, ParseState::WholeCall | ParseState::AfterCalls) => {
+                    let trimmed = self.held.trim_start();
+                    let body = trimmed.strip_prefix(PYTHON_TAG).unwrap_or(trimmed);
+                    let body = body.trim_start();
+                    let start = self.held.len() - body.len();
+                    let first_object = match json_object_end(body) {
+                        JsonEnd::At(end) => Some(end),
+                        JsonEnd::Open => return out,
+                        JsonEnd::NotAnObject => None,
+                    };
+                    let call = first_object
+                        .and_then(|end| parse_call(&body[..end], self.format.arguments_key()))
+                        .filter(|call| self.known.contains(&call.name));
+                    match (call, first_object, self.state) {
+                        (Some(call), Some(end), _) => {
+                            out.push(ToolOutput::Call(call));
+                            self.held.drain(..start + end);
+                            self.state = ParseState::AfterCalls;
+                        }
+                        (_, _, ParseState::AfterCalls) => self.state = ParseState::Dropped,
+                        _ => {
+                            // Not a call: the answer is text, released from here on.
+                            push_content(&mut out, std::mem::take(&mut self.held));
+                            self.state = ParseState::Text;
+                        }
+                    }
+                }
                 (ToolCallFormat::Llama3Json, ParseState::Start) => {
                     let trimmed = self.held.trim_start();
                     if trimmed.is_empty() || PYTHON_TAG.starts_with(trimmed) {
@@ -219,9 +256,51 @@ impl ToolCallParser {
                 None => push_content(&mut out, format!("{HERMES_OPEN}{held}")),
             },
             ParseState::Start | ParseState::Text => push_content(&mut out, held),
+            ParseState::AfterCalls | ParseState::Dropped => {}
         }
         out
     }
+}
+
+/// Where the JSON object at the start of `text` ends.
+#[derive(Debug, PartialEq, Eq)]
+enum JsonEnd {
+    /// Just past its closing brace.
+    At(usize),
+    /// Not closed yet (`text` empty or whitespace included: it may still start one).
+    Open,
+    /// `text` starts with something else.
+    NotAnObject,
+}
+
+/// Finds the end of the object `text` starts with by its braces, outside strings: the object's
+/// text is then parsed as JSON by whoever asked.
+fn json_object_end(text: &str) -> JsonEnd {
+    if text.is_empty() || PYTHON_TAG.starts_with(text) {
+        return JsonEnd::Open;
+    }
+    if !text.starts_with('{') {
+        return JsonEnd::NotAnObject;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (at, byte) in text.bytes().enumerate() {
+        match (in_string, escaped, byte) {
+            (true, true, _) => escaped = false,
+            (true, false, b'\\') => escaped = true,
+            (true, false, b'"') => in_string = false,
+            (true, false, _) => {}
+            (false, _, b'"') => in_string = true,
+            (false, _, b'{' | b'[') => depth += 1,
+            (false, _, b'}' | b']') => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return JsonEnd::At(at + 1);
+                }
+            }
+            (false, _, _) => {}
+        }
+    }
+    JsonEnd::Open
 }
 
 fn push_content(out: &mut Vec<ToolOutput>, text: String) {
@@ -325,6 +404,49 @@ mod tests {
             [content(other)],
             "Llama 3's bare calls must name an offered function too"
         );
+    }
+
+    #[test]
+    fn a_leading_bare_call_is_read_and_what_follows_dropped() {
+        // The Agents SDK's strict schemas carry a `title` the model echoes after the call.
+        let echoed = [
+            "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+            "\n{\"name\": \"get_weather_args\", \"title\": \"{\"}\nDone.",
+        ];
+        assert_eq!(
+            parse(ToolCallFormat::Hermes, &echoed),
+            [call("get_weather", json!({"city": "Paris"}))]
+        );
+        let two = [
+            "{\"name\": \"get_time\", \"arguments\": {}}\n",
+            "{\"name\": \"f\"}",
+        ];
+        assert_eq!(
+            parse(ToolCallFormat::Hermes, &two),
+            [call("get_time", json!({})), call("f", json!({}))]
+        );
+        assert_eq!(
+            parse(
+                ToolCallFormat::Llama3Json,
+                &["{\"name\": \"f\", \"parameters\": {}} and then some"]
+            ),
+            [call("f", json!({}))]
+        );
+    }
+
+    #[test]
+    fn an_object_that_is_no_call_is_released_once_it_closes() {
+        let mut parser = ToolCallParser::new(ToolCallFormat::Hermes, vec!["f".to_owned()]);
+        assert_eq!(parser.feed("{\"answer\": \"}{\""), []);
+        assert_eq!(
+            parser.feed(", \"n\": [1]} and more"),
+            [content("{\"answer\": \"}{\", \"n\": [1]} and more")]
+        );
+        assert_eq!(parser.feed(" text"), [content(" text")]);
+        assert_eq!(parser.finish(), []);
+        assert_eq!(json_object_end("{\"a\": \"\\\"}\"}x"), JsonEnd::At(12));
+        assert_eq!(json_object_end("[1]"), JsonEnd::NotAnObject);
+        assert_eq!(json_object_end("{\"a\": {"), JsonEnd::Open);
     }
 
     #[test]

@@ -13,6 +13,9 @@ pub struct ServerConfig {
     pub max_tokens_limit: usize,
     /// `max_tokens` of a request that names none.
     pub default_max_tokens: usize,
+    /// Most units (the root and each module) one schema may lay out: each is a pass to encode
+    /// and a state to store, so a larger upload is refused at once (400) rather than queued.
+    pub max_schema_units: usize,
     /// Completions waiting for admission beyond which new ones get 503.
     pub queue_capacity: usize,
     /// Most sequences decoded together in one batched step.
@@ -62,6 +65,7 @@ impl Default for ServerConfig {
             max_body_bytes: 1 << 20,
             max_tokens_limit: 4096,
             default_max_tokens: 16,
+            max_schema_units: 4096,
             queue_capacity: 64,
             max_batch: 16,
             request_timeout: Duration::from_secs(600),

@@ -5,6 +5,8 @@
 //!   arrive over channels, decode steps of all active requests are batched.
 //! - [`api`]: the axum routes (OpenAI-compatible completions, schema upload, health, metrics);
 //!   it parses and answers HTTP and never touches a tensor.
+//! - [`connections`]: accepting connections and serving HTTP/1 on each (header deadline,
+//!   half-closed clients, graceful shutdown).
 //! - [`incident`]: internal failures, logged in full and answered with a number only.
 //! - [`metrics`]: counters and histograms, rendered for Prometheus.
 //! - [`saved_schemas`]: uploaded schemas kept as files, loaded again at start.
@@ -12,6 +14,7 @@
 
 pub mod api;
 pub mod config;
+pub mod connections;
 pub mod engine;
 pub mod incident;
 pub mod metrics;

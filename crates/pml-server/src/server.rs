@@ -101,10 +101,8 @@ pub fn start(
                         tracing::info!("shutting down; running completions get {grace:?}");
                         engine_for_stop.begin_shutdown(grace);
                     };
-                    axum::serve(listener, router(state))
-                        .with_graceful_shutdown(stop)
-                        .await
-                        .map_err(ServerError::Serve)
+                    crate::connections::serve(listener, router(state), stop).await;
+                    Ok(())
                 })
             })
         })

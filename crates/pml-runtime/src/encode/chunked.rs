@@ -36,8 +36,8 @@ pub fn prefill_sorted(
     if tokens.is_empty() {
         return Ok(None);
     }
-    let n_chunks = tokens.len().div_ceil(MAX_CHUNK_TOKENS);
-    let chunk_len = tokens.len().div_ceil(n_chunks);
+    let chunk_len = chunk_len(tokens.len(), MAX_CHUNK_TOKENS);
+    let n_chunks = tokens.len().div_ceil(chunk_len);
     let mut logits = None;
     for (chunk_idx, (chunk_tokens, chunk_positions)) in tokens
         .chunks(chunk_len)
@@ -60,4 +60,11 @@ pub fn prefill_sorted(
         }
     }
     Ok(logits)
+}
+
+/// The length of each of the equal chunks (the last one shorter at most) that `n_tokens` are
+/// computed in when no pass may hold more than `max_chunk`.
+pub fn chunk_len(n_tokens: usize, max_chunk: usize) -> usize {
+    let n_chunks = n_tokens.div_ceil(max_chunk.max(1)).max(1);
+    n_tokens.div_ceil(n_chunks).max(1)
 }

@@ -30,7 +30,7 @@ use crate::store::{
 use pml_engine::kv_cache::KvCacheError;
 use pml_engine::model::{EngineError, Model};
 
-pub use unit_encoder::{StateOrigin, UnitEncoder, describe};
+pub use unit_encoder::{PartialUnit, StateOrigin, UnitEncoder, UnitMemory, UnitStart, describe};
 
 /// Why a schema could not be encoded.
 #[derive(Debug, thiserror::Error)]
@@ -157,67 +157,168 @@ pub fn encode_schema(
     store: &ModuleStore,
     progress: &mut dyn FnMut(EncodeEvent<'_>),
 ) -> Result<EncodeReport, EncodeError> {
-    let start = Instant::now();
-    let mut encoder =
-        UnitEncoder::new(model, layout, options.mode, options.bos, store)?.with_keep(options.keep);
-    progress(EncodeEvent::Start {
-        n_units: layout.units.len(),
-        n_tokens: layout.units.iter().map(|unit| unit.tokens.len()).sum(),
-    });
-    let previous = store.read_manifest(&layout.schema_name).found();
-    let mut units = Vec::with_capacity(layout.units.len());
-    let mut manifest_units = Vec::with_capacity(layout.units.len());
-    for (index, unit) in layout.units.iter().enumerate() {
-        let outcome = match encoder.ensure_noting_waits(unit.id, &mut |waiting| {
-            progress(EncodeEvent::Waiting { unit: waiting })
-        })? {
-            StateOrigin::Encoded => UnitOutcome::Encoded,
-            StateOrigin::Store | StateOrigin::Memory => UnitOutcome::Reused,
-            StateOrigin::Empty => UnitOutcome::Empty,
+    let mut run = EncodeRun::new(layout, store, progress);
+    loop {
+        let step = EncodeStep {
+            max_tokens: usize::MAX,
+            max_units: usize::MAX,
         };
-        let key = match outcome {
-            UnitOutcome::Empty => None,
-            _ => Some(encoder.key(unit.id)?),
-        };
-        if let Some(key) = &key {
-            manifest_units.push(ManifestUnit {
-                unit_id: unit.id.0,
-                path: unit.path.clone(),
-                key: key.clone(),
-                n_tokens: unit.tokens.len(),
-                bytes: stored_bytes(&encoder, model, unit, key, previous.as_ref()),
-            });
+        if let Some(report) = run.advance(model, layout, options, store, step, progress)? {
+            return Ok(report);
         }
-        units.push(UnitReport {
-            unit: unit.id,
-            path: unit.path.join("/"),
-            n_tokens: unit.tokens.len(),
-            outcome,
-            key,
-        });
-        progress(EncodeEvent::Unit {
-            index,
-            unit,
-            outcome,
-        });
     }
-    let manifest = Manifest::new(
-        layout.schema_name.clone(),
-        store.spec().model_fingerprint.clone(),
-        options.mode,
-        manifest_units,
-    )
-    .with_keep(options.keep);
-    let manifest_path = store.write_manifest(&manifest)?;
-    Ok(EncodeReport {
-        schema_name: layout.schema_name.clone(),
-        mode: options.mode,
-        keep: options.keep,
-        units,
-        elapsed: start.elapsed(),
-        warnings: encoder.warnings().to_vec(),
-        manifest_path,
-    })
+}
+
+/// How much of an [`EncodeRun`] one call of [`EncodeRun::advance`] may do: it stops after the
+/// unit that reaches either bound (so it always does one unit or more).
+#[derive(Clone, Copy, Debug)]
+pub struct EncodeStep {
+    /// Tokens computed (units encoded now; stored ones cost a look-up).
+    pub max_tokens: usize,
+    /// Units visited, computed or not.
+    pub max_units: usize,
+}
+
+/// A schema's encoding in steps, so a server can encode between its other work instead of
+/// stopping it for a whole schema. It holds no borrow: each step takes the model, layout and
+/// store again (the layout must be the one it began with), and reads the states of the units it
+/// needs as context from the store, where the steps before put them.
+#[derive(Debug)]
+pub struct EncodeRun {
+    started: Instant,
+    /// The next unit, by index in layout order.
+    next: usize,
+    previous: Option<Manifest>,
+    units: Vec<UnitReport>,
+    manifest_units: Vec<ManifestUnit>,
+    warnings: Vec<String>,
+    /// The states the encoders of the steps before held.
+    memory: UnitMemory,
+    /// The unit a step left part way through.
+    pending: Option<PartialUnit>,
+}
+
+impl EncodeRun {
+    /// Begins encoding `layout` (reported to `progress` as [`EncodeEvent::Start`]).
+    pub fn new(
+        layout: &SchemaLayout,
+        store: &ModuleStore,
+        progress: &mut dyn FnMut(EncodeEvent<'_>),
+    ) -> Self {
+        progress(EncodeEvent::Start {
+            n_units: layout.units.len(),
+            n_tokens: layout.units.iter().map(|unit| unit.tokens.len()).sum(),
+        });
+        Self {
+            started: Instant::now(),
+            next: 0,
+            previous: store.read_manifest(&layout.schema_name).found(),
+            units: Vec::with_capacity(layout.units.len()),
+            manifest_units: Vec::with_capacity(layout.units.len()),
+            warnings: Vec::new(),
+            memory: UnitMemory::default(),
+            pending: None,
+        }
+    }
+
+    /// Units done so far.
+    pub fn units_done(&self) -> usize {
+        self.next
+    }
+
+    /// Encodes the next units, within `step`; once the last is done, writes the manifest and
+    /// returns the report. A unit longer than `step.max_tokens` is computed over several steps,
+    /// in equal chunks of at most that many tokens.
+    pub fn advance(
+        &mut self,
+        model: &Model,
+        layout: &SchemaLayout,
+        options: EncodeOptions,
+        store: &ModuleStore,
+        step: EncodeStep,
+        progress: &mut dyn FnMut(EncodeEvent<'_>),
+    ) -> Result<Option<EncodeReport>, EncodeError> {
+        let mut encoder = UnitEncoder::new(model, layout, options.mode, options.bos, store)?
+            .with_keep(options.keep)
+            .with_memory(std::mem::take(&mut self.memory));
+        let max_chunk = step.max_tokens.min(chunked::MAX_CHUNK_TOKENS);
+        let (mut tokens, mut visited) = (0, 0);
+        while let Some(unit) = layout.units.get(self.next)
+            && tokens < step.max_tokens
+            && visited < step.max_units
+        {
+            let started = match self.pending.take() {
+                Some(partial) => UnitStart::Computing(partial),
+                None => encoder.begin_unit(unit.id, max_chunk, &mut |waiting| {
+                    progress(EncodeEvent::Waiting { unit: waiting })
+                })?,
+            };
+            let outcome = match started {
+                UnitStart::Done(StateOrigin::Encoded) => UnitOutcome::Encoded,
+                UnitStart::Done(StateOrigin::Store | StateOrigin::Memory) => UnitOutcome::Reused,
+                UnitStart::Done(StateOrigin::Empty) => UnitOutcome::Empty,
+                UnitStart::Computing(mut partial) => {
+                    tokens += encoder.compute_chunks(&mut partial, step.max_tokens - tokens)?;
+                    if partial.is_computed(layout) {
+                        encoder.finish_unit(partial)?;
+                        UnitOutcome::Encoded
+                    } else {
+                        self.pending = Some(partial);
+                        break;
+                    }
+                }
+            };
+            let key = match outcome {
+                UnitOutcome::Empty => None,
+                _ => Some(encoder.key(unit.id)?),
+            };
+            if let Some(key) = &key {
+                self.manifest_units.push(ManifestUnit {
+                    unit_id: unit.id.0,
+                    path: unit.path.clone(),
+                    key: key.clone(),
+                    n_tokens: unit.tokens.len(),
+                    bytes: stored_bytes(&encoder, model, unit, key, self.previous.as_ref()),
+                });
+            }
+            visited += 1;
+            self.units.push(UnitReport {
+                unit: unit.id,
+                path: unit.path.join("/"),
+                n_tokens: unit.tokens.len(),
+                outcome,
+                key,
+            });
+            progress(EncodeEvent::Unit {
+                index: self.next,
+                unit,
+                outcome,
+            });
+            self.next += 1;
+        }
+        self.warnings.extend_from_slice(encoder.warnings());
+        self.memory = encoder.into_memory();
+        if self.next < layout.units.len() {
+            return Ok(None);
+        }
+        let manifest = Manifest::new(
+            layout.schema_name.clone(),
+            store.spec().model_fingerprint.clone(),
+            options.mode,
+            std::mem::take(&mut self.manifest_units),
+        )
+        .with_keep(options.keep);
+        let manifest_path = store.write_manifest(&manifest)?;
+        Ok(Some(EncodeReport {
+            schema_name: layout.schema_name.clone(),
+            mode: options.mode,
+            keep: options.keep,
+            units: std::mem::take(&mut self.units),
+            elapsed: self.started.elapsed(),
+            warnings: std::mem::take(&mut self.warnings),
+            manifest_path,
+        }))
+    }
 }
 
 /// Bytes a unit's state takes in the slowest tier that stored it (its file on disk): from this

@@ -17,14 +17,15 @@ use pml_compiler::plan::{EncodeMode, LayoutUnit, SchemaLayout, UnitId};
 
 use crate::store::{
     ContextHash, KeepFraction, ModuleState, ModuleStore, StateKind, StoreError, StoreKey, TierPut,
+    UnitLock,
 };
 use pml_engine::kv_cache::{KvBlock, KvCache};
-use pml_engine::model::Model;
+use pml_engine::model::{ForwardContext, ForwardOptions, LogitRows, Model};
 
 use crate::unit_key::UnitKey;
 
 use super::EncodeError;
-use super::chunked::prefill_sorted;
+use super::chunked::{MAX_CHUNK_TOKENS, chunk_len};
 use super::context::{
     UnitRows, context_rows, context_tokens, held_rows, unit, unit_rows, validate_layout,
 };
@@ -41,6 +42,49 @@ pub enum StateOrigin {
     Encoded,
     /// The unit has no tokens of its own: nothing to compute or store.
     Empty,
+}
+
+/// How [`UnitEncoder::begin_unit`] found a unit.
+#[derive(Debug)]
+pub enum UnitStart {
+    Done(StateOrigin),
+    Computing(PartialUnit),
+}
+
+enum Begun {
+    Stored(Arc<KvBlock>),
+    Computing(PartialUnit),
+}
+
+/// A unit being computed, its context's rows in the cache before its own: the chunks done so
+/// far, and the store lock held until it is stored.
+#[derive(Debug)]
+pub struct PartialUnit {
+    unit_id: UnitId,
+    key: StoreKey,
+    lock: Option<UnitLock>,
+    kv: KvCache,
+    context_len: usize,
+    chunk_len: usize,
+    /// The unit's tokens computed.
+    done: usize,
+    context: Vec<UnitRows>,
+    blocks: Vec<KvBlock>,
+}
+
+impl PartialUnit {
+    /// Whether every token of the unit is computed (it is then ready for
+    /// [`UnitEncoder::finish_unit`]).
+    pub fn is_computed(&self, layout: &SchemaLayout) -> bool {
+        unit(layout, self.unit_id).is_ok_and(|layout_unit| self.done >= layout_unit.tokens.len())
+    }
+}
+
+/// The states a [`UnitEncoder`] holds in memory, carried from one encoder to the next.
+#[derive(Debug, Default)]
+pub struct UnitMemory {
+    known: HashMap<UnitId, Arc<KvBlock>>,
+    last_context: Option<(Vec<UnitRows>, Vec<KvBlock>)>,
 }
 
 /// The model, layout and store that unit states are computed with and kept in.
@@ -180,15 +224,39 @@ impl<'a> UnitEncoder<'a> {
         unit_id: UnitId,
         on_wait: &mut dyn FnMut(&LayoutUnit),
     ) -> Result<StateOrigin, EncodeError> {
+        match self.begin_unit(unit_id, MAX_CHUNK_TOKENS, on_wait)? {
+            UnitStart::Done(origin) => Ok(origin),
+            UnitStart::Computing(mut partial) => {
+                self.compute_chunks(&mut partial, usize::MAX)?;
+                self.finish_unit(partial)?;
+                Ok(StateOrigin::Encoded)
+            }
+        }
+    }
+
+    /// The start of [`Self::ensure`] for a caller that computes a unit in steps: done when the
+    /// store holds the unit's state (or it has no tokens), else the unit with its context's
+    /// rows, to compute in chunks of at most `max_chunk` tokens ([`Self::compute_chunks`]) and
+    /// then store ([`Self::finish_unit`]).
+    pub fn begin_unit(
+        &mut self,
+        unit_id: UnitId,
+        max_chunk: usize,
+        on_wait: &mut dyn FnMut(&LayoutUnit),
+    ) -> Result<UnitStart, EncodeError> {
         if unit(self.layout, unit_id)?.tokens.is_empty() {
-            return Ok(StateOrigin::Empty);
+            return Ok(UnitStart::Done(StateOrigin::Empty));
         }
         let key = self.key(unit_id)?;
         if self.store.contains(&key)? {
-            return Ok(StateOrigin::Store);
+            return Ok(UnitStart::Done(StateOrigin::Store));
         }
-        let (_, origin) = self.encode(unit_id, &key, on_wait)?;
-        Ok(origin)
+        Ok(
+            match self.begin_compute(unit_id, key, max_chunk, on_wait)? {
+                Begun::Stored(_) => UnitStart::Done(StateOrigin::Store),
+                Begun::Computing(partial) => UnitStart::Computing(partial),
+            },
+        )
     }
 
     /// Unit `unit_id`'s KV: one row per token of the unit, at the unit's positions (with
@@ -234,34 +302,37 @@ impl<'a> UnitEncoder<'a> {
         key: &StoreKey,
         on_wait: &mut dyn FnMut(&LayoutUnit),
     ) -> Result<(Arc<KvBlock>, StateOrigin), EncodeError> {
-        let layout_unit = unit(self.layout, unit_id)?;
-        let lock = self.store.lock(key, &mut || on_wait(layout_unit))?;
-        let stored_meanwhile = match &lock {
-            Some(_) => match self.store.get(key) {
-                Ok(Some(hit)) if matches_unit(&hit.state, layout_unit, self.unit_keep(unit_id)) => {
-                    Some(hit)
-                }
-                _ => None,
-            },
-            None => None,
-        };
-        let (block, origin) = match stored_meanwhile {
-            Some(hit) => {
-                let block = Arc::new(hit.state.kv().clone());
-                self.known.insert(unit_id, Arc::clone(&block));
-                (block, StateOrigin::Store)
+        match self.begin_compute(unit_id, key.clone(), MAX_CHUNK_TOKENS, on_wait)? {
+            Begun::Stored(block) => Ok((block, StateOrigin::Store)),
+            Begun::Computing(mut partial) => {
+                self.compute_chunks(&mut partial, usize::MAX)?;
+                Ok((self.finish_unit(partial)?, StateOrigin::Encoded))
             }
-            None => (self.compute(unit_id, key)?, StateOrigin::Encoded),
-        };
-        if let Some(lock) = lock {
-            lock.release_stored();
         }
-        Ok((block, origin))
     }
 
-    /// Computes unit `unit_id` after its context, puts it under `key` and keeps it in memory.
-    fn compute(&mut self, unit_id: UnitId, key: &StoreKey) -> Result<Arc<KvBlock>, EncodeError> {
+    /// Takes `key`'s lock; then either the state another process stored meanwhile, or the unit
+    /// after its context's rows, ready to compute.
+    fn begin_compute(
+        &mut self,
+        unit_id: UnitId,
+        key: StoreKey,
+        max_chunk: usize,
+        on_wait: &mut dyn FnMut(&LayoutUnit),
+    ) -> Result<Begun, EncodeError> {
         let layout_unit = unit(self.layout, unit_id)?;
+        let lock = self.store.lock(&key, &mut || on_wait(layout_unit))?;
+        if lock.is_some()
+            && let Ok(Some(hit)) = self.store.get(&key)
+            && matches_unit(&hit.state, layout_unit, self.unit_keep(unit_id))
+        {
+            let block = Arc::new(hit.state.kv().clone());
+            self.known.insert(unit_id, Arc::clone(&block));
+            if let Some(lock) = lock {
+                lock.release_stored();
+            }
+            return Ok(Begun::Stored(block));
+        }
         let context = context_rows(self.layout, unit_id, self.mode, self.bos)?;
         let blocks = match self.last_context.take() {
             Some((last, blocks)) if last == context => blocks,
@@ -276,15 +347,81 @@ impl<'a> UnitEncoder<'a> {
             }
         };
         let block_refs: Vec<&KvBlock> = blocks.iter().collect();
-        let mut kv = KvCache::from_blocks(
+        let kv = KvCache::from_blocks(
             self.model.kv_layout(),
             self.model.device(),
             &block_refs,
             layout_unit.tokens.len(),
         )?;
-        let context_len = kv.len();
+        Ok(Begun::Computing(PartialUnit {
+            unit_id,
+            key,
+            lock,
+            context_len: kv.len(),
+            kv,
+            chunk_len: chunk_len(layout_unit.tokens.len(), max_chunk),
+            done: 0,
+            context,
+            blocks,
+        }))
+    }
+
+    /// Computes `partial`'s next chunks until `max_tokens` or more are done, or the unit is;
+    /// returns the tokens computed. Chunks are equal in size and in position order, as
+    /// [`super::chunked::prefill_sorted`] computes them.
+    pub fn compute_chunks(
+        &self,
+        partial: &mut PartialUnit,
+        max_tokens: usize,
+    ) -> Result<usize, EncodeError> {
+        let layout_unit = unit(self.layout, partial.unit_id)?;
+        let mut computed = 0;
+        while partial.done < layout_unit.tokens.len() && computed < max_tokens {
+            let end = (partial.done + partial.chunk_len).min(layout_unit.tokens.len());
+            let range = partial.done..end;
+            let context = ForwardContext::appending(
+                layout_unit.positions[range.clone()].to_vec(),
+                &partial.kv,
+            );
+            let options = ForwardOptions {
+                logits: LogitRows::None,
+                keep_layer_inputs: false,
+            };
+            self.model.forward_with(
+                &layout_unit.tokens[range],
+                &context,
+                &mut partial.kv,
+                &options,
+            )?;
+            computed += end - partial.done;
+            partial.done = end;
+        }
+        Ok(computed)
+    }
+
+    /// Stores a unit [`Self::compute_chunks`] has computed whole, keeps it in memory and
+    /// releases its lock.
+    pub fn finish_unit(&mut self, partial: PartialUnit) -> Result<Arc<KvBlock>, EncodeError> {
+        let PartialUnit {
+            unit_id,
+            key,
+            lock,
+            mut kv,
+            context_len,
+            done,
+            context,
+            blocks,
+            ..
+        } = partial;
+        let layout_unit = unit(self.layout, unit_id)?;
         let (tokens, positions) = (&layout_unit.tokens, &layout_unit.positions);
-        prefill_sorted(self.model, tokens, positions, &mut kv, false)?;
+        if done < tokens.len() {
+            return Err(EncodeError::InvalidLayout(format!(
+                "{} is stored after {done} of its {} tokens",
+                describe(layout_unit),
+                tokens.len()
+            )));
+        }
         let state = match self.unit_keep(unit_id) {
             None => ModuleState::new(kv.slice(context_len..kv.len())?, tokens.clone())?,
             Some(keep) => {
@@ -303,11 +440,32 @@ impl<'a> UnitEncoder<'a> {
         // encoded after this one sees the same context rows whether this state came from memory
         // or, in another run, from the store.
         let block = state.kv().clone();
-        let puts = self.store.put(key, state)?;
+        let puts = self.store.put(&key, state)?;
         self.puts.insert(unit_id, puts);
         let block = Arc::new(block);
         self.known.insert(unit_id, Arc::clone(&block));
+        if let Some(lock) = lock {
+            lock.release_stored();
+        }
         Ok(block)
+    }
+
+    /// What this encoder holds in memory, for the next encoder of the same layout and store
+    /// ([`Self::with_memory`]): an encoding in steps keeps its states between them.
+    pub fn into_memory(self) -> UnitMemory {
+        UnitMemory {
+            known: self.known,
+            last_context: self.last_context,
+        }
+    }
+
+    /// The same encoder, holding what an earlier one of the same layout and store held.
+    pub fn with_memory(self, memory: UnitMemory) -> Self {
+        Self {
+            known: memory.known,
+            last_context: memory.last_context,
+            ..self
+        }
     }
 
     fn empty_block(&self) -> Result<KvBlock, EncodeError> {

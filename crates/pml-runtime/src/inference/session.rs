@@ -20,7 +20,8 @@ use pml_compiler::{
 
 use crate::chat::{ChatSetupError, model_chat_template};
 use crate::encode::{
-    EncodeError, EncodeEvent, EncodeOptions, EncodeReport, UnitEncoder, encode_schema,
+    EncodeError, EncodeEvent, EncodeOptions, EncodeReport, EncodeRun, EncodeStep, UnitEncoder,
+    encode_schema,
 };
 use crate::kv_budget::KvBudget;
 use crate::store::{KeepFraction, ModuleStore, StateSpec, StoreConfig, StoreError};
@@ -270,6 +271,34 @@ impl Runtime {
             layout,
             self.encode_options(),
             &self.store,
+            progress,
+        )
+    }
+
+    /// Begins encoding `layout` in steps ([`Self::encode_step`]), for a caller with other work
+    /// to do between them.
+    pub fn begin_encode(
+        &self,
+        layout: &SchemaLayout,
+        progress: &mut dyn FnMut(EncodeEvent<'_>),
+    ) -> EncodeRun {
+        EncodeRun::new(layout, &self.store, progress)
+    }
+
+    /// The next step of `run`, begun on this `layout`: the report once the last unit is done.
+    pub fn encode_step(
+        &self,
+        run: &mut EncodeRun,
+        layout: &SchemaLayout,
+        step: EncodeStep,
+        progress: &mut dyn FnMut(EncodeEvent<'_>),
+    ) -> Result<Option<EncodeReport>, EncodeError> {
+        run.advance(
+            &self.model,
+            layout,
+            self.encode_options(),
+            &self.store,
+            step,
             progress,
         )
     }

@@ -10,13 +10,14 @@ use std::time::Instant;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 use serde::de::DeserializeOwned;
+use serde_json::Map;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::AppState;
@@ -24,6 +25,7 @@ use super::error::ApiError;
 use super::openai::{ChoiceText, ChunkPiece, Flavor, ResponseMeta, Usage, is_pml_prompt};
 use super::prompt_schema::prompt_schema;
 use super::request::{ChatPrompt, ChatRequest, CompletionRequest, Generation};
+use super::request_log::TokenCounts;
 use super::tools::{AnswerPiece, ToolReader, ToolUse, call_json};
 use crate::engine::structured::ResponseFormat;
 use crate::engine::{
@@ -32,6 +34,7 @@ use crate::engine::{
 
 pub async fn completion(
     State(state): State<AppState>,
+    tokens: Option<Extension<TokenCounts>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let request: CompletionRequest = parse_json(&body?)?;
@@ -46,26 +49,31 @@ pub async fn completion(
     } else {
         PromptSource::Text(text)
     };
-    let model = request.fields.model.clone();
-    answer(state, Flavor::Text, prompt, generation, model, None).await
+    let model = request.fields.model.as_deref();
+    let meta = ResponseMeta::new(
+        Flavor::Text,
+        model.unwrap_or(&state.config.model_name),
+        Map::new(),
+    );
+    let tokens = tokens.map(|Extension(tokens)| tokens).unwrap_or_default();
+    answer(state, meta, prompt, generation, None, tokens).await
 }
 
 pub async fn chat_completion(
     State(state): State<AppState>,
+    tokens: Option<Extension<TokenCounts>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let request: ChatRequest = parse_json(&body?)?;
     let (generation, prompt) = chat_job(&state, &request)?;
-    let model = request.fields.model.clone();
-    answer(
-        state,
+    let model = request.fields.model.as_deref();
+    let meta = ResponseMeta::new(
         Flavor::Chat,
-        prompt.source,
-        generation,
-        model,
-        prompt.tools,
-    )
-    .await
+        model.unwrap_or(&state.config.model_name),
+        request.echo()?,
+    );
+    let tokens = tokens.map(|Extension(tokens)| tokens).unwrap_or_default();
+    answer(state, meta, prompt.source, generation, prompt.tools, tokens).await
 }
 
 /// A chat request's generation options and prompt, checked; a required tool call becomes the
@@ -99,22 +107,20 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 
 async fn answer(
     state: AppState,
-    flavor: Flavor,
+    meta: ResponseMeta,
     prompt: PromptSource,
     generation: Generation,
-    model: Option<String>,
     tools: Option<ToolUse>,
+    tokens: TokenCounts,
 ) -> Result<Response, ApiError> {
-    let (usage, receiver) = start(&state, prompt, &generation).await?;
-    let model = model.as_deref().unwrap_or(&state.config.model_name);
-    let meta = ResponseMeta::new(flavor, model);
+    let (usage, receiver) = start(&state, prompt, &generation, tokens).await?;
     let with_logprobs = generation.logprobs.is_some();
     let readers = (0..generation.n)
         .map(|_| ToolReader::new(tools.as_ref()))
         .collect();
     if generation.stream {
         let stream = StreamState {
-            receiver,
+            answers: receiver,
             choices: (0..generation.n).map(|_| StreamChoice::default()).collect(),
             readers,
             running: generation.n,
@@ -129,13 +135,46 @@ async fn answer(
     }
 }
 
+/// The channel a request's choices report on, counting the tokens they answer for the request's
+/// log line.
+pub struct Answers {
+    receiver: UnboundedReceiver<(usize, JobEvent)>,
+    tokens: TokenCounts,
+    completion_tokens: usize,
+}
+
+impl Answers {
+    /// The next event that is not another choice's `Started` (only the first one's counts).
+    pub async fn next(&mut self) -> Option<(usize, JobEvent)> {
+        loop {
+            match self.receiver.recv().await? {
+                (_, JobEvent::Started(_)) => continue,
+                event => {
+                    if let (
+                        _,
+                        JobEvent::Done {
+                            completion_tokens, ..
+                        },
+                    ) = &event
+                    {
+                        self.completion_tokens += completion_tokens;
+                        self.tokens.completion(self.completion_tokens);
+                    }
+                    return Some(event);
+                }
+            }
+        }
+    }
+}
+
 /// Submits a request's job (with a sibling per further choice) and waits for its prefill's
 /// verdict: the prompt's usage and the channel its choices report on, or the error to answer.
 pub async fn start(
     state: &AppState,
     prompt: PromptSource,
     generation: &Generation,
-) -> Result<(PromptUsage, UnboundedReceiver<(usize, JobEvent)>), ApiError> {
+    tokens: TokenCounts,
+) -> Result<(PromptUsage, Answers), ApiError> {
     let kv_budget = match (&prompt, generation.kv_budget) {
         (PromptSource::Pml { .. }, Some(_)) => {
             return Err(ApiError::bad_field(
@@ -178,23 +217,32 @@ pub async fn start(
         },
         siblings,
         kv_budget,
+        open_ended: generation.open_ended,
     })?;
     drop(sender);
     // The first choice's verdict decides the status (its prefill is every choice's); a later
     // failure of one still reaches the client (in the body or as a stream event).
     let usage = match receiver.recv().await {
-        Some((_, JobEvent::Started(usage))) => usage,
+        Some((_, JobEvent::Started(usage))) => {
+            tokens.prompt(usage.prompt_tokens, usage.cached_tokens);
+            usage
+        }
         Some((_, JobEvent::Failed(error))) => return Err(error.into()),
         Some((_, JobEvent::Done { end, .. })) => return Err(ended_early(end)),
         Some((_, JobEvent::Token { .. })) | None => return Err(engine_gone()),
     };
-    Ok((usage, receiver))
+    let answers = Answers {
+        receiver,
+        tokens,
+        completion_tokens: 0,
+    };
+    Ok((usage, answers))
 }
 
 async fn collect_answer(
     meta: ResponseMeta,
     usage: PromptUsage,
-    mut receiver: UnboundedReceiver<(usize, JobEvent)>,
+    mut answers: Answers,
     mut readers: Vec<ToolReader>,
     with_logprobs: bool,
 ) -> Result<Response, ApiError> {
@@ -209,7 +257,7 @@ async fn collect_answer(
     let mut running = n;
     let mut completion_tokens = 0;
     while running > 0 {
-        let Some((index, event)) = next_event(&mut receiver).await else {
+        let Some((index, event)) = answers.next().await else {
             return Err(engine_gone());
         };
         let choice = choices.get_mut(index).ok_or_else(engine_gone)?;
@@ -257,7 +305,7 @@ async fn collect_answer(
 
 /// A stream between events: what each choice has sent, and events ready to go.
 struct StreamState {
-    receiver: UnboundedReceiver<(usize, JobEvent)>,
+    answers: Answers,
     choices: Vec<StreamChoice>,
     readers: Vec<ToolReader>,
     running: usize,
@@ -398,7 +446,7 @@ fn stream_answer(
                         state.finish_with_done();
                     }
                     StreamPhase::Open => {
-                        let event = next_event(&mut state.receiver).await;
+                        let event = state.answers.next().await;
                         state.take(&meta, event);
                     }
                 }
@@ -406,18 +454,6 @@ fn stream_answer(
         }
     });
     Sse::new(events)
-}
-
-/// The next event that is not another choice's `Started` (only the first one's counts).
-pub async fn next_event(
-    receiver: &mut UnboundedReceiver<(usize, JobEvent)>,
-) -> Option<(usize, JobEvent)> {
-    loop {
-        match receiver.recv().await? {
-            (_, JobEvent::Started(_)) => continue,
-            event => return Some(event),
-        }
-    }
 }
 
 pub fn json_event(value: &serde_json::Value) -> Event {

@@ -196,8 +196,32 @@ impl IntoResponse for ApiError {
 }
 
 /// Any path no route serves.
-pub async fn not_found() -> ApiError {
-    ApiError::not_found("no such route")
+/// Any other path: OpenAI's endpoints this server does not offer say so by name.
+pub async fn not_found(uri: axum::http::Uri) -> ApiError {
+    let path = uri.path();
+    let under = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    let what = [
+        ("/v1/embeddings", "embeddings"),
+        ("/v1/audio", "audio"),
+        ("/v1/images", "images"),
+        ("/v1/moderations", "moderations"),
+        ("/v1/files", "files"),
+        ("/v1/batches", "batches"),
+        ("/v1/fine_tuning", "fine-tuning"),
+    ]
+    .into_iter()
+    .find(|(prefix, _)| under(prefix));
+    match what {
+        Some((_, what)) => ApiError::not_found(format!(
+            "`{path}`: this server does not serve {what}; it runs one generative model \
+             (completions, chat completions, responses)"
+        ))
+        .with_code("unsupported_endpoint"),
+        None => ApiError::not_found(format!("no such route: `{path}`")),
+    }
 }
 
 #[cfg(test)]

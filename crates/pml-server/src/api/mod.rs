@@ -4,6 +4,7 @@
 //!
 //! - [`error`]: error responses (OpenAI's `{"error": …}` shape, plus PML diagnostics).
 //! - [`request`]: request bodies of the completion endpoints, checked field by field.
+//! - [`request_log`]: one log line per request, written when its response ends.
 //! - [`openai`]: response bodies and stream chunks of the completion endpoints.
 //! - [`models`]: `/v1/models`, `/tokenize` and `/detokenize`.
 //! - [`prompt_schema`]: the loaded schema a PML prompt is bound to, resolved here, once.
@@ -19,6 +20,7 @@ pub mod models;
 pub mod openai;
 pub mod prompt_schema;
 pub mod request;
+pub mod request_log;
 pub mod responses;
 pub mod responses_output;
 pub mod schemas;
@@ -79,5 +81,6 @@ pub fn router(state: AppState) -> Router {
         })
         .fallback(error::not_found)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(request_log::log_requests))
         .with_state(state)
 }

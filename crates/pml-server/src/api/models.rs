@@ -44,7 +44,8 @@ pub async fn show(
     Ok(Json(model_entry(&state)))
 }
 
-/// `POST /tokenize`: `prompt` (vLLM) or `content` (llama.cpp) text, or chat `messages`.
+/// `POST /tokenize`: `prompt` (vLLM) or `content` (llama.cpp) text, or chat `messages` with
+/// the `tools` offered (the prompt a chat request renders, as vLLM's tokenizer endpoint takes).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TokenizeRequest {
@@ -53,6 +54,7 @@ struct TokenizeRequest {
     prompt: Option<String>,
     content: Option<String>,
     messages: Option<Vec<Value>>,
+    tools: Option<Vec<Value>>,
     /// vLLM's name; llama.cpp's is `add_special`. Default: BOS before plain text.
     add_special_tokens: Option<bool>,
     add_special: Option<bool>,
@@ -65,13 +67,20 @@ pub async fn tokenize(
     let request: TokenizeRequest = parse_json(&body?)?;
     let _ = request.model;
     let prompt = match (request.prompt.or(request.content), request.messages) {
+        (Some(_), _) if request.tools.is_some() => {
+            return Err(ApiError::bad_field(
+                "tools",
+                "tools are rendered with chat `messages`, not with plain text",
+            ));
+        }
         (Some(text), None) => PromptSource::Text(text),
         (None, Some(messages)) => {
             let chat = ChatRequest {
                 messages,
+                tools: request.tools,
                 ..ChatRequest::default()
             };
-            chat.prompt(None)?.source
+            chat.prompt(state.engine.tool_format)?.source
         }
         _ => {
             return Err(ApiError::bad_field(

@@ -93,10 +93,12 @@ pub struct ResponseMeta {
     pub created: u64,
     pub model: String,
     pub flavor: Flavor,
+    /// Request fields every response and chunk repeats (`metadata`, `service_tier`).
+    pub echo: Map<String, Value>,
 }
 
 impl ResponseMeta {
-    pub fn new(flavor: Flavor, model: &str) -> Self {
+    pub fn new(flavor: Flavor, model: &str, echo: Map<String, Value>) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let prefix = match flavor {
             Flavor::Text => "cmpl",
@@ -109,6 +111,7 @@ impl ResponseMeta {
                 .map_or(0, |elapsed| elapsed.as_secs()),
             model: model.to_string(),
             flavor,
+            echo,
         }
     }
 
@@ -127,6 +130,7 @@ impl ResponseMeta {
         body.insert("created".into(), json!(self.created));
         body.insert("model".into(), json!(self.model));
         body.insert("choices".into(), Value::Array(choices));
+        body.extend(self.echo.clone());
         body
     }
 

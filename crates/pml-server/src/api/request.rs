@@ -40,6 +40,15 @@ pub struct StreamOptions {
     pub include_usage: bool,
 }
 
+/// How long an answer may run when its request names no `max_tokens`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnnamedMaxTokens {
+    /// The server's `default_max_tokens` (16, OpenAI's legacy completions default).
+    Default,
+    /// Until the model ends its turn, within the server's `max_tokens_limit` and the context.
+    ToTheEnd,
+}
+
 /// Fields both completion endpoints accept besides the prompt.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct GenerationFields {
@@ -91,6 +100,14 @@ pub struct ChatRequest {
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<bool>,
+    /// OpenAI's: keep the completion for later retrieval. This server keeps no chat
+    /// completions (there is no route to read one back), so either value answers the same; it
+    /// is accepted because clients send it by default.
+    pub store: Option<bool>,
+    /// Up to 16 string pairs, repeated in the response.
+    pub metadata: Option<Map<String, Value>>,
+    /// `auto` or `default`: this server has one tier, reported as `default`.
+    pub service_tier: Option<String>,
     #[serde(flatten)]
     pub fields: GenerationFields,
 }
@@ -109,6 +126,10 @@ pub struct Generation {
     pub format: Option<ResponseFormat>,
     /// `kv_budget`, when the request names one (the server's default applies otherwise).
     pub kv_budget: Option<KvBudget>,
+    /// The request named no `max_tokens`, and its endpoint lets such an answer run to its end:
+    /// `params.max_tokens` is then the server's limit, cut to the room the context (and the KV
+    /// pool) leaves once the prompt is known, instead of a reason to refuse it.
+    pub open_ended: bool,
 }
 
 /// `kv_budget = slots`: the first [`DEFAULT_SINKS`] and the newest half always kept, the
@@ -158,11 +179,15 @@ fn response_format(format: &Value) -> Result<Option<ResponseFormat>, ApiError> {
 }
 
 impl GenerationFields {
-    /// Sampling parameters, mode and output options, checked against the server's limits.
+    /// Sampling parameters, mode and output options, checked against the server's limits. How
+    /// far an answer runs when the request names no `max_tokens` is `unnamed`'s: the legacy
+    /// completions endpoint's 16 tokens, or, for a chat, until the model ends its turn (within
+    /// the server's limit and the context), as OpenAI, vLLM and llama.cpp's server do.
     pub fn check(
         &self,
         config: &ServerConfig,
         logprobs: Option<usize>,
+        unnamed: UnnamedMaxTokens,
     ) -> Result<Generation, ApiError> {
         refuse_unknown(&self.other, "")?;
         for (name, value) in [
@@ -187,8 +212,14 @@ impl GenerationFields {
                     format!("max_tokens ({old}) and max_completion_tokens ({new}) disagree"),
                 ));
             }
-            (old, new) => new.or(old).unwrap_or(config.default_max_tokens),
+            (old, new) => new.or(old).unwrap_or(match unnamed {
+                UnnamedMaxTokens::Default => config.default_max_tokens,
+                UnnamedMaxTokens::ToTheEnd => config.max_tokens_limit,
+            }),
         };
+        let open_ended = unnamed == UnnamedMaxTokens::ToTheEnd
+            && self.max_tokens.is_none()
+            && self.max_completion_tokens.is_none();
         if max_tokens > config.max_tokens_limit {
             return Err(ApiError::bad_field(
                 "max_completion_tokens",
@@ -239,6 +270,7 @@ impl GenerationFields {
             logprobs,
             format,
             kv_budget: self.kv_budget.map(heavy_hitter_budget).transpose()?,
+            open_ended,
         })
     }
 
@@ -296,7 +328,8 @@ impl CompletionRequest {
                 format!("logprobs = {logprobs}: at most {MAX_COMPLETION_LOGPROBS}"),
             ));
         }
-        self.fields.check(config, self.logprobs)
+        self.fields
+            .check(config, self.logprobs, UnnamedMaxTokens::Default)
     }
 }
 
@@ -318,7 +351,21 @@ impl ChatRequest {
             (true, top) => Some(top.unwrap_or(0)),
             (false, None) => None,
         };
-        self.fields.check(config, logprobs)
+        self.fields
+            .check(config, logprobs, UnnamedMaxTokens::ToTheEnd)
+    }
+
+    /// The fields the response repeats: `metadata` and `service_tier`, checked.
+    pub fn echo(&self) -> Result<Map<String, Value>, ApiError> {
+        let mut echo = Map::new();
+        if let Some(metadata) = &self.metadata {
+            check_metadata(metadata)?;
+            echo.insert("metadata".into(), Value::Object(metadata.clone()));
+        }
+        if let Some(tier) = &self.service_tier {
+            echo.insert("service_tier".into(), json!(service_tier(tier)?));
+        }
+        Ok(echo)
     }
 
     /// The chat's prompt: turns wrapped in the template's role markers, or, when tools are
@@ -619,6 +666,53 @@ fn refuse_unknown(fields: &Map<String, Value>, prefix: &str) -> Result<(), ApiEr
     )
 }
 
+/// Most `metadata` pairs, and the longest key and value (OpenAI's limits).
+const METADATA_PAIRS: usize = 16;
+const METADATA_KEY_CHARS: usize = 64;
+const METADATA_VALUE_CHARS: usize = 512;
+
+/// `metadata` as OpenAI takes it: at most 16 pairs of strings, keys up to 64 characters, values
+/// up to 512.
+pub(super) fn check_metadata(metadata: &Map<String, Value>) -> Result<(), ApiError> {
+    if metadata.len() > METADATA_PAIRS {
+        return Err(ApiError::bad_field(
+            "metadata",
+            format!(
+                "metadata has {} pairs: at most {METADATA_PAIRS}",
+                metadata.len()
+            ),
+        ));
+    }
+    for (key, value) in metadata {
+        let fits = key.chars().count() <= METADATA_KEY_CHARS
+            && value
+                .as_str()
+                .is_some_and(|text| text.chars().count() <= METADATA_VALUE_CHARS);
+        if !fits {
+            return Err(ApiError::bad_field(
+                format!("metadata.{key}"),
+                format!(
+                    "metadata holds strings: keys up to {METADATA_KEY_CHARS} characters, values \
+                     up to {METADATA_VALUE_CHARS}"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `service_tier`: `auto` and `default` are this server's one tier, reported as `default`;
+/// the others (`flex`, `priority`, `scale`) are OpenAI's own.
+pub(super) fn service_tier(tier: &str) -> Result<&'static str, ApiError> {
+    match tier {
+        "auto" | "default" => Ok("default"),
+        other => Err(ApiError::unsupported(
+            "service_tier",
+            format!("service_tier `{other}` is not offered: this server has one tier (`default`)"),
+        )),
+    }
+}
+
 /// Refuses the first field of `fields` by name that asks for something — not null, and not a
 /// value `asks_nothing` accepts as the default — with `why` it cannot be served (`prefix`
 /// before the name in the error's `param`): a server never ignores a field.
@@ -717,8 +811,20 @@ mod tests {
             "stream_options": {"include_usage": true}}))
         .expect("valid");
         assert_eq!(generation.params.max_tokens, 7);
-        assert_eq!((generation.n, generation.logprobs), (2, Some(3)));
+        assert!(!generation.open_ended, "a named limit is the request's");
         assert!(generation.stream && generation.include_usage);
+        assert_eq!((generation.n, generation.logprobs), (2, Some(3)));
+        // A chat without a limit answers until it is done, within the server's limit.
+        let (generation, _) = chat(json!({"messages": messages})).expect("no limit");
+        let config = ServerConfig::default();
+        assert_eq!(generation.params.max_tokens, config.max_tokens_limit);
+        assert!(generation.open_ended);
+        // The legacy completions endpoint keeps OpenAI's 16.
+        let request: CompletionRequest =
+            serde_json::from_value(json!({"prompt": "hi"})).expect("parses");
+        let generation = request.check(&config).expect("valid");
+        assert_eq!(generation.params.max_tokens, config.default_max_tokens);
+        assert!(!generation.open_ended);
         for (body, param) in [
             (
                 json!({"max_tokens": 5, "max_completion_tokens": 6}),

@@ -8,8 +8,8 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, State};
 use axum::response::Response;
 use pml_engine::generation::SamplingParams;
 use serde::Deserialize;
@@ -18,7 +18,8 @@ use serde_json::{Map, Value, json};
 use super::AppState;
 use super::completions::{chat_job, parse_json, start};
 use super::error::ApiError;
-use super::request::{ChatRequest, refuse_first};
+use super::request::{ChatRequest, check_metadata, refuse_first};
+use super::request_log::TokenCounts;
 use super::responses_output::{ResponseEcho, answer_response};
 
 /// Responses kept for `previous_response_id`.
@@ -77,6 +78,7 @@ pub struct ResponsesRequest {
 
 pub async fn create(
     State(state): State<AppState>,
+    tokens: Option<Extension<TokenCounts>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let request: ResponsesRequest = parse_json(&body?)?;
@@ -94,7 +96,8 @@ pub async fn create(
     let input = input_messages(&request.input)?;
     let chat = request.chat_request(&history, &input)?;
     let (generation, prompt) = chat_job(&state, &chat).map_err(to_responses_param)?;
-    let (usage, receiver) = start(&state, prompt.source, &generation).await?;
+    let tokens = tokens.map(|Extension(tokens)| tokens).unwrap_or_default();
+    let (usage, receiver) = start(&state, prompt.source, &generation, tokens).await?;
     let mut conversation = history;
     conversation.extend(input);
     let echo = ResponseEcho {
@@ -110,13 +113,26 @@ pub async fn create(
 
 impl ResponsesRequest {
     fn refuse_unsupported(&self) -> Result<(), ApiError> {
+        if let Some(metadata) = &self.metadata {
+            check_metadata(metadata)?;
+        }
+        if let Some(text) = &self.text
+            && !text.is_object()
+            && !text.is_null()
+        {
+            return Err(ApiError::bad_field(
+                "text",
+                "`text` is an object: `{\"format\": {\"type\": \"text\"}}`, `json_object` or \
+                 `json_schema`",
+            ));
+        }
         refuse_first(
             &self.other,
             "",
             // Empty lists and the default service tier ask for nothing.
             |name, value| {
                 name == "include" && value.as_array().is_some_and(Vec::is_empty)
-                    || name == "service_tier" && value.as_str() == Some("auto")
+                    || name == "service_tier" && matches!(value.as_str(), Some("auto" | "default"))
             },
             |name| match name {
                 "reasoning" => "reasoning options are not supported (the model does not reason)",
@@ -227,6 +243,7 @@ impl ResponsesRequest {
             json!(self.metadata.clone().unwrap_or_default()),
         );
         echo.insert("user".into(), json!(self.user));
+        echo.insert("service_tier".into(), json!("default"));
         echo.insert("truncation".into(), json!("disabled"));
         echo.insert("reasoning".into(), json!({"effort": null, "summary": null}));
         echo

@@ -15,10 +15,9 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 use pml_engine::generation::FinishReason;
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::AppState;
-use super::completions::{ended_early, engine_gone, next_event};
+use super::completions::{Answers, ended_early, engine_gone};
 use super::error::ApiError;
 use super::tools::{AnswerPiece, ToolReader, ToolUse};
 use crate::engine::{JobEnd, JobEvent, PromptUsage};
@@ -38,7 +37,7 @@ struct ResponseRun {
     echo: ResponseEcho,
     id: String,
     created_at: u64,
-    receiver: UnboundedReceiver<(usize, JobEvent)>,
+    answers: Answers,
     reader: ToolReader,
     usage: PromptUsage,
     output_tokens: usize,
@@ -56,7 +55,7 @@ pub async fn answer_response(
     echo: ResponseEcho,
     tools: Option<ToolUse>,
     usage: PromptUsage,
-    receiver: UnboundedReceiver<(usize, JobEvent)>,
+    answers: Answers,
     stream: bool,
 ) -> Result<Response, ApiError> {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -71,7 +70,7 @@ pub async fn answer_response(
             NEXT_ID.fetch_add(1, Ordering::Relaxed)
         ),
         created_at,
-        receiver,
+        answers,
         reader: ToolReader::new(tools.as_ref()),
         usage,
         output_tokens: 0,
@@ -126,7 +125,7 @@ fn stream_response(
 impl ResponseRun {
     /// Reads the engine's next event into items (and events).
     async fn step(&mut self) -> Result<(), ApiError> {
-        match next_event(&mut self.receiver).await {
+        match self.answers.next().await {
             Some((_, JobEvent::Token { text, .. })) => {
                 let pieces = self.reader.feed(&text);
                 self.pieces(pieces);

@@ -5,6 +5,7 @@
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -21,10 +22,10 @@ use crate::saved_schemas::SavedSchemas;
 pub async fn upload(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
-    let source = String::from_utf8(body.to_vec())
+    let source = String::from_utf8(body?.to_vec())
         .map_err(|_| ApiError::bad_request("the schema is not UTF-8 text"))?;
     let (reply, answer) = oneshot::channel();
     state.engine.send(EngineRequest::Upload {

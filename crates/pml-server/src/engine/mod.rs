@@ -74,6 +74,10 @@ pub struct CompletionJob {
     /// would hold more is computed and decoded within it, evicting what its attention reads
     /// least ([`pml_runtime::kv_budget`]); dropped at admission where it could never be reached.
     pub kv_budget: Option<pml_runtime::kv_budget::KvBudget>,
+    /// The request named no `max_tokens`: its answers may run until the model ends its turn, so
+    /// `max_tokens` (the server's limit) is cut to the room the context and the KV pool leave
+    /// rather than a reason to refuse the prompt.
+    pub open_ended: bool,
 }
 
 /// One more choice of a [`CompletionJob`]'s request.
@@ -102,6 +106,20 @@ impl CompletionJob {
             events: sibling.events,
             siblings: Vec::new(),
             kv_budget: self.kv_budget,
+            open_ended: self.open_ended,
+        }
+    }
+
+    /// Cuts an open-ended job's answers (and its siblings') to `room` tokens; a job whose request
+    /// named its `max_tokens` keeps it.
+    pub fn fit_answer(&mut self, room: usize) {
+        if !self.open_ended {
+            return;
+        }
+        for params in std::iter::once(&mut self.params)
+            .chain(self.siblings.iter_mut().map(|sibling| &mut sibling.params))
+        {
+            params.max_tokens = params.max_tokens.min(room);
         }
     }
 }

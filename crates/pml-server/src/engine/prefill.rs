@@ -111,10 +111,10 @@ impl Prepared {
             PreparedPrompt::Plain(tokens) => tokens.len(),
             PreparedPrompt::Pml { all_tokens, .. } => all_tokens.len(),
         };
-        if let Err(error) = check_context(runtime, prompt_len, &job) {
+        let mut job = job;
+        if let Err(error) = check_context(runtime, prompt_len, &mut job) {
             return Err(Box::new((job, error)));
         }
-        let mut job = job;
         let whole = reserved_slots(prompt_len, &job);
         // A budget the prompt and answer never reach changes nothing: the prompt then runs as
         // any other (batched, prefix-cached).
@@ -126,6 +126,19 @@ impl Prepared {
             job,
             prompt,
         })
+    }
+
+    /// An open-ended answer cut so each of the job's sequences reserves at most `max_slots`
+    /// (what the KV pool can ever hold), where the prompt leaves room for one token or more.
+    pub fn fit_pool(&mut self, max_slots: usize) {
+        if self.slots <= max_slots || self.job.kv_budget.is_some() {
+            return;
+        }
+        let prompt_slots = self.slots - self.job.params.max_tokens - 1;
+        if max_slots > prompt_slots + 1 {
+            self.job.fit_answer(max_slots - prompt_slots - 1);
+            self.slots = reserved_slots(prompt_slots, &self.job);
+        }
     }
 
     /// Within `budget` instead (the pool's pressure valve): a plain prompt whose reservation is

@@ -53,6 +53,8 @@ pub struct SchedulerSettings {
     pub kv_pressure_budget: Option<KvBudget>,
     /// `ServerConfig::edit_reuse`.
     pub edit_reuse: bool,
+    /// `ServerConfig::max_schema_units`.
+    pub max_schema_units: usize,
 }
 
 impl SchedulerSettings {
@@ -63,6 +65,7 @@ impl SchedulerSettings {
             kv_cache_bytes: config.kv_cache_bytes,
             kv_pressure_budget: config.kv_pressure_budget,
             edit_reuse: config.edit_reuse,
+            max_schema_units: config.max_schema_units,
         }
     }
 }
@@ -110,7 +113,7 @@ impl<'r> Scheduler<'r> {
             slot_bytes: runtime.model().kv_layout().slot_bytes(),
             deferred: None,
             runtime,
-            schemas: SchemaCompiler::new(registry),
+            schemas: SchemaCompiler::new(registry, settings.max_schema_units),
             admission: Admission::new(max_batch, Arc::clone(&metrics)),
             metrics,
             prefilling: Vec::new(),
@@ -244,6 +247,7 @@ impl<'r> Scheduler<'r> {
             };
             if let Some(budget) = self.kv_budget {
                 let reserved = self.reserved_slots() * self.slot_bytes;
+                prepared.fit_pool(budget / (prepared.job.width() * self.slot_bytes).max(1));
                 self.relieve_pressure(&mut prepared, budget, reserved);
                 let (slots, width) = (prepared.slots, prepared.job.width());
                 let needed = slots * width * self.slot_bytes;

@@ -1,14 +1,15 @@
 //! Uploaded schemas on the engine's side. An upload is laid out at once, so its client hears of
 //! errors in the answer; encoding its modules into the store can take minutes, so it waits in a
-//! queue and the engine loop encodes one schema per step, reporting progress to the
-//! [`SchemaRegistry`] the HTTP layer reads.
+//! queue and the engine loop encodes a bounded piece of one schema per step, between the steps
+//! of the completions it serves (as it prefills their prompts in chunks), reporting progress to
+//! the [`SchemaRegistry`] the HTTP layer reads.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use pml_compiler::{FsSourceLoader, RefuseSources};
-use pml_runtime::encode::EncodeEvent;
+use pml_runtime::encode::{EncodeEvent, EncodeRun, EncodeStep};
 use pml_runtime::inference::{LaidOutSchema, Runtime};
 
 use super::JobError;
@@ -16,18 +17,30 @@ use super::schemas::{SchemaInfo, SchemaRegistry, SchemaStatus};
 use super::sequence::runtime_error;
 use crate::incident::{Incident, error_chain};
 
-/// Laid-out schemas by name, and the ones still to encode.
+/// What one engine step may encode: a few hundred tokens (a completion waits for it as for a
+/// prefill chunk), and a bound on the units looked up in the store when they are all there.
+const ENCODE_STEP: EncodeStep = EncodeStep {
+    max_tokens: 256,
+    max_units: 64,
+};
+
+/// Laid-out schemas by name, the one being encoded and the ones still to encode.
 pub struct SchemaCompiler {
     registry: Arc<SchemaRegistry>,
     laid_out: HashMap<String, LaidOutSchema>,
+    encoding: Option<(String, EncodeRun)>,
     to_encode: VecDeque<String>,
+    /// `ServerConfig::max_schema_units`.
+    max_units: usize,
 }
 
 impl SchemaCompiler {
-    pub fn new(registry: Arc<SchemaRegistry>) -> Self {
+    pub fn new(registry: Arc<SchemaRegistry>, max_units: usize) -> Self {
         Self {
+            max_units,
             registry,
             laid_out: HashMap::new(),
+            encoding: None,
             to_encode: VecDeque::new(),
         }
     }
@@ -39,7 +52,18 @@ impl SchemaCompiler {
     }
 
     pub fn is_idle(&self) -> bool {
-        self.to_encode.is_empty()
+        self.encoding.is_none() && self.to_encode.is_empty()
+    }
+
+    /// Drops the encoding of `name` under way, if any: its layout is gone or replaced.
+    fn stop_encoding(&mut self, name: &str) {
+        if self
+            .encoding
+            .as_ref()
+            .is_some_and(|(encoding, _)| encoding == name)
+        {
+            self.encoding = None;
+        }
     }
 
     /// Checks and lays out an uploaded schema and queues its encoding. `src=` includes are
@@ -56,6 +80,15 @@ impl SchemaCompiler {
             None => runtime.lay_out(source, &RefuseSources),
         }
         .map_err(|error| runtime_error(error, source))?;
+        let n_units = laid_out.layout.units.len();
+        if n_units > self.max_units {
+            return Err(JobError::BadRequest(format!(
+                "the schema lays out {n_units} units (its root and modules), more than this \
+                 server's limit of {}: split it into several schemas, or raise \
+                 --max-schema-units",
+                self.max_units
+            )));
+        }
         let name = laid_out
             .schema
             .name
@@ -77,6 +110,7 @@ impl SchemaCompiler {
             info.units_total
         );
         self.registry.insert(info.clone());
+        self.stop_encoding(&name);
         self.laid_out.insert(name.clone(), laid_out);
         self.to_encode.retain(|queued| *queued != name);
         self.to_encode.push_back(name);
@@ -86,6 +120,7 @@ impl SchemaCompiler {
     /// Forgets schema `name`; whether it was loaded.
     pub fn remove(&mut self, name: &str) -> bool {
         let known = self.laid_out.remove(name).is_some();
+        self.stop_encoding(name);
         self.registry.remove(name);
         if known {
             tracing::info!("schema `{name}` removed");
@@ -95,31 +130,39 @@ impl SchemaCompiler {
 
     /// A shutdown encodes nothing more: what is not in the store yet is computed when asked.
     pub fn cancel_queued(&mut self) {
+        self.encoding = None;
         self.to_encode.clear();
     }
 
-    /// Encodes every unit of the next queued schema that the store lacks, reporting progress.
-    /// Whether it encoded one (the store's counters moved).
+    /// Encodes the next piece ([`ENCODE_STEP`]) of the schema being encoded, or of the next
+    /// queued one, reporting progress. Whether it did anything (the store's counters moved).
     pub fn encode_next(&mut self, runtime: &Runtime) -> bool {
-        let Some(name) = self.to_encode.pop_front() else {
-            return false;
+        let registry = &self.registry;
+        let (name, mut run) = match self.encoding.take() {
+            Some(encoding) => encoding,
+            None => {
+                let Some(name) = self.to_encode.pop_front() else {
+                    return false;
+                };
+                let Some(schema) = self.laid_out.get(&name) else {
+                    return false; // deleted while queued
+                };
+                registry.update(&name, |info| info.status = SchemaStatus::Compiling);
+                let run = runtime.begin_encode(&schema.layout, &mut |event| {
+                    progress(registry, &name, event)
+                });
+                (name, run)
+            }
         };
         let Some(schema) = self.laid_out.get(&name) else {
-            return false; // deleted while queued
+            return false;
         };
-        let registry = &self.registry;
-        registry.update(&name, |info| info.status = SchemaStatus::Compiling);
-        let result = runtime.encode(&schema.layout, &mut |event| match event {
-            EncodeEvent::Start { n_units, .. } => {
-                registry.update(&name, |info| info.units_total = n_units);
-            }
-            EncodeEvent::Unit { index, .. } => {
-                registry.update(&name, |info| info.units_done = index + 1);
-            }
-            EncodeEvent::Waiting { .. } => {}
+        let step = runtime.encode_step(&mut run, &schema.layout, ENCODE_STEP, &mut |event| {
+            progress(registry, &name, event)
         });
-        match result {
-            Ok(report) => {
+        match step {
+            Ok(None) => self.encoding = Some((name, run)),
+            Ok(Some(report)) => {
                 registry.update(&name, |info| {
                     info.status = SchemaStatus::Ready;
                     info.units_done = info.units_total;
@@ -143,5 +186,18 @@ impl SchemaCompiler {
             }
         }
         true
+    }
+}
+
+/// A schema's encoding progress, in its public record.
+fn progress(registry: &SchemaRegistry, name: &str, event: EncodeEvent<'_>) {
+    match event {
+        EncodeEvent::Start { n_units, .. } => {
+            registry.update(name, |info| info.units_total = n_units);
+        }
+        EncodeEvent::Unit { index, .. } => {
+            registry.update(name, |info| info.units_done = index + 1);
+        }
+        EncodeEvent::Waiting { .. } => {}
     }
 }

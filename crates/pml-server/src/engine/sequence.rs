@@ -416,13 +416,16 @@ pub fn reserved_slots(prompt_slots: usize, job: &CompletionJob) -> usize {
     prompt_slots + job.params.max_tokens + 1
 }
 
-/// Refuses, before any computing, a prompt whose answer could run past the model's positions.
+/// Refuses, before any computing, a prompt whose answer could run past the model's positions;
+/// an open-ended answer is cut to the positions the prompt leaves instead (refused only when it
+/// leaves none).
 pub fn check_context(
     runtime: &Runtime,
     prompt_tokens: usize,
-    job: &CompletionJob,
+    job: &mut CompletionJob,
 ) -> Result<(), JobError> {
     let context = runtime.max_positions() as usize;
+    job.fit_answer(context.saturating_sub(prompt_tokens).max(1));
     let max_tokens = job.params.max_tokens;
     if prompt_tokens + max_tokens > context {
         return Err(JobError::TooLong {

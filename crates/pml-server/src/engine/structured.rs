@@ -108,9 +108,14 @@ impl Grammars {
             .factory
             .create_parser(grammar)
             .map_err(|error| JobError::BadRequest(format!("{what} not usable: {error}")))?;
-        Ok(Constraint {
-            matcher: Matcher::new(Ok(parser)),
-        })
+        let mut matcher = Matcher::new(Ok(parser));
+        // Some schemas the parser takes fail only at the first mask (`{"$ref": "#"}` refers to
+        // itself without end): asked here, before the answer starts, it is the request's 400
+        // rather than an incident in the middle of an answer.
+        matcher
+            .compute_mask_or_eos()
+            .map_err(|error| JobError::BadRequest(format!("{what} not usable: {error:#}")))?;
+        Ok(Constraint { matcher })
     }
 }
 

@@ -40,6 +40,9 @@ pub struct ServeArgs {
     /// Largest `max_tokens` a request may ask for.
     #[arg(long, default_value_t = 4096)]
     max_tokens_limit: usize,
+    /// Most units (the root and each module) a schema may lay out; a larger upload is refused.
+    #[arg(long, default_value_t = 4096)]
+    max_schema_units: usize,
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 1 << 20)]
     max_body_bytes: usize,
@@ -110,6 +113,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         max_body_bytes: args.max_body_bytes,
         max_tokens_limit: args.max_tokens_limit,
         queue_capacity: args.queue,
+        max_schema_units: args.max_schema_units,
         max_batch: args.max_batch,
         request_timeout: Duration::from_secs(args.timeout),
         kv_cache_bytes: args.kv_cache_mib.map(|mib| mib << 20),
