@@ -44,6 +44,24 @@ fn the_default_model_answers_a_pml_prompt_and_a_chat() {
         .map(str::to_string)
         .expect("content");
     assert!(!content.trim().is_empty(), "{body}");
+
+    // `/tokenize` shows the prompt a request with tools renders to (the Qwen template's).
+    let tokenize = |body: serde_json::Value| {
+        let (status, text) = call(
+            "POST",
+            &server.url("/tokenize"),
+            Some(&body.to_string()),
+            None,
+        );
+        assert_eq!(status, 200, "{text}");
+        parse(&text)["count"].as_u64().expect("count")
+    };
+    let messages = json!([{"role": "user", "content": "Weather in Paris?"}]);
+    let tool = json!({"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}});
+    let plain = tokenize(json!({"messages": messages}));
+    let with_tools = tokenize(json!({"messages": messages, "tools": [tool]}));
+    assert!(with_tools > plain + 20, "{with_tools} vs {plain}");
 }
 
 /// A chat's third turn sends both earlier answers back in its prompt. Each answer's blocks were

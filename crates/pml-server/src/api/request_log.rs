@@ -1,7 +1,8 @@
 //! One log line per request, at `info`, as llama.cpp's server writes them: method, path, client,
 //! status, time until the response's last byte, and the tokens a completion counted. The line is
 //! written when the response body ends (a stream's last event, or the client leaving), so a
-//! streamed answer's line holds its whole time and every token it sent.
+//! streamed answer's line holds its whole time and every token it sent; it is written before
+//! the response's last bytes are sent.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -130,9 +131,14 @@ impl http_body::Body for LoggedBody {
         context: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(context);
-        if let Poll::Ready(None) = polled
-            && let Some(line) = self.line.take()
-        {
+        // Written before the last bytes go out, so a client holding the whole response finds
+        // the line in the log.
+        let ended = match &polled {
+            Poll::Ready(None) => true,
+            Poll::Ready(Some(Ok(_))) => http_body::Body::is_end_stream(&self.inner),
+            Poll::Ready(Some(Err(_))) | Poll::Pending => false,
+        };
+        if ended && let Some(line) = self.line.take() {
             line.write("");
         }
         polled
@@ -150,8 +156,7 @@ impl http_body::Body for LoggedBody {
 impl Drop for LoggedBody {
     fn drop(&mut self) {
         if let Some(line) = self.line.take() {
-            // A body dropped before its end: the client left, or a whole body was sent without a
-            // last poll (hyper stops at its known length).
+            // A body dropped before its end (the client left), or one never polled (empty).
             let ended = if http_body::Body::is_end_stream(&self.inner) {
                 ""
             } else {
