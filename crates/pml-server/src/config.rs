@@ -20,6 +20,9 @@ pub struct ServerConfig {
     pub queue_capacity: usize,
     /// Most sequences decoded together in one batched step.
     pub max_batch: usize,
+    /// How long a client may take to send a request's headers before its connection is closed
+    /// (one that sends them a byte at a time must not hold a connection open).
+    pub header_read_timeout: Duration,
     /// A completion still running this long after it arrived is ended.
     pub request_timeout: Duration,
     /// Most bytes the KV caches of the admitted sequences may take together (`None`: no
@@ -68,6 +71,7 @@ impl Default for ServerConfig {
             max_schema_units: 4096,
             queue_capacity: 64,
             max_batch: 16,
+            header_read_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(600),
             kv_cache_bytes: None,
             kv_budget: None,

@@ -20,16 +20,18 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-/// How long a client may take to send a request's headers (llama.cpp's server and nginx give a
-/// minute or less); the body has the request's own deadline.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// After an accept that failed for want of resources (too many open files), the wait before the
 /// next, so the loop does not spin while connections close.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Serves `router` on `listener` until `stop` completes, then waits for the open connections.
-pub async fn serve(listener: TcpListener, router: Router, stop: impl Future<Output = ()>) {
+/// A client gets `header_read_timeout` to send a request's headers.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    header_read_timeout: Duration,
+    stop: impl Future<Output = ()>,
+) {
     let graceful = GracefulShutdown::new();
     let mut stop = pin!(stop);
     loop {
@@ -55,7 +57,7 @@ pub async fn serve(listener: TcpListener, router: Router, stop: impl Future<Outp
         });
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .header_read_timeout(header_read_timeout)
             .half_close(true)
             .serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);

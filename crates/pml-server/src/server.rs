@@ -69,6 +69,7 @@ pub fn start(
     };
     let handle_signals = config.handle_signals;
     let grace = config.shutdown_grace;
+    let header_read_timeout = config.header_read_timeout;
     let engine_for_stop = engine.clone();
     let state = AppState {
         engine: engine.clone(),
@@ -101,7 +102,8 @@ pub fn start(
                         tracing::info!("shutting down; running completions get {grace:?}");
                         engine_for_stop.begin_shutdown(grace);
                     };
-                    crate::connections::serve(listener, router(state), stop).await;
+                    crate::connections::serve(listener, router(state), header_read_timeout, stop)
+                        .await;
                     Ok(())
                 })
             })

@@ -1,0 +1,136 @@
+//! Inputs and clients that once stalled or broke the server, each answered at once now, with the
+//! other requests unaffected (tiny model, real HTTP on a loopback port): a schema whose encoding
+//! takes long, connections that send their headers slowly or half-close after sending.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::Duration;
+
+use pml_server::ServerConfig;
+use serde_json::json;
+use support::{TestServer, call, json as parse};
+
+/// A union of `members` small modules: one unit each, all at the same positions.
+fn union_schema(name: &str, members: usize) -> String {
+    let modules: String = (0..members)
+        .map(|index| format!("<module name=\"m{index}\">Fact number {index}.</module>"))
+        .collect();
+    format!("<schema name=\"{name}\">Facts:<union>{modules}</union></schema>")
+}
+
+fn chat(server: &TestServer) -> (u16, String) {
+    let body = json!({"max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]});
+    call(
+        "POST",
+        &server.url("/v1/chat/completions"),
+        Some(&body.to_string()),
+        None,
+    )
+}
+
+#[test]
+fn a_schema_encodes_between_completions_and_can_be_deleted_meanwhile() {
+    let server = TestServer::tiny(ServerConfig::default());
+    let (status, body) = call(
+        "POST",
+        &server.url("/v1/schemas"),
+        Some(&union_schema("many", 3000)),
+        None,
+    );
+    assert_eq!(status, 202, "{body}");
+    // Encoded a piece per engine step: the chat is answered while most units are still to do.
+    let (status, answer) = chat(&server);
+    assert_eq!(status, 200, "{answer}");
+    let (status, info) = call("GET", &server.url("/v1/schemas/many"), None, None);
+    assert_eq!(status, 200, "{info}");
+    let info = parse(&info);
+    assert_ne!(info["status"], "ready", "{info}");
+    assert!(
+        info["units_done"].as_u64() < info["units_total"].as_u64(),
+        "{info}"
+    );
+    // Deleting it needs no wait for the encoding either.
+    let (status, body) = call("DELETE", &server.url("/v1/schemas/many"), None, None);
+    assert!((200..300).contains(&status), "{status} {body}");
+    let (status, _) = call("GET", &server.url("/v1/schemas/many"), None, None);
+    assert_eq!(status, 404);
+    let (status, answer) = chat(&server);
+    assert_eq!(status, 200, "{answer}");
+}
+
+#[test]
+fn a_schema_of_more_units_than_the_server_takes_is_refused_at_upload() {
+    let server = TestServer::tiny(ServerConfig {
+        max_schema_units: 10,
+        ..ServerConfig::default()
+    });
+    let (status, body) = call(
+        "POST",
+        &server.url("/v1/schemas"),
+        Some(&union_schema("wide", 20)),
+        None,
+    );
+    assert_eq!(status, 400, "{body}");
+    let message = parse(&body)["error"]["message"].to_string();
+    assert!(
+        message.contains("21 units") && message.contains("--max-schema-units"),
+        "{body}"
+    );
+    let (status, _) = call("GET", &server.url("/v1/schemas/wide"), None, None);
+    assert_eq!(status, 404);
+}
+
+/// A connection to `server` that gives up after a while instead of hanging a failing test.
+fn connect(server: &TestServer) -> TcpStream {
+    let addr = server.base.trim_start_matches("http://");
+    let stream = TcpStream::connect(addr).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("read timeout");
+    stream
+}
+
+#[test]
+fn a_client_sending_its_headers_slowly_is_cut_off_and_others_are_served() {
+    let server = TestServer::tiny(ServerConfig {
+        header_read_timeout: Duration::from_millis(300),
+        ..ServerConfig::default()
+    });
+    let mut slow = connect(&server);
+    slow.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: pml\r\n")
+        .expect("a first header");
+    let (status, _) = chat(&server);
+    assert_eq!(status, 200);
+    // The server closes the connection: the read ends (no bytes, or a reset), it does not time out.
+    let mut buffer = Vec::new();
+    match slow.read_to_end(&mut buffer) {
+        Ok(_) => {}
+        Err(error) => assert!(
+            !matches!(
+                error.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "still open: {error}"
+        ),
+    }
+}
+
+#[test]
+fn a_client_that_half_closes_after_its_request_gets_the_answer() {
+    let server = TestServer::tiny(ServerConfig::default());
+    let body = json!({"prompt": "hello", "max_tokens": 2}).to_string();
+    let request = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: pml\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = connect(&server);
+    stream.write_all(request.as_bytes()).expect("request sent");
+    stream.shutdown(Shutdown::Write).expect("half-closed");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("the answer");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("\"text_completion\""), "{response}");
+}
