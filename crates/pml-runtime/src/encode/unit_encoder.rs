@@ -366,9 +366,9 @@ impl<'a> UnitEncoder<'a> {
         }))
     }
 
-    /// Computes `partial`'s next chunks until `max_tokens` or more are done, or the unit is;
-    /// returns the tokens computed. Chunks are equal in size and in position order, as
-    /// [`super::chunked::prefill_sorted`] computes them.
+    /// Computes `partial`'s next chunks, as many as fit in `max_tokens` (one at least), until
+    /// the unit is done; returns the tokens computed. Chunks are equal in size and in position
+    /// order, as [`super::chunked::prefill_sorted`] computes them.
     pub fn compute_chunks(
         &self,
         partial: &mut PartialUnit,
@@ -376,7 +376,9 @@ impl<'a> UnitEncoder<'a> {
     ) -> Result<usize, EncodeError> {
         let layout_unit = unit(self.layout, partial.unit_id)?;
         let mut computed = 0;
-        while partial.done < layout_unit.tokens.len() && computed < max_tokens {
+        while partial.done < layout_unit.tokens.len()
+            && (computed == 0 || computed + partial.chunk_len <= max_tokens)
+        {
             let end = (partial.done + partial.chunk_len).min(layout_unit.tokens.len());
             let range = partial.done..end;
             let context = ForwardContext::appending(

@@ -1,0 +1,91 @@
+//! A schema encoded in bounded steps (as the server encodes between completions) stores what one
+//! call encodes: each step stays within its units and tokens (a unit longer than a step is
+//! computed over several, in equal chunks), and every unit's stored state matches.
+
+mod cached_support;
+
+use candle_core::{DType, Device};
+use pml_compiler::plan::{EncodeMode, SchemaLayout, UnitId};
+use pml_engine::model::tiny::random_model;
+use pml_engine::model::{Arch, WeightFormat};
+use pml_runtime::encode::{EncodeOptions, EncodeRun, EncodeStep, UnitOutcome, encode_schema};
+
+use cached_support::{LayoutBuilder, assert_close, ram_store_in, spread_tokens};
+
+const BOS: u32 = 1;
+
+/// A root, four short modules, one long one and a nested one after it.
+fn layout() -> SchemaLayout {
+    let mut builder = LayoutBuilder::new();
+    builder.text(UnitId::ROOT, &[BOS]);
+    builder.text(UnitId::ROOT, &spread_tokens(3, 5));
+    for (index, length) in [(0, 12), (1, 9), (2, 100), (3, 7)] {
+        let module = builder.open(&format!("m{index}"), UnitId::ROOT);
+        builder.text(module, &spread_tokens(index * 31, length));
+        if index == 2 {
+            let nested = builder.open("inner", module);
+            builder.text(nested, &spread_tokens(77, 6));
+            builder.close(nested);
+        }
+        builder.close(module);
+    }
+    builder.build("stepped")
+}
+
+#[test]
+fn encoding_in_steps_stores_what_one_call_stores() {
+    let model = random_model(Arch::Qwen2, 3, WeightFormat::F32, &Device::Cpu).expect("model");
+    let layout = layout();
+    let options = EncodeOptions {
+        mode: EncodeMode::Scaffolded,
+        bos: Some(BOS),
+        keep: None,
+    };
+    let (whole_store, _whole_manifests) = ram_store_in(&model, "tiny-steps", DType::F32);
+    let whole = encode_schema(&model, &layout, options, &whole_store, &mut |_| {}).expect("whole");
+
+    let (store, _manifests) = ram_store_in(&model, "tiny-steps", DType::F32);
+    let step = EncodeStep {
+        max_tokens: 16,
+        max_units: 2,
+    };
+    let mut run = EncodeRun::new(&layout, &store, &mut |_| {});
+    let mut steps = 0;
+    let report = loop {
+        let before = run.units_done();
+        let done = run
+            .advance(&model, &layout, options, &store, step, &mut |_| {})
+            .expect("a step");
+        steps += 1;
+        assert!(run.units_done() - before <= step.max_units);
+        if let Some(report) = done {
+            break report;
+        }
+    };
+    // The 100-token module alone takes seven steps: chunks of 15 tokens, one per step.
+    assert!(steps >= 7, "{steps} steps");
+    assert_eq!(report.units.len(), layout.units.len());
+    assert_eq!(report.units, whole.units, "same outcomes and keys");
+    assert!(
+        report
+            .units
+            .iter()
+            .all(|unit| unit.outcome == UnitOutcome::Encoded)
+    );
+    for unit in &report.units {
+        let key = unit.key.as_ref().expect("stored");
+        let stepped = store.get(key).expect("read").expect("stored").state;
+        let at_once = whole_store.get(key).expect("read").expect("stored").state;
+        assert_eq!(stepped.tokens(), at_once.tokens());
+        for layer in 0..model.config().n_layers {
+            let (stepped_k, stepped_v) = stepped.kv().layer(layer).expect("layer");
+            let (k, v) = at_once.kv().layer(layer).expect("layer");
+            let what = format!("{} layer {layer}", unit.path);
+            assert_close(stepped_k, k, 1e-4, &format!("{what} keys"));
+            assert_close(stepped_v, v, 1e-4, &format!("{what} values"));
+        }
+    }
+    // The manifest is written once, at the end, and names every unit.
+    let manifest = store.read_manifest("stepped").found().expect("a manifest");
+    assert_eq!(manifest.units.len(), layout.units.len());
+}
