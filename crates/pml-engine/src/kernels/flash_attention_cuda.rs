@@ -15,7 +15,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
     CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
 };
-use candle_core::cuda_backend::cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
+use candle_core::cuda_backend::cudarc::nvrtc::CompileOptions;
 use candle_core::cuda_backend::{CudaStorageSlice, WrapErr};
 use candle_core::{
     CpuStorage, CudaDevice, CudaStorage, CustomOp3, DType, Device, Layout, Shape, Tensor,
@@ -24,6 +24,7 @@ use candle_core::{
 use super::EngineError;
 use super::cpu_features;
 use super::masked_softmax::{Visibility, check_shapes};
+use super::nvrtc::{NvrtcError, compiled_ptx};
 
 const SOURCE: &str = include_str!("flash_attention.cu");
 /// The name candle caches the loaded module under, per device.
@@ -47,21 +48,10 @@ fn tile_keys(head_dim: usize) -> Option<usize> {
 }
 
 fn ptx() -> candle_core::Result<&'static str> {
-    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    PTX.get_or_init(|| {
-        let options = CompileOptions {
-            arch: Some("compute_80"),
-            ..Default::default()
-        };
-        compile_ptx_with_opts(SOURCE, options)
-            .map(|ptx| ptx.to_src())
-            .map_err(|error| format!("{error:?}"))
-    })
-    .as_deref()
-    .map_err(|error| {
-        candle_core::Error::Msg(format!(
-            "NVRTC could not compile the flash attention: {error}"
-        ))
+    static PTX: OnceLock<Result<String, NvrtcError>> = OnceLock::new();
+    compiled_ptx(&PTX, "flash attention", SOURCE, || CompileOptions {
+        arch: Some("compute_80"),
+        ..Default::default()
     })
 }
 

@@ -13,9 +13,11 @@ use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
     CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
 };
-use candle_core::cuda_backend::cudarc::nvrtc::compile_ptx;
+use candle_core::cuda_backend::cudarc::nvrtc::CompileOptions;
 use candle_core::cuda_backend::{CudaStorageSlice, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, Layout, Shape};
+
+use super::nvrtc::{NvrtcError, compiled_ptx};
 
 const SOURCE: &str = include_str!("masked_softmax.cu");
 /// The name candle caches the loaded module under, per device.
@@ -28,18 +30,8 @@ const CACHED_ROW_KEYS: u32 = 12 * 1024;
 
 /// The PTX of [`SOURCE`], compiled on first use.
 fn ptx() -> candle_core::Result<&'static str> {
-    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    PTX.get_or_init(|| {
-        compile_ptx(SOURCE)
-            .map(|ptx| ptx.to_src())
-            .map_err(|error| format!("{error:?}"))
-    })
-    .as_deref()
-    .map_err(|error| {
-        candle_core::Error::Msg(format!(
-            "NVRTC could not compile the masked softmax: {error}"
-        ))
-    })
+    static PTX: OnceLock<Result<String, NvrtcError>> = OnceLock::new();
+    compiled_ptx(&PTX, "masked softmax", SOURCE, CompileOptions::default)
 }
 
 /// What every launch shares: the positions on the device and the shape.

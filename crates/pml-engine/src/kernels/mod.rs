@@ -33,6 +33,8 @@ pub(crate) mod mapped;
 mod masked_softmax;
 #[cfg(feature = "cuda")]
 mod masked_softmax_cuda;
+#[cfg(feature = "cuda")]
+mod nvrtc;
 mod partial_softmax;
 mod position_mask;
 pub(crate) mod quant;
