@@ -8,6 +8,7 @@
 mod cached_support;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use candle_core::Device;
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
@@ -15,7 +16,7 @@ use pml_engine::model::tiny::random_model;
 use pml_engine::model::{Arch, Model, WeightFormat};
 use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
 use pml_runtime::inference::{
-    BlendOptions, InferenceMode, Pipelining, Prefill, Ratio, SplicePlan, prefill,
+    BlendOptions, DeclaredCosts, InferenceMode, Pipelining, Prefill, Ratio, SplicePlan, prefill,
 };
 use pml_runtime::store::{DiskTier, ManifestStore, ModuleStore, StateSpec};
 use tempfile::TempDir;
@@ -265,30 +266,73 @@ fn a_damaged_or_missing_layer_entry_falls_back_to_the_whole_state() {
     }
 }
 
+/// Costs declared to the controller: loading a layer takes `load_ms`, recomputing every cached
+/// token through it `recompute_ms`, so it picks `load_ms / recompute_ms` (at least the floor).
+fn declared(load_ms: u64, recompute_ms: u64) -> Option<DeclaredCosts> {
+    Some(DeclaredCosts {
+        load_per_layer: Duration::from_millis(load_ms),
+        recompute_per_layer: Duration::from_millis(recompute_ms),
+    })
+}
+
+fn auto(floor: f64, declared_costs: Option<DeclaredCosts>, pipelining: Pipelining) -> BlendOptions {
+    BlendOptions {
+        auto_ratio: true,
+        declared_costs,
+        ..options(floor, pipelining)
+    }
+}
+
 #[test]
 fn auto_ratio_recomputes_the_controllers_choice_and_reports_it() {
     let fixture = DiskFixture::new(Arch::Qwen2);
     let (layout, bound) = reordered_members(BOS);
     let n_cached = SplicePlan::new(&layout, &bound).expect("plan").n_cached();
-    for (floor, pipelining) in [
-        (0.15, Pipelining::Always),
-        (0.15, Pipelining::Never),
-        (1.0, Pipelining::Always),
-    ] {
-        let auto = BlendOptions {
-            auto_ratio: true,
-            ..options(floor, pipelining)
-        };
-        let blended = fixture.prefill(&layout, &bound, auto);
-        let choice = blended.stats.ratio_choice.expect("the controller chose");
-        assert_eq!(choice.floor, auto.recompute);
-        assert!(choice.ratio >= choice.floor, "{choice}");
-        assert_eq!(blended.stats.tokens_recomputed, choice.ratio.of(n_cached));
-        assert!(choice.to_string().contains("(auto: load"), "{choice}");
-        if floor == 1.0 {
-            assert_eq!(blended.stats.tokens_recomputed, n_cached);
+    assert_eq!(n_cached, 27);
+    let ratio = |value: f64| Ratio::new(value).expect("a fraction");
+    // (floor, load ms, recompute ms) → the ratio picked and the tokens recomputed: 10 of 27 fit;
+    // loads faster than the floor's recompute keep the floor (round(0.15 × 27) = 4 tokens); a
+    // floor of 1 recomputes everything however fast the load.
+    let cases = [
+        ((0.15, 10, 27), ratio(10.0 / 27.0), 10),
+        ((0.15, 1, 27), ratio(0.15), 4),
+        ((1.0, 1, 27), Ratio::ONE, 27),
+    ];
+    for ((floor, load_ms, recompute_ms), expected, n_recomputed) in cases {
+        for pipelining in [Pipelining::Always, Pipelining::Never] {
+            let options = auto(floor, declared(load_ms, recompute_ms), pipelining);
+            let blended = fixture.prefill(&layout, &bound, options);
+            let what = format!("{options}");
+            let choice = blended.stats.ratio_choice.expect("the controller chose");
+            assert_eq!(choice.floor, options.recompute, "{what}");
+            assert_eq!(choice.ratio, expected, "{what}");
+            assert_eq!(blended.stats.tokens_recomputed, n_recomputed, "{what}");
+            assert_eq!(choice.ratio.of(n_cached), n_recomputed, "{what}");
+            assert_eq!(
+                choice.load_per_layer,
+                Duration::from_millis(load_ms),
+                "{what}"
+            );
         }
     }
+    let choice = fixture
+        .prefill(
+            &layout,
+            &bound,
+            auto(0.15, declared(10, 27), Pipelining::Never),
+        )
+        .stats
+        .ratio_choice
+        .expect("the controller chose");
+    assert_eq!(
+        choice.to_string(),
+        "r=0.370 (auto: load 10.00 ms/layer, recompute 4.05 ms/layer at r=0.15)"
+    );
+    // Measured rather than declared: a choice at or above the floor, with its figures.
+    let measured = fixture.prefill(&layout, &bound, auto(0.15, None, Pipelining::Always));
+    let choice = measured.stats.ratio_choice.expect("the controller chose");
+    assert!(choice.ratio >= choice.floor, "{choice}");
+    assert!(choice.to_string().contains("(auto: load"), "{choice}");
     let fixed = fixture.prefill(&layout, &bound, options(0.15, Pipelining::Never));
     assert_eq!(fixed.stats.ratio_choice, None);
 }

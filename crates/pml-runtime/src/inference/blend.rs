@@ -29,7 +29,7 @@
 //! ([`super::layer_feed`]): spliced up front, or streamed from a slow tier by a loader thread
 //! while the probe and the recompute run. With `--recompute auto` the fraction is chosen after the
 //! probe by the loading controller ([`super::controller`]) from the probe's time per token-layer
-//! and the measured time to load a layer. Ranking by attention places every later layer before
+//! and the measured time to load a layer (or from the costs the options declare). Ranking by attention places every later layer before
 //! the recompute starts, so a streamed load then overlaps only the probe and that pass.
 
 use std::collections::HashSet;
@@ -213,10 +213,16 @@ fn recompute(
     } else {
         let probe = probe(model, &rows, kv, source, options)?;
         let ratio = if options.auto_ratio {
-            let token_layers = (options.check_layer + 1) * rows.tokens.len();
-            let costs = LayerCosts {
-                load_per_layer: source.load_per_layer(),
-                recompute_per_token_layer: probe.compute.as_secs_f64() / token_layers.max(1) as f64,
+            let costs = match options.declared_costs {
+                Some(declared) => declared.layer_costs(n_cached),
+                None => {
+                    let token_layers = (options.check_layer + 1) * rows.tokens.len();
+                    LayerCosts {
+                        load_per_layer: source.load_per_layer(),
+                        recompute_per_token_layer: probe.compute.as_secs_f64()
+                            / token_layers.max(1) as f64,
+                    }
+                }
             };
             let choice = choose_ratio(&costs, n_cached, options.recompute);
             stats.ratio_choice = Some(choice);

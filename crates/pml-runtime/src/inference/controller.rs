@@ -7,7 +7,8 @@
 //! The paper estimates `T_recompute(r) = r × Prefill(one layer, N tokens)` and `T_load = KV bytes
 //! of N tokens / storage throughput`; here both come from this very prefill: the probe pass runs
 //! whole layers over every token (its time per token-layer), and the loader times the reads of
-//! the layers it has fetched. [`choose_ratio`] is a pure function of those figures.
+//! the layers it has fetched. [`choose_ratio`] is a pure function of those figures; a caller
+//! that knows them (or a test that pins them) declares them instead ([`DeclaredCosts`]).
 
 use std::fmt;
 use std::time::Duration;
@@ -21,6 +22,28 @@ pub struct LayerCosts {
     pub load_per_layer: Duration,
     /// Running one transformer layer for one token, in seconds.
     pub recompute_per_token_layer: f64,
+}
+
+/// Figures the controller takes instead of measuring them (`BlendOptions::declared_costs`): a
+/// caller that knows its storage and compute, or a test that must not depend on the machine's
+/// load. Whole durations, so the options stay `Eq + Hash`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DeclaredCosts {
+    /// Loading one layer's K/V of every cached token.
+    pub load_per_layer: Duration,
+    /// Running one transformer layer over every cached token.
+    pub recompute_per_layer: Duration,
+}
+
+impl DeclaredCosts {
+    /// The controller's inputs for `n_cached` cached tokens.
+    pub fn layer_costs(&self, n_cached: usize) -> LayerCosts {
+        LayerCosts {
+            load_per_layer: self.load_per_layer,
+            recompute_per_token_layer: self.recompute_per_layer.as_secs_f64()
+                / n_cached.max(1) as f64,
+        }
+    }
 }
 
 /// The controller's choice and the figures behind it (what `pml run` and `pml eval` report).
@@ -191,6 +214,21 @@ mod tests {
         assert!(
             ratios.windows(2).all(|pair| pair[0] <= pair[1]),
             "{ratios:?}"
+        );
+    }
+
+    #[test]
+    fn declared_costs_decide_as_the_measured_ones_would() {
+        // Loading a layer takes 4 ms, recomputing all of it 10 ms: 40% fits.
+        let declared = DeclaredCosts {
+            load_per_layer: Duration::from_millis(4),
+            recompute_per_layer: Duration::from_millis(10),
+        };
+        let choice = choose_ratio(&declared.layer_costs(1000), 1000, floor());
+        assert_eq!(choice.ratio, Ratio::new(0.4).expect("a fraction"));
+        assert_eq!(
+            choice.to_string(),
+            "r=0.400 (auto: load 4.00 ms/layer, recompute 1.50 ms/layer at r=0.15)"
         );
     }
 
