@@ -42,7 +42,7 @@ use crate::encode::chunked::MAX_CHUNK_TOKENS;
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::{AttentionObserver, ForwardContext, Model};
 
-use super::blend_options::{BlendOptions, Deviation, HEAD_ROWS, Selection};
+use super::blend_options::{BlendOptions, Deviation, HEAD_ROWS, Ratio, Selection};
 use super::controller::{LayerCosts, RemainingWork, Shortcut, choose_ratio};
 use super::layer_feed::{CachedLayers, LayerSource, Spliced, with_cached_layers};
 use super::plan::SplicePlan;
@@ -230,12 +230,16 @@ fn recompute(
         } else {
             options.recompute
         };
-        let mut keep = ratio.of(n_cached);
-        let mut first_keep = if options.gradual {
-            (2 * keep).min(n_cached)
-        } else {
-            keep
+        // Cached tokens recomputed through the layers after the check layer, and through the
+        // first of them (twice as many with gradual filtering).
+        let keeps = |ratio: Ratio| {
+            let keep = ratio.of(n_cached);
+            match options.gradual {
+                true => (keep, (2 * keep).min(n_cached)),
+                false => (keep, keep),
+            }
         };
+        let (keep, first_keep) = keeps(ratio);
         let weighting = options.selection.attention_weighting();
         let shortcut = match options.shortcuts {
             false => None,
@@ -252,11 +256,9 @@ fn recompute(
             }
             .shortcut(),
         };
-        match shortcut {
-            Some(Shortcut::Reuse) => (keep, first_keep) = (0, 0),
-            Some(Shortcut::Full { .. }) => (keep, first_keep) = (n_cached, n_cached),
-            None => {}
-        }
+        // A shortcut replaces the ratio, and the controller's choice reports the one applied.
+        let (keep, first_keep) = keeps(shortcut.map_or(ratio, Shortcut::ratio));
+        stats.ratio_choice = stats.ratio_choice.map(|choice| choice.applying(shortcut));
         stats.shortcut = shortcut;
         let attention = match weighting.filter(|_| shortcut.is_none()) {
             Some(weighting) => Some(new_token_attention(
