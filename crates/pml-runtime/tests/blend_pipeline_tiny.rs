@@ -3,11 +3,12 @@
 //! the whole states first; the first pipelined run stores the units per layer and the next one
 //! streams them; a damaged or missing layer entry falls back to the unit's whole state (or a
 //! re-encode) with a warning, never a wrong answer; `--recompute auto` reports the controller's
-//! choice and recomputes that fraction.
+//! choice and recomputes exactly the fraction it reports, at every ratio it can pick.
 
 mod cached_support;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use candle_core::Device;
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
@@ -15,7 +16,8 @@ use pml_engine::model::tiny::random_model;
 use pml_engine::model::{Arch, Model, WeightFormat};
 use pml_runtime::encode::{EncodeOptions, UnitEncoder, encode_schema};
 use pml_runtime::inference::{
-    BlendOptions, InferenceMode, Pipelining, Prefill, Ratio, SplicePlan, prefill,
+    BlendOptions, DeclaredCosts, InferenceMode, Pipelining, Prefill, Ratio, Selection, Shortcut,
+    SplicePlan, prefill,
 };
 use pml_runtime::store::{DiskTier, ManifestStore, ModuleStore, StateSpec};
 use tempfile::TempDir;
@@ -265,30 +267,169 @@ fn a_damaged_or_missing_layer_entry_falls_back_to_the_whole_state() {
     }
 }
 
+/// Costs declared to the controller: loading a layer takes `load_ms`, recomputing every cached
+/// token through it `recompute_ms`, so it picks `load_ms / recompute_ms` (at least the floor).
+fn declared(load_ms: u64, recompute_ms: u64) -> Option<DeclaredCosts> {
+    Some(DeclaredCosts {
+        load_per_layer: Duration::from_millis(load_ms),
+        recompute_per_layer: Duration::from_millis(recompute_ms),
+    })
+}
+
+fn auto(floor: f64, declared_costs: Option<DeclaredCosts>, pipelining: Pipelining) -> BlendOptions {
+    BlendOptions {
+        auto_ratio: true,
+        declared_costs,
+        ..options(floor, pipelining)
+    }
+}
+
 #[test]
 fn auto_ratio_recomputes_the_controllers_choice_and_reports_it() {
     let fixture = DiskFixture::new(Arch::Qwen2);
     let (layout, bound) = reordered_members(BOS);
     let n_cached = SplicePlan::new(&layout, &bound).expect("plan").n_cached();
-    for (floor, pipelining) in [
-        (0.15, Pipelining::Always),
-        (0.15, Pipelining::Never),
-        (1.0, Pipelining::Always),
-    ] {
-        let auto = BlendOptions {
-            auto_ratio: true,
-            ..options(floor, pipelining)
-        };
-        let blended = fixture.prefill(&layout, &bound, auto);
-        let choice = blended.stats.ratio_choice.expect("the controller chose");
-        assert_eq!(choice.floor, auto.recompute);
-        assert!(choice.ratio >= choice.floor, "{choice}");
-        assert_eq!(blended.stats.tokens_recomputed, choice.ratio.of(n_cached));
-        assert!(choice.to_string().contains("(auto: load"), "{choice}");
-        if floor == 1.0 {
-            assert_eq!(blended.stats.tokens_recomputed, n_cached);
+    assert_eq!(n_cached, 27);
+    let ratio = |value: f64| Ratio::new(value).expect("a fraction");
+    // (floor, load ms, recompute ms) → the ratio picked and the tokens recomputed: 10 of 27 fit;
+    // loads faster than the floor's recompute keep the floor (round(0.15 × 27) = 4 tokens); a
+    // floor of 1 recomputes everything however fast the load.
+    let cases = [
+        ((0.15, 10, 27), ratio(10.0 / 27.0), 10),
+        ((0.15, 1, 27), ratio(0.15), 4),
+        ((1.0, 1, 27), Ratio::ONE, 27),
+    ];
+    for ((floor, load_ms, recompute_ms), expected, n_recomputed) in cases {
+        for pipelining in [Pipelining::Always, Pipelining::Never] {
+            let options = auto(floor, declared(load_ms, recompute_ms), pipelining);
+            let blended = fixture.prefill(&layout, &bound, options);
+            let what = format!("{options}");
+            let choice = blended.stats.ratio_choice.expect("the controller chose");
+            assert_eq!(choice.floor, options.recompute, "{what}");
+            assert_eq!(choice.ratio, expected, "{what}");
+            assert_eq!(blended.stats.tokens_recomputed, n_recomputed, "{what}");
+            assert_eq!(choice.ratio.of(n_cached), n_recomputed, "{what}");
+            assert_eq!(
+                choice.load_per_layer,
+                Duration::from_millis(load_ms),
+                "{what}"
+            );
         }
     }
+    // 25 of 27 fit, but then the selective recompute (the new tokens' ranking pass, then 25
+    // cached and 5 new tokens a layer) costs more than recomputing all 32: every cached token
+    // is recomputed, and the choice reports r = 1 beside the controller's pick.
+    for pipelining in [Pipelining::Always, Pipelining::Never] {
+        let blended = fixture.prefill(&layout, &bound, auto(0.15, declared(25, 27), pipelining));
+        let choice = blended.stats.ratio_choice.expect("the controller chose");
+        assert!(
+            matches!(blended.stats.shortcut, Some(Shortcut::Full { .. })),
+            "{:?}",
+            blended.stats.shortcut
+        );
+        assert_eq!(
+            (choice.ratio, choice.picked),
+            (Ratio::ONE, ratio(25.0 / 27.0))
+        );
+        assert_eq!(blended.stats.tokens_recomputed, 27);
+        assert_eq!(
+            choice.to_string(),
+            "r=1.000 (auto: load 25.00 ms/layer, recompute 4.05 ms/layer at r=0.15, picked \
+             r=0.926 before the shortcut)"
+        );
+        // Without shortcuts the pick is what is recomputed.
+        let exact = BlendOptions {
+            shortcuts: false,
+            ..auto(0.15, declared(25, 27), pipelining)
+        };
+        let blended = fixture.prefill(&layout, &bound, exact);
+        let choice = blended.stats.ratio_choice.expect("the controller chose");
+        assert_eq!(
+            (choice.ratio, choice.picked),
+            (ratio(25.0 / 27.0), ratio(25.0 / 27.0))
+        );
+        assert_eq!(blended.stats.tokens_recomputed, 25);
+    }
+    let choice = fixture
+        .prefill(
+            &layout,
+            &bound,
+            auto(0.15, declared(10, 27), Pipelining::Never),
+        )
+        .stats
+        .ratio_choice
+        .expect("the controller chose");
+    assert_eq!(
+        choice.to_string(),
+        "r=0.370 (auto: load 10.00 ms/layer, recompute 4.05 ms/layer at r=0.15)"
+    );
+    // Measured rather than declared: a choice at or above the floor, with its figures.
+    let measured = fixture.prefill(&layout, &bound, auto(0.15, None, Pipelining::Always));
+    let choice = measured.stats.ratio_choice.expect("the controller chose");
+    assert!(choice.picked >= choice.floor, "{choice}");
+    assert_eq!(measured.stats.tokens_recomputed, choice.ratio.of(n_cached));
+    assert!(choice.to_string().contains("(auto: load"), "{choice}");
     let fixed = fixture.prefill(&layout, &bound, options(0.15, Pipelining::Never));
     assert_eq!(fixed.stats.ratio_choice, None);
+}
+
+#[test]
+fn every_ratio_the_controller_picks_is_the_fraction_recomputed() {
+    let fixture = DiskFixture::new(Arch::Qwen2);
+    let (layout, bound) = reordered_members(BOS);
+    let n_cached = SplicePlan::new(&layout, &bound).expect("plan").n_cached();
+    let n_new = bound.new_tokens.len();
+    let variants = [
+        auto(0.15, None, Pipelining::Never),
+        auto(0.15, None, Pipelining::Always),
+        BlendOptions {
+            gradual: true,
+            ..auto(0.15, None, Pipelining::Never)
+        },
+        BlendOptions {
+            selection: Selection::Deviation,
+            ..auto(0.15, None, Pipelining::Never)
+        },
+        BlendOptions {
+            shortcuts: false,
+            ..auto(0.15, None, Pipelining::Never)
+        },
+    ];
+    let ratio = |value: f64| Ratio::new(value).expect("a fraction");
+    let mut shortcuts_taken = 0;
+    // Loading a layer takes `load_ms`, recomputing it for every cached token `n_cached` ms: the
+    // controller picks every count of tokens from the floor's to all of them.
+    for variant in variants {
+        for load_ms in 0..=n_cached as u64 + 1 {
+            let options = BlendOptions {
+                declared_costs: declared(load_ms, n_cached as u64),
+                ..variant
+            };
+            let blended = fixture.prefill(&layout, &bound, options);
+            let stats = &blended.stats;
+            let what = format!("{options}");
+            let choice = stats.ratio_choice.expect("the controller chose");
+            let fitted = (load_ms as f64 / n_cached as f64).clamp(0.15, 1.0);
+            assert_eq!(choice.picked, ratio(fitted), "{what}");
+            assert_eq!(
+                choice.ratio,
+                stats.shortcut.map_or(choice.picked, Shortcut::ratio),
+                "{what}: {choice}"
+            );
+            assert_eq!(
+                stats.tokens_recomputed,
+                choice.ratio.of(n_cached),
+                "{what}: {choice}"
+            );
+            assert_eq!(
+                stats.recomputed_positions.len(),
+                stats.tokens_recomputed + n_new,
+                "{what}"
+            );
+            shortcuts_taken += usize::from(stats.shortcut.is_some());
+        }
+    }
+    // The default ranking's new-token pass makes the selective recompute dearer than `full`
+    // from 22 of the 27 tokens on: those picks were replaced by full recompute.
+    assert!(shortcuts_taken > 0);
 }

@@ -29,7 +29,7 @@
 //! ([`super::layer_feed`]): spliced up front, or streamed from a slow tier by a loader thread
 //! while the probe and the recompute run. With `--recompute auto` the fraction is chosen after the
 //! probe by the loading controller ([`super::controller`]) from the probe's time per token-layer
-//! and the measured time to load a layer. Ranking by attention places every later layer before
+//! and the measured time to load a layer (or from the costs the options declare). Ranking by attention places every later layer before
 //! the recompute starts, so a streamed load then overlaps only the probe and that pass.
 
 use std::collections::HashSet;
@@ -42,7 +42,7 @@ use crate::encode::chunked::MAX_CHUNK_TOKENS;
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::{AttentionObserver, ForwardContext, Model};
 
-use super::blend_options::{BlendOptions, Deviation, HEAD_ROWS, Selection};
+use super::blend_options::{BlendOptions, Deviation, HEAD_ROWS, Ratio, Selection};
 use super::controller::{LayerCosts, RemainingWork, Shortcut, choose_ratio};
 use super::layer_feed::{CachedLayers, LayerSource, Spliced, with_cached_layers};
 use super::plan::SplicePlan;
@@ -213,10 +213,16 @@ fn recompute(
     } else {
         let probe = probe(model, &rows, kv, source, options)?;
         let ratio = if options.auto_ratio {
-            let token_layers = (options.check_layer + 1) * rows.tokens.len();
-            let costs = LayerCosts {
-                load_per_layer: source.load_per_layer(),
-                recompute_per_token_layer: probe.compute.as_secs_f64() / token_layers.max(1) as f64,
+            let costs = match options.declared_costs {
+                Some(declared) => declared.layer_costs(n_cached),
+                None => {
+                    let token_layers = (options.check_layer + 1) * rows.tokens.len();
+                    LayerCosts {
+                        load_per_layer: source.load_per_layer(),
+                        recompute_per_token_layer: probe.compute.as_secs_f64()
+                            / token_layers.max(1) as f64,
+                    }
+                }
             };
             let choice = choose_ratio(&costs, n_cached, options.recompute);
             stats.ratio_choice = Some(choice);
@@ -224,12 +230,16 @@ fn recompute(
         } else {
             options.recompute
         };
-        let mut keep = ratio.of(n_cached);
-        let mut first_keep = if options.gradual {
-            (2 * keep).min(n_cached)
-        } else {
-            keep
+        // Cached tokens recomputed through the layers after the check layer, and through the
+        // first of them (twice as many with gradual filtering).
+        let keeps = |ratio: Ratio| {
+            let keep = ratio.of(n_cached);
+            match options.gradual {
+                true => (keep, (2 * keep).min(n_cached)),
+                false => (keep, keep),
+            }
         };
+        let (keep, first_keep) = keeps(ratio);
         let weighting = options.selection.attention_weighting();
         let shortcut = match options.shortcuts {
             false => None,
@@ -246,11 +256,9 @@ fn recompute(
             }
             .shortcut(),
         };
-        match shortcut {
-            Some(Shortcut::Reuse) => (keep, first_keep) = (0, 0),
-            Some(Shortcut::Full { .. }) => (keep, first_keep) = (n_cached, n_cached),
-            None => {}
-        }
+        // A shortcut replaces the ratio, and the controller's choice reports the one applied.
+        let (keep, first_keep) = keeps(shortcut.map_or(ratio, Shortcut::ratio));
+        stats.ratio_choice = stats.ratio_choice.map(|choice| choice.applying(shortcut));
         stats.shortcut = shortcut;
         let attention = match weighting.filter(|_| shortcut.is_none()) {
             Some(weighting) => Some(new_token_attention(

@@ -7,6 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::controller::DeclaredCosts;
 use crate::attention_mass::MassWeighting;
 
 /// A command-line or request value that names no setting (`--recompute 2`, `--mode fast`).
@@ -187,6 +188,9 @@ pub struct BlendOptions {
     /// `--recompute auto`: the loading controller ([`super::controller`]) picks the fraction
     /// from this run's measured per-layer load and recompute times, at least `recompute`.
     pub auto_ratio: bool,
+    /// With `auto_ratio`, the load and recompute times the controller decides from in place of
+    /// this run's measurements; `None` measures them.
+    pub declared_costs: Option<DeclaredCosts>,
     /// Layer whose K (or V) deviation chooses the tokens; the layers up to it run on every
     /// token in a probe pass.
     pub check_layer: usize,
@@ -223,6 +227,7 @@ impl Default for BlendOptions {
             selection: Selection::default(),
             gradual: false,
             auto_ratio: false,
+            declared_costs: None,
             pipelining: Pipelining::Auto,
             shortcuts: true,
         }
@@ -234,6 +239,14 @@ impl fmt::Display for BlendOptions {
         match self.auto_ratio {
             true => write!(f, "r=auto (floor {})", self.recompute)?,
             false => write!(f, "r={}", self.recompute)?,
+        }
+        if let (true, Some(declared)) = (self.auto_ratio, self.declared_costs) {
+            write!(
+                f,
+                ", declared load {:.2} ms/layer, recompute {:.2} ms/layer",
+                declared.load_per_layer.as_secs_f64() * 1e3,
+                declared.recompute_per_layer.as_secs_f64() * 1e3
+            )?;
         }
         let deviation = match self.deviation {
             Deviation::Keys => "K",
@@ -285,6 +298,18 @@ mod tests {
         assert_eq!(
             auto.to_string(),
             "r=auto (floor 0.15), check layer 1, rank by attention × |V|, pipeline on"
+        );
+        let declared = BlendOptions {
+            declared_costs: Some(DeclaredCosts {
+                load_per_layer: std::time::Duration::from_millis(4),
+                recompute_per_layer: std::time::Duration::from_millis(10),
+            }),
+            ..auto
+        };
+        assert_eq!(
+            declared.to_string(),
+            "r=auto (floor 0.15), declared load 4.00 ms/layer, recompute 10.00 ms/layer, check \
+             layer 1, rank by attention × |V|, pipeline on"
         );
         assert_eq!(
             BlendOptions::default().to_string(),

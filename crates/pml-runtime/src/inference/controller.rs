@@ -7,7 +7,8 @@
 //! The paper estimates `T_recompute(r) = r × Prefill(one layer, N tokens)` and `T_load = KV bytes
 //! of N tokens / storage throughput`; here both come from this very prefill: the probe pass runs
 //! whole layers over every token (its time per token-layer), and the loader times the reads of
-//! the layers it has fetched. [`choose_ratio`] is a pure function of those figures.
+//! the layers it has fetched. [`choose_ratio`] is a pure function of those figures; a caller
+//! that knows them (or a test that pins them) declares them instead ([`DeclaredCosts`]).
 
 use std::fmt;
 use std::time::Duration;
@@ -23,10 +24,37 @@ pub struct LayerCosts {
     pub recompute_per_token_layer: f64,
 }
 
+/// Figures the controller takes instead of measuring them (`BlendOptions::declared_costs`): a
+/// caller that knows its storage and compute, or a test that must not depend on the machine's
+/// load. Whole durations, so the options stay `Eq + Hash`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DeclaredCosts {
+    /// Loading one layer's K/V of every cached token.
+    pub load_per_layer: Duration,
+    /// Running one transformer layer over every cached token.
+    pub recompute_per_layer: Duration,
+}
+
+impl DeclaredCosts {
+    /// The controller's inputs for `n_cached` cached tokens.
+    pub fn layer_costs(&self, n_cached: usize) -> LayerCosts {
+        LayerCosts {
+            load_per_layer: self.load_per_layer,
+            recompute_per_token_layer: self.recompute_per_layer.as_secs_f64()
+                / n_cached.max(1) as f64,
+        }
+    }
+}
+
 /// The controller's choice and the figures behind it (what `pml run` and `pml eval` report).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RatioChoice {
+    /// The fraction of the cached tokens recomputed: the prefill recomputes exactly
+    /// `ratio.of(n_cached)` of them. The controller's pick, unless a [`Shortcut`] replaced it
+    /// ([`RatioChoice::applying`]).
     pub ratio: Ratio,
+    /// What the controller picked from the costs: at least `floor`.
+    pub picked: Ratio,
     pub floor: Ratio,
     pub load_per_layer: Duration,
     /// One layer's recompute of `floor × n_cached` tokens.
@@ -51,9 +79,20 @@ pub fn choose_ratio(costs: &LayerCosts, n_cached: usize, floor: Ratio) -> RatioC
     };
     RatioChoice {
         ratio,
+        picked: ratio,
         floor,
         load_per_layer: costs.load_per_layer,
         recompute_per_layer_at_floor: Duration::from_secs_f64(at_floor),
+    }
+}
+
+impl RatioChoice {
+    /// The choice with the fraction `shortcut` recomputes in place of the pick.
+    pub fn applying(self, shortcut: Option<Shortcut>) -> Self {
+        Self {
+            ratio: shortcut.map_or(self.picked, Shortcut::ratio),
+            ..self
+        }
     }
 }
 
@@ -116,6 +155,16 @@ impl RemainingWork {
     }
 }
 
+impl Shortcut {
+    /// The fraction of the cached tokens it recomputes.
+    pub fn ratio(self) -> Ratio {
+        match self {
+            Shortcut::Full { .. } => Ratio::ONE,
+            Shortcut::Reuse => Ratio::ZERO,
+        }
+    }
+}
+
 impl fmt::Display for Shortcut {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -136,16 +185,21 @@ impl fmt::Display for Shortcut {
 }
 
 impl fmt::Display for RatioChoice {
-    /// `r=0.23 (auto: load 1.2 ms/layer, recompute 0.9 ms/layer at r=0.15)`.
+    /// `r=0.230 (auto: load 1.20 ms/layer, recompute 0.90 ms/layer at r=0.15)`, and where a
+    /// shortcut replaced the pick, `r=1.000 (auto: …, picked r=0.926 before the shortcut)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "r={:.3} (auto: load {:.2} ms/layer, recompute {:.2} ms/layer at r={})",
+            "r={:.3} (auto: load {:.2} ms/layer, recompute {:.2} ms/layer at r={}",
             self.ratio.get(),
             self.load_per_layer.as_secs_f64() * 1e3,
             self.recompute_per_layer_at_floor.as_secs_f64() * 1e3,
             self.floor
-        )
+        )?;
+        if self.picked != self.ratio {
+            write!(f, ", picked r={:.3} before the shortcut", self.picked.get())?;
+        }
+        f.write_str(")")
     }
 }
 
@@ -191,6 +245,21 @@ mod tests {
         assert!(
             ratios.windows(2).all(|pair| pair[0] <= pair[1]),
             "{ratios:?}"
+        );
+    }
+
+    #[test]
+    fn declared_costs_decide_as_the_measured_ones_would() {
+        // Loading a layer takes 4 ms, recomputing all of it 10 ms: 40% fits.
+        let declared = DeclaredCosts {
+            load_per_layer: Duration::from_millis(4),
+            recompute_per_layer: Duration::from_millis(10),
+        };
+        let choice = choose_ratio(&declared.layer_costs(1000), 1000, floor());
+        assert_eq!(choice.ratio, Ratio::new(0.4).expect("a fraction"));
+        assert_eq!(
+            choice.to_string(),
+            "r=0.400 (auto: load 4.00 ms/layer, recompute 1.50 ms/layer at r=0.15)"
         );
     }
 
@@ -257,5 +326,23 @@ mod tests {
             choice.to_string(),
             "r=0.400 (auto: load 4.00 ms/layer, recompute 1.50 ms/layer at r=0.15)"
         );
+        assert_eq!(choice.applying(None), choice);
+    }
+
+    #[test]
+    fn a_shortcut_replaces_the_ratio_and_keeps_the_pick() {
+        let choice = choose_ratio(&costs(4.0, 10.0), 1000, floor());
+        let full = choice.applying(Some(Shortcut::Full {
+            blend_token_layers: 2,
+            full_token_layers: 1,
+        }));
+        assert_eq!((full.ratio, full.picked), (Ratio::ONE, choice.ratio));
+        assert_eq!(
+            full.to_string(),
+            "r=1.000 (auto: load 4.00 ms/layer, recompute 1.50 ms/layer at r=0.15, picked \
+             r=0.400 before the shortcut)"
+        );
+        let reuse = choice.applying(Some(Shortcut::Reuse));
+        assert_eq!((reuse.ratio, reuse.picked), (Ratio::ZERO, choice.ratio));
     }
 }

@@ -49,7 +49,9 @@ pub use crate::attention_mass::{AttentionMass, MassWeighting};
 pub use blend_options::{
     BlendOptions, Deviation, HEAD_ROWS, Pipelining, Ratio, Selection, ValueError,
 };
-pub use controller::{LayerCosts, RatioChoice, RemainingWork, Shortcut, choose_ratio};
+pub use controller::{
+    DeclaredCosts, LayerCosts, RatioChoice, RemainingWork, Shortcut, choose_ratio,
+};
 pub use model_load::load_model_and_tokenizer;
 pub use plan::{PlannedSpan, SplicePlan};
 pub use pml_compiler::LaidOutSchema;

@@ -126,6 +126,7 @@ impl BlendArgs {
                 RecomputeArg::Auto => self.recompute_floor,
             },
             auto_ratio: recompute == RecomputeArg::Auto,
+            declared_costs: None,
             pipelining: match self.pipeline {
                 PipelineArg::Auto => Pipelining::Auto,
                 PipelineArg::On => Pipelining::Always,
