@@ -8,6 +8,7 @@
 #   PML_HOME              cache root (default ~/.cache/pml); the venv is $PML_HOME/venv-openai,
 #                         the Node package $PML_HOME/node-openai/node_modules/openai
 #   OPENAI_VERSION        Python `openai` version (default 3.54.0)
+#   AGENTS_VERSION        Python `openai-agents` version (default 0.24.0)
 #   NODE_OPENAI_VERSION   Node `openai` version (default 7.57.0)
 #   PYTHON                interpreter used to create the venv (default python3)
 set -euo pipefail
@@ -15,6 +16,7 @@ set -euo pipefail
 PML_HOME="${PML_HOME:-$HOME/.cache/pml}"
 VENV="$PML_HOME/venv-openai"
 VERSION="${OPENAI_VERSION:-3.54.0}"
+AGENTS_VERSION="${AGENTS_VERSION:-0.24.0}"
 NODE_VERSION="${NODE_OPENAI_VERSION:-7.57.0}"
 NODE_PREFIX="$PML_HOME/node-openai"
 PYTHON="${PYTHON:-python3}"
@@ -22,12 +24,13 @@ PYTHON="${PYTHON:-python3}"
 log() { printf '[setup-openai-client] %s\n' "$*"; }
 
 if [ -x "$VENV/bin/python" ] &&
-    "$VENV/bin/python" -c "import sys, openai, jsonschema; sys.exit(openai.__version__ != '$VERSION')" 2>/dev/null; then
-    log "python openai $VERSION already installed in $VENV"
+    "$VENV/bin/python" -c "import sys, openai, jsonschema, importlib.metadata as m; sys.exit(openai.__version__ != '$VERSION' or m.version('openai-agents') != '$AGENTS_VERSION')" 2>/dev/null; then
+    log "python openai $VERSION and openai-agents $AGENTS_VERSION already installed in $VENV"
 else
-    log "installing python openai $VERSION into $VENV"
+    log "installing python openai $VERSION and openai-agents $AGENTS_VERSION into $VENV"
     "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "openai==$VERSION" jsonschema
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "openai==$VERSION" \
+        "openai-agents==$AGENTS_VERSION" jsonschema
     "$VENV/bin/python" -c "import openai; print('[setup-openai-client] python openai', openai.__version__)"
 fi
 

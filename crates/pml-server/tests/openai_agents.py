@@ -69,10 +69,11 @@ async def run(name, model, streamed):
 
 async def answer_in_full(name, model):
     plain = agent(model, [])
-    result = await Runner.run(plain, "Write three sentences about the sea.", max_turns=1)
+    result = await Runner.run(plain, "Count from 1 to 30, separated by spaces.", max_turns=1)
     response = result.raw_responses[-1]
     tokens = response.usage.output_tokens
     check(f"{name}: a plain answer is not cut at 16 tokens", tokens > 16, tokens)
+    check(f"{name}: it runs to the end", "29 30" in str(result.final_output), result.final_output)
 
 
 async def main():

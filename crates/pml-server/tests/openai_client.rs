@@ -6,6 +6,8 @@
 //! (required, named and streamed, auto, none, the round trip with a tool result);
 //! `tests/openai_client_responses.py` drives `/v1/responses` (text and items, streamed raw and
 //! through the SDK's stream helper, a function tool, `previous_response_id`, `text.format`).
+//! `tests/openai_agents.py` runs OpenAI's Agents SDK (`openai-agents`) as a new user does: the
+//! default agent with one function tool, no token limit, through both APIs, plain and streamed.
 //! Node (`openai` from npm): `tests/openai_client_node.cjs`, tools on chat and the Responses API.
 //! Skipped with a message when the model or a client is missing, unless `PML_REQUIRE_OPENAI=1`
 //! (the test command sets it after installing the clients).
@@ -89,6 +91,7 @@ fn the_official_openai_clients_get_what_they_expect() {
             "openai_client.py",
             "openai_client_tools.py",
             "openai_client_responses.py",
+            "openai_agents.py",
         ] {
             run_script(Command::new(python), &tests.join(script), &server);
         }
