@@ -291,3 +291,16 @@ fn an_upload_past_the_body_limit_gets_the_json_error_shape() {
     assert_eq!(status, 413, "{text}");
     assert_eq!(parse(&text)["error"]["type"], "request_too_large", "{text}");
 }
+
+#[test]
+fn a_pml_prompt_opening_with_a_comment_is_bound_to_its_schema() {
+    let server = TestServer::tiny(ServerConfig::default());
+    server.upload_ready(support::SCHEMA);
+    let prompt = format!("<!-- asked by the notes page -->\n{}", support::PROMPT);
+    let (status, answer) = server.complete(&json!({"prompt": prompt, "max_tokens": 2}));
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer["usage"]["cached_tokens"].as_u64() > Some(0),
+        "answered as plain text: {answer}"
+    );
+}

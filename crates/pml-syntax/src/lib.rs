@@ -16,6 +16,7 @@ mod lower;
 pub mod names;
 mod parse;
 pub mod render;
+pub mod root_tag;
 pub mod rules;
 pub mod shown;
 pub mod span;

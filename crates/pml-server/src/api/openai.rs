@@ -274,7 +274,8 @@ pub fn finish_reason(end: JobEnd, called: bool) -> &'static str {
     }
 }
 
-/// Whether a completion prompt is a PML prompt rather than plain text.
+/// Whether a completion prompt is a PML prompt rather than plain text: `<prompt …>` first, after
+/// any comments (files often open with one).
 pub fn is_pml_prompt(prompt: &str) -> bool {
-    prompt.trim_start().starts_with("<prompt")
+    pml_syntax::root_tag::is_prompt(prompt)
 }

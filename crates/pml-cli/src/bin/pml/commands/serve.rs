@@ -197,7 +197,7 @@ fn load_schemas(server: &ServerHandle, folder: &Path) -> Result<(), Failure> {
         let source = pml_cli::source_file::read_source(&path)
             .with_context(|| format!("reading {}", path.display()))
             .map_err(Failure::Usage)?;
-        if !source.trim_start().starts_with("<schema") {
+        if !pml_syntax::root_tag::is_schema(&source) {
             continue;
         }
         match server.load_schema(source, folder.to_path_buf()) {
