@@ -116,12 +116,28 @@ pub struct CompileSummary {
     pub elapsed: Duration,
 }
 
-/// Encodes every unit of `layout` the store lacks, with a progress bar, and sums up.
+/// Encodes every unit of `layout` the store lacks, with a progress bar, and sums up; a store
+/// that cannot be written is an error.
 pub fn compile_schema(
     runtime: &Runtime,
     layout: &SchemaLayout,
     file: &SourceText,
 ) -> Result<CompileSummary, Failure> {
+    compile_schema_if_writable(runtime, layout, file)?.ok_or_else(|| {
+        Failure::Failed(anyhow::anyhow!(
+            "`{}` is not compiled: the module store cannot be written",
+            layout.schema_name
+        ))
+    })
+}
+
+/// [`compile_schema`], or `None` (the reason among the warnings printed) when the store cannot
+/// be written: a run then computes the states it needs itself.
+pub fn compile_schema_if_writable(
+    runtime: &Runtime,
+    layout: &SchemaLayout,
+    file: &SourceText,
+) -> Result<Option<CompileSummary>, Failure> {
     let mut progress = EncodeProgress::new(&layout.schema_name);
     let encoded = runtime.encode(layout, &mut |event| progress.observe(event));
     progress.finish();
@@ -129,6 +145,9 @@ pub fn compile_schema(
     for warning in &report.warnings {
         eprintln!("warning: {warning}");
     }
+    let Some(manifest_path) = &report.manifest_path else {
+        return Ok(None);
+    };
     let manifest = runtime
         .store()
         .read_manifest(&layout.schema_name)
@@ -137,14 +156,14 @@ pub fn compile_schema(
             format!(
                 "the manifest of `{}` cannot be read back from {}",
                 layout.schema_name,
-                report.manifest_path.display()
+                manifest_path.display()
             )
         })?;
-    Ok(summarize(
+    Ok(Some(summarize(
         &report,
         file,
         manifest.units.iter().map(|unit| unit.bytes).sum(),
-    ))
+    )))
 }
 
 fn summarize(report: &EncodeReport, file: &SourceText, kv_bytes: u64) -> CompileSummary {

@@ -117,8 +117,9 @@ pub struct EncodeReport {
     pub elapsed: Duration,
     /// Stored states found unusable and re-encoded.
     pub warnings: Vec<String>,
-    /// Where the schema's manifest was written.
-    pub manifest_path: PathBuf,
+    /// Where the schema's manifest was written; `None` when the store could not be written
+    /// (said among the warnings).
+    pub manifest_path: Option<PathBuf>,
 }
 
 impl EncodeReport {
@@ -308,7 +309,17 @@ impl EncodeRun {
             std::mem::take(&mut self.manifest_units),
         )
         .with_keep(options.keep);
-        let manifest_path = store.write_manifest(&manifest)?;
+        let manifest_path = match store.write_manifest(&manifest) {
+            Ok(path) => Some(path),
+            Err(error @ StoreError::Io { .. }) => {
+                self.warnings.push(format!(
+                    "the schema's manifest cannot be written ({error}): its states are used \
+                     for this run only"
+                ));
+                None
+            }
+            Err(error) => return Err(error.into()),
+        };
         Ok(Some(EncodeReport {
             schema_name: layout.schema_name.clone(),
             mode: options.mode,

@@ -85,6 +85,7 @@ impl PartialUnit {
 pub struct UnitMemory {
     known: HashMap<UnitId, Arc<KvBlock>>,
     last_context: Option<(Vec<UnitRows>, Vec<KvBlock>)>,
+    store_unwritable: bool,
 }
 
 /// The model, layout and store that unit states are computed with and kept in.
@@ -103,6 +104,8 @@ pub struct UnitEncoder<'a> {
     /// right after their parent's text) does not gather them again.
     last_context: Option<(Vec<UnitRows>, Vec<KvBlock>)>,
     warnings: Vec<String>,
+    /// Whether a write to the store failed (said once among the warnings).
+    store_unwritable: bool,
 }
 
 impl<'a> UnitEncoder<'a> {
@@ -134,6 +137,7 @@ impl<'a> UnitEncoder<'a> {
             puts: HashMap::new(),
             last_context: None,
             warnings: Vec::new(),
+            store_unwritable: false,
         })
     }
 
@@ -321,7 +325,14 @@ impl<'a> UnitEncoder<'a> {
         on_wait: &mut dyn FnMut(&LayoutUnit),
     ) -> Result<Begun, EncodeError> {
         let layout_unit = unit(self.layout, unit_id)?;
-        let lock = self.store.lock(&key, &mut || on_wait(layout_unit))?;
+        let lock = match self.store.lock(&key, &mut || on_wait(layout_unit)) {
+            Ok(lock) => lock,
+            Err(error @ StoreError::Io { .. }) => {
+                self.note_unwritable(&error);
+                None
+            }
+            Err(error) => return Err(error.into()),
+        };
         if lock.is_some()
             && let Ok(Some(hit)) = self.store.get(&key)
             && matches_unit(&hit.state, layout_unit, self.unit_keep(unit_id))
@@ -442,8 +453,13 @@ impl<'a> UnitEncoder<'a> {
         // encoded after this one sees the same context rows whether this state came from memory
         // or, in another run, from the store.
         let block = state.kv().clone();
-        let puts = self.store.put(&key, state)?;
-        self.puts.insert(unit_id, puts);
+        match self.store.put(&key, state) {
+            Ok(puts) => {
+                self.puts.insert(unit_id, puts);
+            }
+            Err(error @ StoreError::Io { .. }) => self.note_unwritable(&error),
+            Err(error) => return Err(error.into()),
+        }
         let block = Arc::new(block);
         self.known.insert(unit_id, Arc::clone(&block));
         if let Some(lock) = lock {
@@ -458,6 +474,7 @@ impl<'a> UnitEncoder<'a> {
         UnitMemory {
             known: self.known,
             last_context: self.last_context,
+            store_unwritable: self.store_unwritable,
         }
     }
 
@@ -466,7 +483,21 @@ impl<'a> UnitEncoder<'a> {
         Self {
             known: memory.known,
             last_context: memory.last_context,
+            store_unwritable: memory.store_unwritable,
             ..self
+        }
+    }
+
+    /// A store that cannot be written (a read-only folder, a full disk) costs the states' reuse
+    /// in later runs, not this run: the states computed now are used from memory, and the
+    /// first such failure is reported once.
+    fn note_unwritable(&mut self, error: &StoreError) {
+        if !self.store_unwritable {
+            self.store_unwritable = true;
+            self.warnings.push(format!(
+                "the module store cannot be written ({error}): the states computed now are \
+                 used for this run only"
+            ));
         }
     }
 

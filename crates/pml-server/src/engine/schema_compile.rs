@@ -163,6 +163,11 @@ impl SchemaCompiler {
         match step {
             Ok(None) => self.encoding = Some((name, run)),
             Ok(Some(report)) => {
+                // Worked around (a store that cannot be written, a corrupt state re-encoded):
+                // the schema still answers, its missing states computed when asked.
+                for warning in &report.warnings {
+                    tracing::warn!("schema `{name}`: {warning}");
+                }
                 registry.update(&name, |info| {
                     info.status = SchemaStatus::Ready;
                     info.units_done = info.units_total;

@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use pml_cli::check_command::ColorChoice;
-use pml_cli::compile_command::{compile_schema, units_missing};
+use pml_cli::compile_command::{compile_schema_if_writable, units_missing};
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{CheckedFile, RuntimeArgs, SourceText, bind, check, lay_out, open_runtime};
 use pml_engine::generation::Generation;
@@ -225,8 +225,14 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
                  compiling it first",
                 laid_out.layout.schema_name, opened.id
             );
-            let summary = compile_schema(runtime, &laid_out.layout, &schema)?;
-            eprintln!("{summary}");
+            match compile_schema_if_writable(runtime, &laid_out.layout, &schema)? {
+                Some(summary) => eprintln!("{summary}"),
+                None => eprintln!(
+                    "schema `{}` is computed for this run only: the module store cannot be \
+                     written",
+                    laid_out.layout.schema_name
+                ),
+            }
         }
     }
     let (layout, bound) = match &previous {
