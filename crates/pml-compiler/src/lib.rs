@@ -42,7 +42,8 @@ pub use rules::all_rules;
 pub use schema_index::{ModuleId, SchemaIndex, Scope};
 pub use schema_search::SchemaSearch;
 pub use source_loader::{
-    FsSourceLoader, MemorySourceLoader, RefuseSources, SourceError, SourceLoader,
+    FsSourceLoader, MemorySourceLoader, ReadFileError, RefuseSources, SourceError, SourceLoader,
+    read_regular_file,
 };
 pub use source_plan::{LaidOutSchema, PlanError, PlanModel, bind_source, lay_out_source};
 pub use tokenizer::{TokenizeError, Tokenizer};

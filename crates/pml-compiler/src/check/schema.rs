@@ -523,6 +523,12 @@ fn load_sources(
                         &rules::SRC_OUTSIDE_SCHEMA_FOLDER,
                         "name a file inside the schema's folder, by a relative path",
                     )
+                } else if matches!(error, SourceError::NotRegularFile { .. }) {
+                    (
+                        &rules::SRC_UNREADABLE,
+                        "name a regular file, not a directory, FIFO, socket or device (reading \
+                         a FIFO would wait for a writer)",
+                    )
                 } else if matches!(error, SourceError::Refused(_)) {
                     (
                         &rules::SRC_UNREADABLE,

@@ -304,6 +304,39 @@ fn pml110_src_refused_by_host() {
     assert!(!help.contains("relative to the schema's folder"), "{help}");
 }
 
+/// A `src` naming a FIFO in the schema's folder: the check returns at once with PML110, where it
+/// used to wait for a writer for ever.
+#[cfg(unix)]
+#[test]
+fn pml110_src_fifo_is_refused() {
+    let dir = std::env::temp_dir().join(format!("pml-check-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.join("notes.txt"))
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let root = dir.clone();
+    std::thread::spawn(move || {
+        let loader = crate::FsSourceLoader::new(root);
+        let source = r#"<schema name="s"><module name="a" src="notes.txt"/></schema>"#;
+        let _ = sender.send(schema_diagnostics_with(source, &loader));
+    });
+    let diagnostics = receiver
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the check returns instead of blocking on the FIFO");
+    assert_eq!(codes(&diagnostics), ["PML110"]);
+    assert_eq!(
+        diagnostics[0].labels[0].message,
+        "`notes.txt` is not a regular file (a FIFO)"
+    );
+    let help = diagnostics[0].help.as_deref().unwrap_or_default();
+    assert!(help.contains("regular file"), "{help}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn src_text_is_returned() {
     let schema = parse_schema(
