@@ -39,7 +39,7 @@ pub use layout::{layout_schema, unit_of};
 /// The diagnostics a [`PlanError`] carries, for hosts that render them.
 pub use pml_syntax::Diagnostic;
 pub use rules::all_rules;
-pub use schema_index::{ModuleId, SchemaIndex, Scope};
+pub use schema_index::{MAX_SCHEMA_NAME_CHARS, ModuleId, SchemaIndex, Scope};
 pub use schema_search::SchemaSearch;
 pub use source_loader::{
     FsSourceLoader, MemorySourceLoader, ReadFileError, RefuseSources, SourceError, SourceLoader,

@@ -455,6 +455,28 @@ fn pml116_names_must_be_tag_names() {
 }
 
 #[test]
+fn pml117_schema_names_are_bounded() {
+    use crate::schema_index::MAX_SCHEMA_NAME_CHARS;
+    let at_limit = "é".repeat(MAX_SCHEMA_NAME_CHARS);
+    assert_clean(&format!("<schema name=\"{at_limit}\">x</schema>"));
+    let long = "n".repeat(300);
+    let source = format!("<schema name=\"{long}\">x</schema>");
+    let diagnostics = schema_diagnostics(&source);
+    assert_eq!(codes(&diagnostics), ["PML117"]);
+    assert_eq!(primary_text(&source, &diagnostics[0]), long);
+    assert_eq!(
+        diagnostics[0].message,
+        "the schema's name is 300 characters long, more than the 128 a name may have"
+    );
+    assert!(diagnostics[0].help.is_some());
+    let summary = crate::rules::SCHEMA_NAME_TOO_LONG.summary;
+    assert!(summary.contains(&MAX_SCHEMA_NAME_CHARS.to_string()));
+    // Module names go into no file name: only the schema's is bounded.
+    let long_module = format!("<schema name=\"s\"><module name=\"{long}\">x</module></schema>");
+    assert_clean(&long_module);
+}
+
+#[test]
 fn nested_roles_are_left_to_the_parser() {
     let parse = pml_syntax::parse("<schema name=\"s\"><user>a <system>b</system></user></schema>");
     let syntax_codes = codes(&parse.diagnostics);
