@@ -1,6 +1,9 @@
 //! Reading a PML file: UTF-8 text, or an error that says where it stops being UTF-8 and what the
 //! file probably is (UTF-16, Latin-1, binary), instead of "stream did not contain valid UTF-8".
+//! Only regular files are read: a FIFO or a device among the files (`x.pml` in a folder of
+//! schemas) would block the reader for ever.
 
+use pml_compiler::ReadFileError;
 use std::path::Path;
 
 /// Why a file could not be read as PML source.
@@ -8,6 +11,8 @@ use std::path::Path;
 pub enum ReadSourceError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error("not a regular file ({0}); PML files are read from regular files only")]
+    NotRegular(&'static str),
     #[error(
         "not UTF-8 text: byte 0x{byte:02X} at offset {offset} (line {line}, column {column}) \
          {what}; {hint}"
@@ -22,9 +27,13 @@ pub enum ReadSourceError {
     },
 }
 
-/// The text of `path`.
+/// The text of `path`, a regular file (symbolic links followed).
 pub fn read_source(path: &Path) -> Result<String, ReadSourceError> {
-    decode(std::fs::read(path)?)
+    match pml_compiler::read_regular_file(path) {
+        Ok(bytes) => decode(bytes),
+        Err(ReadFileError::NotRegular(kind)) => Err(ReadSourceError::NotRegular(kind)),
+        Err(ReadFileError::Io(error)) => Err(ReadSourceError::Io(error)),
+    }
 }
 
 /// `bytes` as UTF-8 text, or where and why not.

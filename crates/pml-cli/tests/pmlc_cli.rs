@@ -163,6 +163,117 @@ fn unreadable_files_exit_2_but_the_others_are_checked() {
     assert!(text.contains("module without a name"), "{text}");
 }
 
+/// Runs `pmlc` and waits at most a minute: a run that blocks is killed and fails the test.
+fn pmlc_or_hang(args: &[&str], cwd: &Path) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pmlc"))
+        .args(args)
+        .current_dir(cwd)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run pmlc");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().expect("wait for pmlc").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("pmlc {args:?} did not return");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("pmlc's output")
+}
+
+#[cfg(unix)]
+#[test]
+fn fifos_are_refused_not_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for fifo in ["notes.txt", "pipe.pml"] {
+        let made = Command::new("mkfifo")
+            .arg(dir.path().join(fifo))
+            .status()
+            .expect("run mkfifo");
+        assert!(made.success(), "mkfifo failed");
+    }
+    std::fs::write(
+        dir.path().join("s.pml"),
+        "<schema name=\"s\"><module name=\"m\" src=\"notes.txt\"/></schema>",
+    )
+    .expect("write");
+    let output = pmlc_or_hang(&["check", "--format", "json", "s.pml"], dir.path());
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let entries = json(&output);
+    assert_eq!(codes(&entries), ["PML110"]);
+    assert_eq!(
+        entries[0]["labels"][0]["message"],
+        "`notes.txt` is not a regular file (a FIFO)"
+    );
+    let output = pmlc_or_hang(&["check", "pipe.pml"], dir.path());
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("not a regular file (a FIFO)"),
+        "{}",
+        stderr(&output)
+    );
+    // A prompt whose schema would be `pipe.pml` beside it looks on and does not block.
+    std::fs::write(
+        dir.path().join("p.pml"),
+        "<prompt schema=\"pipe\"></prompt>",
+    )
+    .expect("write");
+    let output = pmlc_or_hang(&["check", "p.pml"], dir.path());
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+}
+
+#[test]
+fn long_schema_names_are_refused_by_check_and_compile() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let name = "n".repeat(300);
+    std::fs::write(
+        dir.path().join("long.pml"),
+        format!("<schema name=\"{name}\">text</schema>"),
+    )
+    .expect("write");
+    let output = pmlc(&["check", "--format", "json", "long.pml"], dir.path());
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_eq!(codes(&json(&output)), ["PML117"]);
+    // Refused before any model is loaded, and before the store would need the name as a file name.
+    let output = pmlc(
+        &[
+            "compile",
+            "--color",
+            "never",
+            "--model",
+            "no-such-model.gguf",
+            "long.pml",
+        ],
+        dir.path(),
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(stderr(&output).contains("PML117"), "{}", stderr(&output));
+}
+
+#[test]
+fn a_megabyte_of_unclosed_comment_openers_gives_one_diagnostic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("comments.pml"),
+        format!("<prompt schema=\"s\">{}", "<!--".repeat(250_000)),
+    )
+    .expect("write");
+    let output = pmlc_or_hang(&["check", "--format", "json", "comments.pml"], dir.path());
+    let entries = json(&output);
+    assert!(entries.len() <= 4, "{:?}", codes(&entries));
+    assert_eq!(
+        entries
+            .iter()
+            .filter(|entry| entry["code"] == "PML006")
+            .count(),
+        1
+    );
+}
+
 #[test]
 fn a_latin1_file_says_where_it_stops_being_utf8_and_a_bom_is_fine() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -530,6 +641,11 @@ fn explain() {
         String::from_utf8_lossy(&list.stdout)
             .lines()
             .any(|line| line.starts_with("PML213"))
+    );
+    let long_name = pmlc(&["explain", "PML117"], &root);
+    assert!(
+        String::from_utf8_lossy(&long_name.stdout)
+            .starts_with("PML117 schema-name-too-long (error)")
     );
     let unknown = pmlc(&["explain", "PML999"], &root);
     assert_eq!(unknown.status.code(), Some(2));

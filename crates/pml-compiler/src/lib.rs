@@ -39,10 +39,11 @@ pub use layout::{layout_schema, unit_of};
 /// The diagnostics a [`PlanError`] carries, for hosts that render them.
 pub use pml_syntax::Diagnostic;
 pub use rules::all_rules;
-pub use schema_index::{ModuleId, SchemaIndex, Scope};
+pub use schema_index::{MAX_SCHEMA_NAME_CHARS, ModuleId, SchemaIndex, Scope};
 pub use schema_search::SchemaSearch;
 pub use source_loader::{
-    FsSourceLoader, MemorySourceLoader, RefuseSources, SourceError, SourceLoader,
+    FsSourceLoader, MemorySourceLoader, ReadFileError, RefuseSources, SourceError, SourceLoader,
+    read_regular_file,
 };
 pub use source_plan::{LaidOutSchema, PlanError, PlanModel, bind_source, lay_out_source};
 pub use tokenizer::{TokenizeError, Tokenizer};

@@ -16,6 +16,13 @@ use std::collections::HashMap;
 /// The largest `len` a parameter may reserve.
 pub const MAX_PARAM_LEN: u32 = 32_768;
 
+/// The longest schema name, in characters. A schema's name goes into file names (its manifest in
+/// the module store, a server's saved copy of an upload), which file systems cap at 255 bytes;
+/// those file names are bounded whatever the name, but a name that has to be hashed to fit is
+/// no longer readable in a directory listing. 128 is far more than a readable name needs, and it
+/// keeps valid every name a server could save before names were bounded (up to 125 bytes).
+pub const MAX_SCHEMA_NAME_CHARS: usize = 128;
+
 /// A module, numbered in schema order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ModuleId(u32);

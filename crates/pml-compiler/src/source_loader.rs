@@ -1,7 +1,9 @@
 //! Loading the files that modules name in `src="..."`. The checker goes through the
 //! [`SourceLoader`] trait so each host decides what a schema may read: the CLI reads the schema's
 //! folder ([`FsSourceLoader`]), tests use a map ([`MemorySourceLoader`]), and a server that
-//! accepts schemas from clients refuses every `src` ([`RefuseSources`]).
+//! accepts schemas from clients refuses every `src` ([`RefuseSources`]). Files are read only when
+//! they are regular files ([`read_regular_file`], which every host uses for the PML files it
+//! finds): reading a FIFO or a device can block for ever.
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -18,6 +20,8 @@ pub enum SourceError {
     NotFound(String),
     #[error("`{0}` is not valid UTF-8")]
     NotUtf8(String),
+    #[error("`{path}` is not a regular file ({kind})")]
+    NotRegularFile { path: String, kind: &'static str },
     #[error("`{path}` cannot be read: {reason}")]
     Unreadable { path: String, reason: String },
     #[error("`{0}` cannot be loaded: this host does not allow `src` files")]
@@ -66,9 +70,69 @@ impl SourceLoader for FsSourceLoader {
         if !file.starts_with(&root) {
             return Err(SourceError::OutsideRoot(path.to_string()));
         }
-        let bytes = std::fs::read(&file).map_err(unreadable)?;
+        let bytes = read_regular_file(&file).map_err(|error| match error {
+            ReadFileError::NotRegular(kind) => SourceError::NotRegularFile {
+                path: path.to_string(),
+                kind,
+            },
+            ReadFileError::Io(error) => unreadable(error),
+        })?;
         String::from_utf8(bytes).map_err(|_| SourceError::NotUtf8(path.to_string()))
     }
+}
+
+/// Why [`read_regular_file`] read nothing.
+#[derive(Debug, Error)]
+pub enum ReadFileError {
+    /// The path (symbolic links followed) is a directory, FIFO, socket or device.
+    #[error("not a regular file ({0})")]
+    NotRegular(&'static str),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// The bytes of `path` if it is a regular file, symbolic links followed. Anything else is refused
+/// before it is opened: opening a FIFO blocks until some process writes to it, and a device may
+/// never end, so a schema naming one (or a folder holding one) would hang whoever reads it, with
+/// no timeout and deaf to signals. The opened file is checked again, in case the path was
+/// replaced in between.
+pub fn read_regular_file(path: &Path) -> Result<Vec<u8>, ReadFileError> {
+    let kind = |metadata: &std::fs::Metadata| {
+        let file_type = metadata.file_type();
+        (!file_type.is_file()).then(|| describe_file_type(file_type))
+    };
+    if let Some(kind) = kind(&std::fs::metadata(path)?) {
+        return Err(ReadFileError::NotRegular(kind));
+    }
+    let mut file = std::fs::File::open(path)?;
+    let metadata = file.metadata()?;
+    if let Some(kind) = kind(&metadata) {
+        return Err(ReadFileError::NotRegular(kind));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or_default());
+    std::io::Read::read_to_end(&mut file, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// What a file that is not a regular file is, for messages.
+fn describe_file_type(file_type: std::fs::FileType) -> &'static str {
+    if file_type.is_dir() {
+        return "a directory";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if file_type.is_fifo() {
+            return "a FIFO";
+        }
+        if file_type.is_socket() {
+            return "a socket";
+        }
+        if file_type.is_block_device() || file_type.is_char_device() {
+            return "a device";
+        }
+    }
+    "a special file"
 }
 
 /// Files held in memory, keyed by normalised relative path (`a/./b/../c.txt` finds `a/c.txt`).
@@ -236,10 +300,13 @@ mod tests {
             loader.load("latin1.txt"),
             Err(SourceError::NotUtf8("latin1.txt".into()))
         );
-        assert!(matches!(
+        assert_eq!(
             loader.load("sub"),
-            Err(SourceError::Unreadable { .. })
-        ));
+            Err(SourceError::NotRegularFile {
+                path: "sub".into(),
+                kind: "a directory"
+            })
+        );
         let absolute = dir.join("secret.txt").display().to_string();
         assert_eq!(
             loader.load(&absolute),
@@ -257,6 +324,53 @@ mod tests {
                 .expect("symlink");
             assert_eq!(loader.load("inner.txt"), Ok("inside".to_string()));
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Loads `path` on another thread, so that a load that blocks fails the test instead of
+    /// hanging it.
+    #[cfg(unix)]
+    fn load_or_hang(loader: FsSourceLoader, path: &str) -> Result<String, SourceError> {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let path = path.to_string();
+        std::thread::spawn(move || {
+            let _ = sender.send(loader.load(&path));
+        });
+        receiver
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("loading returns instead of blocking")
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn fs_loader_refuses_fifos_without_opening_them() {
+        let dir = temp_dir("fifo");
+        let schema_dir = dir.join("schema");
+        let fifo = schema_dir.join("pipe.txt");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("run mkfifo");
+        assert!(made.success(), "mkfifo failed");
+        std::os::unix::fs::symlink(&fifo, schema_dir.join("to-pipe.txt")).expect("symlink");
+        let loader = FsSourceLoader::new(&schema_dir);
+        for path in ["pipe.txt", "to-pipe.txt"] {
+            assert_eq!(
+                load_or_hang(loader.clone(), path),
+                Err(SourceError::NotRegularFile {
+                    path: path.into(),
+                    kind: "a FIFO"
+                })
+            );
+        }
+        assert!(matches!(
+            read_regular_file(&fifo),
+            Err(ReadFileError::NotRegular("a FIFO"))
+        ));
+        assert!(matches!(
+            read_regular_file(Path::new("/dev/zero")),
+            Err(ReadFileError::NotRegular("a device"))
+        ));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

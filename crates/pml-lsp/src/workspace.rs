@@ -149,7 +149,10 @@ impl Workspace {
             path: Some(path.to_path_buf()),
         };
         self.cached_schema(PathOrUri::Path(path.to_path_buf()), stamp, source, || {
-            std::fs::read_to_string(path).ok()
+            // Regular files only, checked again at the read: a FIFO would block the server.
+            pml_compiler::read_regular_file(path)
+                .ok()
+                .and_then(|bytes| String::from_utf8(bytes).ok())
         })
     }
 

@@ -195,6 +195,17 @@ fn restore_schemas(
     sources
         .into_iter()
         .map(|(path, source)| {
+            let source = match source {
+                Ok(source) => source,
+                Err(error) => {
+                    let incident = Incident::report(format_args!(
+                        "reading the saved schema {}: {}",
+                        path.display(),
+                        error_chain(&error)
+                    ));
+                    return (path, Err(JobError::Internal(incident)));
+                }
+            };
             let (reply, answer) = oneshot::channel();
             let sent = engine.send(EngineRequest::Upload {
                 source,

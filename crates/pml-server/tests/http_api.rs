@@ -677,6 +677,81 @@ fn uploaded_schemas_survive_a_restart_and_deletions_too() {
 }
 
 #[test]
+fn a_long_schema_name_is_refused_at_upload_and_a_saved_one_survives_a_restart() {
+    let folder = tempfile::TempDir::new().expect("temp dir");
+    let config = || ServerConfig {
+        saved_schemas: Some(folder.path().join("schemas")),
+        ..ServerConfig::default()
+    };
+    let mut first = TestServer::tiny(config());
+    // Past the checker's bound: refused with the diagnostic, before anything is saved.
+    let too_long = format!("<schema name=\"{}\">x</schema>", "n".repeat(300));
+    let (status, body) = call("POST", &first.url("/v1/schemas"), Some(&too_long), None);
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(parse(&body)["error"]["diagnostics"][0]["code"], "PML117");
+    // The longest name allowed made a file name of 260 bytes: the upload answered 500 and was
+    // gone after a restart. It is saved under a bounded file name now.
+    let name = "n".repeat(128);
+    let schema = SCHEMA.replacen("name=\"notes\"", &format!("name=\"{name}\""), 1);
+    let (status, body) = call("POST", &first.url("/v1/schemas"), Some(&schema), None);
+    assert_eq!(status, 202, "{body}");
+    first
+        .handle
+        .take()
+        .expect("running")
+        .shutdown()
+        .expect("stops");
+    let second = TestServer::tiny(config());
+    let (status, body) = call(
+        "GET",
+        &second.url(&format!("/v1/schemas/{name}")),
+        None,
+        None,
+    );
+    assert_eq!(status, 200, "a restarted server lists the upload: {body}");
+}
+
+#[test]
+fn a_megabyte_of_broken_markup_gets_a_small_answer() {
+    let server = TestServer::tiny(ServerConfig::default());
+    server.upload_ready(SCHEMA);
+    // One diagnostic for all the unclosed comments, where there was one per `<!--` (76 MB).
+    let comments = format!("<prompt schema=\"notes\">{}", "<!--".repeat(250_000));
+    let (status, body) = call(
+        "POST",
+        &server.url("/v1/completions"),
+        Some(&completion_body(&comments, 2, false)),
+        None,
+    );
+    assert_eq!(status, 400, "{}", &body[..body.len().min(2000)]);
+    let diagnostics = parse(&body)["error"]["diagnostics"].clone();
+    let count = diagnostics.as_array().map_or(0, Vec::len);
+    assert!((1..=3).contains(&count), "{count} diagnostics");
+    assert!(body.len() < 20_000, "{} bytes", body.len());
+    // Many diagnostics of their own (each import after the first is a duplicate) are cut to the
+    // first 50, and the rest counted.
+    let imports = format!(
+        "<prompt schema=\"notes\">{}</prompt>",
+        "<notes/>".repeat(20_000)
+    );
+    let (status, body) = call(
+        "POST",
+        &server.url("/v1/completions"),
+        Some(&completion_body(&imports, 2, false)),
+        None,
+    );
+    assert_eq!(status, 400, "{}", &body[..body.len().min(2000)]);
+    let error = &parse(&body)["error"];
+    assert_eq!(error["diagnostics"].as_array().map(Vec::len), Some(50));
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("the prompt has 19999 errors; 19949 more diagnostics"),
+        "{message}"
+    );
+    assert!(body.len() < 100_000, "{} bytes", body.len());
+}
+
+#[test]
 fn without_a_token_a_closed_server_refuses_uploads() {
     let server = TestServer::tiny(ServerConfig {
         open_admin: false,

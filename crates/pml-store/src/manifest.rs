@@ -178,8 +178,18 @@ impl ManifestStore {
     }
 }
 
+/// The longest name [`safe_file_name`] returns. File systems cap a file name at 255 bytes and
+/// callers add an extension (`.json`, 5 bytes); every name whose safe form fit that before names
+/// were bounded keeps it, so no manifest or session already stored moves.
+pub const MAX_SAFE_FILE_NAME_LEN: usize = 250;
+
+/// Characters of a long name's safe form kept before its hash.
+const LONG_NAME_PREFIX_LEN: usize = 200;
+
 /// A file name that cannot escape its directory: ASCII letters, digits, `-` and `_` are kept,
 /// anything else becomes `_`, and a changed name gets a hash suffix so two names never collide.
+/// A name whose safe form would be longer than [`MAX_SAFE_FILE_NAME_LEN`] is cut and gets a
+/// longer hash after a `.`, which no other form holds.
 pub fn safe_file_name(name: &str) -> String {
     let kept: String = name
         .chars()
@@ -191,11 +201,17 @@ pub fn safe_file_name(name: &str) -> String {
             }
         })
         .collect();
-    if kept == name && !name.is_empty() {
+    if kept == name && !name.is_empty() && kept.len() <= MAX_SAFE_FILE_NAME_LEN {
         return kept;
     }
     let digest = format!("{:x}", Sha256::digest(name.as_bytes()));
-    format!("{kept}-{}", &digest[..8])
+    let short = format!("{kept}-{}", &digest[..8]);
+    if short.len() <= MAX_SAFE_FILE_NAME_LEN {
+        return short;
+    }
+    // `kept` is ASCII, so any byte is a character boundary.
+    let prefix = kept.get(..LONG_NAME_PREFIX_LEN).unwrap_or(&kept);
+    format!("{prefix}.{}", &digest[..32])
 }
 
 /// Serde for [`EncodeMode`] by its stable name (the compiler's type only serialises).
@@ -279,6 +295,32 @@ mod tests {
         other_version.format_version += 1;
         std::fs::write(&path, serde_json::to_vec(&other_version).unwrap()).unwrap();
         assert!(manifests.read(fingerprint, "travel").found().is_none());
+    }
+
+    #[test]
+    fn long_names_get_bounded_file_names() {
+        let root = tempfile::tempdir().unwrap();
+        let manifests = ManifestStore::new(root.path());
+        let fingerprint = "0123456789abcdef0123";
+        // From 251 characters the manifest's file name passed 255 bytes and the write failed.
+        for length in [250, 251, 300, 10_000] {
+            for name in ["n".repeat(length), "é".repeat(length)] {
+                let file_name = safe_file_name(&name);
+                assert!(file_name.len() <= MAX_SAFE_FILE_NAME_LEN, "{length}");
+                let written = manifest(&name);
+                manifests.write(&written).unwrap();
+                assert_eq!(manifests.read(fingerprint, &name).found(), Some(written));
+            }
+        }
+        // What fit before is unchanged.
+        assert_eq!(safe_file_name(&"n".repeat(250)), "n".repeat(250));
+        let short_changed = safe_file_name(&"é".repeat(241));
+        assert_eq!(short_changed.len(), 250);
+        assert!(short_changed.starts_with(&"_".repeat(241)));
+        // Long names alike in their first characters stay apart.
+        let a = format!("{}a", "n".repeat(300));
+        let b = format!("{}b", "n".repeat(300));
+        assert_ne!(safe_file_name(&a), safe_file_name(&b));
     }
 
     #[test]

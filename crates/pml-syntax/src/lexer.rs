@@ -105,10 +105,46 @@ pub(crate) enum Token {
 /// U+FEFF at the very start of a file: a byte-order mark, not content.
 pub(crate) const BYTE_ORDER_MARK: char = '\u{feff}';
 
+/// A construct that runs from an opener to a closer, with anything between.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Delimited {
+    Comment,
+    CData,
+    ProcessingInstruction,
+}
+
+impl Delimited {
+    const COUNT: usize = 3;
+
+    fn opener(self) -> &'static str {
+        match self {
+            Delimited::Comment => "<!--",
+            Delimited::CData => "<![CDATA[",
+            Delimited::ProcessingInstruction => "<?",
+        }
+    }
+
+    fn closer(self) -> &'static str {
+        match self {
+            Delimited::Comment => "-->",
+            Delimited::CData => "]]>",
+            Delimited::ProcessingInstruction => "?>",
+        }
+    }
+}
+
 /// Iterator over the tokens of a source text.
 pub(crate) struct Lexer<'s> {
     source: &'s str,
     position: usize,
+    /// For each [`Delimited`] kind (indexed by `kind as usize`), the offset from which a search
+    /// for its closer found none. Every later search would look at a suffix of that text and fail
+    /// too, so it is not repeated: without this, a file of `<!--` repeated searches the rest of
+    /// the file once per opener, quadratic in the file's length.
+    no_closer_from: [Option<usize>; Delimited::COUNT],
+    /// Bytes searched for closers, which tests compare with the source's length.
+    #[cfg(test)]
+    searched_bytes: usize,
 }
 
 impl<'s> Lexer<'s> {
@@ -120,15 +156,36 @@ impl<'s> Lexer<'s> {
         } else {
             0
         };
-        Lexer { source, position }
+        Lexer {
+            source,
+            position,
+            no_closer_from: [None; Delimited::COUNT],
+            #[cfg(test)]
+            searched_bytes: 0,
+        }
     }
 
-    /// Reads the construct `opener` … `closer` starting at `start`; `None` if it is unterminated.
-    fn delimited(&self, start: usize, opener: &str, closer: &str) -> Option<(Span, Span)> {
-        let content_start = start + opener.len();
-        let content_len = self.source[content_start..].find(closer)?;
+    /// Reads the construct of `kind` starting at `start` (its whole span, and its content between
+    /// opener and closer); `None` if it is unterminated. Linear over a whole file: a successful
+    /// search ends where the next token starts, and a failed one is made at most once per kind.
+    fn delimited(&mut self, start: usize, kind: Delimited) -> Option<(Span, Span)> {
+        let kind_index = kind as usize;
+        let content_start = start + kind.opener().len();
+        if self.no_closer_from[kind_index].is_some_and(|failed_from| content_start >= failed_from) {
+            return None;
+        }
+        let rest = self.source.get(content_start..)?;
+        let found = rest.find(kind.closer());
+        #[cfg(test)]
+        {
+            self.searched_bytes += found.map_or(rest.len(), |offset| offset + kind.closer().len());
+        }
+        let Some(content_len) = found else {
+            self.no_closer_from[kind_index] = Some(content_start);
+            return None;
+        };
         let content = Span::new(content_start, content_start + content_len);
-        Some((Span::new(start, content.end + closer.len()), content))
+        Some((Span::new(start, content.end + kind.closer().len()), content))
     }
 
     fn lex_tag(&self, start: usize, is_close: bool) -> TagOutcome {
@@ -154,24 +211,26 @@ impl Iterator for Lexer<'_> {
                 .max(rest.chars().next().map_or(1, char::len_utf8));
         let (token, next_position) = match kind {
             ContentToken::Text => (Token::Text(Span::new(start, end)), end),
-            ContentToken::CommentOpen => match self.delimited(start, "<!--", "-->") {
+            ContentToken::CommentOpen => match self.delimited(start, Delimited::Comment) {
                 Some((span, _)) => (Token::Comment(span), span.end),
                 None => (Token::UnterminatedComment(Span::new(start, end)), end),
             },
-            ContentToken::CDataOpen => match self.delimited(start, "<![CDATA[", "]]>") {
+            ContentToken::CDataOpen => match self.delimited(start, Delimited::CData) {
                 Some((span, content)) => (Token::CData { span, content }, span.end),
                 None => (Token::UnterminatedCData(Span::new(start, end)), end),
             },
-            ContentToken::ProcessingInstructionOpen => match self.delimited(start, "<?", "?>") {
-                Some((span, _)) => (Token::ProcessingInstruction(span), span.end),
-                None => (
-                    Token::StrayLessThan {
-                        span: Span::new(start, start + 1),
-                        reason: "`<?` has no closing `?>`".to_owned(),
-                    },
-                    start + 1,
-                ),
-            },
+            ContentToken::ProcessingInstructionOpen => {
+                match self.delimited(start, Delimited::ProcessingInstruction) {
+                    Some((span, _)) => (Token::ProcessingInstruction(span), span.end),
+                    None => (
+                        Token::StrayLessThan {
+                            span: Span::new(start, start + 1),
+                            reason: "`<?` has no closing `?>`".to_owned(),
+                        },
+                        start + 1,
+                    ),
+                }
+            }
             ContentToken::CloseTagOpen | ContentToken::TagOpen => {
                 match self.lex_tag(start, kind == ContentToken::CloseTagOpen) {
                     TagOutcome::Tag(tag) => {
@@ -487,6 +546,35 @@ mod tests {
             kinds("<![CD"),
             ["stray (`<` is not followed by a tag name)", "text \"![CD\""]
         );
+    }
+
+    #[test]
+    fn a_missing_closer_is_searched_for_once_per_kind() {
+        // Each unterminated opener used to search the rest of the file again: for these 20 kB of
+        // `<!--`, 5·10^7 bytes (for a megabyte, 10^11). Now a failed search is never repeated.
+        let openers = ["<!--", "<?", "<![CDATA["];
+        for opener in openers {
+            let source = opener.repeat(20_000 / opener.len());
+            let mut lexer = Lexer::new(&source);
+            let tokens = lexer.by_ref().count();
+            assert!(
+                tokens >= source.len() / opener.len(),
+                "{opener}: {tokens} tokens"
+            );
+            assert!(
+                lexer.searched_bytes <= source.len(),
+                "{opener}: {} bytes searched in a source of {}",
+                lexer.searched_bytes,
+                source.len()
+            );
+        }
+        let mixed = openers.concat().repeat(2_000);
+        let mut lexer = Lexer::new(&mixed);
+        lexer.by_ref().for_each(drop);
+        assert!(lexer.searched_bytes <= openers.len() * mixed.len());
+        // A closed construct after the failed searches of other kinds is still found.
+        let source = format!("{}<!-- c -->", "<?".repeat(10));
+        assert_eq!(kinds(&source).last().map(String::as_str), Some("comment"));
     }
 
     #[test]

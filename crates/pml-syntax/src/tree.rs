@@ -12,6 +12,7 @@ use crate::names;
 use crate::rules;
 use crate::span::Span;
 use crate::text;
+use std::collections::HashMap;
 
 /// At most this many `<` or unknown tags are labelled in one diagnostic; the message counts all.
 const MAX_LABELS_PER_RUN: usize = 8;
@@ -70,7 +71,9 @@ pub(crate) fn build(source: &str, diagnostics: &mut Vec<Diagnostic>) -> Document
         first_root_tag: None,
         bottom_is_root: false,
         pending: PendingRun::default(),
-        misspelled_open_names: Vec::new(),
+        misspelled_open_names: HashMap::new(),
+        unterminated_comments: Unterminated::default(),
+        unterminated_cdata: Unterminated::default(),
         reported_too_deep: false,
         too_deep_open: 0,
         diagnostics,
@@ -97,9 +100,50 @@ struct PendingRun {
     /// Source range of every piece, comments included.
     range: Option<Span>,
     /// `<` kept as text, with the reason each is not a tag.
-    stray_less_thans: Vec<(Span, String)>,
-    /// Tags kept as text in a schema because they are not PML elements.
-    unknown_tags: Vec<(Span, String)>,
+    stray_less_thans: Labelled,
+    /// Tags kept as text in a schema because they are not PML elements, as written.
+    unknown_tags: Labelled,
+}
+
+/// Things one diagnostic reports: all are counted, the first few kept for its labels, so that a
+/// run of a million `<` holds eight labels and not a million.
+#[derive(Default)]
+struct Labelled {
+    first: Vec<(Span, String)>,
+    count: usize,
+}
+
+impl Labelled {
+    fn push(&mut self, span: Span, text: String) {
+        if self.first.len() < MAX_LABELS_PER_RUN {
+            self.first.push((span, text));
+        }
+        self.count += 1;
+    }
+}
+
+/// The openers of one kind (`<!--` or `<![CDATA[`) that are never closed. When one is not, none
+/// after it is either (no closer follows it), so one diagnostic reports them all.
+#[derive(Default)]
+struct Unterminated {
+    first: Option<Span>,
+    count: usize,
+}
+
+impl Unterminated {
+    fn push(&mut self, span: Span) {
+        self.first.get_or_insert(span);
+        self.count += 1;
+    }
+
+    /// `, nor are the 3 `<!--` after it` for the message, or nothing when there is one.
+    fn later_ones(&self, opener: &str) -> String {
+        match self.count {
+            0 | 1 => String::new(),
+            2 => format!(", nor is the `{opener}` after it"),
+            n => format!(", nor are the {} `{opener}` after it", n - 1),
+        }
+    }
 }
 
 impl PendingRun {
@@ -118,11 +162,15 @@ struct Builder<'s, 'd> {
     /// Whether `stack[0]` is the root (rather than content outside it, which is dropped).
     bottom_is_root: bool,
     pending: PendingRun,
-    /// Open tags reported as misspelled elements: their close tags need no second diagnostic.
-    misspelled_open_names: Vec<String>,
+    /// Open tags reported as misspelled elements, by name with how many are open: their close
+    /// tags need no second diagnostic.
+    misspelled_open_names: HashMap<String, usize>,
     reported_too_deep: bool,
     /// Open tags beyond [`MAX_NESTING_DEPTH`] kept as text; their close tags are text too.
     too_deep_open: usize,
+    /// Reported once each, when the file ends.
+    unterminated_comments: Unterminated,
+    unterminated_cdata: Unterminated,
     diagnostics: &'d mut Vec<Diagnostic>,
 }
 
@@ -140,30 +188,20 @@ impl Builder<'_, '_> {
                     let less_than = Span::new(span.start, span.start + 1);
                     let reason =
                         "`<?` is only read as a processing instruction before the root".to_owned();
-                    self.pending.stray_less_thans.push((less_than, reason));
+                    self.pending.stray_less_thans.push(less_than, reason);
                     self.pending.push(Piece::Verbatim, span);
                 }
             }
             Token::StrayLessThan { span, reason } => {
-                self.pending.stray_less_thans.push((span, reason));
+                self.pending.stray_less_thans.push(span, reason);
                 self.pending.push(Piece::Raw, span);
             }
             Token::UnterminatedComment(span) => {
-                self.diagnostics.push(
-                    Diagnostic::error(rules::UNTERMINATED_COMMENT, "comment is never closed")
-                        .with_label(span, "no `-->` after this")
-                        .with_help(
-                            "add `-->` where the comment ends; until then `<!--` is read as text",
-                        ),
-                );
+                self.unterminated_comments.push(span);
                 self.push_unless_outside_root(span);
             }
             Token::UnterminatedCData(span) => {
-                self.diagnostics.push(
-                    Diagnostic::error(rules::UNTERMINATED_CDATA, "CDATA section is never closed")
-                        .with_label(span, "no `]]>` after this")
-                        .with_help("add `]]>` where the verbatim text ends"),
-                );
+                self.unterminated_cdata.push(span);
                 self.push_unless_outside_root(span);
             }
             Token::Tag(tag) => self.tag(tag),
@@ -213,9 +251,12 @@ impl Builder<'_, '_> {
             if !self.report_misspelled(&tag) {
                 self.pending
                     .unknown_tags
-                    .push((tag.span, format!("<{}>", tag.name.text)));
+                    .push(tag.span, format!("<{}>", tag.name.text));
             } else if !tag.self_closing {
-                self.misspelled_open_names.push(tag.name.text.clone());
+                *self
+                    .misspelled_open_names
+                    .entry(tag.name.text.clone())
+                    .or_default() += 1;
             }
             self.keep_tag_as_text(tag);
             return;
@@ -388,16 +429,16 @@ impl Builder<'_, '_> {
             return;
         }
         if self.is_schema_text_tag(name) {
-            if let Some(index) = self
+            if let Some(open) = self
                 .misspelled_open_names
-                .iter()
-                .position(|open| open == name)
+                .get_mut(name)
+                .filter(|open| **open > 0)
             {
-                self.misspelled_open_names.swap_remove(index);
+                *open -= 1;
             } else if !self.report_misspelled(&tag) {
                 self.pending
                     .unknown_tags
-                    .push((tag.span, format!("</{name}>")));
+                    .push(tag.span, format!("</{name}>"));
             }
             self.keep_tag_as_text(tag);
             return;
@@ -491,6 +532,28 @@ impl Builder<'_, '_> {
         let end = self.source.len();
         while let Some(element) = self.stack.pop() {
             self.close_implicitly(element, end, None);
+        }
+        if let Some(first) = self.unterminated_comments.first {
+            let later = self.unterminated_comments.later_ones("<!--");
+            self.diagnostics.push(
+                Diagnostic::error(
+                    rules::UNTERMINATED_COMMENT,
+                    format!("comment is never closed{later}"),
+                )
+                .with_label(first, "no `-->` after this")
+                .with_help("add `-->` where the comment ends; until then `<!--` is read as text"),
+            );
+        }
+        if let Some(first) = self.unterminated_cdata.first {
+            let later = self.unterminated_cdata.later_ones("<![CDATA[");
+            self.diagnostics.push(
+                Diagnostic::error(
+                    rules::UNTERMINATED_CDATA,
+                    format!("CDATA section is never closed{later}"),
+                )
+                .with_label(first, "no `]]>` after this")
+                .with_help("add `]]>` where the verbatim text ends"),
+            );
         }
         if self.first_root_tag.is_none() {
             self.diagnostics.push(
@@ -600,8 +663,8 @@ impl Builder<'_, '_> {
 
     /// One warning per run for the `<` and the unknown tags it keeps as text.
     fn report_text_markup(&mut self, run: &PendingRun) {
-        if !run.stray_less_thans.is_empty() {
-            let count = run.stray_less_thans.len();
+        if run.stray_less_thans.count > 0 {
+            let count = run.stray_less_thans.count;
             let message = if count == 1 {
                 "`<` does not start a tag and is kept as text".to_owned()
             } else {
@@ -611,29 +674,26 @@ impl Builder<'_, '_> {
                 "if this is text, write `&lt;` for `<` or wrap the text in `<![CDATA[ ... ]]>`; if it is meant \
                  as a tag, fix the tag",
             );
-            for (span, reason) in run.stray_less_thans.iter().take(MAX_LABELS_PER_RUN) {
+            for (span, reason) in &run.stray_less_thans.first {
                 diagnostic = diagnostic.with_label(*span, reason.clone());
             }
             self.diagnostics.push(diagnostic);
         }
-        if !run.unknown_tags.is_empty() {
-            let written: Vec<&str> = run
-                .unknown_tags
-                .iter()
-                .map(|(_, written)| written.as_str())
-                .collect();
-            let message = match written.as_slice() {
-                [one] => format!("`{one}` is not a schema element and is kept as text"),
-                many => format!(
+        if run.unknown_tags.count > 0 {
+            let message = match run.unknown_tags.first.as_slice() {
+                [(_, one)] if run.unknown_tags.count == 1 => {
+                    format!("`{one}` is not a schema element and is kept as text")
+                }
+                _ => format!(
                     "{} tags that are not schema elements are kept as text",
-                    many.len()
+                    run.unknown_tags.count
                 ),
             };
             let mut diagnostic = Diagnostic::warning(rules::UNKNOWN_SCHEMA_TAG, message).with_help(
                 "schemas know only module, union, collection, param, parameter and the role tags; wrap text \
                  with tags in `<![CDATA[ ... ]]>` or write `&lt;` for `<`",
             );
-            for (span, _) in run.unknown_tags.iter().take(MAX_LABELS_PER_RUN) {
+            for (span, _) in &run.unknown_tags.first {
                 diagnostic = diagnostic.with_label(*span, "not a schema element");
             }
             self.diagnostics.push(diagnostic);

@@ -3,7 +3,8 @@
 
 use crate::rules::{self, diagnostic};
 use crate::schema_index::{
-    LenError, MAX_PARAM_LEN, ModuleId, SchemaIndex, Scope, is_blank, parse_len,
+    LenError, MAX_PARAM_LEN, MAX_SCHEMA_NAME_CHARS, ModuleId, SchemaIndex, Scope, is_blank,
+    parse_len,
 };
 use crate::source_loader::{SourceError, SourceLoader};
 use crate::suggest::did_you_mean;
@@ -91,6 +92,9 @@ pub fn element_attributes(tag: &str) -> &'static [&'static str] {
 fn check_elements(schema: &Schema, diagnostics: &mut Vec<Diagnostic>) {
     check_attributes("schema", &schema.attributes, SCHEMA_ATTRIBUTES, diagnostics);
     check_name_present("schema", schema.name.as_ref(), schema.open_tag, diagnostics);
+    if let Some(name) = &schema.name {
+        check_schema_name_length(name, diagnostics);
+    }
     let root = Context {
         container: Container::Open,
         in_module: false,
@@ -372,6 +376,27 @@ fn check_name_present(
     );
 }
 
+fn check_schema_name_length(name: &Name, diagnostics: &mut Vec<Diagnostic>) {
+    let length = name.text.chars().count();
+    if length <= MAX_SCHEMA_NAME_CHARS {
+        return;
+    }
+    diagnostics.push(
+        diagnostic(
+            &rules::SCHEMA_NAME_TOO_LONG,
+            format!(
+                "the schema's name is {length} characters long, more than the \
+                 {MAX_SCHEMA_NAME_CHARS} a name may have"
+            ),
+        )
+        .with_label(name.span, "this name")
+        .with_help(format!(
+            "shorten the name to at most {MAX_SCHEMA_NAME_CHARS} characters (it becomes part of \
+             file names) and rename it in the prompts that use it"
+        )),
+    );
+}
+
 fn check_attributes(
     element: &str,
     attributes: &[Attribute],
@@ -522,6 +547,12 @@ fn load_sources(
                     (
                         &rules::SRC_OUTSIDE_SCHEMA_FOLDER,
                         "name a file inside the schema's folder, by a relative path",
+                    )
+                } else if matches!(error, SourceError::NotRegularFile { .. }) {
+                    (
+                        &rules::SRC_UNREADABLE,
+                        "name a regular file, not a directory, FIFO, socket or device (reading \
+                         a FIFO would wait for a writer)",
                     )
                 } else if matches!(error, SourceError::Refused(_)) {
                     (

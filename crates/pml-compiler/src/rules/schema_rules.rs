@@ -172,6 +172,20 @@ pub const INVALID_MODULE_NAME: Rule = Rule {
     example: "<module name=\"day one\">...</module>",
 };
 
+pub const SCHEMA_NAME_TOO_LONG: Rule = Rule {
+    code: "PML117",
+    name: "schema-name-too-long",
+    severity: Severity::Error,
+    summary: "A schema's name is longer than 128 characters.",
+    why: "A schema's name becomes part of file names: the compiled schema's manifest in the \
+          module store, and the copy a server keeps of an uploaded schema. File systems limit a \
+          file name to 255 bytes, so a very long name could be checked but not compiled, or \
+          served until the next restart and then lost.",
+    example: "<schema name=\"a-name-of-more-than-128-characters-is-refused-a-name-of-more-than-\
+              128-characters-is-refused-a-name-of-more-than-128-characters-is-refused\">\n\
+              </schema>",
+};
+
 /// Every schema rule, in code order.
 pub const SCHEMA_RULES: &[Rule] = &[
     MISSING_NAME,
@@ -190,4 +204,5 @@ pub const SCHEMA_RULES: &[Rule] = &[
     COLLECTION_MEMBER_NOT_MODULE,
     RESERVED_MODULE_NAME,
     INVALID_MODULE_NAME,
+    SCHEMA_NAME_TOO_LONG,
 ];

@@ -30,6 +30,7 @@ use pml_runtime::inference::{InferenceMode, PrefixCache, Runtime};
 use pml_runtime::store::RedisTier;
 use pml_syntax::ast::Role;
 use pml_syntax::json::JsonDiagnostic;
+use pml_syntax::{Omitted, plural};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::ServerConfig;
@@ -199,11 +200,19 @@ pub enum JobEvent {
 /// Why a completion or an upload could not be run.
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
-    /// The schema or prompt has errors, as JSON diagnostics.
-    #[error("the {what} has {} error(s)", diagnostics.len())]
+    /// The schema or prompt has errors, as JSON diagnostics: the first few, and a count of the
+    /// others.
+    #[error(
+        "the {what} has {}{}",
+        plural(*errors, "error"),
+        omitted.describe().map(|note| format!("; {note}")).unwrap_or_default()
+    )]
     Diagnostics {
         what: &'static str,
+        /// Errors among all the diagnostics, shown or not.
+        errors: usize,
         diagnostics: Vec<JsonDiagnostic>,
+        omitted: Omitted,
     },
     #[error("no schema named `{0}` is loaded")]
     UnknownSchema(String),

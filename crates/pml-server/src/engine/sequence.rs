@@ -15,6 +15,7 @@ use pml_runtime::inference::{Runtime, RuntimeError};
 use pml_runtime::kv_budget::HeavyHitters;
 use pml_syntax::LineIndex;
 use pml_syntax::json::JsonDiagnostic;
+use pml_syntax::{DEFAULT_MAX_SHOWN, first_shown};
 
 use super::structured::Constraint;
 use super::{
@@ -437,14 +438,23 @@ pub fn check_context(
     Ok(())
 }
 
-/// A runtime error as a job error: diagnostics become JSON against `source`.
+/// A runtime error as a job error: diagnostics become JSON against `source`, the first
+/// [`DEFAULT_MAX_SHOWN`] of them as every host shows them, so that the answer to a megabyte of
+/// broken markup stays a few kilobytes; the rest are counted.
 pub fn runtime_error(error: RuntimeError, source: &str) -> JobError {
     match error {
         RuntimeError::Plan(PlanError::Diagnostics { what, diagnostics }) => {
             let index = LineIndex::new(source);
+            let errors = diagnostics
+                .iter()
+                .filter(|diagnostic| diagnostic.is_error())
+                .count();
+            let (shown, omitted) = first_shown(&diagnostics, DEFAULT_MAX_SHOWN);
             JobError::Diagnostics {
                 what,
-                diagnostics: diagnostics
+                errors,
+                omitted,
+                diagnostics: shown
                     .iter()
                     .map(|diagnostic| JsonDiagnostic::new(what, source, &index, diagnostic))
                     .collect(),

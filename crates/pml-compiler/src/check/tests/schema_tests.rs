@@ -304,6 +304,39 @@ fn pml110_src_refused_by_host() {
     assert!(!help.contains("relative to the schema's folder"), "{help}");
 }
 
+/// A `src` naming a FIFO in the schema's folder: the check returns at once with PML110, where it
+/// used to wait for a writer for ever.
+#[cfg(unix)]
+#[test]
+fn pml110_src_fifo_is_refused() {
+    let dir = std::env::temp_dir().join(format!("pml-check-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.join("notes.txt"))
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let root = dir.clone();
+    std::thread::spawn(move || {
+        let loader = crate::FsSourceLoader::new(root);
+        let source = r#"<schema name="s"><module name="a" src="notes.txt"/></schema>"#;
+        let _ = sender.send(schema_diagnostics_with(source, &loader));
+    });
+    let diagnostics = receiver
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the check returns instead of blocking on the FIFO");
+    assert_eq!(codes(&diagnostics), ["PML110"]);
+    assert_eq!(
+        diagnostics[0].labels[0].message,
+        "`notes.txt` is not a regular file (a FIFO)"
+    );
+    let help = diagnostics[0].help.as_deref().unwrap_or_default();
+    assert!(help.contains("regular file"), "{help}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn src_text_is_returned() {
     let schema = parse_schema(
@@ -419,6 +452,28 @@ fn pml116_names_must_be_tag_names() {
         diagnostics[1].labels[0].message,
         "a tag name starts with a letter or `_`"
     );
+}
+
+#[test]
+fn pml117_schema_names_are_bounded() {
+    use crate::schema_index::MAX_SCHEMA_NAME_CHARS;
+    let at_limit = "é".repeat(MAX_SCHEMA_NAME_CHARS);
+    assert_clean(&format!("<schema name=\"{at_limit}\">x</schema>"));
+    let long = "n".repeat(300);
+    let source = format!("<schema name=\"{long}\">x</schema>");
+    let diagnostics = schema_diagnostics(&source);
+    assert_eq!(codes(&diagnostics), ["PML117"]);
+    assert_eq!(primary_text(&source, &diagnostics[0]), long);
+    assert_eq!(
+        diagnostics[0].message,
+        "the schema's name is 300 characters long, more than the 128 a name may have"
+    );
+    assert!(diagnostics[0].help.is_some());
+    let summary = crate::rules::SCHEMA_NAME_TOO_LONG.summary;
+    assert!(summary.contains(&MAX_SCHEMA_NAME_CHARS.to_string()));
+    // Module names go into no file name: only the schema's is bounded.
+    let long_module = format!("<schema name=\"s\"><module name=\"{long}\">x</module></schema>");
+    assert_clean(&long_module);
 }
 
 #[test]
