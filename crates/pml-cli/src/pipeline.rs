@@ -2,9 +2,10 @@
 //! `pml bench`: read a source, check it the way `pmlc check` does (same schema lookup, same
 //! rendered diagnostics), open the model's runtime and store, lay a schema out and bind a prompt,
 //! turning every diagnostic into rendered output and every failure into a [`Failure`] with the
-//! right exit status.
+//! right exit status. A prompt file is read only up to the most bytes its model's context can
+//! hold ([`read_prompt`]).
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -15,8 +16,11 @@ use pml_compiler::check::{
 use pml_compiler::plan::{BoundPrompt, EncodeMode};
 use pml_compiler::{FsSourceLoader, PlanError};
 use pml_engine::device::{Backend, BackendChoice, DeviceChoice, Kernels, select_backend};
+use pml_engine::gguf::GgufFile;
 use pml_engine::model::WeightFormat;
-use pml_runtime::inference::{LaidOutSchema, Runtime, RuntimeError, RuntimeOptions};
+use pml_runtime::inference::{
+    ContextError, LaidOutSchema, PromptByteLimit, Runtime, RuntimeError, RuntimeOptions,
+};
 use pml_runtime::store::{DiskTier, StoreConfig, StoreError};
 use pml_syntax::Diagnostic;
 use pml_syntax::ast::SourceFile;
@@ -44,6 +48,15 @@ impl SourceText {
         })
     }
 
+    /// Refuses a text past `runtime`'s [`Runtime::max_prompt_bytes`] (PML306, exit 2): what a
+    /// file small enough to be read before the model loaded ([`read_prompt`]) is measured
+    /// against once it has.
+    pub fn check_bytes(&self, runtime: &Runtime) -> Result<(), Failure> {
+        runtime
+            .check_prompt_bytes(self.text.len() as u64)
+            .map_err(|error| context_failure(error, Some(&self.name())))
+    }
+
     /// The path as diagnostics name it.
     pub fn name(&self) -> String {
         self.path.display().to_string()
@@ -61,6 +74,81 @@ impl SourceText {
     pub fn loader(&self) -> FsSourceLoader {
         FsSourceLoader::new(self.folder())
     }
+}
+
+/// A prompt file up to this size is read before the model loads, so its errors are reported
+/// without loading one, and measured against the model's byte limit once it has; a larger one is
+/// measured against the limit of the model file's metadata first and read only if it fits.
+pub const PROMPT_READ_FIRST_BYTES: u64 = 1 << 20;
+
+/// Reads the prompt at `path` (for the model `args` name) without ever holding more of it than
+/// the model's context can hold ([`PromptByteLimit`]): a file past it is refused (PML306, exit
+/// 2) by its size, unread. Files up to [`PROMPT_READ_FIRST_BYTES`] are read at once and leave
+/// the check to [`SourceText::check_bytes`]; a stream that turns out longer is read on only up to
+/// the limit.
+pub fn read_prompt(path: &Path, args: &RuntimeArgs) -> Result<SourceText, Failure> {
+    let cannot_read = |error: std::io::Error| {
+        Failure::usage(format!("cannot read `{}`: {error}", path.display()))
+    };
+    let name = path.display().to_string();
+    let mut file = std::fs::File::open(path).map_err(cannot_read)?;
+    let size = file.metadata().map_err(cannot_read)?.len();
+    let mut bytes = Vec::new();
+    if size <= PROMPT_READ_FIRST_BYTES {
+        (&mut file)
+            .take(PROMPT_READ_FIRST_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(cannot_read)?;
+    }
+    if size > PROMPT_READ_FIRST_BYTES || bytes.len() as u64 > PROMPT_READ_FIRST_BYTES {
+        let limit = model_prompt_byte_limit(args)?;
+        let check = |bytes: u64| {
+            limit
+                .check(bytes)
+                .map_err(|error| context_failure(error, Some(&name)))
+        };
+        check(size)?;
+        let room = (limit.max_bytes() + 1).saturating_sub(bytes.len() as u64);
+        (&mut file)
+            .take(room)
+            .read_to_end(&mut bytes)
+            .map_err(cannot_read)?;
+        check(bytes.len() as u64)?;
+    }
+    let text = crate::source_file::decode(bytes)
+        .map_err(|error| Failure::usage(format!("cannot read `{}`: {error}", path.display())))?;
+    Ok(SourceText {
+        path: path.to_path_buf(),
+        text,
+    })
+}
+
+/// The byte limit of the model `args` names, from its file's metadata alone (fetching a
+/// registered model first, as loading it would).
+fn model_prompt_byte_limit(args: &RuntimeArgs) -> Result<PromptByteLimit, Failure> {
+    let model = resolve_model(args.model.as_deref()).map_err(Failure::Usage)?;
+    let path = model_file(&model)?;
+    let gguf = GgufFile::open(&path)
+        .with_context(|| format!("reading the metadata of {}", path.display()))?;
+    Ok(PromptByteLimit::of_gguf(&gguf)
+        .with_context(|| format!("reading the vocabulary of {}", path.display()))?)
+}
+
+/// A prompt its model's context cannot hold (the file `file`, if it is one): bad input, refused
+/// before anything was computed (exit 2), with what to change.
+pub fn context_failure(error: ContextError, file: Option<&str>) -> Failure {
+    let help = match &error {
+        ContextError::TooLong { .. } => {
+            "lower `--max-tokens`, or shorten the prompt (less text, fewer imports of collection \
+             members)"
+        }
+        ContextError::TooLarge { .. } => "shorten the prompt, or split it across several runs",
+    };
+    let file = file.map(|name| format!("`{name}`: ")).unwrap_or_default();
+    Failure::usage(format!(
+        "{file}{error}\nhelp: {help} (`pmlc explain {}`)",
+        error.code()
+    ))
 }
 
 /// How module states are computed at compile time (`--encode`).

@@ -101,6 +101,68 @@ pub fn argmax(values: &[f32]) -> usize {
 /// Writes the tiny model of `arch` (weights from seed 7) as a GGUF file with llama.cpp's
 /// metadata keys and tensor names, its matrices as GGML blocks or (`f32`) dequantized.
 pub fn write_tiny_gguf(arch: Arch, path: &std::path::Path, f32: bool) {
+    write_tiny(arch, path, f32, 256, Vec::new());
+}
+
+/// Writes the tiny Qwen2 model (as [`write_tiny_gguf`]) with what a command needs to run it end
+/// to end: a byte-level BPE tokenizer of one token per byte (token id = byte, GPT-2's printable
+/// stand-ins, no merges; the longest token covers one byte), byte 0 as its end-of-sequence
+/// token, a ChatML chat template, and a context of `context_length` positions.
+pub fn write_tiny_chat_gguf(path: &std::path::Path, context_length: usize) {
+    // GPT-2's `bytes_to_unicode`: printable bytes stand for themselves, the others for the code
+    // points from 256 up, in byte order.
+    let printable = |byte: u8| matches!(byte, 33..=126 | 161..=172 | 174..=255);
+    let mut next_stand_in = 256u32;
+    let tokens: Vec<Value> = (0..=255u8)
+        .map(|byte| {
+            let code = if printable(byte) {
+                u32::from(byte)
+            } else {
+                next_stand_in += 1;
+                next_stand_in - 1
+            };
+            let stand_in = char::from_u32(code).expect("a stand-in character");
+            Value::String(stand_in.to_string())
+        })
+        .collect();
+    let template = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + \
+                    message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if \
+                    add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    let tokenizer = vec![
+        (
+            "tokenizer.ggml.model".to_string(),
+            Value::String("gpt2".into()),
+        ),
+        (
+            "tokenizer.ggml.pre".to_string(),
+            Value::String("qwen2".into()),
+        ),
+        (
+            "tokenizer.ggml.token_type".to_string(),
+            Value::Array(vec![Value::I32(1); tokens.len()]),
+        ),
+        ("tokenizer.ggml.tokens".to_string(), Value::Array(tokens)),
+        (
+            "tokenizer.ggml.merges".to_string(),
+            Value::Array(Vec::new()),
+        ),
+        ("tokenizer.ggml.eos_token_id".to_string(), Value::U32(0)),
+        (
+            "tokenizer.chat_template".to_string(),
+            Value::String(template.into()),
+        ),
+    ];
+    write_tiny(Arch::Qwen2, path, false, context_length, tokenizer);
+}
+
+/// [`write_tiny_gguf`] with a context of `context_length` and `extra` metadata.
+fn write_tiny(
+    arch: Arch,
+    path: &std::path::Path,
+    f32: bool,
+    context_length: usize,
+    extra: Vec<(String, Value)>,
+) {
     let config = tiny_config(arch);
     let mut tensors = tiny_weights(&config, 7, &Device::Cpu)
         .expect("tiny weights")
@@ -137,8 +199,9 @@ pub fn write_tiny_gguf(arch: Arch, path: &std::path::Path, f32: bool) {
             Value::F32(config.layers[0].rope_base as f32),
         ),
         (key("rope.dimension_count"), u32_value(config.head_dim)),
-        (key("context_length"), u32_value(256)),
+        (key("context_length"), u32_value(context_length)),
     ];
+    let metadata: Vec<(String, Value)> = metadata.into_iter().chain(extra).collect();
     let metadata: Vec<(&str, &Value)> = metadata
         .iter()
         .map(|(key, value)| (key.as_str(), value))

@@ -14,12 +14,15 @@ use pml_engine::tokenizer::GgufTokenizer;
 pub struct PmlTokenizer {
     engine: Box<dyn pml_engine::Tokenizer>,
     placeholder: u32,
+    /// The engine tokenizer's, asked once (a stand-in's default scans its vocabulary).
+    longest_token_bytes: usize,
 }
 
 impl PmlTokenizer {
     /// `engine`, filling unbound parameters with `placeholder`.
     pub fn new(engine: impl pml_engine::Tokenizer + 'static, placeholder: u32) -> Self {
         Self {
+            longest_token_bytes: engine.longest_token_bytes(),
             engine: Box::new(engine),
             placeholder,
         }
@@ -83,6 +86,10 @@ impl pml_engine::Tokenizer for PmlTokenizer {
 
     fn token_bytes(&self, id: u32) -> Option<pml_engine::tokenizer::TokenBytes> {
         self.engine.token_bytes(id)
+    }
+
+    fn longest_token_bytes(&self) -> usize {
+        self.longest_token_bytes
     }
 }
 

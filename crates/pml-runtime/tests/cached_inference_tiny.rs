@@ -940,6 +940,57 @@ fn runtime_compiles_and_runs_sources() {
     }
 }
 
+/// A prompt whose answer would run past the context is refused before anything is computed: no
+/// unit is encoded on the fly. The byte limit is the context times the longest token (one byte).
+#[test]
+fn a_prompt_past_the_context_is_refused_before_anything_is_encoded() {
+    let model = random_model(Arch::Qwen2, SEED, WeightFormat::F32, &Device::Cpu).unwrap();
+    let (store, _manifests) = ram_store(&model, "tiny");
+    let runtime = tiny_runtime(Arch::Qwen2, store);
+    assert_eq!(runtime.max_prompt_bytes(), 4096);
+    assert!(runtime.check_prompt_bytes(4096).is_ok());
+    assert_eq!(
+        runtime.check_prompt_bytes(4097).unwrap_err().code(),
+        "PML306"
+    );
+    let loader = pml_compiler::MemorySourceLoader::new();
+    let schema = runtime.lay_out(SCHEMA, &loader).unwrap();
+    let bound = runtime.bind(&schema, PROMPT).unwrap();
+    let positions = SplicePlan::new(&schema.layout, &bound)
+        .unwrap()
+        .positions_taken();
+    let params = |max_tokens| SamplingParams {
+        temperature: 0.0,
+        max_tokens,
+        ..SamplingParams::default()
+    };
+    for mode in [InferenceMode::Reuse, InferenceMode::Full] {
+        let refused = runtime.run_bound(
+            &schema.layout,
+            &bound,
+            mode,
+            &params(4096 - positions + 1),
+            &mut |_| {},
+        );
+        match refused {
+            Err(InferenceError::Context(error)) => assert_eq!(error.code(), "PML305"),
+            other => panic!("expected PML305, got {other:?}"),
+        }
+    }
+    let (_, report) = runtime.compile(SCHEMA, &loader, &mut |_| {}).unwrap();
+    assert_eq!(report.n_encoded(), 2, "nothing was encoded on the fly");
+    let (generation, _) = runtime
+        .run_bound(
+            &schema.layout,
+            &bound,
+            InferenceMode::Reuse,
+            &params(2),
+            &mut |_| {},
+        )
+        .unwrap();
+    assert_eq!(generation.token_ids.len(), 2);
+}
+
 #[test]
 fn a_new_process_reads_states_from_disk_and_re_encodes_a_corrupt_one() {
     let root = TempDir::new().unwrap();

@@ -1,6 +1,8 @@
 //! Rules checked when a schema is laid out on a model's positions and a prompt is bound to that
 //! layout (`PML3xx`). They need a model (its tokenizer, chat template and context length), so
-//! `pmlc check` cannot report them; `pmlc compile` and `pml run` do.
+//! `pmlc check` cannot report them; `pmlc compile` and `pml run` do. The last two are about a
+//! prompt as a whole rather than a place in it: the runtime refuses such a prompt before computing
+//! anything, with an error that names the code instead of a rendered diagnostic.
 
 use pml_syntax::{Rule, Severity};
 
@@ -50,10 +52,42 @@ pub const LAYOUT_MISMATCH: Rule = Rule {
               <prompt schema=\"travel\">\n  <travel-plan/>\n</prompt>",
 };
 
+pub const PROMPT_TOO_LONG: Rule = Rule {
+    code: "PML305",
+    name: "prompt-too-long",
+    severity: Severity::Error,
+    summary: "A prompt bound to its schema, with room for its answer (`--max-tokens`), needs more \
+              positions than the model's context holds.",
+    why: "Decoding goes on from one past the prompt's highest position, and a model's positions \
+          end at its context length: past it the answer would be computed at positions the model \
+          was never trained on. Collection members a prompt imports run on past the collection's \
+          end, so a prompt can outgrow a schema that fits.",
+    example: "<prompt schema=\"library\">\n  <chapter/><chapter/><chapter/> <!-- ... 12 000 \
+              imports -->\n  Summarize.\n</prompt>\n\
+              <!-- 36 014 positions on a model with a 32 768-token context -->",
+};
+
+pub const PROMPT_TOO_LARGE: Rule = Rule {
+    code: "PML306",
+    name: "prompt-too-large",
+    severity: Severity::Error,
+    summary: "A prompt has more bytes than the model's context could hold even if every token \
+              were the vocabulary's longest.",
+    why: "No token covers more bytes of text than the vocabulary's longest token, so a text longer \
+          than the context times that length cannot fit, whatever it says. Such a prompt is \
+          refused before it is read whole or tokenized, which would otherwise take memory in \
+          proportion to its size.",
+    example: "<!-- a 100 MB prompt for a model with a 32 768-token context, whose longest token is \
+              256 bytes: at most 8 MiB can fit -->\n<prompt schema=\"library\">... 100 MB of text \
+              ...</prompt>",
+};
+
 /// Every layout and binding rule, in code order.
 pub const LAYOUT_RULES: &[Rule] = &[
     SCHEMA_TOO_LONG,
     SCAFFOLD_TOO_LONG,
     TOKENIZER_FAILED,
     LAYOUT_MISMATCH,
+    PROMPT_TOO_LONG,
+    PROMPT_TOO_LARGE,
 ];

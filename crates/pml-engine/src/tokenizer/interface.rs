@@ -45,4 +45,18 @@ pub trait Tokenizer: Send + Sync {
     /// What token `id` decodes to, byte for byte (a constrained decoder matches grammars over
     /// bytes); `None` for an id outside the vocabulary.
     fn token_bytes(&self, id: u32) -> Option<TokenBytes>;
+
+    /// The most bytes of text one token can cover (at least 1): a text of `n` bytes takes at
+    /// least `n / longest_token_bytes()` tokens, so one longer than a context of `c` tokens times
+    /// this can never fit in it, whatever its content. By default the longest of
+    /// [`Self::token_bytes`] over the vocabulary, computed on each call.
+    fn longest_token_bytes(&self) -> usize {
+        (0..self.vocab_size())
+            .filter_map(|id| u32::try_from(id).ok())
+            .filter_map(|id| self.token_bytes(id))
+            .map(|bytes| bytes.len())
+            .max()
+            .unwrap_or(0)
+            .max(1)
+    }
 }

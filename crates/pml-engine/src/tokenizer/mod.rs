@@ -64,6 +64,8 @@ pub struct GgufTokenizer {
     add_space_prefix: bool,
     /// What each token decodes to, byte for byte (for constrained decoding).
     token_bytes: Vec<TokenBytes>,
+    /// The most bytes of text one token covers ([`token_bytes::longest_token_bytes`]).
+    longest_token_bytes: usize,
 }
 
 impl std::fmt::Debug for GgufTokenizer {
@@ -136,6 +138,7 @@ impl GgufTokenizer {
             .ok_or_else(|| {
                 TokenizerError::Build("no pad, unk or eos token to pad with".to_owned())
             })?;
+        let longest_token_bytes = token_bytes::longest_token_bytes(vocab, &token_bytes);
         Ok(Self {
             inner,
             control: ControlTokens::new(vocab)?,
@@ -146,7 +149,19 @@ impl GgufTokenizer {
             vocab_size,
             add_space_prefix: vocab.add_space_prefix.unwrap_or(default_space_prefix),
             token_bytes,
+            longest_token_bytes,
         })
+    }
+
+    /// [`Tokenizer::longest_token_bytes`] of the tokenizer in `gguf`, from its vocabulary alone:
+    /// without building the tokenizer (a fraction of its cost), for a bound on a text's size
+    /// before the model loads.
+    pub fn longest_token_bytes_of(gguf: &GgufFile) -> Result<usize, GgufError> {
+        let vocab = GgufVocab::from_gguf(gguf)?.with_llama_cpp_control_overrides();
+        Ok(token_bytes::longest_token_bytes(
+            &vocab,
+            &token_bytes::vocab_token_bytes(&vocab),
+        ))
     }
 
     /// The underlying `tokenizers` tokenizer (control tokens registered but never parsed).
@@ -245,6 +260,10 @@ impl Tokenizer for GgufTokenizer {
 
     fn token_bytes(&self, id: u32) -> Option<TokenBytes> {
         self.token_bytes.get(id as usize).cloned()
+    }
+
+    fn longest_token_bytes(&self) -> usize {
+        self.longest_token_bytes
     }
 }
 

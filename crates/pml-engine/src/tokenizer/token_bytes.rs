@@ -1,7 +1,9 @@
 //! The bytes each token stands for, as a constrained decoder needs them (it matches grammars
 //! over bytes, not over ids): GPT-2's byte-level alphabet mapped back to bytes for `gpt2` vocabs,
 //! SentencePiece's `▁` as a space and `<0xNN>` pieces as their byte for `llama` vocabs. Markup
-//! and unused tokens are not text: they come out as [`TokenBytes::Special`].
+//! and unused tokens are not text: they come out as [`TokenBytes::Special`]. Also the most bytes
+//! of text one token can stand for ([`longest_token_bytes`]), which bounds how few tokens a text
+//! can take.
 
 use super::vocab::{GgufVocab, TokenType};
 
@@ -11,6 +13,45 @@ pub enum TokenBytes {
     Text(Vec<u8>),
     /// A control, unknown or unused token, by its spelling: never part of generated text.
     Special(String),
+}
+
+impl TokenBytes {
+    /// The bytes the token decodes to, or for a special token its spelling's.
+    pub fn len(&self) -> usize {
+        match self {
+            TokenBytes::Text(bytes) => bytes.len(),
+            TokenBytes::Special(spelling) => spelling.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The most bytes of input text one token of `vocab` can cover (at least 1), given its tokens'
+/// bytes (`token_bytes`, from [`vocab_token_bytes`]): what an ordinary token decodes to, and the
+/// spelling of a token matched whole on the raw text (user-defined, control and unknown ones).
+/// Every byte of a text is covered by some token (byte-level BPE has a token for each byte,
+/// SentencePiece falls back to byte pieces or the unknown token), so a text of `n` bytes takes at
+/// least `n / longest` tokens.
+pub fn longest_token_bytes(vocab: &GgufVocab, token_bytes: &[TokenBytes]) -> usize {
+    token_bytes
+        .iter()
+        .enumerate()
+        .map(|(id, bytes)| match vocab.token_type(id) {
+            TokenType::Normal | TokenType::Byte => bytes.len(),
+            TokenType::UserDefined
+            | TokenType::Control
+            | TokenType::Unknown
+            | TokenType::Unused => {
+                let spelling = vocab.tokens.get(id).map_or(0, String::len);
+                bytes.len().max(spelling)
+            }
+        })
+        .max()
+        .unwrap_or(0)
+        .max(1)
 }
 
 /// Every token of `vocab`, in id order.
@@ -90,6 +131,34 @@ mod tests {
             .filter_map(&byte_of)
             .collect();
         assert_eq!(stand_ins.len(), 256);
+    }
+
+    /// An ordinary token counts its decoded bytes (a GPT-2 stand-in such as `Ġ` is one byte);
+    /// a token matched on the raw text counts its spelling.
+    #[test]
+    fn longest_token_bytes_counts_what_a_token_covers_of_the_text() {
+        let vocab = GgufVocab {
+            model: "gpt2".to_owned(),
+            tokens: ["a", "ĠĠĠĠ", "<|im_start|>", "abc"]
+                .map(str::to_owned)
+                .to_vec(),
+            token_types: vec![
+                TokenType::Normal,
+                TokenType::Normal,
+                TokenType::Control,
+                TokenType::Normal,
+            ],
+            ..GgufVocab::default()
+        };
+        let bytes = vocab_token_bytes(&vocab);
+        assert_eq!(bytes[1], TokenBytes::Text(b"    ".to_vec()));
+        assert_eq!(longest_token_bytes(&vocab, &bytes), "<|im_start|>".len());
+        let plain = GgufVocab {
+            tokens: vec!["ĠĠĠĠ".to_owned(), "abc".to_owned()],
+            token_types: vec![TokenType::Normal; 2],
+            ..vocab
+        };
+        assert_eq!(longest_token_bytes(&plain, &vocab_token_bytes(&plain)), 4);
     }
 
     #[test]

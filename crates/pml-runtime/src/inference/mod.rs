@@ -1,5 +1,5 @@
-//! Cached inference: running a prompt bound to a laid-out schema ([`BoundPrompt`]) with the
-//! modules' stored KV.
+//! Cached inference: running a prompt bound to a laid-out schema
+//! ([`BoundPrompt`](pml_compiler::plan::BoundPrompt)) with the modules' stored KV.
 //!
 //! - Mode [`InferenceMode::Reuse`] (Prompt Cache): splice the imported units' cached rows in
 //!   position order, compute only the new tokens ([`reuse`]).
@@ -12,11 +12,13 @@
 //!
 //! All produce a [`Prefill`] (the KV cache and the last prompt token's logits); [`generate`] hands
 //! it to the shared decoding loop, so TTFT includes store loads and splicing. [`session`] wraps a
-//! model, tokenizer, chat template and store into the API the CLI calls.
+//! model, tokenizer, chat template and store into the API the CLI calls, and refuses a prompt
+//! its model's context cannot hold before computing anything ([`context_limit`]).
 
 pub mod blend;
 pub mod blend_options;
 pub mod budgeted_decode;
+pub mod context_limit;
 pub mod controller;
 pub mod edit;
 pub mod full;
@@ -35,7 +37,6 @@ use std::fmt;
 use std::str::FromStr;
 
 use candle_core::Tensor;
-use pml_compiler::plan::BoundPrompt;
 
 use crate::encode::{EncodeError, UnitEncoder};
 use crate::layer_stream::LayerError;
@@ -49,6 +50,7 @@ pub use crate::attention_mass::{AttentionMass, MassWeighting};
 pub use blend_options::{
     BlendOptions, Deviation, HEAD_ROWS, Pipelining, Ratio, Selection, ValueError,
 };
+pub use context_limit::{ContextError, PromptByteLimit};
 pub use controller::{
     DeclaredCosts, LayerCosts, RatioChoice, RemainingWork, Shortcut, choose_ratio,
 };
@@ -126,6 +128,9 @@ pub enum InferenceError {
     InvalidOptions(String),
     #[error("pipelined load failed: {0}")]
     Layer(#[from] LayerError),
+    /// The prompt and its answer do not fit the model's context; nothing was computed.
+    #[error(transparent)]
+    Context(#[from] ContextError),
 }
 
 impl From<EngineError> for InferenceError {
@@ -172,21 +177,20 @@ pub fn prefill(
     }
 }
 
-/// Runs `bound` in `mode` and generates the answer, streaming text to `on_text`. Decoding
-/// continues at one past the prompt's highest position; with `budget`, within that many KV slots
-/// ([`budgeted_decode`]).
+/// Runs `plan` (a bound prompt resolved against the encoder's layout) in `mode` and generates
+/// the answer, streaming text to `on_text`. Decoding continues at one past the prompt's highest
+/// position; with `budget`, within that many KV slots ([`budgeted_decode`]).
 #[allow(clippy::too_many_arguments)]
 pub fn generate(
     model: &Model,
     tokenizer: &dyn pml_engine::Tokenizer,
     encoder: &mut UnitEncoder<'_>,
-    bound: &BoundPrompt,
+    plan: &SplicePlan,
     mode: InferenceMode,
     params: &SamplingParams,
     budget: Option<KvBudget>,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<(Generation, RunStats), InferenceError> {
-    let plan = SplicePlan::new(encoder.layout(), bound)?;
     // A budget the prompt and its answer never reach changes nothing.
     let budget =
         budget.filter(|budget| plan.all_tokens.len() + params.max_tokens + 1 > budget.slots);
@@ -203,7 +207,7 @@ pub fn generate(
                 Some(budget) => budget.slots.saturating_sub(plan.all_tokens.len()),
                 None => params.max_tokens,
             };
-            let prefill = prefill(model, encoder, &plan, mode, reserve.min(MAX_RESERVED_SLOTS))
+            let prefill = prefill(model, encoder, plan, mode, reserve.min(MAX_RESERVED_SLOTS))
                 .map_err(|error| GenerateError::Prefill(Box::new(error)))?;
             *kv = prefill.kv;
             prefill_stats = Some(prefill.stats);
@@ -215,7 +219,7 @@ pub fn generate(
                 let hitters = match &mut hitters {
                     Some(hitters) => hitters,
                     empty => empty.insert(budgeted_decode::hitters_after_prefill(
-                        model, &plan, kv, budget, position,
+                        model, plan, kv, budget, position,
                     )?),
                 };
                 Ok(hitters.step(model, token, kv)?)

@@ -203,6 +203,17 @@ impl SplicePlan {
         Ok(Self::assemble(spans, &self.new_tokens, &self.new_positions))
     }
 
+    /// The positions the prompt takes: one past its highest (where decoding goes on), or its
+    /// token count where that is more. Collection members imported more often than their
+    /// collection holds run on past the schema's end, so this can exceed the layout's.
+    pub fn positions_taken(&self) -> usize {
+        let past_highest = self
+            .all_positions
+            .last()
+            .map_or(0, |&position| position as usize + 1);
+        past_highest.max(self.all_tokens.len())
+    }
+
     /// Number of cached rows spliced.
     pub fn n_cached(&self) -> usize {
         self.spans.iter().map(|span| span.rows.len()).sum()

@@ -9,6 +9,11 @@
 //! Below those, [`Runtime::encode`] and [`Runtime::run_bound`] take the compiler's
 //! [`SchemaLayout`] and [`BoundPrompt`] directly; [`Runtime::prefill`] stops after the prefill
 //! (benchmarks and fidelity measurements compare its logits across modes).
+//!
+//! A prompt its model's context cannot hold is refused before anything is computed
+//! ([`ContextError`]): `run`, `run_bound` and `prefill` check its positions and the answer's
+//! `max_tokens` ([`Runtime::check_context`]); hosts bound a text's bytes before tokenizing it
+//! ([`Runtime::max_prompt_bytes`], [`Runtime::check_prompt_bytes`]).
 
 use std::path::Path;
 
@@ -32,6 +37,7 @@ use pml_engine::gguf::{GgufError, GgufFile};
 use pml_engine::model::{EngineError, Model, WeightFormat};
 use pml_engine::tokenizer::TokenizerError;
 
+use super::context_limit::{self, ContextError, PromptByteLimit};
 use super::model_load::load_model_and_tokenizer;
 use super::plan::SplicePlan;
 use super::stats::RunStats;
@@ -158,6 +164,33 @@ impl Runtime {
     /// answer must fit in them.
     pub fn max_positions(&self) -> u32 {
         self.max_positions
+    }
+
+    /// How many bytes of prompt text this model's context can hold ([`PromptByteLimit`]).
+    pub fn prompt_byte_limit(&self) -> PromptByteLimit {
+        PromptByteLimit {
+            context: self.max_positions,
+            longest_token_bytes: pml_engine::Tokenizer::longest_token_bytes(&self.tokenizer),
+        }
+    }
+
+    /// The most bytes of prompt text this model's context can hold: its context length times
+    /// the most bytes one token of its vocabulary covers. A longer text can never fit, so it can
+    /// be refused before it is tokenized (or read whole).
+    pub fn max_prompt_bytes(&self) -> u64 {
+        self.prompt_byte_limit().max_bytes()
+    }
+
+    /// Refuses a prompt of `bytes` bytes (a text, or a PML prompt's source) past
+    /// [`Self::max_prompt_bytes`] (PML306).
+    pub fn check_prompt_bytes(&self, bytes: u64) -> Result<(), ContextError> {
+        self.prompt_byte_limit().check(bytes)
+    }
+
+    /// Refuses a planned prompt whose positions and answer of up to `max_tokens` tokens run past
+    /// the model's context (PML305).
+    pub fn check_context(&self, plan: &SplicePlan, max_tokens: usize) -> Result<(), ContextError> {
+        context_limit::check_positions(plan.positions_taken(), max_tokens, self.max_positions)
     }
 
     pub fn store(&self) -> &ModuleStore {
@@ -324,7 +357,8 @@ impl Runtime {
         )
     }
 
-    /// Answers a bound prompt in `mode`, streaming text to `on_text`.
+    /// Answers a bound prompt in `mode`, streaming text to `on_text`; a prompt whose answer of
+    /// `params.max_tokens` would run past the context is refused first.
     pub fn run_bound(
         &self,
         layout: &SchemaLayout,
@@ -333,12 +367,14 @@ impl Runtime {
         params: &SamplingParams,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<(Generation, RunStats), InferenceError> {
+        let plan = SplicePlan::new(layout, bound)?;
+        self.check_context(&plan, params.max_tokens)?;
         let mut encoder = self.encoder(layout)?;
         super::generate(
             &self.model,
             &self.tokenizer,
             &mut encoder,
-            bound,
+            &plan,
             mode,
             params,
             self.kv_budget,
@@ -346,7 +382,9 @@ impl Runtime {
         )
     }
 
-    /// The prefill alone: the KV cache of the whole prompt and its last token's logits.
+    /// The prefill alone: the KV cache of the whole prompt and its last token's logits. A prompt
+    /// past the context is refused first; one that decodes after it checks its own answer's
+    /// room ([`Self::check_context`]).
     pub fn prefill(
         &self,
         layout: &SchemaLayout,
@@ -354,6 +392,7 @@ impl Runtime {
         mode: InferenceMode,
     ) -> Result<Prefill, InferenceError> {
         let plan = SplicePlan::new(layout, bound)?;
+        self.check_context(&plan, 0)?;
         let mut encoder = self.encoder(layout)?;
         super::prefill(&self.model, &mut encoder, &plan, mode, 0)
     }

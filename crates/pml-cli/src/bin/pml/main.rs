@@ -49,7 +49,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Models(args) => commands::models::run(args).map_err(Failure::from),
         Command::Tokenize(args) => commands::tokenize::run(args).map_err(Failure::from),
-        Command::Generate(args) => commands::generate::run(args).map_err(Failure::from),
+        Command::Generate(args) => commands::generate::run(args),
         Command::Run(args) => commands::run::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Lsp(args) => commands::lsp::run(args),

@@ -1,14 +1,17 @@
 //! `pml generate "text"`: plain generation with a full prefill of the prompt and no module cache,
 //! the baseline every cached mode is compared with. Loads (fetching if needed) the model, wraps
 //! the text in the model's chat template with `--chat`, streams the answer to stdout and prints a
-//! one-line summary to stderr.
+//! one-line summary to stderr. A text its model's context cannot hold is refused with exit 2
+//! before anything is computed: by its bytes before it is tokenized (PML306), by its tokens and
+//! `--max-tokens` after (PML305).
 
 use std::cell::RefCell;
 
 use anyhow::Context;
 use clap::Args;
+use pml_cli::failure::Failure;
 use pml_cli::model_fetch::{model_file, resolve_model};
-use pml_cli::pipeline::{BackendArgs, WeightsArg};
+use pml_cli::pipeline::{BackendArgs, WeightsArg, context_failure};
 use pml_compiler::chat_template::ChatTemplate;
 use pml_engine::Tokenizer;
 use pml_engine::device::{BackendChoice, select_backend};
@@ -16,7 +19,8 @@ use pml_engine::generation::{Generator, PromptInput};
 use pml_engine::gguf::GgufFile;
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_runtime::chat::model_chat_template;
-use pml_runtime::inference::load_model_and_tokenizer;
+use pml_runtime::inference::context_limit::check_positions;
+use pml_runtime::inference::{ContextError, PromptByteLimit, load_model_and_tokenizer};
 use pml_runtime::kv_budget::{HeavyHitters, KvBudget};
 use pml_syntax::ast::Role;
 
@@ -57,7 +61,14 @@ pub struct GenerateArgs {
     kv_recent: Option<usize>,
 }
 
-pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
+pub fn run(args: GenerateArgs) -> Result<(), Failure> {
+    generate(args).map_err(|error| match error.downcast::<ContextError>() {
+        Ok(error) => context_failure(error, None),
+        Err(error) => Failure::Failed(error),
+    })
+}
+
+fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     // Checked before the model loads.
     let budget = args
         .kv_budget
@@ -73,6 +84,12 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let gguf = GgufFile::open(&path)?;
     let (model, tokenizer) = load_model_and_tokenizer(&gguf, format, &backend)
         .with_context(|| format!("loading {id} from {}", path.display()))?;
+    let context = u32::try_from(gguf.context_length()?).unwrap_or(u32::MAX);
+    PromptByteLimit {
+        context,
+        longest_token_bytes: tokenizer.longest_token_bytes(),
+    }
+    .check(args.text.len() as u64)?;
 
     let prompt_tokens = if args.chat {
         let template = model_chat_template(&gguf, &tokenizer)?;
@@ -84,6 +101,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     };
     let n_prompt_tokens = prompt_tokens.len();
     let params = args.sampling.params();
+    check_positions(n_prompt_tokens, params.max_tokens, context)?;
 
     let mut answer = AnswerStream::new(!args.no_stream);
     let generator = Generator::new(&model, &tokenizer);

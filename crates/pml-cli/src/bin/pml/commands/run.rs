@@ -5,6 +5,10 @@
 //! and print the one-line summary (mode, TTFT, tokens reused / recomputed / new, generated tokens,
 //! decode speed) to stderr; with `--json`, one JSON object on stdout instead of the answer
 //! ([`RunJson`]), for tools such as `pml bench cache --peer`.
+//!
+//! A prompt its model's context cannot hold is refused with exit 2 before anything is computed:
+//! a file of more bytes than the context could hold (PML306) before it is read, one whose
+//! positions and `--max-tokens` are more than the context (PML305) once it is bound.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -14,10 +18,13 @@ use clap::Args;
 use pml_cli::check_command::ColorChoice;
 use pml_cli::compile_command::{compile_schema_if_writable, units_missing};
 use pml_cli::failure::Failure;
-use pml_cli::pipeline::{CheckedFile, RuntimeArgs, SourceText, bind, check, lay_out, open_runtime};
+use pml_cli::pipeline::{
+    CheckedFile, RuntimeArgs, SourceText, bind, check, context_failure, lay_out, open_runtime,
+    read_prompt,
+};
 use pml_engine::generation::Generation;
 use pml_runtime::inference::edit::rebind_edited;
-use pml_runtime::inference::{InferenceMode, RunStats, SplicePlan};
+use pml_runtime::inference::{InferenceError, InferenceMode, RunStats, SplicePlan};
 use pml_runtime::kv_budget::KvBudget;
 use serde::{Deserialize, Serialize};
 
@@ -159,7 +166,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .map(|slots| KvBudget::h2o(slots, args.kv_recent))
         .transpose()
         .map_err(|error| Failure::usage(error.to_string()))?;
-    let prompt = SourceText::read(&args.prompt)?;
+    let prompt = read_prompt(&args.prompt, &args.runtime)?;
     let schema_path = match check(&prompt, args.schema.as_deref(), color)? {
         CheckedFile::Prompt { schema_path } => schema_path,
         CheckedFile::Schema => {
@@ -179,8 +186,17 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     let started = Instant::now();
     let mut opened = open_runtime(&args.runtime)?;
     let model_load_ms = started.elapsed().as_secs_f64() * 1e3;
+    prompt.check_bytes(&opened.runtime)?;
     let laid_out = lay_out(&opened.runtime, &schema, color)?;
     let bound = bind(&opened.runtime, &laid_out, &prompt, color)?;
+    let params = args.sampling.params();
+    // Before anything is computed, compiling the schema's missing units included.
+    let plan = SplicePlan::new(&laid_out.layout, &bound)
+        .with_context(|| format!("planning `{}`", prompt.name()))?;
+    opened
+        .runtime
+        .check_context(&plan, params.max_tokens)
+        .map_err(|error| context_failure(error, Some(&prompt.name())))?;
     // Read the states the last `pmlc compile` stored: whole, or its `--keep` heavy hitters.
     let keep = opened.runtime.compiled_keep(&laid_out.layout.schema_name);
     opened.runtime.set_keep(keep);
@@ -246,13 +262,18 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     if args.show_plan {
         eprint!("{}", describe_plan(layout, &bound, runtime.tokenizer()));
     }
-    let params = args.sampling.params();
     let mut answer = AnswerStream::new(!args.no_stream && !args.json);
     let (generation, stats) = runtime
         .run_bound(layout, &bound, mode, &params, &mut |piece| {
             answer.write(piece)
         })
-        .with_context(|| format!("running `{}`", prompt.name()))?;
+        .map_err(|error| match error {
+            // Bound again for edit reuse, the prompt can take other positions.
+            InferenceError::Context(error) => context_failure(error, Some(&prompt.name())),
+            error => Failure::Failed(
+                anyhow::Error::new(error).context(format!("running `{}`", prompt.name())),
+            ),
+        })?;
     if args.json {
         let plan = SplicePlan::new(layout, &bound)
             .with_context(|| format!("planning `{}`", prompt.name()))?;

@@ -146,22 +146,25 @@ pub fn run_edited_question(
     };
     let old = lay_out(&question.original)?;
     let new = lay_out(&question.edited)?;
-    let encode_start = Instant::now();
-    runtime
-        .encode(&old.layout, &mut |_| {})
-        .context("encoding the original documents")?;
-    let encode_ms = encode_start.elapsed().as_secs_f64() * 1e3;
     let bound = runtime
         .bind(&new, &prompt(&question.edited))
         .context("binding the edited prompt")?;
     let original_bound = runtime
         .bind(&old, &prompt(&question.original))
         .context("binding the original prompt")?;
+    let edited_plan = SplicePlan::new(&new.layout, &bound)?;
+    // A question too long for the context is skipped before its documents are encoded.
+    runtime.check_context(&edited_plan, horizon)?;
     let prompts = EditedPrompts {
         id: question.edited.id.clone(),
         original: SplicePlan::new(&old.layout, &original_bound)?.all_tokens,
-        edited: SplicePlan::new(&new.layout, &bound)?.all_tokens,
+        edited: edited_plan.all_tokens,
     };
+    let encode_start = Instant::now();
+    runtime
+        .encode(&old.layout, &mut |_| {})
+        .context("encoding the original documents")?;
+    let encode_ms = encode_start.elapsed().as_secs_f64() * 1e3;
 
     let full = EvalMode::Cached(InferenceMode::Full);
     let reference = decode(runtime, &new.layout, &bound, full, None, horizon)?;

@@ -103,12 +103,14 @@ pub fn run_question(
     let laid_out: LaidOutSchema = runtime
         .lay_out(&schema_source, &RefuseSources)
         .context("laying out the question's schema")?;
-    let encode_start = Instant::now();
-    let store_bytes = encode(runtime, &laid_out.layout)?;
-    let encode_ms = encode_start.elapsed().as_secs_f64() * 1e3;
     let bound = runtime
         .bind(&laid_out, &sources::prompt(question))
         .context("binding the question's prompt")?;
+    // A question too long for the context is skipped before its documents are encoded.
+    runtime.check_context(&SplicePlan::new(&laid_out.layout, &bound)?, horizon)?;
+    let encode_start = Instant::now();
+    let store_bytes = encode(runtime, &laid_out.layout)?;
+    let encode_ms = encode_start.elapsed().as_secs_f64() * 1e3;
 
     let reference = decode(
         runtime,
@@ -210,6 +212,10 @@ pub(super) fn decode(
     let model = runtime.model();
     let tokenizer = runtime.tokenizer();
     let eos = tokenizer.eos_tokens();
+    // Refused before anything is computed when the prompt and `horizon` tokens run past the
+    // context.
+    let plan = SplicePlan::new(layout, bound)?;
+    runtime.check_context(&plan, horizon)?;
     let start = Instant::now();
     let (logits, mut kv, tokens, ratio_chosen, mut hitters) = match mode {
         EvalMode::Cached(mode) => {
@@ -227,7 +233,6 @@ pub(super) fn decode(
             anyhow::bail!("compressed states are decoded in their cached mode once encoded")
         }
         EvalMode::KvBudget(fraction) => {
-            let plan = SplicePlan::new(layout, bound)?;
             let n = plan.all_tokens.len();
             let slots = ((n as f64 * fraction).round() as usize).max(2 * DEFAULT_SINKS + 2);
             let budget = KvBudget::new(slots, slots / 2, DEFAULT_SINKS)?;
