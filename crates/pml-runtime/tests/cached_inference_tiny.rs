@@ -892,7 +892,12 @@ fn runtime_compiles_and_runs_sources() {
         let loader = pml_compiler::MemorySourceLoader::new();
         let (schema, report) = runtime.compile(SCHEMA, &loader, &mut |_| {}).unwrap();
         assert_eq!(report.n_encoded(), 2);
-        assert!(report.manifest_path.as_ref().is_some_and(|path| path.is_file()));
+        assert!(
+            report
+                .manifest_path
+                .as_ref()
+                .is_some_and(|path| path.is_file())
+        );
         let manifest = runtime
             .store()
             .read_manifest("notes")

@@ -134,3 +134,48 @@ fn a_client_that_half_closes_after_its_request_gets_the_answer() {
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("\"text_completion\""), "{response}");
 }
+
+#[test]
+fn a_prompt_past_the_context_is_refused_before_it_is_tokenized_or_computed() {
+    let server = TestServer::tiny(ServerConfig {
+        max_body_bytes: 64 << 20,
+        ..ServerConfig::default()
+    });
+    // Far more bytes than the context could hold at its longest token.
+    let text = "z".repeat(32 << 20);
+    let body = json!({"prompt": text, "max_tokens": 1}).to_string();
+    let (status, answer) = call("POST", &server.url("/v1/completions"), Some(&body), None);
+    assert_eq!(status, 400, "{answer}");
+    let error = &parse(&answer)["error"];
+    assert_eq!(error["code"], "context_length_exceeded", "{answer}");
+    assert!(error["message"].to_string().contains("PML306"), "{answer}");
+    let chat = json!({"max_tokens": 1, "messages": [{"role": "user", "content": text}]});
+    let (status, answer) = call(
+        "POST",
+        &server.url("/v1/chat/completions"),
+        Some(&chat.to_string()),
+        None,
+    );
+    assert_eq!(status, 400, "{answer}");
+
+    // A collection member imported until its positions outgrow the context: refused by its
+    // positions, though its tokens alone would fit.
+    let schema = "<schema name=\"lib\"><collection name=\"docs\"><module name=\"note\">A short \
+                  note on the weather in spring.</module></collection></schema>";
+    server.upload_ready(schema);
+    let (status, models) = call("GET", &server.url("/v1/models"), None, None);
+    assert_eq!(status, 200);
+    let context = parse(&models)["data"][0]["max_model_len"]
+        .as_u64()
+        .expect("the context") as usize;
+    let prompt = format!(
+        "<prompt schema=\"lib\">{}Which season?</prompt>",
+        "<note/>".repeat(context / 20)
+    );
+    let (status, answer) = server.complete(&json!({"prompt": prompt, "max_tokens": 1}));
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(
+        answer["error"]["code"], "context_length_exceeded",
+        "{answer}"
+    );
+}

@@ -228,6 +228,10 @@ pub enum JobError {
         max_tokens: usize,
         context: usize,
     },
+    /// Longer, in bytes, than the context could hold at the longest token: refused before it is
+    /// tokenized or bound.
+    #[error(transparent)]
+    PromptTooLarge(pml_runtime::inference::ContextError),
     #[error(
         "the prompt and max_tokens need {} MiB of KV cache ({slots} slots for each of {width} \
          choice(s)); this server's budget is {} MiB (--kv-cache-mib)",

@@ -47,6 +47,8 @@ enum PreparedPrompt {
         schema: String,
         bound: Box<BoundPrompt>,
         all_tokens: Vec<u32>,
+        /// One past the highest position its tokens take.
+        positions: usize,
     },
 }
 
@@ -90,10 +92,11 @@ impl Prepared {
         let prompt =
             match &job.prompt {
                 PromptSource::Pml { source, schema } => bind_pml(runtime, schemas, source, schema)
-                    .map(|(bound, all_tokens)| PreparedPrompt::Pml {
+                    .map(|(bound, all_tokens, positions)| PreparedPrompt::Pml {
                         schema: schema.clone(),
                         bound: Box::new(bound),
                         all_tokens,
+                        positions,
                     }),
                 _ => prompt_tokens(runtime, &job.prompt, true).and_then(|tokens| {
                     if tokens.is_empty() {
@@ -107,12 +110,16 @@ impl Prepared {
             Ok(prompt) => prompt,
             Err(error) => return Err(Box::new((job, error))),
         };
-        let prompt_len = match &prompt {
-            PreparedPrompt::Plain(tokens) => tokens.len(),
-            PreparedPrompt::Pml { all_tokens, .. } => all_tokens.len(),
+        let (prompt_len, positions) = match &prompt {
+            PreparedPrompt::Plain(tokens) => (tokens.len(), tokens.len()),
+            PreparedPrompt::Pml {
+                all_tokens,
+                positions,
+                ..
+            } => (all_tokens.len(), *positions),
         };
         let mut job = job;
-        if let Err(error) = check_context(runtime, prompt_len, &mut job) {
+        if let Err(error) = check_context(runtime, positions, &mut job) {
             return Err(Box::new((job, error)));
         }
         let whole = reserved_slots(prompt_len, &job);
@@ -176,6 +183,7 @@ impl Prepared {
                     schema,
                     bound,
                     all_tokens,
+                    ..
                 },
                 _,
             ) => stage_pml(runtime, schemas, &job, &schema, &bound, all_tokens, reserve),
@@ -479,15 +487,17 @@ fn bind_pml(
     schemas: &HashMap<String, LaidOutSchema>,
     source: &str,
     schema: &str,
-) -> Result<(BoundPrompt, Vec<u32>), JobError> {
+) -> Result<(BoundPrompt, Vec<u32>, usize), JobError> {
+    runtime
+        .check_prompt_bytes(source.len() as u64)
+        .map_err(JobError::PromptTooLarge)?;
     let schema = laid_out(schemas, schema)?;
     let bound = runtime
         .bind(schema, source)
         .map_err(|error| runtime_error(error, source))?;
-    let all_tokens = SplicePlan::new(&schema.layout, &bound)
-        .map_err(JobError::internal)?
-        .all_tokens;
-    Ok((bound, all_tokens))
+    let plan = SplicePlan::new(&schema.layout, &bound).map_err(JobError::internal)?;
+    let positions = plan.positions_taken();
+    Ok((bound, plan.all_tokens, positions))
 }
 
 /// A loaded schema: resolved at the HTTP edge, gone since only if deleted in between.

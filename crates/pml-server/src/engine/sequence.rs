@@ -11,7 +11,7 @@ use pml_engine::generation::{DecodeState, DecodeStep};
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::Model;
 use pml_runtime::chat::{chat_prompt_tokens, conversation_tokens};
-use pml_runtime::inference::{Runtime, RuntimeError};
+use pml_runtime::inference::{ContextError, InferenceError, Runtime, RuntimeError};
 use pml_runtime::kv_budget::HeavyHitters;
 use pml_syntax::LineIndex;
 use pml_syntax::json::JsonDiagnostic;
@@ -383,6 +383,7 @@ pub fn prompt_tokens(
     add_special: bool,
 ) -> Result<Vec<u32>, JobError> {
     let tokenizer = runtime.tokenizer();
+    check_prompt_bytes(runtime, prompt)?;
     match prompt {
         PromptSource::Text(text) | PromptSource::Pml { source: text, .. } => {
             let mut tokens: Vec<u32> = match add_special {
@@ -411,26 +412,41 @@ pub fn prompt_tokens(
     }
 }
 
+/// Refuses, before tokenizing or binding it, a prompt of more bytes than the model's context
+/// could hold at its longest token: the tokenizer's memory grows with the text, not the context.
+pub fn check_prompt_bytes(runtime: &Runtime, prompt: &PromptSource) -> Result<(), JobError> {
+    let bytes = match prompt {
+        PromptSource::Text(text) | PromptSource::Pml { source: text, .. } => text.len(),
+        PromptSource::Chat(turns) => turns.iter().map(|(_, text)| text.len()).sum(),
+        // Rendered by the template whole; the request's body limit bounds it.
+        PromptSource::Conversation(_) => 0,
+    };
+    runtime
+        .check_prompt_bytes(bytes as u64)
+        .map_err(JobError::PromptTooLarge)
+}
+
 /// KV slots a sequence of `job` with a prompt of `prompt_slots` may fill: the prompt, the
 /// answer, and the one more slot decoding writes before it stops.
 pub fn reserved_slots(prompt_slots: usize, job: &CompletionJob) -> usize {
     prompt_slots + job.params.max_tokens + 1
 }
 
-/// Refuses, before any computing, a prompt whose answer could run past the model's positions;
-/// an open-ended answer is cut to the positions the prompt leaves instead (refused only when it
-/// leaves none).
+/// Refuses, before any computing, a prompt whose answer could run past the model's positions
+/// (`prompt_positions`: one past the highest a PML prompt takes, which skipped or repeated
+/// modules make more than its tokens); an open-ended answer is cut to the positions the prompt
+/// leaves instead (refused only when it leaves none).
 pub fn check_context(
     runtime: &Runtime,
-    prompt_tokens: usize,
+    prompt_positions: usize,
     job: &mut CompletionJob,
 ) -> Result<(), JobError> {
     let context = runtime.max_positions() as usize;
-    job.fit_answer(context.saturating_sub(prompt_tokens).max(1));
+    job.fit_answer(context.saturating_sub(prompt_positions).max(1));
     let max_tokens = job.params.max_tokens;
-    if prompt_tokens + max_tokens > context {
+    if prompt_positions + max_tokens > context {
         return Err(JobError::TooLong {
-            prompt_tokens,
+            prompt_tokens: prompt_positions,
             max_tokens,
             context,
         });
@@ -461,6 +477,18 @@ pub fn runtime_error(error: RuntimeError, source: &str) -> JobError {
             }
         }
         RuntimeError::Plan(PlanError::WrongKind { .. }) => JobError::BadRequest(error.to_string()),
+        RuntimeError::Inference(InferenceError::Context(error)) => match error {
+            ContextError::TooLong {
+                prompt_positions,
+                max_tokens,
+                context,
+            } => JobError::TooLong {
+                prompt_tokens: prompt_positions,
+                max_tokens,
+                context: context as usize,
+            },
+            too_large => JobError::PromptTooLarge(too_large),
+        },
         other => JobError::internal(other),
     }
 }
