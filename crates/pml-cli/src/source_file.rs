@@ -13,6 +13,8 @@ pub enum ReadSourceError {
     Io(#[from] std::io::Error),
     #[error("not a regular file ({0}); PML files are read from regular files only")]
     NotRegular(&'static str),
+    #[error("{0}")]
+    TooLarge(ReadFileError),
     #[error(
         "not UTF-8 text: byte 0x{byte:02X} at offset {offset} (line {line}, column {column}) \
          {what}; {hint}"
@@ -33,6 +35,9 @@ pub fn read_source(path: &Path) -> Result<String, ReadSourceError> {
         Ok(bytes) => decode(bytes),
         Err(ReadFileError::NotRegular(kind)) => Err(ReadSourceError::NotRegular(kind)),
         Err(ReadFileError::Io(error)) => Err(ReadSourceError::Io(error)),
+        Err(too_large @ ReadFileError::TooLarge { .. }) => {
+            Err(ReadSourceError::TooLarge(too_large))
+        }
     }
 }
 

@@ -671,3 +671,20 @@ fn a_schema_checked_first_serves_its_prompts() {
         "the schema this prompt uses has 1 error"
     );
 }
+
+#[test]
+fn a_file_past_the_size_limit_is_refused_unread() {
+    let folder = temp_folder("too-large");
+    // Sparse: one byte past the limit without writing 8 MiB.
+    let path = folder.join("big.pml");
+    let file = std::fs::File::create(&path).expect("create");
+    file.set_len(pml_compiler::MAX_SOURCE_BYTES + 1)
+        .expect("extend");
+    let output = pmlc(&["check", "big.pml"], &folder);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("PML307 source-too-large"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -42,8 +42,8 @@ pub use rules::all_rules;
 pub use schema_index::{MAX_SCHEMA_NAME_CHARS, ModuleId, SchemaIndex, Scope};
 pub use schema_search::SchemaSearch;
 pub use source_loader::{
-    FsSourceLoader, MemorySourceLoader, ReadFileError, RefuseSources, SourceError, SourceLoader,
-    read_regular_file,
+    FsSourceLoader, MAX_SOURCE_BYTES, MemorySourceLoader, ReadFileError, RefuseSources,
+    SourceError, SourceLoader, check_source_size, read_regular_file,
 };
 pub use source_plan::{LaidOutSchema, PlanError, PlanModel, bind_source, lay_out_source};
 pub use tokenizer::{TokenizeError, Tokenizer};

@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 use thiserror::Error;
 
+use crate::rules::SOURCE_TOO_LARGE;
+
 /// Why a `src` file could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum SourceError {
@@ -76,6 +78,10 @@ impl SourceLoader for FsSourceLoader {
                 kind,
             },
             ReadFileError::Io(error) => unreadable(error),
+            too_large @ ReadFileError::TooLarge { .. } => SourceError::Unreadable {
+                path: path.to_string(),
+                reason: too_large.to_string(),
+            },
         })?;
         String::from_utf8(bytes).map_err(|_| SourceError::NotUtf8(path.to_string()))
     }
@@ -87,8 +93,28 @@ pub enum ReadFileError {
     /// The path (symbolic links followed) is a directory, FIFO, socket or device.
     #[error("not a regular file ({0})")]
     NotRegular(&'static str),
+    /// Larger than [`MAX_SOURCE_BYTES`]; nothing was read.
+    #[error(
+        "{code} {name}: the file is {bytes} bytes, more than the {} MiB a PML file may have",
+        MAX_SOURCE_BYTES >> 20,
+        code = SOURCE_TOO_LARGE.code,
+        name = SOURCE_TOO_LARGE.name
+    )]
+    TooLarge { bytes: u64 },
     #[error(transparent)]
     Io(#[from] std::io::Error),
+}
+
+/// The largest PML file read (schema, prompt or `src=` file), PML307: parsing and checking take
+/// memory in proportion to a file's size, and 8 MiB of text is far past any context.
+pub const MAX_SOURCE_BYTES: u64 = 8 << 20;
+
+/// Refuses `bytes` of PML source past [`MAX_SOURCE_BYTES`] (a body uploaded to a server).
+pub fn check_source_size(bytes: u64) -> Result<(), ReadFileError> {
+    if bytes > MAX_SOURCE_BYTES {
+        return Err(ReadFileError::TooLarge { bytes });
+    }
+    Ok(())
 }
 
 /// The bytes of `path` if it is a regular file, symbolic links followed. Anything else is refused
@@ -109,6 +135,7 @@ pub fn read_regular_file(path: &Path) -> Result<Vec<u8>, ReadFileError> {
     if let Some(kind) = kind(&metadata) {
         return Err(ReadFileError::NotRegular(kind));
     }
+    check_source_size(metadata.len())?;
     let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or_default());
     std::io::Read::read_to_end(&mut file, &mut bytes)?;
     Ok(bytes)

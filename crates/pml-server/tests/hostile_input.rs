@@ -179,3 +179,21 @@ fn a_prompt_past_the_context_is_refused_before_it_is_tokenized_or_computed() {
         "{answer}"
     );
 }
+
+#[test]
+fn an_upload_past_the_source_limit_is_refused_unparsed() {
+    let server = TestServer::tiny(ServerConfig {
+        max_body_bytes: 64 << 20,
+        ..ServerConfig::default()
+    });
+    let module = "<module name=\"m\">x</module>";
+    let schema = format!(
+        "<schema name=\"huge\">{}</schema>",
+        module.repeat((pml_compiler::MAX_SOURCE_BYTES as usize) / module.len() + 1)
+    );
+    let (status, body) = call("POST", &server.url("/v1/schemas"), Some(&schema), None);
+    assert_eq!(status, 413, "{body}");
+    let error = &parse(&body)["error"];
+    assert_eq!(error["type"], "request_too_large", "{body}");
+    assert!(error["message"].to_string().contains("PML307"), "{body}");
+}

@@ -82,6 +82,19 @@ pub const PROMPT_TOO_LARGE: Rule = Rule {
               ...</prompt>",
 };
 
+pub const SOURCE_TOO_LARGE: Rule = Rule {
+    code: "PML307",
+    name: "source-too-large",
+    severity: Severity::Error,
+    summary: "A PML file (a schema, a prompt, or a `src=` file) is larger than 8 MiB.",
+    why: "8 MiB of text is about two million tokens: far more than any model's context, and more \
+          than a schema's modules are worth encoding. Parsing and checking take memory in \
+          proportion to a file's size, so a larger one is refused by its size, before it is \
+          read, instead of exhausting the memory of the checker, the editor or the server.",
+    example: "<!-- a 100 MB schema of small modules -->\n<schema name=\"big\"><module \
+              name=\"m0\">...</module> ... 1.6 million modules ... </schema>",
+};
+
 /// Every layout and binding rule, in code order.
 pub const LAYOUT_RULES: &[Rule] = &[
     SCHEMA_TOO_LONG,
@@ -90,4 +103,5 @@ pub const LAYOUT_RULES: &[Rule] = &[
     LAYOUT_MISMATCH,
     PROMPT_TOO_LONG,
     PROMPT_TOO_LARGE,
+    SOURCE_TOO_LARGE,
 ];

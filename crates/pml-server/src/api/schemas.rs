@@ -25,7 +25,15 @@ pub async fn upload(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
-    let source = String::from_utf8(body?.to_vec())
+    let body = body?;
+    pml_compiler::check_source_size(body.len() as u64).map_err(|error| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            error.to_string(),
+        )
+    })?;
+    let source = String::from_utf8(body.to_vec())
         .map_err(|_| ApiError::bad_request("the schema is not UTF-8 text"))?;
     let (reply, answer) = oneshot::channel();
     state.engine.send(EngineRequest::Upload {
