@@ -357,6 +357,16 @@ pub fn check(
     explicit_schema: Option<&Path>,
     color: bool,
 ) -> Result<CheckedFile, Failure> {
+    // A schema file the user named that cannot be read is a misuse (exit 2), as any unreadable
+    // file is, not a diagnostic of the prompt.
+    if let Some(schema) = explicit_schema
+        && let Err(error) = crate::source_file::read_source(schema)
+    {
+        return Err(Failure::usage(format!(
+            "cannot read the schema {}: {error}",
+            schema.display()
+        )));
+    }
     let mut cache = SchemaCache::default();
     let mut resolver = RecordingResolver {
         inner: FsSchemaResolver {

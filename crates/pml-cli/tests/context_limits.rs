@@ -1,7 +1,8 @@
 //! A prompt its model's context cannot hold is refused with exit 2 and a coded error before
 //! anything is computed: `pml run` on a prompt whose imports of a collection member, or whose
 //! `--max-tokens`, run past the context (PML305), and on a file of more bytes than the context
-//! could hold (PML306), a large one by its size before it is read; `pml generate` on a text of
+//! could hold (PML306), a large one by its size before it is read (and with a `--schema` that cannot
+//! be read, exit 2 too); `pml generate` on a text of
 //! either kind. On the tiny model written to a temporary folder (one token per byte, a context of
 //! 256 positions), so no fetched model is needed.
 
@@ -158,5 +159,18 @@ fn generate_refuses_a_text_past_the_context() {
     assert_refused(
         &fixture.pml(&["generate", &long, "--max-tokens", "4"]),
         "PML306",
+    );
+}
+
+#[test]
+fn run_with_a_schema_file_that_cannot_be_read_exits_2() {
+    let fixture = Fixture::new();
+    let prompt = fixture.prompt("few.pml", 1);
+    let output = fixture.run(&prompt, &["--schema", "missing.pml"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("cannot read the schema missing.pml"),
+        "{}",
+        stderr(&output)
     );
 }
