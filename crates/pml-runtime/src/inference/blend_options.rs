@@ -7,7 +7,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::controller::DeclaredCosts;
 use crate::attention_mass::MassWeighting;
 
 /// A command-line or request value that names no setting (`--recompute 2`, `--mode fast`).
@@ -177,6 +176,17 @@ impl FromStr for Pipelining {
             other => Err(ValueError::new(other, "`auto`, `on` or `off`")),
         }
     }
+}
+
+/// Figures the controller takes instead of measuring them (`BlendOptions::declared_costs`): a
+/// caller that knows its storage and compute, or a test that must not depend on the machine's
+/// load. Whole durations, so the options stay `Eq + Hash`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DeclaredCosts {
+    /// Loading one layer's K/V of every cached token.
+    pub load_per_layer: std::time::Duration,
+    /// Running one transformer layer over every cached token.
+    pub recompute_per_layer: std::time::Duration,
 }
 
 /// Settings of one `blend` prefill.

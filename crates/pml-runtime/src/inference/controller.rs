@@ -13,7 +13,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::blend_options::Ratio;
+use super::blend_options::{DeclaredCosts, Ratio};
 
 /// What the controller decides from, measured during the prefill.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -24,17 +24,7 @@ pub struct LayerCosts {
     pub recompute_per_token_layer: f64,
 }
 
-/// Figures the controller takes instead of measuring them (`BlendOptions::declared_costs`): a
-/// caller that knows its storage and compute, or a test that must not depend on the machine's
-/// load. Whole durations, so the options stay `Eq + Hash`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct DeclaredCosts {
-    /// Loading one layer's K/V of every cached token.
-    pub load_per_layer: Duration,
-    /// Running one transformer layer over every cached token.
-    pub recompute_per_layer: Duration,
-}
-
+// Declared with the options it is one of; what it means to the controller is said here.
 impl DeclaredCosts {
     /// The controller's inputs for `n_cached` cached tokens.
     pub fn layer_costs(&self, n_cached: usize) -> LayerCosts {

@@ -48,12 +48,10 @@ use crate::kv_budget::{HeavyHitters, KvBudget};
 
 pub use crate::attention_mass::{AttentionMass, MassWeighting};
 pub use blend_options::{
-    BlendOptions, Deviation, HEAD_ROWS, Pipelining, Ratio, Selection, ValueError,
+    BlendOptions, DeclaredCosts, Deviation, HEAD_ROWS, Pipelining, Ratio, Selection, ValueError,
 };
 pub use context_limit::{ContextError, PromptByteLimit};
-pub use controller::{
-    DeclaredCosts, LayerCosts, RatioChoice, RemainingWork, Shortcut, choose_ratio,
-};
+pub use controller::{LayerCosts, RatioChoice, RemainingWork, Shortcut, choose_ratio};
 pub use model_load::load_model_and_tokenizer;
 pub use plan::{PlannedSpan, SplicePlan};
 pub use pml_compiler::LaidOutSchema;
