@@ -5,21 +5,14 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Mutex;
 
 use pml_server::ServerConfig;
 use serde_json::{Value, json};
-use support::{EventStream, TestServer, call, json as parse};
+use support::{EventStream, TestServer, call, captured_log, json as parse};
 
 fn chat(server: &TestServer, body: &Value) -> (u16, Value) {
-    let (status, text) = call(
-        "POST",
-        &server.url("/v1/chat/completions"),
-        Some(&body.to_string()),
-        None,
-    );
-    (status, parse(&text))
+    server.post("/v1/chat/completions", body)
 }
 
 fn hi() -> Value {
@@ -105,36 +98,6 @@ fn an_open_ended_answer_stops_at_the_context_instead_of_being_refused() {
     assert_eq!(status, 400, "{error}");
 }
 
-/// Everything the server logs in this test process (the request lines come from tokio's worker
-/// threads, so the subscriber is the global one).
-fn captured_log() -> Arc<Mutex<Vec<u8>>> {
-    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    Arc::clone(LOG.get_or_init(|| {
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let sink = LogSink(Arc::clone(&log));
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || sink.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        log
-    }))
-}
-
-#[derive(Clone)]
-struct LogSink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogSink {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log").extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn log_lines_with(log: &Mutex<Vec<u8>>, needle: &str) -> Vec<String> {
     String::from_utf8_lossy(&log.lock().expect("log"))
         .lines()
@@ -213,15 +176,7 @@ fn chat_takes_the_fields_clients_send_by_default_as_responses_does() {
     }
 
     // /v1/responses: the same tiers, the same metadata rules.
-    let respond = |body: Value| {
-        let (status, text) = call(
-            "POST",
-            &server.url("/v1/responses"),
-            Some(&body.to_string()),
-            None,
-        );
-        (status, parse(&text))
-    };
+    let respond = |body: Value| server.post("/v1/responses", &body);
     let (status, response) = respond(json!({"input": "hi", "max_output_tokens": 2,
         "service_tier": "default", "metadata": metadata, "store": false}));
     assert_eq!(status, 200, "{response}");

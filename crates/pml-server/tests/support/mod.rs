@@ -3,8 +3,9 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use pml_engine::model::Arch;
@@ -74,12 +75,12 @@ impl TestServer {
 
     /// Status and parsed body of a `/v1/completions` request with `body`.
     pub fn complete(&self, body: &Value) -> (u16, Value) {
-        let (status, text) = call(
-            "POST",
-            &self.url("/v1/completions"),
-            Some(&body.to_string()),
-            None,
-        );
+        self.post("/v1/completions", body)
+    }
+
+    /// Status and parsed body of a POST of `body` to `path`.
+    pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let (status, text) = call("POST", &self.url(path), Some(&body.to_string()), None);
         (status, json(&text))
     }
 
@@ -223,5 +224,35 @@ pub fn upload_ready(base: &str, schema: &str, timeout: Duration) -> Value {
             "schema never became ready: {body}"
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Everything the server logs in this test process, from the first call on (tokio's worker
+/// threads log too, so the subscriber is the global one).
+pub fn captured_log() -> Arc<Mutex<Vec<u8>>> {
+    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    Arc::clone(LOG.get_or_init(|| {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = LogSink(Arc::clone(&log));
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        log
+    }))
+}
+
+#[derive(Clone)]
+struct LogSink(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogSink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
