@@ -48,6 +48,7 @@ fn encoding_in_steps_stores_what_one_call_stores() {
     let step = EncodeStep {
         max_tokens: 16,
         max_units: 2,
+        pass_tokens: 0,
     };
     let mut run = EncodeRun::new(&layout, &store, &mut |_| {});
     let mut steps = 0;
@@ -88,4 +89,28 @@ fn encoding_in_steps_stores_what_one_call_stores() {
     // The manifest is written once, at the end, and names every unit.
     let manifest = store.read_manifest("stepped").found().expect("a manifest");
     assert_eq!(manifest.units.len(), layout.units.len());
+}
+
+#[test]
+fn a_step_counts_each_pass_as_its_floor_of_tokens() {
+    let model = random_model(Arch::Qwen2, 3, WeightFormat::F32, &Device::Cpu).expect("model");
+    let layout = layout();
+    let options = EncodeOptions {
+        mode: EncodeMode::Scaffolded,
+        bos: Some(BOS),
+        keep: None,
+    };
+    let (store, _manifests) = ram_store_in(&model, "tiny-steps", DType::F32);
+    // The root (6 tokens) and `m0` (12) would fit 64 tokens; counted as 32 each, two passes do.
+    let step = EncodeStep {
+        max_tokens: 64,
+        max_units: 64,
+        pass_tokens: 32,
+    };
+    let mut run = EncodeRun::new(&layout, &store, &mut |_| {});
+    let done = run
+        .advance(&model, &layout, options, &store, step, &mut |_| {})
+        .expect("a step");
+    assert!(done.is_none());
+    assert_eq!(run.units_done(), 2);
 }

@@ -163,6 +163,7 @@ pub fn encode_schema(
         let step = EncodeStep {
             max_tokens: usize::MAX,
             max_units: usize::MAX,
+            pass_tokens: 0,
         };
         if let Some(report) = run.advance(model, layout, options, store, step, progress)? {
             return Ok(report);
@@ -178,6 +179,10 @@ pub struct EncodeStep {
     pub max_tokens: usize,
     /// Units visited, computed or not.
     pub max_units: usize,
+    /// What a forward pass counts against `max_tokens` however few tokens it computes: a pass
+    /// reads every weight, so a short unit costs about what this many tokens do (on a 0.5B model
+    /// on two cores, a 6-token unit takes as long as a 30-token chunk).
+    pub pass_tokens: usize,
 }
 
 /// A schema's encoding in steps, so a server can encode between its other work instead of
@@ -259,7 +264,9 @@ impl EncodeRun {
                 UnitStart::Done(StateOrigin::Store | StateOrigin::Memory) => UnitOutcome::Reused,
                 UnitStart::Done(StateOrigin::Empty) => UnitOutcome::Empty,
                 UnitStart::Computing(mut partial) => {
-                    tokens += encoder.compute_chunks(&mut partial, step.max_tokens - tokens)?;
+                    let computed =
+                        encoder.compute_chunks(&mut partial, step.max_tokens - tokens)?;
+                    tokens += computed.max(step.pass_tokens);
                     if partial.is_computed(layout) {
                         encoder.finish_unit(partial)?;
                         UnitOutcome::Encoded

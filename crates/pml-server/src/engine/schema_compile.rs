@@ -18,10 +18,12 @@ use super::sequence::runtime_error;
 use crate::incident::{Incident, error_chain};
 
 /// What one engine step may encode: a few hundred tokens (a completion waits for it as for a
-/// prefill chunk), and a bound on the units looked up in the store when they are all there.
+/// prefill chunk), each unit's pass counted as 32 tokens at least (eight small modules a step),
+/// and a bound on the units looked up in the store when they are all there.
 const ENCODE_STEP: EncodeStep = EncodeStep {
     max_tokens: 256,
     max_units: 64,
+    pass_tokens: 32,
 };
 
 /// Laid-out schemas by name, the one being encoded and the ones still to encode.
