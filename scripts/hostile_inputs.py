@@ -68,7 +68,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bin", default="target/release")
     args = parser.parse_args()
-    pml, pmlc = os.path.join(args.bin, "pml"), os.path.join(args.bin, "pmlc")
+    pml, pmlc = (os.path.abspath(os.path.join(args.bin, name)) for name in ("pml", "pmlc"))
     work = tempfile.mkdtemp(prefix="pml-hostile-")
     env = dict(os.environ, PML_STORE=os.path.join(work, "store"), NO_COLOR="1")
     port = free_port()

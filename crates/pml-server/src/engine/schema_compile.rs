@@ -159,9 +159,15 @@ impl SchemaCompiler {
         let Some(schema) = self.laid_out.get(&name) else {
             return false;
         };
+        let (started, first) = (std::time::Instant::now(), run.units_done());
         let step = runtime.encode_step(&mut run, &schema.layout, ENCODE_STEP, &mut |event| {
             progress(registry, &name, event)
         });
+        tracing::debug!(
+            "schema `{name}`: units {first}..{} encoded in {:.1} ms",
+            run.units_done(),
+            started.elapsed().as_secs_f64() * 1e3
+        );
         match step {
             Ok(None) => self.encoding = Some((name, run)),
             Ok(Some(report)) => {
