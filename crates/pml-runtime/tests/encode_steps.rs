@@ -7,7 +7,7 @@ mod cached_support;
 use candle_core::{DType, Device};
 use pml_compiler::plan::{EncodeMode, SchemaLayout, UnitId};
 use pml_engine::model::tiny::random_model;
-use pml_engine::model::{Arch, WeightFormat};
+use pml_engine::model::{Arch, Model, WeightFormat};
 use pml_runtime::encode::{EncodeOptions, EncodeRun, EncodeStep, UnitOutcome, encode_schema};
 
 use cached_support::{LayoutBuilder, assert_close, ram_store_in, spread_tokens};
@@ -32,15 +32,20 @@ fn layout() -> SchemaLayout {
     builder.build("stepped")
 }
 
-#[test]
-fn encoding_in_steps_stores_what_one_call_stores() {
+/// The tiny model, the layout and scaffolded encoding after BOS.
+fn setup() -> (Model, SchemaLayout, EncodeOptions) {
     let model = random_model(Arch::Qwen2, 3, WeightFormat::F32, &Device::Cpu).expect("model");
-    let layout = layout();
     let options = EncodeOptions {
         mode: EncodeMode::Scaffolded,
         bos: Some(BOS),
         keep: None,
     };
+    (model, layout(), options)
+}
+
+#[test]
+fn encoding_in_steps_stores_what_one_call_stores() {
+    let (model, layout, options) = setup();
     let (whole_store, _whole_manifests) = ram_store_in(&model, "tiny-steps", DType::F32);
     let whole = encode_schema(&model, &layout, options, &whole_store, &mut |_| {}).expect("whole");
 
@@ -93,13 +98,7 @@ fn encoding_in_steps_stores_what_one_call_stores() {
 
 #[test]
 fn a_step_counts_each_pass_as_its_floor_of_tokens() {
-    let model = random_model(Arch::Qwen2, 3, WeightFormat::F32, &Device::Cpu).expect("model");
-    let layout = layout();
-    let options = EncodeOptions {
-        mode: EncodeMode::Scaffolded,
-        bos: Some(BOS),
-        keep: None,
-    };
+    let (model, layout, options) = setup();
     let (store, _manifests) = ram_store_in(&model, "tiny-steps", DType::F32);
     // The root (6 tokens) and `m0` (12) would fit 64 tokens; counted as 32 each, two passes do.
     let step = EncodeStep {

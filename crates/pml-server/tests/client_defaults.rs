@@ -223,13 +223,8 @@ fn a_schema_that_refers_to_itself_without_end_is_a_400_not_a_500() {
     // Streamed: refused before the stream starts.
     let body =
         json!({"messages": hi(), "max_tokens": 4, "stream": true, "response_format": format});
-    let (status, text) = call(
-        "POST",
-        &server.url("/v1/chat/completions"),
-        Some(&body.to_string()),
-        None,
-    );
-    assert_eq!(status, 400, "{text}");
+    let (status, error) = chat(&server, &body);
+    assert_eq!(status, 400, "{error}");
 }
 
 #[test]

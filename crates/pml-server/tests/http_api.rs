@@ -639,21 +639,31 @@ fn shutdown_cuts_off_what_outlasts_the_grace_period() {
     assert_eq!(error["error"]["code"], "shutting_down", "{error}");
 }
 
-#[test]
-fn uploaded_schemas_survive_a_restart_and_deletions_too() {
-    let folder = tempfile::TempDir::new().expect("temp dir");
-    let config = || ServerConfig {
+/// A server config saving uploads in `folder`.
+fn saving_in(folder: &tempfile::TempDir) -> ServerConfig {
+    ServerConfig {
         saved_schemas: Some(folder.path().join("schemas")),
         ..ServerConfig::default()
-    };
-    let mut first = TestServer::tiny(config());
-    first.upload_ready(SCHEMA);
-    first
+    }
+}
+
+/// Stops `server`, so the next one on its folder starts from what it saved.
+fn stop(server: &mut TestServer) {
+    server
         .handle
         .take()
         .expect("running")
         .shutdown()
         .expect("stops");
+}
+
+#[test]
+fn uploaded_schemas_survive_a_restart_and_deletions_too() {
+    let folder = tempfile::TempDir::new().expect("temp dir");
+    let config = || saving_in(&folder);
+    let mut first = TestServer::tiny(config());
+    first.upload_ready(SCHEMA);
+    stop(&mut first);
 
     let second = TestServer::tiny(config());
     let (status, body) = call("GET", &second.url("/v1/schemas/notes"), None, None);
@@ -677,10 +687,7 @@ fn uploaded_schemas_survive_a_restart_and_deletions_too() {
 #[test]
 fn a_long_schema_name_is_refused_at_upload_and_a_saved_one_survives_a_restart() {
     let folder = tempfile::TempDir::new().expect("temp dir");
-    let config = || ServerConfig {
-        saved_schemas: Some(folder.path().join("schemas")),
-        ..ServerConfig::default()
-    };
+    let config = || saving_in(&folder);
     let mut first = TestServer::tiny(config());
     // Past the checker's bound: refused with the diagnostic, before anything is saved.
     let too_long = format!("<schema name=\"{}\">x</schema>", "n".repeat(300));
@@ -693,12 +700,7 @@ fn a_long_schema_name_is_refused_at_upload_and_a_saved_one_survives_a_restart() 
     let schema = SCHEMA.replacen("name=\"notes\"", &format!("name=\"{name}\""), 1);
     let (status, body) = call("POST", &first.url("/v1/schemas"), Some(&schema), None);
     assert_eq!(status, 202, "{body}");
-    first
-        .handle
-        .take()
-        .expect("running")
-        .shutdown()
-        .expect("stops");
+    stop(&mut first);
     let second = TestServer::tiny(config());
     let (status, body) = call(
         "GET",
