@@ -142,7 +142,7 @@ impl From<JobError> for ApiError {
             JobError::UnknownSchema(_) => {
                 ApiError::not_found(message).with_code("schema_not_found")
             }
-            JobError::TooLong { .. } | JobError::PromptTooLarge(_) => {
+            JobError::Context(_) => {
                 ApiError::bad_request(message).with_code("context_length_exceeded")
             }
             JobError::OverKvBudget { .. } => {

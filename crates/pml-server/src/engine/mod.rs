@@ -218,20 +218,11 @@ pub enum JobError {
     UnknownSchema(String),
     #[error("{0}")]
     BadRequest(String),
-    #[error(
-        "the prompt ({prompt_tokens} tokens) and max_tokens ({max_tokens}) need {} positions; \
-         the model's context holds {context}",
-        prompt_tokens + max_tokens
-    )]
-    TooLong {
-        prompt_tokens: usize,
-        max_tokens: usize,
-        context: usize,
-    },
-    /// Longer, in bytes, than the context could hold at the longest token: refused before it is
-    /// tokenized or bound.
+    /// The prompt and its answer run past the model's context (PML305), or its text is longer in
+    /// bytes than the context could hold at the longest token (PML306): refused before anything
+    /// is computed, a text before it is tokenized or bound.
     #[error(transparent)]
-    PromptTooLarge(pml_runtime::inference::ContextError),
+    Context(pml_runtime::inference::ContextError),
     #[error(
         "the prompt and max_tokens need {} MiB of KV cache ({slots} slots for each of {width} \
          choice(s)); this server's budget is {} MiB (--kv-cache-mib)",

@@ -490,7 +490,7 @@ fn bind_pml(
 ) -> Result<(BoundPrompt, Vec<u32>, usize), JobError> {
     runtime
         .check_prompt_bytes(source.len() as u64)
-        .map_err(JobError::PromptTooLarge)?;
+        .map_err(JobError::Context)?;
     let schema = laid_out(schemas, schema)?;
     let bound = runtime
         .bind(schema, source)

@@ -11,7 +11,8 @@ use pml_engine::generation::{DecodeState, DecodeStep};
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::Model;
 use pml_runtime::chat::{chat_prompt_tokens, conversation_tokens};
-use pml_runtime::inference::{ContextError, InferenceError, Runtime, RuntimeError};
+use pml_runtime::inference::context_limit::check_positions;
+use pml_runtime::inference::{InferenceError, Runtime, RuntimeError};
 use pml_runtime::kv_budget::HeavyHitters;
 use pml_syntax::LineIndex;
 use pml_syntax::json::JsonDiagnostic;
@@ -423,7 +424,7 @@ pub fn check_prompt_bytes(runtime: &Runtime, prompt: &PromptSource) -> Result<()
     };
     runtime
         .check_prompt_bytes(bytes as u64)
-        .map_err(JobError::PromptTooLarge)
+        .map_err(JobError::Context)
 }
 
 /// KV slots a sequence of `job` with a prompt of `prompt_slots` may fill: the prompt, the
@@ -441,17 +442,9 @@ pub fn check_context(
     prompt_positions: usize,
     job: &mut CompletionJob,
 ) -> Result<(), JobError> {
-    let context = runtime.max_positions() as usize;
-    job.fit_answer(context.saturating_sub(prompt_positions).max(1));
-    let max_tokens = job.params.max_tokens;
-    if prompt_positions + max_tokens > context {
-        return Err(JobError::TooLong {
-            prompt_tokens: prompt_positions,
-            max_tokens,
-            context,
-        });
-    }
-    Ok(())
+    let context = runtime.max_positions();
+    job.fit_answer((context as usize).saturating_sub(prompt_positions).max(1));
+    check_positions(prompt_positions, job.params.max_tokens, context).map_err(JobError::Context)
 }
 
 /// A runtime error as a job error: diagnostics become JSON against `source`, the first
@@ -477,18 +470,7 @@ pub fn runtime_error(error: RuntimeError, source: &str) -> JobError {
             }
         }
         RuntimeError::Plan(PlanError::WrongKind { .. }) => JobError::BadRequest(error.to_string()),
-        RuntimeError::Inference(InferenceError::Context(error)) => match error {
-            ContextError::TooLong {
-                prompt_positions,
-                max_tokens,
-                context,
-            } => JobError::TooLong {
-                prompt_tokens: prompt_positions,
-                max_tokens,
-                context: context as usize,
-            },
-            too_large => JobError::PromptTooLarge(too_large),
-        },
+        RuntimeError::Inference(InferenceError::Context(error)) => JobError::Context(error),
         other => JobError::internal(other),
     }
 }
