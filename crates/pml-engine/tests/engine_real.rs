@@ -324,3 +324,22 @@ fn f16_cache_stays_close_to_f32() {
         f16_cache_deviation(id);
     }
 }
+
+/// The loader drops each tensor's mapped pages once it holds its own layout of them: the file
+/// reads back the very same bytes afterwards (the pages fault in again from the file).
+#[test]
+fn a_loaded_files_released_tensors_read_back_the_same_bytes() {
+    let Some(path) = fetched_model(QWEN) else {
+        return;
+    };
+    let loaded = GgufFile::open(&path).expect("GGUF opens");
+    let backend = pml_engine::device::Backend::on(&Device::Cpu);
+    let _model =
+        Model::from_gguf_on(&loaded, WeightFormat::Quantized, &backend, None).expect("model loads");
+    let fresh = GgufFile::open(&path).expect("GGUF opens");
+    for name in fresh.tensor_names() {
+        let before = fresh.stored(name).expect("tensor reads");
+        let after = loaded.stored(name).expect("tensor reads");
+        assert!(before.bytes() == after.bytes(), "{name} changed");
+    }
+}

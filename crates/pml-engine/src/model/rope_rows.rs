@@ -40,6 +40,10 @@ impl TensorSource for NeoxRows<'_> {
         neox_rows(&tensor, heads)
             .map_err(|error| EngineError::InvalidWeights(format!("{name}: {error}")))
     }
+
+    fn release(&mut self, name: &str) {
+        self.inner.release(name);
+    }
 }
 
 /// Row `r` of the result for a head of `head_dim` rows: the converter sent Hugging Face's row

@@ -121,6 +121,9 @@ pub trait TensorSource {
     /// Hands a cache the layout the loader built for `name` from a tensor stored as
     /// `stored_dtype`.
     fn built_layout(&mut self, _name: &str, _stored_dtype: GgmlDType, _layout: CachedLayout) {}
+    /// Says that `name`'s stored bytes will not be read again: the loader has its own copy, so
+    /// a mapped file may drop its pages from the process (they stay in the page cache).
+    fn release(&mut self, _name: &str) {}
 }
 
 /// A matrix layout the layout cache keeps: our kernels' blocks, or a lookup table's rows.
@@ -146,6 +149,10 @@ impl TensorSource for &GgufFile {
 
     fn stored(&mut self, name: &str) -> Result<StoredTensor<'_>, EngineError> {
         Ok(GgufFile::stored(self, name)?)
+    }
+
+    fn release(&mut self, name: &str) {
+        GgufFile::release(self, name);
     }
 }
 
@@ -395,6 +402,7 @@ impl Linear {
             }
         };
         drop(stored);
+        source.release(name);
         // Only layouts made from the stored blocks as they are (not requantized ones): the
         // cache checks its files by building some of them again that way.
         let built = match &weight {

@@ -9,23 +9,28 @@ use pml_engine::tokenizer::GgufTokenizer;
 
 use super::RuntimeError;
 
-/// Environment variable naming the layout cache's directory, or `off` for none.
+/// Environment variable naming the layout cache's directory (`on` for `layouts/` in the PML
+/// home); unset, or `off`, for none.
 pub const LAYOUT_CACHE_ENV: &str = "PML_LAYOUT_CACHE";
 
-/// The layout cache's directory (`pml_engine::model::layout_cache`): `$PML_LAYOUT_CACHE`, else
-/// `layouts/` in the PML home; none where the variable says `off` (or `0`) or there is no home.
+/// The layout cache's directory (`pml_engine::model::layout_cache`), only where
+/// `$PML_LAYOUT_CACHE` asks for one: a second copy of every model on disk, about its size, is
+/// a cost a user chooses, for later loads that map the layouts instead of building them.
 pub fn layout_cache_dir() -> Option<PathBuf> {
     match std::env::var_os(LAYOUT_CACHE_ENV) {
-        Some(value) if value == "off" || value == "0" => None,
-        Some(value) if !value.is_empty() => Some(PathBuf::from(value)),
-        _ => pml_home::pml_home().map(|home| home.join("layouts")),
+        Some(value) if value == "on" || value == "1" => {
+            pml_home::pml_home().map(|home| home.join("layouts"))
+        }
+        Some(value) if value.is_empty() || value == "off" || value == "0" => None,
+        Some(value) => Some(PathBuf::from(value)),
+        None => None,
     }
 }
 
 /// The model and the tokenizer of `gguf`. A large vocabulary (Qwen's 151k tokens and merges)
 /// takes about as long to build as the weights' layouts, so the tokenizer is built on another
 /// thread while this one loads the weights (read in place from the layout cache
-/// ([`layout_cache_dir`]) after the file's first load).
+/// ([`layout_cache_dir`]) where one is asked for).
 pub fn load_model_and_tokenizer(
     gguf: &GgufFile,
     format: WeightFormat,

@@ -75,13 +75,6 @@ fn load_bytes(bytes: &[u8; 32]) -> __m256i {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn load_i16(values: &[i16; 16]) -> __m256i {
-    // SAFETY: `values` is 32 readable bytes; loadu has no alignment requirement.
-    unsafe { _mm256_loadu_si256(values.as_ptr().cast()) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
 fn f16x8(bits: &[u16; PANEL]) -> __m256 {
     // SAFETY: `bits` is 16 readable bytes; loadu has no alignment requirement.
     _mm256_cvtph_ps(unsafe { _mm_loadu_si128(bits.as_ptr().cast()) })
@@ -142,8 +135,8 @@ unsafe fn tile_q4k<M: Mac, const RN: usize>(
                     }
                 }
                 let (low_scales, high_scales) = (
-                    load_i16(&panel.scales[2 * g]),
-                    load_i16(&panel.scales[2 * g + 1]),
+                    scale_lanes(&panel.scales[2 * g], &panel.scales[2 * g]),
+                    scale_lanes(&panel.scales[2 * g + 1], &panel.scales[2 * g + 1]),
                 );
                 for ((sum, lows), highs) in sums.iter_mut().zip(lows).zip(highs) {
                     *sum = _mm256_add_epi32(
@@ -156,15 +149,19 @@ unsafe fn tile_q4k<M: Mac, const RN: usize>(
                 }
             }
             let (d, dmin) = (f16x8(&panel.d), f16x8(&panel.dmin));
+            let mut min_pairs = [_mm256_setzero_si256(); 4];
+            for (t, pair) in min_pairs.iter_mut().enumerate() {
+                *pair = scale_lanes(&panel.mins[2 * t], &panel.mins[2 * t + 1]);
+            }
             for ((acc, sum), row) in acc.iter_mut().zip(sums).zip(&acts) {
                 let a = &row[column];
                 let mut mins = _mm256_setzero_si256();
-                for (t, pair) in panel.mins.iter().enumerate() {
+                for (t, pair) in min_pairs.iter().enumerate() {
                     let sums32 = [a.bsums32[2 * t], a.bsums32[2 * t + 1]];
                     let broadcast = _mm256_set1_epi32(
                         i32::from(sums32[0] as u16) | (i32::from(sums32[1] as u16) << 16),
                     );
-                    mins = _mm256_add_epi32(mins, _mm256_madd_epi16(load_i16(pair), broadcast));
+                    mins = _mm256_add_epi32(mins, _mm256_madd_epi16(*pair, broadcast));
                 }
                 let scale = _mm256_set1_ps(a.d);
                 *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, scale), *acc);

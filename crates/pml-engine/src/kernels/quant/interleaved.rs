@@ -12,7 +12,7 @@
 //! `4c + j`. Chunks 0..4 are the low nibbles of `packed[c]`, chunks 4..8 the high nibbles of
 //! `packed[c - 4]`; bit `4r + j` of `high[c]` is the weight's fifth bit.
 
-use crate::kernels::huge_pages::zeroed_vec;
+use crate::kernels::huge_pages::fill_on_huge_pages;
 use half::f16;
 
 use super::blocks::{ActGroup, BLOCK, GROUP, Q5_0_BYTES};
@@ -106,26 +106,22 @@ pub fn interleave(bytes: &[u8], out_features: usize, in_features: usize) -> Vec<
 /// Panels of `PANEL` rows of a row-major matrix of `columns` blocks of `block_bytes` per row,
 /// each panel `parse`d from one block of each of its rows; in order of their rows, then of
 /// their block column, on huge pages.
-pub(super) fn interleave_panels<P: bytemuck::Zeroable + Clone>(
+pub(super) fn interleave_panels<P: Send>(
     bytes: &[u8],
     out_features: usize,
     columns: usize,
     block_bytes: usize,
-    parse: impl Fn([&[u8]; PANEL]) -> P,
+    parse: impl Fn([&[u8]; PANEL]) -> P + Sync,
 ) -> Vec<P> {
     let row_bytes = columns * block_bytes;
-    let mut panels = zeroed_vec::<P>(out_features / PANEL * columns);
-    for (rows, out) in bytes
-        .chunks_exact(row_bytes * PANEL)
-        .zip(panels.chunks_exact_mut(columns.max(1)))
-    {
-        let rows: [&[u8]; PANEL] = std::array::from_fn(|r| &rows[r * row_bytes..][..row_bytes]);
-        for (column, panel) in out.iter_mut().enumerate() {
-            let at = column * block_bytes;
-            *panel = parse(rows.map(|row| &row[at..at + block_bytes]));
-        }
-    }
-    panels
+    let panel_rows = (bytes.len() / (row_bytes * PANEL).max(1)).min(out_features / PANEL);
+    fill_on_huge_pages(panel_rows * columns, |index| {
+        let (panel_row, column) = (index / columns, index % columns);
+        let at = panel_row * PANEL * row_bytes + column * block_bytes;
+        parse(std::array::from_fn(|r| {
+            &bytes[at + r * row_bytes..][..block_bytes]
+        }))
+    })
 }
 
 /// Scalar `Σ w·a` of one row of panels (eight output rows) with each of `RN` activation rows.

@@ -4,9 +4,10 @@
 //! GGML's byte `32g + i` of a row holds weight `64g + i` (low nibble) and `64g + 32 + i` (high):
 //! vector `(g, k)` is bytes `32g + 4k .. 32g + 4k + 4` of each row, moved whole.
 //!
-//! The sub-block scales are kept as the i16 pairs `madd` multiplies with (row `r`'s scale in
-//! lanes `2r` and `2r + 1`), the mins as pairs of sub-blocks per row, so a super-block's integer
-//! sum stays exact in i32 as in the row-by-row kernel.
+//! The 6-bit sub-block scales and mins are unpacked to one byte each, by sub-block and row: a
+//! panel is 1184 bytes for GGML's 1152 (the weights resident and read per token stay within 3%
+//! of the file's), and a tile widens a sub-block's eight scales into `madd`'s i16 lanes with one
+//! unpack, so a super-block's integer sum stays exact in i32 as in the row-by-row kernel.
 
 use half::f16;
 
@@ -22,10 +23,11 @@ pub struct PanelQ4K {
     /// `qs[g][k]`: weights `64g + 4k + j` (low nibbles) and `64g + 32 + 4k + j` (high) of row
     /// `r` in byte `4r + j`.
     pub qs: [[[u8; 32]; 8]; 4],
-    /// `scales[s]`: sub-block `s`'s 6-bit scale of row `r` in i16 lanes `2r` and `2r + 1`.
-    pub scales: [[i16; 16]; 8],
-    /// `mins[t]`: row `r`'s mins of sub-blocks `2t` and `2t + 1` in i16 lanes `2r`, `2r + 1`.
-    pub mins: [[i16; 16]; 4],
+    /// `scales[s][r]`: sub-block `s`'s 6-bit scale of row `r` (below 64, so as i8 it widens
+    /// like Q6_K's signed scales).
+    pub scales: [[i8; PANEL]; 8],
+    /// `mins[s][r]`: sub-block `s`'s 6-bit min of row `r`.
+    pub mins: [[i8; PANEL]; 8],
     /// f16 bits of the rows' `d` and `dmin`.
     pub d: [u16; PANEL],
     pub dmin: [u16; PANEL],
@@ -36,8 +38,8 @@ impl PanelQ4K {
     pub fn parse(rows: [&[u8]; PANEL]) -> Self {
         let mut panel = Self {
             qs: [[[0; 32]; 8]; 4],
-            scales: [[0; 16]; 8],
-            mins: [[0; 16]; 4],
+            scales: [[0; PANEL]; 8],
+            mins: [[0; PANEL]; 8],
             d: [0; PANEL],
             dmin: [0; PANEL],
         };
@@ -50,13 +52,10 @@ impl PanelQ4K {
                     vector[4 * r..][..4].copy_from_slice(&block.qs[32 * g + 4 * k..][..4]);
                 }
             }
-            for (s, scales) in panel.scales.iter_mut().enumerate() {
-                scales[2 * r] = block.scales[s];
-                scales[2 * r + 1] = block.scales[s];
-            }
-            for (t, mins) in panel.mins.iter_mut().enumerate() {
-                mins[2 * r] = block.mins[2 * t];
-                mins[2 * r + 1] = block.mins[2 * t + 1];
+            for s in 0..8 {
+                // Both are 6-bit (`BlockQ4K::parse`), so the casts keep their values.
+                panel.scales[s][r] = block.scales[s] as i8;
+                panel.mins[s][r] = block.mins[s] as i8;
             }
         }
         panel
@@ -77,8 +76,8 @@ impl PanelQ4K {
         );
         for (i, value) in out.iter_mut().enumerate().take(SUPER) {
             let s = i / 32;
-            let min = self.mins[s / 2][2 * r + s % 2];
-            *value = d * f32::from(self.scales[s][2 * r]) * f32::from(self.value(r, i))
+            let min = self.mins[s][r];
+            *value = d * f32::from(self.scales[s][r]) * f32::from(self.value(r, i))
                 - dmin * f32::from(min);
         }
     }
@@ -93,8 +92,8 @@ impl PanelQ4K {
                 let sum: i32 = (32 * s..32 * s + 32)
                     .map(|i| i32::from(self.value(r, i)) * i32::from(acts.qs[i]))
                     .sum();
-                scaled += i32::from(self.scales[s][2 * r]) * sum;
-                mins += i32::from(self.mins[s / 2][2 * r + s % 2]) * i32::from(acts.bsums32[s]);
+                scaled += i32::from(self.scales[s][r]) * sum;
+                mins += i32::from(self.mins[s][r]) * i32::from(acts.bsums32[s]);
             }
             let (d, dmin) = (
                 f16::from_bits(self.d[r]).to_f32(),

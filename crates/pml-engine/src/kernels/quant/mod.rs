@@ -82,7 +82,7 @@ fn interleaved_panel_min_rows() -> usize {
 }
 
 /// Every item of `items`, in a buffer on huge pages.
-fn on_huge_pages<T: bytemuck::Zeroable + Clone>(items: impl ExactSizeIterator<Item = T>) -> Vec<T> {
+fn on_huge_pages<T>(items: impl ExactSizeIterator<Item = T>) -> Vec<T> {
     collect_on_huge_pages(items.len(), items)
 }
 

@@ -79,6 +79,10 @@ pub struct SizeSummary {
     pub prefill_ratio: Option<f64>,
     /// PML's median decode time per token over llama.cpp's (below 1: PML is faster).
     pub decode_ratio: Option<f64>,
+    /// PML's median model load time over llama.cpp's (below 1: PML loads faster).
+    pub load_ratio: Option<f64>,
+    /// PML's peak resident memory over llama.cpp's (below 1: PML holds less).
+    pub peak_rss_ratio: Option<f64>,
     /// PML's median decode time per token through `pml run`'s loop over the bare engine's
     /// (above 1: the run path costs more per token).
     pub run_decode_ratio: Option<f64>,
@@ -116,6 +120,12 @@ impl EngineReport {
                 let decode_ratio = llama_cpp.as_ref().map(|llama| {
                     pml.decode_ms_per_token.median_ms / llama.decode_ms_per_token.median_ms
                 });
+                let load_ratio = llama_cpp
+                    .as_ref()
+                    .map(|llama| pml.load_ms.median_ms / llama.load_ms.median_ms);
+                let peak_rss_ratio = llama_cpp
+                    .as_ref()
+                    .map(|llama| pml.peak_rss_mib / llama.peak_rss_mib);
                 let run_decode_ratio = pml
                     .run_decode_ms_per_token
                     .map(|run| run.median_ms / pml.decode_ms_per_token.median_ms);
@@ -125,6 +135,8 @@ impl EngineReport {
                     llama_cpp,
                     prefill_ratio,
                     decode_ratio,
+                    load_ratio,
+                    peak_rss_ratio,
                     run_decode_ratio,
                 })
             })
@@ -152,6 +164,7 @@ impl EngineReport {
         let header = [
             "tokens",
             "engine",
+            "load ms",
             "prefill tok/s",
             "TTFT ms",
             "decode ms/token",
@@ -159,22 +172,24 @@ impl EngineReport {
             "peak RSS MiB",
         ]
         .map(str::to_owned);
-        let mut rows: Vec<[String; 7]> = Vec::new();
+        let mut rows: Vec<[String; 8]> = Vec::new();
         for size in &self.sizes {
             rows.push(engine_row(size.tokens, "pml", &size.pml));
             if let Some(llama) = &size.llama_cpp {
                 let name = format!("llama.cpp ({} thr.)", self.llama_threads.unwrap_or(0));
                 rows.push(engine_row(size.tokens, &name, llama));
             }
-            if let (Some(prefill), Some(decode)) = (size.prefill_ratio, size.decode_ratio) {
+            let ratio = |ratio: Option<f64>| ratio.map(|r| format!("{r:.2}×")).unwrap_or_default();
+            if size.llama_cpp.is_some() {
                 rows.push([
                     size.tokens.to_string(),
                     "pml / llama.cpp".to_owned(),
-                    format!("{prefill:.2}×"),
+                    ratio(size.load_ratio),
+                    ratio(size.prefill_ratio),
                     String::new(),
-                    format!("{decode:.2}×"),
+                    ratio(size.decode_ratio),
                     String::new(),
-                    String::new(),
+                    ratio(size.peak_rss_ratio),
                 ]);
             }
         }
@@ -189,11 +204,12 @@ impl EngineReport {
     }
 }
 
-fn engine_row(tokens: usize, engine: &str, summary: &EngineSummary) -> [String; 7] {
+fn engine_row(tokens: usize, engine: &str, summary: &EngineSummary) -> [String; 8] {
     let rate = &summary.prefill_tokens_per_s;
     [
         tokens.to_string(),
         engine.to_owned(),
+        summary.load_ms.cell(),
         format!("{:.1} ({:.1}–{:.1})", rate.median, rate.min, rate.max),
         summary.ttft_ms.cell(),
         summary.decode_ms_per_token.cell(),
@@ -251,7 +267,12 @@ mod tests {
         assert_eq!(size.prefill_ratio, Some(0.5));
         assert_eq!(size.decode_ratio, Some(2.0));
         assert_eq!(size.pml.peak_rss_mib, 1024.0);
+        assert_eq!(
+            (size.load_ratio, size.peak_rss_ratio),
+            (Some(1.0), Some(1.0))
+        );
         assert!(report.table().contains("0.50×"));
+        assert!(report.table().contains("1.00×"));
         // The run loop's decode sits beside the engine's, as a median and a ratio to it.
         let run = size.pml.run_decode_ms_per_token.expect("measured");
         assert_eq!((run.median_ms, run.min_ms, run.max_ms), (55.0, 44.0, 66.0));
