@@ -21,8 +21,15 @@ PYTHON="${PYTHON:-python3}"
 
 log() { printf '[setup-llama-cpp] %s\n' "$*"; }
 
+# gguf-py, at the version the sdist vendors: scripts/shaped_gguf.py writes real-size files with it.
+ensure_gguf() {
+    "$VENV/bin/python" -c "import gguf" 2>/dev/null ||
+        "$VENV/bin/python" -m pip install --quiet "gguf==0.19.0"
+}
+
 if [ -x "$VENV/bin/python" ] &&
     "$VENV/bin/python" -c "import sys, llama_cpp; sys.exit(llama_cpp.__version__ != '$VERSION')" 2>/dev/null; then
+    ensure_gguf
     log "llama-cpp-python $VERSION already installed in $VENV; nothing to do"
     exit 0
 fi
@@ -53,6 +60,7 @@ log "building llama-cpp-python $VERSION from source (this takes a while on few c
     --force-reinstall "llama-cpp-python==$VERSION"
 end=$(date +%s)
 
+ensure_gguf
 "$VENV/bin/python" - <<EOF
 import llama_cpp
 assert llama_cpp.__version__ == "$VERSION", llama_cpp.__version__
