@@ -7,17 +7,15 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use candle_core::Device;
 use candle_core::quantized::QTensor;
 use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
-use memmap2::Mmap;
 use sha2::{Digest, Sha256};
 
+use crate::kernels::mapped::{MappedFile, MappedSlice};
 use crate::stored_tensor::StoredTensor;
-
-/// Alignment of the ranges [`GgufFile::release`] drops: a multiple of every page size.
-const RELEASE_UNIT: usize = 64 * 1024;
 
 /// Why a GGUF file or one of its entries could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -89,8 +87,9 @@ pub struct GgufFile {
     path: PathBuf,
     content: Content,
     fingerprint: String,
-    /// The whole file, mapped: tensors are read from it in place (no read into a buffer first).
-    map: Mmap,
+    /// The whole file, mapped: tensors are read from it in place (no read into a buffer first),
+    /// and a lookup table can keep reading its rows after the load (shared).
+    map: Arc<MappedFile>,
 }
 
 impl GgufFile {
@@ -102,18 +101,12 @@ impl GgufFile {
             source,
         };
         let file = File::open(&path).map_err(io_error)?;
-        // SAFETY: a map is sound only while no one changes the file under it. A model file is
-        // only read, and the map lives as long as this `GgufFile`: the parse and fingerprint
-        // here, then the weights' load, which copies every tensor into the engine's own layouts
-        // (no weight keeps pointing into the map). Changing or truncating a GGUF file while a
-        // program loads it is outside the contract, as for llama.cpp, which maps it the same way
-        // and keeps the map for the process's life.
-        let map = unsafe { Mmap::map(&file) }.map_err(io_error)?;
-        let content =
-            Content::read(&mut Cursor::new(&map[..])).map_err(|source| GgufError::Parse {
-                path: path.clone(),
-                source: Box::new(source),
-            })?;
+        let mapped = MappedFile::open_lazily(&file).map_err(io_error)?;
+        let map = mapped.bytes();
+        let content = Content::read(&mut Cursor::new(map)).map_err(|source| GgufError::Parse {
+            path: path.clone(),
+            source: Box::new(source),
+        })?;
 
         // The fingerprint covers the header, every metadata entry and the tensor table (names,
         // shapes, types, offsets), and samples of every tensor's data: two fine-tunes of one
@@ -128,13 +121,13 @@ impl GgufFile {
         }
         let mut hasher = Sha256::new();
         hasher.update(&map[..header_len.min(map.len())]);
-        sample_tensor_data(&map, &content, &mut hasher);
+        sample_tensor_data(map, &content, &mut hasher);
         let fingerprint = format!("{:x}", hasher.finalize());
         Ok(Self {
             path,
             content,
             fingerprint,
-            map,
+            map: mapped,
         })
     }
 
@@ -404,54 +397,37 @@ impl GgufFile {
             .and_then(|start| usize::try_from(start).ok());
         let bytes = start
             .and_then(|start| Some(start..start.checked_add(len)?))
-            .and_then(|range| self.map.get(range))
+            .and_then(|range| self.map.bytes().get(range))
             .ok_or_else(|| {
                 tensor_error(candle_core::Error::Msg(format!(
                     "its {len} bytes at offset {} lie past the end of the file ({} bytes)",
                     info.offset,
-                    self.map.len()
+                    self.map.bytes().len()
                 )))
             })?;
         StoredTensor::new(Cow::Borrowed(bytes), info.ggml_dtype, dims).map_err(tensor_error)
     }
 
-    /// Drops the pages of tensor `name`'s bytes from this process's map once the loader holds
-    /// its own copy: a model is then resident once (its layouts), not twice (layouts and the
-    /// file's pages), while the pages stay in the page cache for the next load. Advice only: a
-    /// failure (or another OS) leaves the pages mapped.
+    /// Tensor `name`'s bytes as a slice of the shared map, for a table read in place after the
+    /// load.
+    pub fn mapped(&self, name: &str) -> Option<MappedSlice> {
+        let range = self.byte_range(name)?;
+        MappedSlice::new(self.map.clone(), range.start, range.len())
+    }
+
+    /// Drops tensor `name`'s pages from this process once the loader holds its own copy
+    /// ([`MappedFile::release`]).
     pub fn release(&self, name: &str) {
-        let Ok(stored) = self.stored(name) else {
-            return;
-        };
-        let bytes = stored.bytes();
-        let start = bytes.as_ptr() as usize - self.map.as_ptr() as usize;
-        // Whole pages inside the tensor only (a neighbour's bytes on a shared page stay
-        // mapped), in units that are whole pages of every page size Linux uses (4–64 KiB).
-        let unit = RELEASE_UNIT;
-        let (first, end) = (
-            start.next_multiple_of(unit),
-            (start + bytes.len()) / unit * unit,
-        );
-        if end <= first {
-            return;
+        if let Some(range) = self.byte_range(name) {
+            self.map.release(range);
         }
-        #[cfg(unix)]
-        {
-            // SAFETY: the map is read-only and backed by the file, so dropping its pages only
-            // makes the next read of them fault the same bytes back in from the file (which no
-            // one changes while it is mapped: `open`'s contract). No reference into the map
-            // observes a change, so this is sound though memmap2 marks the advice unsafe.
-            let advised = unsafe {
-                self.map.unchecked_advise_range(
-                    memmap2::UncheckedAdvice::DontNeed,
-                    first,
-                    end - first,
-                )
-            };
-            if let Err(error) = advised {
-                tracing::debug!("cannot drop the mapped pages of {name}: {error}");
-            }
-        }
+    }
+
+    /// Where tensor `name`'s bytes lie in the file, if it holds them.
+    fn byte_range(&self, name: &str) -> Option<std::ops::Range<usize>> {
+        let stored = self.stored(name).ok()?;
+        let start = stored.bytes().as_ptr() as usize - self.map.bytes().as_ptr() as usize;
+        Some(start..start + stored.bytes().len())
     }
 
     /// Loads tensor `name` (still quantized) onto `device`.

@@ -59,11 +59,16 @@ fn second_load_reads_in_place(arch: Arch) {
     let (_dir, path, cache) = tiny_file(arch);
     let reference = load(&path, None);
     let expected = last_position_logits(&reference, &PROMPT);
-    assert_eq!(reference.weights_in_place_bytes(), 0);
+    // A separate lookup table is read in place from the GGUF's map by every load.
+    let from_the_file = reference.weights_in_place_bytes();
 
     let first = load(&path, Some(&cache));
     assert_eq!(last_position_logits(&first, &PROMPT), expected);
-    assert_eq!(first.weights_in_place_bytes(), 0, "the first load builds");
+    assert_eq!(
+        first.weights_in_place_bytes(),
+        from_the_file,
+        "the first load builds"
+    );
     if !cached_here() {
         assert!(layout_files(&cache).is_empty(), "no layouts to cache");
         return;
@@ -80,7 +85,7 @@ fn second_load_reads_in_place(arch: Arch) {
         expected,
         "{arch:?}: logits from the mapped layouts"
     );
-    assert!(second.weights_in_place_bytes() > 0);
+    assert!(second.weights_in_place_bytes() > from_the_file);
     // Every matrix is one of our layouts or a lookup table; only biases are held beside them.
     if !matches!(arch, Arch::Qwen2) {
         assert_eq!(

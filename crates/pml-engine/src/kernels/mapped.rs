@@ -1,6 +1,6 @@
 //! Kernel data that is either built in memory or read in place from a mapped file (the layout
-//! cache, `model::layout_cache`): a [`Slab`] derefs to the same slice either way, so the kernels
-//! never know which.
+//! cache, `model::layout_cache`, or a GGUF file's lookup table): a [`Slab`] derefs to the same
+//! slice either way, so the kernels never know which. Every map of a file is made here.
 //!
 //! A mapped slab costs no fresh memory: the file's pages are already in the page cache after the
 //! run that wrote it, where a built layout faults in (and the OS zeroes) every page it fills —
@@ -12,6 +12,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use memmap2::{Mmap, MmapOptions};
+
+/// Alignment of the ranges [`MappedFile::release`] drops: a multiple of every page size Linux
+/// uses (4–64 KiB), so that a neighbour's bytes on a shared page stay mapped.
+const RELEASE_UNIT: usize = 64 * 1024;
 
 /// A read-only file mapped whole, shared by the slabs read from it.
 #[derive(Debug)]
@@ -34,6 +38,46 @@ impl MappedFile {
         // for the GGUF file itself (`gguf.rs`).
         let map = unsafe { MmapOptions::new().populate().map(&file) }?;
         Ok(Arc::new(Self { map }))
+    }
+
+    /// Maps a model file read-only, each page read when first touched: a loader copies most
+    /// tensors out of it once ([`Self::release`] then drops their pages), and a lookup table
+    /// read in place touches only the rows a prompt asks for.
+    pub fn open_lazily(file: &File) -> std::io::Result<Arc<Self>> {
+        // SAFETY: as in `open`: a model file is only read, and changing or truncating it while
+        // a program maps it is outside the contract, as for llama.cpp, which maps its GGUF the
+        // same way and keeps the map for the process's life.
+        let map = unsafe { Mmap::map(file) }?;
+        Ok(Arc::new(Self { map }))
+    }
+
+    /// Drops the process's pages of `range` (whole [`RELEASE_UNIT`]s inside it), which stay in
+    /// the page cache: once a loader holds its own copy of a tensor, the model is resident
+    /// once, not as its layouts plus the file's pages. Advice only: where it fails (or on
+    /// another OS) the pages stay mapped.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        let unit = RELEASE_UNIT;
+        let (first, end) = (range.start.next_multiple_of(unit), range.end / unit * unit);
+        if end <= first || end > self.map.len() {
+            return;
+        }
+        #[cfg(unix)]
+        {
+            // SAFETY: the map is read-only and backed by the file, so dropping its pages only
+            // makes the next read of them fault the same bytes back in from the file (which no
+            // one changes while it is mapped: `open_lazily`'s contract). No reference into the
+            // map observes a change, so this is sound though memmap2 marks the advice unsafe.
+            let advised = unsafe {
+                self.map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    first,
+                    end - first,
+                )
+            };
+            if let Err(error) = advised {
+                tracing::debug!("cannot drop mapped pages: {error}");
+            }
+        }
     }
 
     pub fn bytes(&self) -> &[u8] {

@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use super::EngineError;
 use super::row_gather::gather_rows;
 use super::weights::TensorSource;
+use crate::kernels::mapped::MappedSlice;
 use crate::stored_tensor::StoredTensor;
 
 /// Hands out `inner`'s tensors, serving the separate projections of a layer from its fused
@@ -134,6 +135,15 @@ impl TensorSource for SplitFused<'_> {
     fn release(&mut self, name: &str) {
         if self.taken.contains(name) {
             self.inner.release(name);
+        }
+    }
+
+    /// Only the tensors this source passes on whole (never a part of a fused one).
+    fn mapped(&mut self, name: &str) -> Option<MappedSlice> {
+        if self.pending.contains_key(name) || self.fused_origin(name).is_some() {
+            None
+        } else {
+            self.inner.mapped(name)
         }
     }
 }

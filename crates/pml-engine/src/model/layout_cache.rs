@@ -103,7 +103,7 @@ impl LayoutCache {
                 dtype,
                 rows,
                 columns,
-            } => StoredRows::from_layout(slice, dtype, rows, columns)
+            } => StoredRows::in_place(slice, dtype, rows, columns)
                 .map(|rows| CachedLayout::Rows(Arc::new(rows))),
         };
         match layout {
@@ -267,6 +267,10 @@ impl TensorSource for LayoutCached<'_> {
 
     fn release(&mut self, name: &str) {
         self.inner.release(name);
+    }
+
+    fn mapped(&mut self, name: &str) -> Option<MappedSlice> {
+        self.inner.mapped(name)
     }
 }
 

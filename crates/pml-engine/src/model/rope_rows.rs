@@ -12,6 +12,7 @@
 use super::EngineError;
 use super::row_gather::gather_rows;
 use super::weights::TensorSource;
+use crate::kernels::mapped::MappedSlice;
 use crate::stored_tensor::StoredTensor;
 
 /// Hands out the tensors of `inner`, with the rows of every `attn_q.weight` / `attn_k.weight`
@@ -43,6 +44,23 @@ impl TensorSource for NeoxRows<'_> {
 
     fn release(&mut self, name: &str) {
         self.inner.release(name);
+    }
+
+    /// Only the tensors this source passes on unchanged.
+    fn mapped(&mut self, name: &str) -> Option<MappedSlice> {
+        let reordered = [
+            ".attn_q.weight",
+            ".attn_q.bias",
+            ".attn_k.weight",
+            ".attn_k.bias",
+        ]
+        .iter()
+        .any(|suffix| name.ends_with(suffix));
+        if reordered {
+            None
+        } else {
+            self.inner.mapped(name)
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 //! A token-embedding table only read row by row (a file with a separate LM head), kept as GGML
-//! stores it: a lookup dequantizes just the rows it asks for. The bytes are a copy of the
-//! file's, or read in place from the layout cache (`layout_cache`).
+//! stores it: a lookup dequantizes just the rows it asks for. The bytes are read in place from
+//! the GGUF file's map (only the rows prompts ask for become resident: llama.cpp reads its
+//! table the same way) or from the layout cache (`layout_cache`), or are a copy where the
+//! tensor came from elsewhere.
 
 use std::borrow::Cow;
 
@@ -32,8 +34,8 @@ impl StoredRows {
         )
     }
 
-    /// The matrix `(rows, columns)` of `dtype` blocks held by `bytes`.
-    pub fn from_layout(
+    /// The matrix `(rows, columns)` of `dtype` blocks held by the mapped `bytes`.
+    pub fn in_place(
         bytes: MappedSlice,
         dtype: GgmlDType,
         rows: usize,

@@ -790,8 +790,8 @@ impl Model {
         self.linears().map(Linear::size_in_bytes).sum()
     }
 
-    /// Bytes of the weights read in place from the layout cache's file (see
-    /// [`Self::from_gguf_on`]) rather than built in memory.
+    /// Bytes of the weights read in place from a mapped file (the layout cache's, see
+    /// [`Self::from_gguf_on`], or the GGUF's lookup table) rather than built in memory.
     pub fn weights_in_place_bytes(&self) -> usize {
         self.linears().map(Linear::in_place_bytes).sum()
     }

@@ -12,6 +12,7 @@ use super::EngineError;
 use super::stored_rows::StoredRows;
 use crate::device::{Backend, Kernels};
 use crate::gguf::GgufFile;
+use crate::kernels::mapped::MappedSlice;
 use crate::kernels::quant::QuantMatrix;
 use crate::kernels::{self, cpu_features, dense_matmul};
 use crate::stored_tensor::StoredTensor;
@@ -124,6 +125,11 @@ pub trait TensorSource {
     /// Says that `name`'s stored bytes will not be read again: the loader has its own copy, so
     /// a mapped file may drop its pages from the process (they stay in the page cache).
     fn release(&mut self, _name: &str) {}
+    /// Tensor `name`'s bytes, as stored, in a mapped file that outlives the load, where the
+    /// source has them so (a lookup table then reads its rows in place).
+    fn mapped(&mut self, _name: &str) -> Option<MappedSlice> {
+        None
+    }
 }
 
 /// A matrix layout the layout cache keeps: our kernels' blocks, or a lookup table's rows.
@@ -153,6 +159,10 @@ impl TensorSource for &GgufFile {
 
     fn release(&mut self, name: &str) {
         GgufFile::release(self, name);
+    }
+
+    fn mapped(&mut self, name: &str) -> Option<MappedSlice> {
+        GgufFile::mapped(self, name)
     }
 }
 
@@ -372,6 +382,10 @@ impl Linear {
             None => {}
         }
         let device = &backend.device;
+        let in_place = (role == MatrixRole::Lookup)
+            .then(|| source.mapped(name))
+            .flatten();
+        let keeps_pages = in_place.is_some();
         let stored = source.stored(name)?;
         let (stored_dtype, (_, in_features)) = (stored.dtype(), stored.dims2()?);
         let stored_dense = matches!(
@@ -381,9 +395,15 @@ impl Linear {
         let weight = match format.dense_dtype(role) {
             // Plain float tensors gain nothing from the quantized kernels.
             None if stored_dense => Matrix::Dense(stored.dequantize(device)?),
-            // Lookups only read rows: kept as stored, and on other devices as candle's blocks.
+            // Lookups only read rows: kept as stored (in place where the file is mapped), and on
+            // other devices as candle's blocks.
             None if role == MatrixRole::Lookup && native_layouts(backend) => {
-                Matrix::Rows(Arc::new(StoredRows::copy_of(&stored)?))
+                let (rows, columns) = stored.dims2()?;
+                let table = match in_place {
+                    Some(bytes) => StoredRows::in_place(bytes, stored_dtype, rows, columns)?,
+                    None => StoredRows::copy_of(&stored)?,
+                };
+                Matrix::Rows(Arc::new(table))
             }
             None if role == MatrixRole::Lookup => {
                 Matrix::Quantized(Quantized::Candle(Arc::new(stored.to_qtensor(device)?)))
@@ -402,7 +422,9 @@ impl Linear {
             }
         };
         drop(stored);
-        source.release(name);
+        if !keeps_pages {
+            source.release(name);
+        }
         // Only layouts made from the stored blocks as they are (not requantized ones): the
         // cache checks its files by building some of them again that way.
         let built = match &weight {
@@ -476,7 +498,8 @@ impl Linear {
         })
     }
 
-    /// Bytes of this matrix read in place from a mapped file (the layout cache).
+    /// Bytes of this matrix read in place from a mapped file (the layout cache, or the GGUF
+    /// file for a lookup table).
     pub fn in_place_bytes(&self) -> usize {
         match &self.weight {
             Matrix::Quantized(Quantized::Own(matrix)) if matrix.is_mapped() => {

@@ -135,8 +135,8 @@ unsafe fn tile_q4k<M: Mac, const RN: usize>(
                     }
                 }
                 let (low_scales, high_scales) = (
-                    scale_lanes(&panel.scales[2 * g], &panel.scales[2 * g]),
-                    scale_lanes(&panel.scales[2 * g + 1], &panel.scales[2 * g + 1]),
+                    M::row_scales(&panel.scales[2 * g]),
+                    M::row_scales(&panel.scales[2 * g + 1]),
                 );
                 for ((sum, lows), highs) in sums.iter_mut().zip(lows).zip(highs) {
                     *sum = _mm256_add_epi32(
@@ -196,7 +196,8 @@ fn scale_lanes(first: &[i8; PANEL], second: &[i8; PANEL]) -> __m256i {
 
 /// Per column: each pair of vectors `(g, 2m)`, `(g, 2m + 1)` shares one vector of top bits and
 /// lies in one sub-block per nibble, so their `maddubs` sums (at most 2 · 2 · 63 · 127 < 2^15)
-/// add in i16 before one `madd` with that sub-block's scales; the offset of 32 is taken off
+/// add in i16 before one `madd` with that sub-block's scales (with VNNI's i32 sums, both pairs
+/// of a sub-block add up before one multiply); the offset of 32 is taken off
 /// through the activations' sums per 16, paired as Q4_K's mins. `PanelQ6K::dot` is the
 /// reference.
 #[cfg(target_arch = "x86_64")]
@@ -241,10 +242,10 @@ unsafe fn tile_q6k<M: Mac, const RN: usize>(
         for (column, panel) in panels.iter().enumerate() {
             let mut sums = [_mm256_setzero_si256(); RN];
             for (g, (low_vectors, high_vectors)) in panel.ql.iter().zip(&panel.qh).enumerate() {
+                let mut lows = [_mm256_setzero_si256(); RN];
+                let mut highs = [_mm256_setzero_si256(); RN];
                 for (m, top_bits) in high_vectors.iter().enumerate() {
                     let top_bits = load_bytes(top_bits);
-                    let mut lows = [_mm256_setzero_si256(); RN];
-                    let mut highs = [_mm256_setzero_si256(); RN];
                     for half in 0..2 {
                         let k = 2 * m + half;
                         let packed = load_bytes(&low_vectors[k]);
@@ -269,19 +270,26 @@ unsafe fn tile_q6k<M: Mac, const RN: usize>(
                             *highs = M::step(*highs, high_values, broadcast4(qs, at + 32));
                         }
                     }
+                    // Both pairs of a sub-block (m = 2i, 2i + 1) share its scale: i32 sums take
+                    // them together, i16 sums one pair at a time (two would pass 2^15).
+                    if M::WIDE_SUMS && m % 2 == 0 {
+                        continue;
+                    }
                     let low_block = 4 * g + m / 2;
                     let (low_scales, high_scales) = (
-                        scale_lanes(&panel.scales[low_block], &panel.scales[low_block]),
-                        scale_lanes(&panel.scales[low_block + 2], &panel.scales[low_block + 2]),
+                        M::row_scales(&panel.scales[low_block]),
+                        M::row_scales(&panel.scales[low_block + 2]),
                     );
-                    for ((sum, lows), highs) in sums.iter_mut().zip(lows).zip(highs) {
+                    for ((sum, lows), highs) in sums.iter_mut().zip(&mut lows).zip(&mut highs) {
                         *sum = _mm256_add_epi32(
                             *sum,
                             _mm256_add_epi32(
-                                M::scaled(lows, low_scales),
-                                M::scaled(highs, high_scales),
+                                M::scaled(*lows, low_scales),
+                                M::scaled(*highs, high_scales),
                             ),
                         );
+                        *lows = _mm256_setzero_si256();
+                        *highs = _mm256_setzero_si256();
                     }
                 }
             }

@@ -69,8 +69,17 @@ pub trait Mac {
     /// The CPU has the features of the tile that calls it (the caller's `target_feature`).
     unsafe fn step(acc: __m256i, weights: __m256i, acts: __m256i) -> __m256i;
 
-    /// The eight rows' sums of `acc` times `scales` (i16, row `r` in lanes `2r` and `2r + 1`),
-    /// as i32.
+    /// Whether `step`'s sums are i32 (any number of steps may add up before [`Mac::scaled`]);
+    /// otherwise they are i16 and each caller bounds the steps it adds.
+    const WIDE_SUMS: bool;
+
+    /// The eight rows' scales (one i8 per row) as [`Mac::scaled`] multiplies by them.
+    ///
+    /// # Safety
+    /// As [`Mac::step`].
+    unsafe fn row_scales(scales: &[i8; 8]) -> __m256i;
+
+    /// The eight rows' sums of `acc` times `scales` (from [`Mac::row_scales`]), as i32.
     ///
     /// # Safety
     /// As [`Mac::step`].
@@ -90,10 +99,22 @@ pub struct Maddubs;
 
 #[cfg(target_arch = "x86_64")]
 impl Mac for Maddubs {
+    const WIDE_SUMS: bool = false;
+
     #[inline(always)]
     unsafe fn step(acc: __m256i, weights: __m256i, acts: __m256i) -> __m256i {
         // SAFETY: only inlined into tiles compiled with avx2 (the trait's contract).
         unsafe { _mm256_add_epi16(acc, _mm256_maddubs_epi16(weights, acts)) }
+    }
+
+    /// Row `r`'s scale in i16 lanes `2r` and `2r + 1`, the pair `madd` multiplies.
+    #[inline(always)]
+    unsafe fn row_scales(scales: &[i8; 8]) -> __m256i {
+        // SAFETY: as in `step`; `scales` is 8 readable bytes, which loadl reads exactly.
+        unsafe {
+            let bytes = _mm_loadl_epi64(scales.as_ptr().cast());
+            _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(bytes, bytes))
+        }
     }
 
     #[inline(always)]
@@ -121,6 +142,15 @@ pub struct Dpbusd;
 
 #[cfg(target_arch = "x86_64")]
 impl Mac for Dpbusd {
+    const WIDE_SUMS: bool = true;
+
+    /// Row `r`'s scale in i32 lane `r`.
+    #[inline(always)]
+    unsafe fn row_scales(scales: &[i8; 8]) -> __m256i {
+        // SAFETY: as in `step`; `scales` is 8 readable bytes, which loadl reads exactly.
+        unsafe { _mm256_cvtepi8_epi32(_mm_loadl_epi64(scales.as_ptr().cast())) }
+    }
+
     #[inline(always)]
     unsafe fn step(acc: __m256i, weights: __m256i, acts: __m256i) -> __m256i {
         // SAFETY: only inlined into tiles compiled with avx512vnni and avx512vl (the trait's
@@ -130,8 +160,8 @@ impl Mac for Dpbusd {
 
     #[inline(always)]
     unsafe fn scaled(acc: __m256i, scales: __m256i) -> __m256i {
-        // SAFETY: as in `step`. `madd` with (1, 0) pairs takes each row's scale once, as i32.
-        unsafe { _mm256_mullo_epi32(acc, _mm256_madd_epi16(scales, _mm256_set1_epi32(1))) }
+        // SAFETY: as in `step`.
+        unsafe { _mm256_mullo_epi32(acc, scales) }
     }
 
     #[inline(always)]
