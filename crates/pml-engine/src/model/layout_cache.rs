@@ -36,7 +36,7 @@ use crate::kernels::quant::QuantMatrix;
 use crate::stored_tensor::StoredTensor;
 
 /// Bumped whenever a layout's bytes or this file format change.
-const FORMAT_VERSION: u32 = 5;
+const FORMAT_VERSION: u32 = 6;
 /// Cache files kept in the directory (the most recently used).
 pub const KEPT_FILES: usize = 4;
 /// Bytes compared at each end of a lookup table when the cache is checked.

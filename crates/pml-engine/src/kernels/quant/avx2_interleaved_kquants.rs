@@ -241,14 +241,14 @@ unsafe fn tile_q6k<M: Mac, const RN: usize>(
         let mut acc = [_mm256_setzero_ps(); RN];
         for (column, panel) in panels.iter().enumerate() {
             let mut sums = [_mm256_setzero_si256(); RN];
-            for (g, (low_vectors, high_vectors)) in panel.ql.iter().zip(&panel.qh).enumerate() {
+            for (g, pairs) in panel.bits.iter().enumerate() {
                 let mut lows = [_mm256_setzero_si256(); RN];
                 let mut highs = [_mm256_setzero_si256(); RN];
-                for (m, top_bits) in high_vectors.iter().enumerate() {
-                    let top_bits = load_bytes(top_bits);
+                for (m, pair) in pairs.iter().enumerate() {
+                    let top_bits = load_bytes(&pair[2]);
                     for half in 0..2 {
                         let k = 2 * m + half;
-                        let packed = load_bytes(&low_vectors[k]);
+                        let packed = load_bytes(&pair[half]);
                         let top = if half == 0 {
                             top_bits
                         } else {

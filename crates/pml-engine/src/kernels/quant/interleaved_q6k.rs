@@ -5,7 +5,7 @@
 //! rows in registers and gets eight rows' sums in the lanes.
 //!
 //! Vector `(g, k)` covers weights `64g + 4k + j` (low nibble) and `64g + 32 + 4k + j` (high) of
-//! row `r` in byte `4r + j`. Their top bits are in `qh[g][k / 2]`, byte `4r + j`, at bit
+//! row `r` in byte `4r + j`. Their top bits are in `bits[g][k / 2][2]`, byte `4r + j`, at bit
 //! `4 (k % 2)` (the low-nibble weight) and `4 (k % 2) + 2` (the high-nibble one). Weight `i`'s
 //! sub-block (16 weights, one signed scale) is `i / 16`: vectors `k < 4` of group `g` are in
 //! sub-blocks `4g` (low nibbles) and `4g + 2` (high), vectors `k >= 4` in `4g + 1` and `4g + 3`.
@@ -22,11 +22,13 @@ pub const PANEL: usize = 8;
 #[repr(C, align(32))]
 #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Zeroable, bytemuck::Pod)]
 pub struct PanelQ6K {
-    /// `ql[g][k]`: the low four bits of weights `64g + 4k + j` (low nibbles) and
-    /// `64g + 32 + 4k + j` (high) of row `r` in byte `4r + j`.
-    pub ql: [[[u8; 32]; 8]; 4],
-    /// `qh[g][m]`: the top two bits of vectors `(g, 2m)` (bits 0–3) and `(g, 2m + 1)` (bits 4–7).
-    pub qh: [[[u8; 32]; 4]; 4],
+    /// `bits[g][m]`: vectors `(g, 2m)` and `(g, 2m + 1)`, each the low four bits of weights
+    /// `64g + 4k + j` (low nibbles) and `64g + 32 + 4k + j` (high) of row `r` in byte `4r + j`,
+    /// then their top two bits (vector `2m` in bits 0–3, `2m + 1` in bits 4–7): in the order a
+    /// tile reads them, so a panel is read as one stream (low and top bits in separate planes
+    /// were two, and a decode step's Q6_K tile waited on memory twice as long per byte as
+    /// Q4_K's).
+    pub bits: [[[[u8; 32]; 3]; 4]; 4],
     /// `scales[s][r]`: row `r`'s signed scale of sub-block `s`.
     pub scales: [[i8; PANEL]; 16],
     /// f16 bits of the rows' `d`.
@@ -39,8 +41,7 @@ impl PanelQ6K {
     /// Interleaves one GGML super-block (`Q6K_BYTES` bytes) of each of eight rows.
     pub fn parse(rows: [&[u8]; PANEL]) -> Self {
         let mut panel = Self {
-            ql: [[[0; 32]; 8]; 4],
-            qh: [[[0; 32]; 4]; 4],
+            bits: [[[[0; 32]; 3]; 4]; 4],
             scales: [[0; PANEL]; 16],
             d: [0; PANEL],
             pad: [0; PANEL],
@@ -58,9 +59,9 @@ impl PanelQ6K {
                         let (low, high) =
                             (values[64 * g + 4 * k + j], values[64 * g + 32 + 4 * k + j]);
                         let byte = 4 * r + j;
-                        panel.ql[g][k][byte] = (low & 0x0f) | ((high & 0x0f) << 4);
-                        panel.qh[g][k / 2][byte] |=
-                            ((low >> 4) | ((high >> 4) << 2)) << (4 * (k % 2));
+                        let pair = &mut panel.bits[g][k / 2];
+                        pair[k % 2][byte] = (low & 0x0f) | ((high & 0x0f) << 4);
+                        pair[2][byte] |= ((low >> 4) | ((high >> 4) << 2)) << (4 * (k % 2));
                     }
                 }
             }
@@ -73,8 +74,9 @@ impl PanelQ6K {
         let (g, within) = (i / 64, i % 64);
         let (k, j) = (within % 32 / 4, within % 4);
         let byte = 4 * r + j;
-        let low_bits = self.ql[g][k][byte];
-        let high_bits = self.qh[g][k / 2][byte] >> (4 * (k % 2));
+        let pair = &self.bits[g][k / 2];
+        let low_bits = pair[k % 2][byte];
+        let high_bits = pair[2][byte] >> (4 * (k % 2));
         if within < 32 {
             (low_bits & 0x0f) | ((high_bits & 0x03) << 4)
         } else {
