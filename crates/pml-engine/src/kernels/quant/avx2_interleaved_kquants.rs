@@ -246,9 +246,9 @@ unsafe fn tile_q6k<M: Mac, const RN: usize>(
                 let mut highs = [_mm256_setzero_si256(); RN];
                 for (m, pair) in pairs.iter().enumerate() {
                     let top_bits = load_bytes(&pair[2]);
-                    for half in 0..2 {
+                    for (half, low_bits) in pair[..2].iter().enumerate() {
                         let k = 2 * m + half;
-                        let packed = load_bytes(&pair[half]);
+                        let packed = load_bytes(low_bits);
                         let top = if half == 0 {
                             top_bits
                         } else {
