@@ -25,9 +25,7 @@ pub struct PanelQ6K {
     /// `bits[g][m]`: vectors `(g, 2m)` and `(g, 2m + 1)`, each the low four bits of weights
     /// `64g + 4k + j` (low nibbles) and `64g + 32 + 4k + j` (high) of row `r` in byte `4r + j`,
     /// then their top two bits (vector `2m` in bits 0–3, `2m + 1` in bits 4–7): in the order a
-    /// tile reads them, so a panel is read as one stream (low and top bits in separate planes
-    /// were two, and a decode step's Q6_K tile waited on memory twice as long per byte as
-    /// Q4_K's).
+    /// tile reads them, so a panel is read as one stream, not two planes.
     pub bits: [[[[u8; 32]; 3]; 4]; 4],
     /// `scales[s][r]`: row `r`'s signed scale of sub-block `s`.
     pub scales: [[i8; PANEL]; 16],
