@@ -1,7 +1,7 @@
 //! The engine's errors: their own module, below the kernels, the KV cache and the model, so that
 //! each of them can fail with them without depending on another.
 
-use crate::gguf::GgufError;
+use std::path::PathBuf;
 
 /// Why a model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
@@ -77,5 +77,41 @@ pub enum KvCacheError {
         position: u32,
         layer_idx: usize,
         horizon: u32,
+    },
+}
+
+/// Why a GGUF file or one of its entries could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum GgufError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+
+    #[error("{path} is not a readable GGUF file: {source}")]
+    Parse {
+        path: PathBuf,
+        source: Box<candle_core::Error>,
+    },
+
+    #[error("GGUF metadata has no key `{key}`")]
+    MissingKey { key: String },
+
+    #[error("GGUF metadata `{key}` is {found}, expected {expected}")]
+    WrongType {
+        key: String,
+        expected: &'static str,
+        found: String,
+    },
+
+    #[error("GGUF file has no tensor `{name}`")]
+    MissingTensor { name: String },
+
+    #[error("cannot load tensor `{name}` from {path}: {source}")]
+    Tensor {
+        name: String,
+        path: PathBuf,
+        source: Box<candle_core::Error>,
     },
 }

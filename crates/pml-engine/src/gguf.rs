@@ -14,44 +14,9 @@ use candle_core::quantized::QTensor;
 use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
 use sha2::{Digest, Sha256};
 
+pub use crate::error::GgufError;
 use crate::kernels::mapped::{MappedFile, MappedSlice};
 use crate::stored_tensor::StoredTensor;
-
-/// Why a GGUF file or one of its entries could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum GgufError {
-    #[error("cannot read {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-
-    #[error("{path} is not a readable GGUF file: {source}")]
-    Parse {
-        path: PathBuf,
-        source: Box<candle_core::Error>,
-    },
-
-    #[error("GGUF metadata has no key `{key}`")]
-    MissingKey { key: String },
-
-    #[error("GGUF metadata `{key}` is {found}, expected {expected}")]
-    WrongType {
-        key: String,
-        expected: &'static str,
-        found: String,
-    },
-
-    #[error("GGUF file has no tensor `{name}`")]
-    MissingTensor { name: String },
-
-    #[error("cannot load tensor `{name}` from {path}: {source}")]
-    Tensor {
-        name: String,
-        path: PathBuf,
-        source: Box<candle_core::Error>,
-    },
-}
 
 /// Bytes of each tensor's data the fingerprint hashes, at its start and at its middle: a few
 /// MB for a model of hundreds of tensors, read in milliseconds, where hashing whole weights
