@@ -355,13 +355,8 @@ impl GgufFile {
         let tensor_error = |source| self.tensor_error(name, source);
         let dims: Vec<usize> = info.shape.dims().to_vec();
         let len = StoredTensor::byte_len(info.ggml_dtype, &dims);
-        let start = self
-            .content
-            .tensor_data_offset
-            .checked_add(info.offset)
-            .and_then(|start| usize::try_from(start).ok());
-        let bytes = start
-            .and_then(|start| Some(start..start.checked_add(len)?))
+        let bytes = self
+            .data_range(info, len)
             .and_then(|range| self.map.bytes().get(range))
             .ok_or_else(|| {
                 tensor_error(candle_core::Error::Msg(format!(
@@ -390,9 +385,18 @@ impl GgufFile {
 
     /// Where tensor `name`'s bytes lie in the file, if it holds them.
     fn byte_range(&self, name: &str) -> Option<std::ops::Range<usize>> {
-        let stored = self.stored(name).ok()?;
-        let start = stored.bytes().as_ptr() as usize - self.map.bytes().as_ptr() as usize;
-        Some(start..start + stored.bytes().len())
+        let info = self.tensor_info(name)?;
+        let len = StoredTensor::byte_len(info.ggml_dtype, info.shape.dims());
+        self.data_range(info, len)
+            .filter(|range| range.end <= self.map.bytes().len())
+    }
+
+    /// The file offsets of `len` bytes of the tensor `info` describes (not checked against the
+    /// file's length), if they fit in `usize`.
+    fn data_range(&self, info: &TensorInfo, len: usize) -> Option<std::ops::Range<usize>> {
+        let start = self.content.tensor_data_offset.checked_add(info.offset)?;
+        let start = usize::try_from(start).ok()?;
+        Some(start..start.checked_add(len)?)
     }
 
     /// Loads tensor `name` (still quantized) onto `device`.

@@ -213,10 +213,7 @@ fn tile_into<P: PanelKernel>(
 
 /// `input`'s rows of `in_features` values quantized for `P`, by the pool's workers for a prefill's
 /// many rows (on one core, a 7B model's MLP input waited on a single thread while the other spun).
-fn quantize_rows<P: PanelKernel>(input: &[f32], in_features: usize) -> Vec<P::Act>
-where
-    P::Act: Send,
-{
+fn quantize_rows<P: PanelKernel>(input: &[f32], in_features: usize) -> Vec<P::Act> {
     let mut acts = Vec::new();
     if input.len() < PARALLEL_QUANTIZE_VALUES || in_features == 0 {
         P::quantize(input, &mut acts);
