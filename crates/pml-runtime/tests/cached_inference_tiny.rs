@@ -15,7 +15,7 @@ use candle_core::{DType, Device, Tensor};
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};
 use pml_compiler::plan::{BoundPrompt, EncodeMode, SchemaLayout, UnitId};
 use pml_engine::generation::SamplingParams;
-use pml_engine::kv_cache::KvBlock;
+use pml_engine::kv_cache::{KvBlock, KvCache};
 use pml_engine::model::tiny::random_model;
 use pml_engine::model::{Arch, Model, WeightFormat};
 use pml_runtime::encode::{
@@ -942,6 +942,36 @@ fn runtime_compiles_and_runs_sources() {
             ))
         ));
         assert!(runtime.lay_out(PROMPT, &loader).is_err());
+    }
+}
+
+/// The host memory `pml run` reserves before a run is the memory that run's cache takes (its
+/// shape is the cache's), and the answer is the one a run without it gives.
+#[test]
+fn a_reserved_cache_is_the_one_the_run_builds() {
+    let model = random_model(Arch::Qwen2, SEED, WeightFormat::F32, &Device::Cpu).unwrap();
+    let (store, _manifests) = ram_store(&model, "tiny");
+    let runtime = tiny_runtime(Arch::Qwen2, store);
+    let (layout, doc) = prefix_and_module();
+    runtime.encode(&layout, &mut |_| {}).unwrap();
+    // A length no other test of this binary asks for: the reservation is the process's.
+    let bound = Binding::new(&layout, &[doc], &tokens(90, 7)).bind();
+    let params = SamplingParams {
+        temperature: 0.0,
+        max_tokens: 17,
+        ..SamplingParams::default()
+    };
+    for mode in [InferenceMode::Reuse, InferenceMode::Full] {
+        let (plain, _) = runtime
+            .run_bound(&layout, &bound, mode, &params, &mut |_| {})
+            .unwrap();
+        runtime.reserve_cache(&layout, &bound, &params).unwrap();
+        assert!(KvCache::host_memory_reserved());
+        let (reserved, _) = runtime
+            .run_bound(&layout, &bound, mode, &params, &mut |_| {})
+            .unwrap();
+        assert!(!KvCache::host_memory_reserved(), "{mode}: the run took it");
+        assert_eq!(reserved.token_ids, plain.token_ids, "{mode}");
     }
 }
 

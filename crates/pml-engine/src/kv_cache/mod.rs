@@ -15,6 +15,7 @@
 
 mod block;
 mod layer;
+mod reserve;
 #[cfg(test)]
 mod shared_tests;
 mod splice;

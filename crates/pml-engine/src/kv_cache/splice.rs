@@ -1,7 +1,8 @@
 //! The buffers of a cache made from blocks ([`super::KvCache::from_blocks`]): every layer's K and
 //! V rows of the blocks one after another, zeros after them for the slots still to come.
 //!
-//! On the CPU all the buffers are one allocation, advised onto huge pages (a fresh process
+//! On the CPU all the buffers are one allocation (reserved ahead by the caller, see
+//! [`super::reserve`], or fresh), advised onto huge pages (a fresh process
 //! splicing a 4k-token state of the default model faults in ~95 MB: with 4 KiB pages that alone
 //! took longer than the copy), and each value is converted straight from where the block holds
 //! it (a tensor, or the mapped bytes of a state file) into the buffer: one pass per value, no
@@ -21,8 +22,8 @@ use rayon::prelude::*;
 
 use super::block::{KvBlock, RowSource};
 use super::layer::allocated_rows;
+use super::reserve::{self, ReservedElement};
 use super::{KvCacheError, KvLayout};
-use crate::kernels::huge_pages;
 
 /// Per layer `(keys, values)` buffers of slots `first_held[layer]..capacity`; the caller
 /// checked that every block has the layout's layers and row shape and that their rows fit.
@@ -192,7 +193,7 @@ fn splice_on_cpu<T: CacheElement>(
         })
         .collect();
     let total_rows: usize = buffer_rows.iter().sum();
-    let mut data = huge_pages::zeroed_vec::<T>(total_rows * row_len);
+    let mut data = reserve::take_or_zeroed::<T>(&buffer_rows, row_len);
     let mut targets = Vec::with_capacity(buffer_rows.len());
     let mut rest = data.as_mut_slice();
     for &rows in &buffer_rows {
@@ -301,7 +302,7 @@ fn with_values(
 }
 
 /// An element type the cache is kept in, with direct conversions from the stored dtypes.
-trait CacheElement: WithDType + bytemuck::Zeroable {
+trait CacheElement: WithDType + ReservedElement {
     /// Writes `target.len()` of `source`'s values from element `skip` on, converted, into
     /// `target`; `false` when there is no direct path (the caller goes through candle).
     fn convert(source: &RowSource<'_>, skip: usize, target: &mut [Self]) -> bool;

@@ -175,6 +175,36 @@ pub fn prefill(
     }
 }
 
+/// `budget`, unless the prompt and its answer never reach it (then it changes nothing).
+fn acting_budget(
+    plan: &SplicePlan,
+    params: &SamplingParams,
+    budget: Option<KvBudget>,
+) -> Option<KvBudget> {
+    budget.filter(|budget| plan.all_tokens.len() + params.max_tokens + 1 > budget.slots)
+}
+
+/// Decoding slots [`generate`] allocates with the prompt's cache (`budget` as
+/// [`acting_budget`] leaves it).
+fn decode_reserve(plan: &SplicePlan, params: &SamplingParams, budget: Option<KvBudget>) -> usize {
+    let reserve = match budget {
+        Some(budget) => budget.slots.saturating_sub(plan.all_tokens.len()),
+        None => params.max_tokens,
+    };
+    reserve.min(MAX_RESERVED_SLOTS)
+}
+
+/// Slots of the cache [`generate`] builds for `plan` (when the plan keeps every cached row)
+/// and how many of them the prompt fills.
+pub(super) fn cache_slots(
+    plan: &SplicePlan,
+    params: &SamplingParams,
+    budget: Option<KvBudget>,
+) -> (usize, usize) {
+    let reserve = decode_reserve(plan, params, acting_budget(plan, params, budget));
+    (plan.all_tokens.len() + reserve, plan.all_tokens.len())
+}
+
 /// Runs `plan` (a bound prompt resolved against the encoder's layout) in `mode` and generates
 /// the answer, streaming text to `on_text`. Decoding continues at one past the prompt's highest
 /// position; with `budget`, within that many KV slots ([`budgeted_decode`]).
@@ -189,9 +219,7 @@ pub fn generate(
     budget: Option<KvBudget>,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<(Generation, RunStats), InferenceError> {
-    // A budget the prompt and its answer never reach changes nothing.
-    let budget =
-        budget.filter(|budget| plan.all_tokens.len() + params.max_tokens + 1 > budget.slots);
+    let budget = acting_budget(plan, params, budget);
     let mut prefill_stats = None;
     let mut kv = model.new_kv_cache()?;
     let mut hitters: Option<HeavyHitters> = None;
@@ -201,11 +229,8 @@ pub fn generate(
         params,
         on_text,
         |kv| {
-            let reserve = match budget {
-                Some(budget) => budget.slots.saturating_sub(plan.all_tokens.len()),
-                None => params.max_tokens,
-            };
-            let prefill = prefill(model, encoder, plan, mode, reserve.min(MAX_RESERVED_SLOTS))
+            let reserve = decode_reserve(plan, params, budget);
+            let prefill = prefill(model, encoder, plan, mode, reserve)
                 .map_err(|error| GenerateError::Prefill(Box::new(error)))?;
             *kv = prefill.kv;
             prefill_stats = Some(prefill.stats);

@@ -34,6 +34,7 @@ use crate::tokenizer::PmlTokenizer;
 use pml_engine::device::{BackendChoice, DeviceError, select_backend};
 use pml_engine::generation::{Generation, SamplingParams};
 use pml_engine::gguf::{GgufError, GgufFile};
+use pml_engine::kv_cache::KvCache;
 use pml_engine::model::{EngineError, Model, WeightFormat};
 use pml_engine::tokenizer::TokenizerError;
 
@@ -380,6 +381,27 @@ impl Runtime {
             self.kv_budget,
             on_text,
         )
+    }
+
+    /// Allocates the host memory of the cache [`Self::run_bound`] will build for `plan` and
+    /// faults in the rows the prompt fills, before that run's clock starts, as llama.cpp
+    /// clears its KV buffers when it creates a context rather than when a prompt comes
+    /// ([`KvCache::reserve_host_memory`]). For a process that runs one prompt; a device cache,
+    /// a sliding-window model's and one spliced from compressed states (fewer rows) do not
+    /// use it, so none is made for the last.
+    pub fn reserve_cache(
+        &self,
+        layout: &SchemaLayout,
+        bound: &BoundPrompt,
+        params: &SamplingParams,
+    ) -> Result<(), InferenceError> {
+        if !self.model.device().is_cpu() || self.keep.is_some() {
+            return Ok(());
+        }
+        let plan = SplicePlan::new(layout, bound)?;
+        let (capacity, rows) = super::cache_slots(&plan, params, self.kv_budget);
+        KvCache::reserve_host_memory(&self.model.kv_layout(), capacity, rows);
+        Ok(())
     }
 
     /// The prefill alone: the KV cache of the whole prompt and its last token's logits. A prompt

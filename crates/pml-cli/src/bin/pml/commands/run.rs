@@ -262,6 +262,11 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     if args.show_plan {
         eprint!("{}", describe_plan(layout, &bound, runtime.tokenizer()));
     }
+    // The cache's memory is faulted in now, outside the time to first token, as llama.cpp
+    // does when it creates its context.
+    runtime
+        .reserve_cache(layout, &bound, &params)
+        .with_context(|| format!("planning `{}`", prompt.name()))?;
     let mut answer = AnswerStream::new(!args.no_stream && !args.json);
     let (generation, stats) = runtime
         .run_bound(layout, &bound, mode, &params, &mut |piece| {
