@@ -223,17 +223,16 @@ fn blocks_of_stored_dtypes_are_widened_straight_into_the_cache() {
         .unwrap();
     assert_eq!(&all[..6], &[0.5; 6]);
     // The spare rows are zeros.
-    let spare = layer.key_buffer.narrow(0, 7, 3).unwrap();
-    assert_eq!(
-        spare
-            .abs()
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap(),
-        0.0
-    );
+    assert_eq!(abs_sum(&layer.key_buffer.narrow(0, 7, 3).unwrap()), 0.0);
+}
+
+/// The sum of `tensor`'s absolute values (f32).
+pub(super) fn abs_sum(tensor: &Tensor) -> f32 {
+    tensor
+        .abs()
+        .and_then(|abs| abs.sum_all())
+        .and_then(|sum| sum.to_scalar::<f32>())
+        .unwrap()
 }
 
 /// The little-endian bytes of `tensors` one after another, each tensor's byte range, and the
