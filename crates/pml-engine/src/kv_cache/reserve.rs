@@ -104,9 +104,9 @@ pub(super) fn take_or_zeroed<T: ReservedElement>(buffer_rows: &[usize], row_len:
         if held.buffer_rows != buffer_rows || held.row_len != row_len {
             *slot = Some(held);
         } else {
+            // Of the same shape, it has the same length (both made by this module).
             match T::unwrap(held.values) {
-                Ok(values) if values.len() == len => return values,
-                Ok(_) => {}
+                Ok(values) => return values,
                 Err(values) => *slot = Some(Reserved { values, ..held }),
             }
         }
@@ -118,23 +118,35 @@ pub(super) fn take_or_zeroed<T: ReservedElement>(buffer_rows: &[usize], row_len:
 fn touched<T: ReservedElement>(buffer_rows: &[usize], row_len: usize, rows: usize) -> Vec<T> {
     let len = buffer_rows.iter().sum::<usize>() * row_len;
     let mut values = huge_pages::zeroed_vec::<T>(len);
-    let stride = (PAGE_BYTES / std::mem::size_of::<T>().max(1)).max(1);
+    let stride = (PAGE_BYTES / std::mem::size_of::<T>()).max(1);
+    split_buffers(&mut values, buffer_rows, row_len)
+        .into_par_iter()
+        .for_each(|buffer| {
+            // The allocation is known to be zeroed, so a plain store of zero could be dropped by
+            // the optimiser; through `black_box` it cannot tell, and every page is written.
+            let buffer = std::hint::black_box(buffer);
+            for value in buffer.iter_mut().take(rows * row_len).step_by(stride) {
+                *value = T::zeroed();
+            }
+        });
+    values
+}
+
+/// `data` cut into consecutive buffers of `buffer_rows[i]` rows of `row_len` values each (one
+/// allocation for every layer's K and V, as the splice lays them out).
+pub(super) fn split_buffers<'a, T>(
+    data: &'a mut [T],
+    buffer_rows: &[usize],
+    row_len: usize,
+) -> Vec<&'a mut [T]> {
     let mut buffers = Vec::with_capacity(buffer_rows.len());
-    let mut rest = values.as_mut_slice();
-    for &buffer in buffer_rows {
-        let (head, tail) = rest.split_at_mut(buffer * row_len);
-        buffers.push(&mut head[..rows.min(buffer) * row_len]);
+    let mut rest = data;
+    for &rows in buffer_rows {
+        let (buffer, tail) = rest.split_at_mut(rows * row_len);
+        buffers.push(buffer);
         rest = tail;
     }
-    buffers.into_par_iter().for_each(|buffer| {
-        // The allocation is known to be zeroed, so a plain store of zero could be dropped by
-        // the optimiser; through `black_box` it cannot tell, and every page is written.
-        let buffer = std::hint::black_box(buffer);
-        for value in buffer.iter_mut().step_by(stride) {
-            *value = T::zeroed();
-        }
-    });
-    values
+    buffers
 }
 
 #[cfg(test)]

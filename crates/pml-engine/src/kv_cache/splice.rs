@@ -194,14 +194,7 @@ fn splice_on_cpu<T: CacheElement>(
         .collect();
     let total_rows: usize = buffer_rows.iter().sum();
     let mut data = reserve::take_or_zeroed::<T>(&buffer_rows, row_len);
-    let mut targets = Vec::with_capacity(buffer_rows.len());
-    let mut rest = data.as_mut_slice();
-    for &rows in &buffer_rows {
-        let (target, tail) = rest.split_at_mut(rows * row_len);
-        targets.push(target);
-        rest = tail;
-    }
-    targets
+    reserve::split_buffers(&mut data, &buffer_rows, row_len)
         .into_par_iter()
         .enumerate()
         .try_for_each(|(buffer_idx, target)| {
