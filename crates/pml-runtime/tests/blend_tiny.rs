@@ -450,3 +450,88 @@ fn blend_takes_the_cheaper_way_when_its_recompute_cannot_pay() {
         );
     }
 }
+
+#[test]
+fn the_fidelity_guard_answers_in_full_below_its_floor_and_reports_the_estimate() {
+    for arch in ARCHES {
+        let fixture = Fixture::new(arch);
+        let (layout, bound) = reordered_members();
+        let full = fixture.prefill(&layout, &bound, InferenceMode::Full);
+        let half = blend(0.5);
+        let blended = fixture.prefill(&layout, &bound, InferenceMode::Blend(half));
+        let estimate = blended
+            .stats
+            .fidelity
+            .expect("the attention ranking estimates");
+        // The moved members attend across each other: the repair moves the answer.
+        assert!(
+            estimate.deviation > 0.0 && estimate.deviation <= 1.0,
+            "{arch:?}: {estimate:?}"
+        );
+        assert_eq!(blended.stats.guard, None);
+        let everything = fixture.prefill(&layout, &bound, InferenceMode::Blend(blend(1.0)));
+        assert_eq!(
+            everything.stats.fidelity,
+            Some(pml_runtime::inference::FidelityEstimate::EXACT)
+        );
+
+        // A floor of 1 lets through only an answer the repair did not move: full's answer.
+        let strict = BlendOptions {
+            min_fidelity: Some(Ratio::ONE),
+            ..half
+        };
+        let guarded = fixture.prefill(&layout, &bound, InferenceMode::Blend(strict));
+        let fired = guarded.stats.guard.expect("the guard fires");
+        assert_eq!(fired.estimate, estimate, "{arch:?}");
+        assert_eq!(guarded.stats.mode, InferenceMode::Full);
+        assert_close(
+            &guarded.logits,
+            &full.logits,
+            RELATIVE_TOLERANCE,
+            &format!("{arch:?}: guarded answer vs full"),
+        );
+
+        // A floor of 0 keeps blend's answer unless the repair changed its first token.
+        let lenient = BlendOptions {
+            min_fidelity: Some(Ratio::ZERO),
+            ..half
+        };
+        let kept = fixture.prefill(&layout, &bound, InferenceMode::Blend(lenient));
+        assert_eq!(kept.stats.guard.is_some(), estimate.first_token_changed);
+        if !estimate.first_token_changed {
+            assert_close(
+                &kept.logits,
+                &blended.logits,
+                RELATIVE_TOLERANCE,
+                &format!("{arch:?}: let through"),
+            );
+        }
+
+        // A ranking without the new tokens' own pass runs it for the guard only.
+        let by_deviation = BlendOptions {
+            selection: Selection::Deviation,
+            ..half
+        };
+        let plain = fixture.prefill(&layout, &bound, InferenceMode::Blend(by_deviation));
+        assert_eq!(plain.stats.fidelity, None);
+        let watched = BlendOptions {
+            min_fidelity: Some(Ratio::ZERO),
+            ..by_deviation
+        };
+        let watched = fixture.prefill(&layout, &bound, InferenceMode::Blend(watched));
+        assert!(
+            watched.stats.fidelity.is_some() || watched.stats.guard.is_some(),
+            "{arch:?}"
+        );
+
+        // Nothing recomputed, nothing to estimate from: refused.
+        let nothing = BlendOptions {
+            min_fidelity: Some(Ratio::new(0.9).expect("a fraction")),
+            ..blend(0.0)
+        };
+        assert!(matches!(
+            fixture.try_prefill(&layout, &bound, InferenceMode::Blend(nothing)),
+            Err(InferenceError::InvalidOptions(_))
+        ));
+    }
+}

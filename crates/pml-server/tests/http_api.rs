@@ -78,10 +78,32 @@ fn upload_then_complete_with_cached_modules() {
         .as_u64()
         .expect("recomputed_tokens");
     assert!(recomputed > 0 && recomputed <= cached, "{blend}");
+    let fidelity = parse(&blend)["usage"]["estimated_fidelity"]
+        .as_f64()
+        .expect("blend's estimate");
+    assert!((0.0..=1.0).contains(&fidelity), "{blend}");
+
+    // Under a floor of 1, an answer the repair moved at all is computed in mode `full`.
+    let body = json!({"prompt": PROMPT, "max_tokens": 2, "mode": "blend", "recompute": 0.5,
+        "min_fidelity": 1.0})
+    .to_string();
+    let (status, guarded) = call("POST", &server.url("/v1/completions"), Some(&body), None);
+    assert_eq!(status, 200, "{guarded}");
+    let usage = &parse(&guarded)["usage"];
+    if usage["fidelity_guard_fired"] == true {
+        assert_eq!(usage["cached_tokens"], 0, "{guarded}");
+        assert_eq!(
+            usage["new_tokens"].as_u64(),
+            Some(cached + new),
+            "{guarded}"
+        );
+    } else {
+        assert_eq!(usage["estimated_fidelity"].as_f64(), Some(1.0), "{guarded}");
+    }
 
     assert!(server.metric("pml_prompt_tokens_total{origin=\"reused\"}") >= cached as f64);
     assert!(server.metric("pml_store_lookups_total{tier=\"ram\",result=\"hit\"}") >= 1.0);
-    assert_eq!(server.metric("pml_time_to_first_token_seconds_count"), 3.0);
+    assert_eq!(server.metric("pml_time_to_first_token_seconds_count"), 4.0);
 }
 
 #[test]
@@ -293,6 +315,9 @@ fn bad_input_gets_400_with_diagnostics() {
         json!({"prompt": PROMPT, "mode": "sideways"}).to_string(),
         json!({"prompt": PROMPT, "recompute": 0.2}).to_string(),
         json!({"prompt": PROMPT, "mode": "blend", "recompute": 1.5}).to_string(),
+        json!({"prompt": PROMPT, "mode": "reuse", "min_fidelity": 0.9}).to_string(),
+        json!({"prompt": PROMPT, "mode": "blend", "min_fidelity": 1.5}).to_string(),
+        json!({"prompt": PROMPT, "mode": "blend", "recompute": 0, "min_fidelity": 0.5}).to_string(),
         json!({"prompt": "hi", "temperature": -1.0}).to_string(),
     ] {
         let (status, text) = call("POST", &server.url("/v1/completions"), Some(&body), None);

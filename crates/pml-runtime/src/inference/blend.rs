@@ -44,6 +44,8 @@ use pml_engine::model::{AttentionObserver, ForwardContext, Model};
 
 use super::blend_options::{BlendOptions, Deviation, HEAD_ROWS, Ratio, Selection};
 use super::controller::{LayerCosts, RemainingWork, Shortcut, choose_ratio};
+use super::fidelity::{FidelityEstimate, GuardFired};
+use super::full;
 use super::layer_feed::{CachedLayers, LayerSource, Spliced, with_cached_layers};
 use super::plan::SplicePlan;
 use super::reuse::kept_plan;
@@ -113,6 +115,7 @@ pub fn prefill_blend(
     reserve: usize,
 ) -> Result<Prefill, InferenceError> {
     check_layers(model, options)?;
+    let whole_plan = plan;
     let mut stats = PrefillStats::new(InferenceMode::Blend(*options));
     let plan = &*kept_plan(encoder, plan, &mut stats)?;
     let probing = probes(options, plan.n_cached());
@@ -130,7 +133,22 @@ pub fn prefill_blend(
         &mut stats,
         |kv, source, stats| recompute(model, plan, options, probing, kv, source, stats),
     )?;
-    Ok(Prefill { kv, logits, stats })
+    let guard = options.min_fidelity.zip(stats.fidelity);
+    match guard.filter(|(floor, estimate)| !estimate.passes(*floor)) {
+        None => Ok(Prefill { kv, logits, stats }),
+        Some((floor, estimate)) => {
+            drop(kv);
+            let mut full = full::prefill_full(model, whole_plan, reserve)?;
+            // The answer is full's; the time includes blend's attempt.
+            full.stats.load += stats.load;
+            full.stats.store_reads += stats.store_reads;
+            full.stats.splice += stats.splice;
+            full.stats.compute += stats.compute;
+            full.stats.warnings.extend(stats.warnings);
+            full.stats.guard = Some(GuardFired { floor, estimate });
+            Ok(full)
+        }
+    }
 }
 
 /// Whether `blend` probes `n_cached` spliced rows. Nothing cached is repaired at r = 0, so the
@@ -143,8 +161,17 @@ fn probes(options: &BlendOptions, n_cached: usize) -> bool {
     }
 }
 
-/// Refuses a check layer (or gradual filter layer) past the model's layers.
+/// Refuses a check layer (or gradual filter layer) past the model's layers, and a fidelity floor
+/// with nothing recomputed: the estimate measures what the repair moved, so without one it
+/// would pass every answer.
 fn check_layers(model: &Model, options: &BlendOptions) -> Result<(), InferenceError> {
+    if options.min_fidelity.is_some() && options.recompute == Ratio::ZERO && !options.auto_ratio {
+        return Err(InferenceError::InvalidOptions(
+            "a minimum fidelity needs a fraction to recompute above 0: the estimate compares \
+             the answer before and after the repair"
+                .into(),
+        ));
+    }
     let n_layers = model.config().n_layers;
     if options.last_filter_layer() >= n_layers {
         return Err(InferenceError::InvalidOptions(format!(
@@ -206,6 +233,7 @@ fn recompute(
     let compute_start = Instant::now();
     let rows = Rows::new(plan, kv)?;
     let last = rows.last()?;
+    let mut spliced_logits = None;
     let (probe_hidden, first_layer, mut selected, keep) = if !probing {
         let selected = select_top(&rows.cached, &vec![0.0; rows.cached.len()], 0);
         let tokens: Vec<u32> = selected.iter().map(|&row| rows.tokens[row]).collect();
@@ -260,18 +288,24 @@ fn recompute(
         let (keep, first_keep) = keeps(shortcut.map_or(ratio, Shortcut::ratio));
         stats.ratio_choice = stats.ratio_choice.map(|choice| choice.applying(shortcut));
         stats.shortcut = shortcut;
-        let attention = match weighting.filter(|_| shortcut.is_none()) {
-            Some(weighting) => Some(new_token_attention(
-                model,
-                &rows,
-                &probe.hidden,
-                options.check_layer + 1,
-                weighting,
-                kv,
-                source,
-            )?),
-            None => None,
+        // The new tokens' pass over the spliced rows: it ranks by attention, and its answer is
+        // what the estimate compares the repaired one with (run for that alone under a guard).
+        let spliced_pass = match shortcut {
+            None if weighting.is_some() || options.min_fidelity.is_some() => {
+                Some(new_tokens_over_spliced(
+                    model,
+                    &rows,
+                    &probe.hidden,
+                    options.check_layer + 1,
+                    weighting,
+                    kv,
+                    source,
+                )?)
+            }
+            _ => None,
         };
+        spliced_logits = spliced_pass.as_ref().map(|pass| pass.logits.clone());
+        let attention = spliced_pass.and_then(|pass| pass.mass);
         let exact_up_to = exact_deviation(&probe.deviation[..n_cached]);
         let (deviation_rank, read_rank) = match options.selection {
             Selection::Mixed => (
@@ -351,9 +385,15 @@ fn recompute(
         .position(|&row| row == last)
         .ok_or_else(|| InferenceError::InvalidPrompt("the last token was not selected".into()))?;
     let logits = model.logits(&hidden, &[last_index])?.squeeze(0)?;
+    let recomputed = selected.iter().filter(|&&row| rows.cached[row]).count();
+    stats.fidelity = match (stats.shortcut, spliced_logits) {
+        _ if probing && recomputed == n_cached => Some(FidelityEstimate::EXACT),
+        (Some(_), _) => Some(FidelityEstimate::EXACT),
+        (None, Some(spliced)) => Some(FidelityEstimate::of(&logits, &spliced)?),
+        (None, None) => None,
+    };
     stats.compute = compute_start.elapsed();
 
-    let recomputed = selected.iter().filter(|&&row| rows.cached[row]).count();
     stats.tokens_recomputed = recomputed;
     stats.tokens_reused = n_cached - recomputed;
     stats.tokens_new = plan.new_tokens.len();
@@ -414,36 +454,51 @@ fn probe(
     })
 }
 
-/// The attention the new tokens pay each slot (weighted by `weighting`), summed over the layers
-/// from `first_layer` on, their heads and themselves: a pass of the new tokens alone over the
-/// spliced rows (what mode `reuse` computes), starting from their probe hidden states, each layer
-/// summing the weights of the queries it attends with. Their K/V written on the way are
-/// rewritten by the recompute that follows.
-fn new_token_attention(
+/// What the new tokens computed over the spliced rows alone.
+struct SplicedPass {
+    /// The attention they paid each slot, where a ranking asked for it.
+    mass: Option<Vec<f32>>,
+    /// The last token's `(vocab,)` logits.
+    logits: Tensor,
+}
+
+/// A pass of the new tokens alone over the spliced rows (what mode `reuse` computes), starting
+/// from their probe hidden states at `first_layer`: the last token's logits and, with a
+/// `weighting`, the attention they pay each slot, summed over the layers, their heads and
+/// themselves (each layer summing the weights of the queries it attends with). Their K/V
+/// written on the way are rewritten by the recompute that follows.
+fn new_tokens_over_spliced(
     model: &Model,
     rows: &Rows,
     probe_hidden: &Tensor,
     first_layer: usize,
-    weighting: MassWeighting,
+    weighting: Option<MassWeighting>,
     kv: &mut KvCache,
     source: &mut dyn LayerSource,
-) -> Result<Vec<f32>, InferenceError> {
+) -> Result<SplicedPass, InferenceError> {
     let new_rows: Vec<usize> = (0..rows.cached.len())
         .filter(|&row| !rows.cached[row])
         .collect();
+    let last = rows.last()?;
+    let last_index = new_rows
+        .iter()
+        .position(|&row| row == last)
+        .ok_or_else(|| InferenceError::InvalidPrompt("no new tokens".into()))?;
     let context = rows.context.select(&new_rows)?;
     let mut hidden = probe_hidden.index_select(&row_ids(&new_rows, probe_hidden.device())?, 0)?;
-    let mut mass = vec![0f32; rows.tokens.len()];
-    let mut observer = AttentionMass {
-        mass: &mut mass,
-        weighting,
-    };
+    let mut mass = weighting.map(|_| vec![0f32; rows.tokens.len()]);
     for layer_idx in first_layer..model.config().n_layers {
         source.place(layer_idx, kv)?;
-        let observing = Some(&mut observer as &mut dyn AttentionObserver);
+        let mut observer = weighting
+            .zip(mass.as_mut())
+            .map(|(weighting, mass)| AttentionMass { mass, weighting });
+        let observing = observer
+            .as_mut()
+            .map(|observer| observer as &mut dyn AttentionObserver);
         hidden = forward_layer_chunked(model, layer_idx, &hidden, &context, kv, observing)?;
     }
-    Ok(mass)
+    let logits = model.logits(&hidden, &[last_index])?.squeeze(0)?;
+    Ok(SplicedPass { mass, logits })
 }
 
 /// Below this fraction of the largest deviation a cached row counts as spliced exactly.

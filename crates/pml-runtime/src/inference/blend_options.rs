@@ -215,6 +215,10 @@ pub struct BlendOptions {
     /// ([`super::Shortcut`], said in the summary line). Off where the ratio itself is measured
     /// (`pml eval`, `pml bench pipeline`).
     pub shortcuts: bool,
+    /// The fidelity guard ([`super::fidelity`]): an answer whose estimated fidelity to mode
+    /// `full` falls below this floor, or whose first token the repair changed, is computed in
+    /// mode `full` instead. `None`: every answer is kept (its estimate still reported).
+    pub min_fidelity: Option<Ratio>,
 }
 
 impl BlendOptions {
@@ -240,6 +244,7 @@ impl Default for BlendOptions {
             declared_costs: None,
             pipelining: Pipelining::Auto,
             shortcuts: true,
+            min_fidelity: None,
         }
     }
 }
@@ -276,6 +281,9 @@ impl fmt::Display for BlendOptions {
         }
         if self.pipelining != Pipelining::Auto {
             write!(f, ", pipeline {}", self.pipelining.name())?;
+        }
+        if let Some(floor) = self.min_fidelity {
+            write!(f, ", min fidelity {floor}")?;
         }
         Ok(())
     }

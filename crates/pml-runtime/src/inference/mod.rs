@@ -21,6 +21,7 @@ pub mod budgeted_decode;
 pub mod context_limit;
 pub mod controller;
 pub mod edit;
+pub mod fidelity;
 pub mod full;
 mod layer_feed;
 pub mod model_load;
@@ -52,6 +53,7 @@ pub use blend_options::{
 };
 pub use context_limit::{ContextError, PromptByteLimit};
 pub use controller::{LayerCosts, RatioChoice, RemainingWork, Shortcut, choose_ratio};
+pub use fidelity::{FidelityEstimate, GuardFired};
 pub use model_load::load_model_and_tokenizer;
 pub use plan::{PlannedSpan, SplicePlan};
 pub use pml_compiler::LaidOutSchema;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::InferenceMode;
 use super::controller::{RatioChoice, Shortcut};
+use super::fidelity::{FidelityEstimate, GuardFired};
 
 /// How a pipelined `blend` prefill streamed the cached layers ([`super::layer_feed`]).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -63,6 +64,11 @@ pub struct PrefillStats {
     pub ratio_choice: Option<RatioChoice>,
     /// Mode `blend` did the cheaper thing instead of its selective recompute.
     pub shortcut: Option<Shortcut>,
+    /// Mode `blend`'s estimated fidelity to mode `full` ([`super::fidelity`]); `None` where it
+    /// was not estimated (no probe ran, or the ranking made no pass of the new tokens alone).
+    pub fidelity: Option<FidelityEstimate>,
+    /// The fidelity guard sent the prompt to mode `full`; the other figures are that prefill's.
+    pub guard: Option<GuardFired>,
 }
 
 impl PrefillStats {
@@ -84,6 +90,8 @@ impl PrefillStats {
             pipeline: None,
             ratio_choice: None,
             shortcut: None,
+            fidelity: None,
+            guard: None,
         }
     }
 
@@ -136,6 +144,11 @@ impl fmt::Display for RunStats {
         }
         if let Some(shortcut) = &prefill.shortcut {
             write!(f, " | {shortcut}")?;
+        }
+        match (&prefill.guard, &prefill.fidelity) {
+            (Some(fired), _) => write!(f, " | {fired}")?,
+            (None, Some(estimate)) => write!(f, " | {estimate}")?,
+            (None, None) => {}
         }
         if let Some(pipeline) = &prefill.pipeline {
             write!(

@@ -9,6 +9,8 @@ use pml_engine::generation::FinishReason;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use pml_runtime::inference::Ratio;
+
 use crate::engine::{JobEnd, PromptUsage, TokenLogprob, TokenText};
 
 /// `usage`: OpenAI's counts plus where the prompt tokens came from.
@@ -27,6 +29,14 @@ pub struct Usage {
     /// of computing them, `(n - 1) × prompt_tokens` (OpenAI counts the prompt once, so
     /// `prompt_tokens_details.cached_tokens`, a share of it, cannot hold them).
     pub shared_tokens: usize,
+    /// Mode `blend`: its estimated fidelity to mode `full` (one minus the distance between the
+    /// first token's distributions before and after the repair; 1 where computed exactly).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimated_fidelity: Option<f64>,
+    /// The request's `min_fidelity` sent the prompt to mode `full` (the estimate above is the
+    /// replaced answer's).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fidelity_guard_fired: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -48,6 +58,8 @@ impl Usage {
             recomputed_tokens: prompt.recomputed_tokens,
             new_tokens: prompt.new_tokens,
             shared_tokens: prompt.prompt_tokens * choices.saturating_sub(1),
+            estimated_fidelity: prompt.estimated_fidelity.map(Ratio::get),
+            fidelity_guard_fired: prompt.fidelity_guard_fired,
         }
     }
 }

@@ -72,6 +72,9 @@ pub struct GenerationFields {
     pub mode: Option<String>,
     /// PML: fraction of cached tokens to recompute in mode `blend` (0 to 1).
     pub recompute: Option<f32>,
+    /// PML: mode `blend`'s fidelity guard (0 to 1): a prompt whose estimated fidelity to mode
+    /// `full` is lower, or whose first token the repair changed, is answered in mode `full`.
+    pub min_fidelity: Option<f32>,
     /// PML: most KV slots this sequence keeps (H2O heavy hitters, half of them the newest);
     /// plain prompts and chats only.
     pub kv_budget: Option<usize>,
@@ -297,6 +300,27 @@ impl GenerationFields {
             // A fraction asked for is recomputed as asked; without one, blend may take the
             // cheaper way (recompute all or none) where its probe shows the fraction cannot pay.
             options.shortcuts = false;
+        }
+        if let Some(floor) = self.min_fidelity {
+            let InferenceMode::Blend(options) = &mut mode else {
+                return Err(ApiError::bad_field(
+                    "min_fidelity",
+                    format!("min_fidelity = {floor} applies to mode `blend` only, not `{mode}`"),
+                ));
+            };
+            options.min_fidelity = Some(Ratio::new(f64::from(floor)).ok_or_else(|| {
+                ApiError::bad_field(
+                    "min_fidelity",
+                    format!("min_fidelity = {floor} is not within 0..=1"),
+                )
+            })?);
+            if options.recompute == Ratio::ZERO && !options.auto_ratio {
+                return Err(ApiError::bad_field(
+                    "min_fidelity",
+                    "min_fidelity needs recompute above 0: blend estimates its fidelity from \
+                     what the repair changed",
+                ));
+            }
         }
         Ok(mode)
     }

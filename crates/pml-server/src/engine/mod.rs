@@ -26,7 +26,7 @@ use std::time::Instant;
 use pml_compiler::conversation::Conversation;
 use pml_compiler::tool_calls::ToolCallFormat;
 use pml_engine::generation::{FinishReason, SamplingParams};
-use pml_runtime::inference::{InferenceMode, PrefixCache, Runtime};
+use pml_runtime::inference::{InferenceMode, PrefixCache, Ratio, Runtime};
 use pml_runtime::store::RedisTier;
 use pml_syntax::ast::Role;
 use pml_syntax::json::JsonDiagnostic;
@@ -170,6 +170,11 @@ pub struct PromptUsage {
     pub recomputed_tokens: usize,
     /// Tokens computed in the prefill.
     pub new_tokens: usize,
+    /// Mode `blend`'s estimated fidelity to mode `full` (of the answer the guard replaced,
+    /// where it fired).
+    pub estimated_fidelity: Option<Ratio>,
+    /// The fidelity guard (`min_fidelity`) sent the prompt to mode `full`.
+    pub fidelity_guard_fired: bool,
 }
 
 /// How a completion ended.

@@ -12,7 +12,8 @@ use candle_core::Tensor;
 use pml_compiler::plan::BoundPrompt;
 use pml_engine::kv_cache::KvCache;
 use pml_runtime::inference::{
-    BlendOptions, LaidOutSchema, Prefill, PrefixCache, Runtime, SplicePlan, Staged, StagedPrefill,
+    BlendOptions, LaidOutSchema, Prefill, PrefixCache, Ratio, Runtime, SplicePlan, Staged,
+    StagedPrefill,
 };
 use pml_runtime::kv_budget::{HeavyHitters, KvBudget};
 
@@ -540,6 +541,12 @@ fn pml_prefilled(prefill: Prefill, all_tokens: Vec<u32>) -> Prefilled {
             cached_tokens: stats.tokens_reused,
             recomputed_tokens: stats.tokens_recomputed,
             new_tokens: stats.tokens_new,
+            estimated_fidelity: stats
+                .guard
+                .map(|fired| fired.estimate)
+                .or(stats.fidelity)
+                .and_then(|estimate| Ratio::new(f64::from(estimate.fidelity()))),
+            fidelity_guard_fired: stats.guard.is_some(),
         },
         all_tokens,
         kv: prefill.kv,

@@ -78,6 +78,7 @@ impl Prefilled {
                 cached_tokens: self.usage.prompt_tokens,
                 recomputed_tokens: 0,
                 new_tokens: 0,
+                ..PromptUsage::default()
             },
             hitters: self.hitters.clone(),
             exact: self.exact,

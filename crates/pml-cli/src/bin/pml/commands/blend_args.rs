@@ -115,6 +115,11 @@ pub struct BlendArgs {
     /// the cheaper thing and says so in the summary line).
     #[arg(long)]
     pub exact_ratio: bool,
+    /// The fidelity guard: answer in mode `full` instead where blend's estimated fidelity to
+    /// it (one minus the distance between the first token's distributions before and after the
+    /// repair) is below F, or where the repair changed the most likely first token.
+    #[arg(long, value_name = "F")]
+    pub min_fidelity: Option<Ratio>,
 }
 
 impl BlendArgs {
@@ -140,6 +145,7 @@ impl BlendArgs {
             selection: self.select.into(),
             gradual: self.gradual,
             shortcuts: !self.exact_ratio,
+            min_fidelity: self.min_fidelity,
         }
     }
 

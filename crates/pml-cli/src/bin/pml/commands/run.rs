@@ -24,7 +24,9 @@ use pml_cli::pipeline::{
 };
 use pml_engine::generation::Generation;
 use pml_runtime::inference::edit::rebind_edited;
-use pml_runtime::inference::{InferenceError, InferenceMode, RunStats, SplicePlan};
+use pml_runtime::inference::{
+    FidelityEstimate, InferenceError, InferenceMode, PrefillStats, RunStats, SplicePlan,
+};
 use pml_runtime::kv_budget::KvBudget;
 use serde::{Deserialize, Serialize};
 
@@ -118,6 +120,13 @@ pub struct RunJson {
     /// With `--kv-budget` (and a prompt and answer that could exceed it): slots evicted.
     #[serde(default)]
     pub tokens_evicted: Option<usize>,
+    /// Mode `blend`'s estimated fidelity to mode `full` (1 where computed exactly).
+    pub estimated_fidelity: Option<f32>,
+    /// The repair changed the most likely first token.
+    pub first_token_changed: Option<bool>,
+    /// The fidelity guard sent the prompt to mode `full`.
+    #[serde(default)]
+    pub fidelity_guard_fired: bool,
     pub warnings: Vec<String>,
 }
 
@@ -153,9 +162,20 @@ impl RunJson {
             tokens_generated: stats.tokens_generated,
             decode_ms_per_token: stats.decode_ms_per_token,
             tokens_evicted: stats.kv_budget.map(|report| report.evicted),
+            estimated_fidelity: estimate(prefill).map(|estimate| estimate.fidelity()),
+            first_token_changed: estimate(prefill).map(|estimate| estimate.first_token_changed),
+            fidelity_guard_fired: prefill.guard.is_some(),
             warnings: prefill.warnings.clone(),
         }
     }
+}
+
+/// Blend's estimate of the answer given, or of the one the guard did not give.
+fn estimate(prefill: &PrefillStats) -> Option<FidelityEstimate> {
+    prefill
+        .guard
+        .map(|fired| fired.estimate)
+        .or(prefill.fidelity)
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {

@@ -545,6 +545,9 @@ mod tests {
             tokens_generated: 1,
             decode_ms_per_token: None,
             tokens_evicted: None,
+            estimated_fidelity: None,
+            first_token_changed: None,
+            fidelity_guard_fired: false,
             warnings: Vec::new(),
         }
     }

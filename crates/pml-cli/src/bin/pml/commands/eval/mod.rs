@@ -13,6 +13,7 @@
 
 pub mod data;
 pub mod edits;
+pub mod guard;
 pub mod report;
 pub mod runner;
 pub mod score;

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
+use super::guard::{GuardRow, GuardTable, guard_rows};
 use super::runner::QuestionResult;
 
 /// One mode's figures over the questions answered.
@@ -45,6 +46,9 @@ pub struct ModeSummary {
     pub decided_agreement: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decided_questions: Option<usize>,
+    /// Mode `blend`: the fidelity guard at several floors, from the answers' estimates.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub guard: Vec<GuardRow>,
 }
 
 /// The probability lead of `full`'s first token over its runner-up from which the question
@@ -109,6 +113,7 @@ impl Summary {
                     store_bytes_ratio: store_bytes_ratio(results, index),
                     decided_agreement: decided.map(|(agreement, _)| agreement),
                     decided_questions: decided.map(|(_, n)| n),
+                    guard: guard_rows(results, index),
                 }
             })
             .collect();
@@ -223,6 +228,16 @@ impl fmt::Display for Summary {
                 }
             }
         }
+        for mode in self.modes.iter().filter(|mode| !mode.guard.is_empty()) {
+            write!(
+                f,
+                "{}",
+                GuardTable {
+                    mode: &mode.mode,
+                    rows: &mode.guard
+                }
+            )?;
+        }
         if self.modes.iter().any(|mode| mode.names_new_fact.is_some()) {
             writeln!(f, "\n| mode | names the new fact | names the old fact |")?;
             writeln!(f, "|---|---|---|")?;
@@ -270,12 +285,12 @@ pub fn read_results(path: &Path) -> anyhow::Result<Vec<QuestionResult>> {
     Ok(results)
 }
 
-fn mean(values: impl Iterator<Item = f64>) -> f64 {
+pub(super) fn mean(values: impl Iterator<Item = f64>) -> f64 {
     let (sum, n) = values.fold((0.0, 0usize), |(sum, n), value| (sum + value, n + 1));
     if n == 0 { f64::NAN } else { sum / n as f64 }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+pub(super) fn median(mut values: Vec<f64>) -> f64 {
     if values.is_empty() {
         return f64::NAN;
     }
@@ -308,7 +323,63 @@ mod tests {
             tokens_new: 5,
             ratio_chosen: None,
             store_bytes: None,
+            estimated_fidelity: None,
+            first_token_changed: None,
         }
+    }
+
+    #[test]
+    fn the_guard_is_told_at_each_floor_from_the_estimates() {
+        // (estimate, first token changed, agrees with full, F1, TTFT ms); full: F1 1, 100 ms.
+        let answers = [
+            (0.99, false, true, 1.0, 10.0),
+            (0.93, false, true, 0.5, 10.0),
+            (0.85, false, false, 0.0, 10.0),
+            (0.99, true, false, 0.0, 10.0),
+        ];
+        let results: Vec<QuestionResult> = answers
+            .iter()
+            .map(|&(fidelity, changed, agrees, f1, ttft)| QuestionResult {
+                id: String::new(),
+                question: String::new(),
+                answers: Vec::new(),
+                encode_ms: 0.0,
+                modes: vec![
+                    row("full", 1.0, 100.0, true),
+                    ModeResult {
+                        estimated_fidelity: Some(fidelity),
+                        first_token_changed: Some(changed),
+                        ..row("blend r=0.15", f1, ttft, agrees)
+                    },
+                ],
+                edited_from: None,
+                store_bytes: None,
+                first_token_margin: None,
+            })
+            .collect();
+        let summary = Summary::of(&results);
+        assert!(summary.modes[0].guard.is_empty());
+        let at = |floor: f64| {
+            summary.modes[1]
+                .guard
+                .iter()
+                .find(|row| row.floor == floor)
+                .expect("a floor")
+                .clone()
+        };
+        // 0.8: only the changed first token fires.
+        let low = at(0.8);
+        assert!((low.fired - 0.25).abs() < 1e-12);
+        assert!((low.passed_agreement - 2.0 / 3.0).abs() < 1e-12);
+        assert!((low.guarded_f1 - 2.5 / 4.0).abs() < 1e-12);
+        // 0.95: two fire; what passes is the first answer alone.
+        let high = at(0.95);
+        assert!((high.fired - 0.75).abs() < 1e-12);
+        assert_eq!(high.passed_agreement, 1.0);
+        assert!((high.guarded_f1 - 1.0).abs() < 1e-12);
+        // TTFT: 10 ms once, 110 ms three times over full's 100: the median is 1.1.
+        assert!((high.ttft_ratio_to_full_median - 1.1).abs() < 1e-12);
+        assert!(summary.to_string().contains("with `--min-fidelity F`"));
     }
 
     #[test]

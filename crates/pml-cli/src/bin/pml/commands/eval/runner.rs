@@ -10,7 +10,7 @@ use anyhow::Context;
 use pml_compiler::RefuseSources;
 use pml_compiler::plan::{BoundPrompt, SchemaLayout};
 use pml_engine::Tokenizer;
-use pml_runtime::inference::{InferenceMode, LaidOutSchema, Runtime, SplicePlan};
+use pml_runtime::inference::{FidelityEstimate, InferenceMode, LaidOutSchema, Runtime, SplicePlan};
 use pml_runtime::kv_budget::{DEFAULT_SINKS, HeavyHitters, KvBudget};
 use pml_runtime::store::KeepFraction;
 
@@ -40,6 +40,12 @@ pub struct ModeResult {
     /// Modes reading module states: the bytes the question's states take in the store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_bytes: Option<u64>,
+    /// Mode `blend`: its estimated fidelity to `full` and whether the repair changed the most
+    /// likely first token (what `--min-fidelity` decides by).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_fidelity: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_token_changed: Option<bool>,
 }
 
 /// A question's results, the reference (`full`) first.
@@ -84,6 +90,7 @@ pub(super) struct Decoded {
     answer: String,
     tokens: (usize, usize, usize),
     ratio_chosen: Option<f64>,
+    fidelity: Option<FidelityEstimate>,
 }
 
 impl Decoded {
@@ -195,6 +202,12 @@ pub(super) fn score(
         tokens_new,
         ratio_chosen: decoded.ratio_chosen,
         store_bytes: None,
+        estimated_fidelity: decoded
+            .fidelity
+            .map(|estimate| f64::from(estimate.fidelity())),
+        first_token_changed: decoded
+            .fidelity
+            .map(|estimate| estimate.first_token_changed),
     }
 }
 
@@ -217,6 +230,7 @@ pub(super) fn decode(
     let plan = SplicePlan::new(layout, bound)?;
     runtime.check_context(&plan, horizon)?;
     let start = Instant::now();
+    let mut fidelity = None;
     let (logits, mut kv, tokens, ratio_chosen, mut hitters) = match mode {
         EvalMode::Cached(mode) => {
             let prefill = runtime.prefill(layout, bound, mode)?;
@@ -227,6 +241,7 @@ pub(super) fn decode(
                 stats.tokens_new,
             );
             let ratio_chosen = stats.ratio_choice.map(|choice| choice.ratio.get());
+            fidelity = stats.guard.map(|fired| fired.estimate).or(stats.fidelity);
             (prefill.logits, prefill.kv, tokens, ratio_chosen, None)
         }
         EvalMode::Kept(..) => {
@@ -277,6 +292,7 @@ pub(super) fn decode(
         answer,
         tokens,
         ratio_chosen,
+        fidelity,
     })
 }
 
