@@ -99,6 +99,11 @@ impl PrefillStats {
     pub fn total(&self) -> Duration {
         self.load + self.splice + self.compute
     }
+
+    /// Blend's estimate: of the answer given, or, where the guard fired, of the one it replaced.
+    pub fn blend_estimate(&self) -> Option<FidelityEstimate> {
+        self.guard.map(|fired| fired.estimate).or(self.fidelity)
+    }
 }
 
 /// A whole run: the prefill's account and the generation's timings.

@@ -542,9 +542,7 @@ fn pml_prefilled(prefill: Prefill, all_tokens: Vec<u32>) -> Prefilled {
             recomputed_tokens: stats.tokens_recomputed,
             new_tokens: stats.tokens_new,
             estimated_fidelity: stats
-                .guard
-                .map(|fired| fired.estimate)
-                .or(stats.fidelity)
+                .blend_estimate()
                 .and_then(|estimate| Ratio::new(f64::from(estimate.fidelity()))),
             fidelity_guard_fired: stats.guard.is_some(),
         },

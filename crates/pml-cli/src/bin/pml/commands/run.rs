@@ -24,9 +24,7 @@ use pml_cli::pipeline::{
 };
 use pml_engine::generation::Generation;
 use pml_runtime::inference::edit::rebind_edited;
-use pml_runtime::inference::{
-    FidelityEstimate, InferenceError, InferenceMode, PrefillStats, RunStats, SplicePlan,
-};
+use pml_runtime::inference::{InferenceError, InferenceMode, RunStats, SplicePlan};
 use pml_runtime::kv_budget::KvBudget;
 use serde::{Deserialize, Serialize};
 
@@ -162,20 +160,14 @@ impl RunJson {
             tokens_generated: stats.tokens_generated,
             decode_ms_per_token: stats.decode_ms_per_token,
             tokens_evicted: stats.kv_budget.map(|report| report.evicted),
-            estimated_fidelity: estimate(prefill).map(|estimate| estimate.fidelity()),
-            first_token_changed: estimate(prefill).map(|estimate| estimate.first_token_changed),
+            estimated_fidelity: prefill.blend_estimate().map(|estimate| estimate.fidelity()),
+            first_token_changed: prefill
+                .blend_estimate()
+                .map(|estimate| estimate.first_token_changed),
             fidelity_guard_fired: prefill.guard.is_some(),
             warnings: prefill.warnings.clone(),
         }
     }
-}
-
-/// Blend's estimate of the answer given, or of the one the guard did not give.
-fn estimate(prefill: &PrefillStats) -> Option<FidelityEstimate> {
-    prefill
-        .guard
-        .map(|fired| fired.estimate)
-        .or(prefill.fidelity)
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {

@@ -241,7 +241,7 @@ pub(super) fn decode(
                 stats.tokens_new,
             );
             let ratio_chosen = stats.ratio_choice.map(|choice| choice.ratio.get());
-            fidelity = stats.guard.map(|fired| fired.estimate).or(stats.fidelity);
+            fidelity = stats.blend_estimate();
             (prefill.logits, prefill.kv, tokens, ratio_chosen, None)
         }
         EvalMode::Kept(..) => {
