@@ -35,6 +35,7 @@ mod masked_softmax;
 mod masked_softmax_cuda;
 #[cfg(feature = "cuda")]
 mod nvrtc;
+mod parallel_attention;
 mod partial_softmax;
 mod position_mask;
 pub(crate) mod quant;
@@ -47,6 +48,7 @@ pub use crate::device::Kernels;
 pub(crate) use crate::error::EngineError;
 pub use activation::Activation;
 pub use kv_segment::KvSegment;
+pub use parallel_attention::ParallelScaling;
 
 /// Most queries attended in plain loops ([`few_query_attention::attend_few`]) instead of matmuls.
 const FEW_QUERIES: usize = 8;
@@ -125,13 +127,7 @@ pub(crate) fn attend(
     // The candle path, and tensors the native kernels do not read (not contiguous, another
     // dtype): candle's ops.
     let Some((keys, values)) = KvSegment::joined(segments)? else {
-        let (n_queries, n_heads, head_dim) = queries.dims3()?;
-        // No key at all: every query sees nothing, as `masked_softmax` gives.
-        return Ok(Tensor::zeros(
-            (n_queries, n_heads * head_dim),
-            queries.dtype(),
-            queries.device(),
-        )?);
+        return seeing_nothing(queries);
     };
     position_mask::attend_by_ops(
         queries,
@@ -141,6 +137,43 @@ pub(crate) fn attend(
         key_positions,
         window,
     )
+}
+
+/// [`attend`] with APE's correction over the keys `in_context` marks (one flag per key of
+/// `segments`, in order; see [`parallel_attention`]), on every device and kernel choice.
+pub(crate) fn attend_parallel(
+    queries: &Tensor,
+    query_positions: &[u32],
+    segments: &[KvSegment],
+    key_positions: &[u32],
+    window: Option<usize>,
+    in_context: &[bool],
+    scaling: ParallelScaling,
+) -> Result<Tensor, EngineError> {
+    let Some((keys, values)) = KvSegment::joined(segments)? else {
+        return seeing_nothing(queries);
+    };
+    parallel_attention::attend_parallel(
+        queries,
+        query_positions,
+        &keys,
+        &values,
+        key_positions,
+        window,
+        in_context,
+        scaling,
+    )
+}
+
+/// The attention of `queries` `(n, n_heads, head_dim)` over no key at all: zeros, as
+/// `masked_softmax` gives a row that sees nothing.
+fn seeing_nothing(queries: &Tensor) -> Result<Tensor, EngineError> {
+    let (n_queries, n_heads, head_dim) = queries.dims3()?;
+    Ok(Tensor::zeros(
+        (n_queries, n_heads * head_dim),
+        queries.dtype(),
+        queries.device(),
+    )?)
 }
 
 /// A layer's cached rows `(n_keys, n_kv_heads, head_dim)`, in the cache's dtype, as f32

@@ -15,6 +15,7 @@
 
 mod block;
 mod layer;
+mod parallel;
 mod reserve;
 #[cfg(test)]
 mod shared_tests;
@@ -28,9 +29,11 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 
+pub use crate::kernels::ParallelScaling;
 pub use block::{KvBlock, SharedBytes};
 pub use layer::{KvSegment, LayerKv};
 use layer::{SharedBuffer, SharedRows, row_index};
+pub use parallel::ParallelContexts;
 
 /// Most shared segments a cache starts with ([`KvCache::from_shared_blocks`]); the rest of the
 /// blocks are copied. Attention cuts its work at every segment and merges the parts, so a
@@ -64,6 +67,8 @@ pub struct KvCache {
     layout: KvLayout,
     device: Device,
     layers: Vec<LayerKv>,
+    /// Rows attention re-weights as parallel contexts (APE); `None`: plain attention.
+    parallel: Option<Arc<ParallelContexts>>,
 }
 
 impl KvCache {
@@ -75,6 +80,7 @@ impl KvCache {
             layout,
             device: device.clone(),
             layers,
+            parallel: None,
         })
     }
 
@@ -296,6 +302,16 @@ impl KvCache {
     }
 
     /// Number of slots of layer 0 (all layers agree between whole-model calls).
+    /// Attention over this cache, from now on (later prefill chunks and every decoding step),
+    /// re-weights `contexts`' rows; `None` restores plain attention.
+    pub fn set_parallel_contexts(&mut self, contexts: Option<ParallelContexts>) {
+        self.parallel = contexts.map(Arc::new);
+    }
+
+    pub fn parallel_contexts(&self) -> Option<&ParallelContexts> {
+        self.parallel.as_deref()
+    }
+
     pub fn len(&self) -> usize {
         self.layers.first().map_or(0, LayerKv::len)
     }

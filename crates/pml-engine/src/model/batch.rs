@@ -125,6 +125,7 @@ impl Block {
                 context.positions(),
                 &layer_kv.segments()?,
                 layer_kv.held_positions(),
+                slot.kv.parallel_contexts(),
             )?);
             row += rows;
         }

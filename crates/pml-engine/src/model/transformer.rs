@@ -20,7 +20,9 @@ use super::weights::{Linear, MatrixRole, RmsNorm, SharedInput, TensorSource, Wei
 use crate::device::{Backend, Kernels};
 use crate::gguf::GgufFile;
 use crate::kernels::{self, masked_softmax};
-use crate::kv_cache::{KvBlock, KvCache, KvCacheError, KvLayout, KvSegment, QueryHorizon};
+use crate::kv_cache::{
+    KvBlock, KvCache, KvCacheError, KvLayout, KvSegment, ParallelContexts, QueryHorizon,
+};
 
 /// Dtype of activations and of the KV cache.
 pub const ACTIVATION_DTYPE: DType = DType::F32;
@@ -290,13 +292,15 @@ impl Attention {
     /// `(n, n_heads * head_dim)`. Long calls go in chunks of queries so the scores of one chunk
     /// stay within [`attention_score_budget`] (in one piece where attention materialises no
     /// scores: CUDA's flash kernel); each chunk multiplies only the slots that can be visible
-    /// to it.
+    /// to it. With `parallel`, the rows it names are re-weighted as parallel contexts
+    /// ([`kernels::attend_parallel`]).
     pub(crate) fn attend(
         &self,
         queries: &Tensor,
         query_positions: &[u32],
         segments: &[KvSegment],
         key_positions: &[u32],
+        parallel: Option<&ParallelContexts>,
     ) -> Result<Tensor, EngineError> {
         let n_queries = queries.dim(0)?;
         let scores_per_query = self.n_heads * key_positions.len();
@@ -326,14 +330,27 @@ impl Attention {
                 )?);
                 continue;
             }
-            outputs.push(kernels::attend(
-                &chunk_queries,
-                chunk_positions,
-                &narrowed(segments, slots.clone())?,
-                &key_positions[slots],
-                self.sliding_window,
-                self.kernels,
-            )?);
+            let chunk_segments = narrowed(segments, slots.clone())?;
+            let chunk_keys = &key_positions[slots];
+            outputs.push(match parallel {
+                Some(contexts) => kernels::attend_parallel(
+                    &chunk_queries,
+                    chunk_positions,
+                    &chunk_segments,
+                    chunk_keys,
+                    self.sliding_window,
+                    &contexts.flags(chunk_keys),
+                    contexts.scaling(),
+                )?,
+                None => kernels::attend(
+                    &chunk_queries,
+                    chunk_positions,
+                    &chunk_segments,
+                    chunk_keys,
+                    self.sliding_window,
+                    self.kernels,
+                )?,
+            });
         }
         if outputs.len() == 1 {
             return Ok(outputs.remove(0));
@@ -486,6 +503,7 @@ impl Block {
             positions,
             &layer_kv.segments()?,
             layer_kv.held_positions(),
+            kv.parallel_contexts(),
         )?;
         self.finish(hidden, &attended)
     }

@@ -201,7 +201,7 @@ pub struct EncodeRun {
     /// The states the encoders of the steps before held.
     memory: UnitMemory,
     /// The unit a step left part way through.
-    pending: Option<PartialUnit>,
+    pending: Option<Box<PartialUnit>>,
 }
 
 impl EncodeRun {
@@ -268,7 +268,7 @@ impl EncodeRun {
                         encoder.compute_chunks(&mut partial, step.max_tokens - tokens)?;
                     tokens += computed.max(step.pass_tokens);
                     if partial.is_computed(layout) {
-                        encoder.finish_unit(partial)?;
+                        encoder.finish_unit(*partial)?;
                         UnitOutcome::Encoded
                     } else {
                         self.pending = Some(partial);

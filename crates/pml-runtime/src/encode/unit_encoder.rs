@@ -19,7 +19,7 @@ use crate::store::{
     ContextHash, KeepFraction, ModuleState, ModuleStore, StateKind, StoreError, StoreKey, TierPut,
     UnitLock,
 };
-use pml_engine::kv_cache::{KvBlock, KvCache};
+use pml_engine::kv_cache::{KvBlock, KvCache, ParallelScaling};
 use pml_engine::model::{ForwardContext, ForwardOptions, LogitRows, Model};
 
 use crate::unit_key::UnitKey;
@@ -48,7 +48,8 @@ pub enum StateOrigin {
 #[derive(Debug)]
 pub enum UnitStart {
     Done(StateOrigin),
-    Computing(PartialUnit),
+    /// Boxed: a partial unit holds a whole KV cache, far larger than the other variant.
+    Computing(Box<PartialUnit>),
 }
 
 enum Begun {
@@ -96,6 +97,8 @@ pub struct UnitEncoder<'a> {
     bos: Option<u32>,
     /// Compressed states (`pmlc compile --keep F`): each unit keeps this fraction of its rows.
     keep: Option<KeepFraction>,
+    /// Mode `reuse` re-weights the attention paid to spliced modules (APE's correction).
+    parallel_scaling: Option<ParallelScaling>,
     store: &'a ModuleStore,
     known: HashMap<UnitId, Arc<KvBlock>>,
     /// What the store's tiers did with each unit put in this run.
@@ -132,6 +135,7 @@ impl<'a> UnitEncoder<'a> {
             mode,
             bos,
             keep: None,
+            parallel_scaling: None,
             store,
             known: HashMap::new(),
             puts: HashMap::new(),
@@ -145,6 +149,19 @@ impl<'a> UnitEncoder<'a> {
     /// row). Their keys differ from whole states', so the two never meet in a store.
     pub fn with_keep(self, keep: Option<KeepFraction>) -> Self {
         Self { keep, ..self }
+    }
+
+    /// The same encoder whose states mode `reuse` attends as parallel contexts with APE's
+    /// correction (`None`: plain attention).
+    pub fn with_parallel_scaling(self, parallel_scaling: Option<ParallelScaling>) -> Self {
+        Self {
+            parallel_scaling,
+            ..self
+        }
+    }
+
+    pub fn parallel_scaling(&self) -> Option<ParallelScaling> {
+        self.parallel_scaling
     }
 
     /// The fraction of its rows each module's state keeps (`None`: all).
@@ -232,7 +249,7 @@ impl<'a> UnitEncoder<'a> {
             UnitStart::Done(origin) => Ok(origin),
             UnitStart::Computing(mut partial) => {
                 self.compute_chunks(&mut partial, usize::MAX)?;
-                self.finish_unit(partial)?;
+                self.finish_unit(*partial)?;
                 Ok(StateOrigin::Encoded)
             }
         }
@@ -258,7 +275,7 @@ impl<'a> UnitEncoder<'a> {
         Ok(
             match self.begin_compute(unit_id, key, max_chunk, on_wait)? {
                 Begun::Stored(_) => UnitStart::Done(StateOrigin::Store),
-                Begun::Computing(partial) => UnitStart::Computing(partial),
+                Begun::Computing(partial) => UnitStart::Computing(Box::new(partial)),
             },
         )
     }

@@ -4,13 +4,15 @@
 //! masked by position. [`splice`] is shared with mode `blend`, which starts from the same cache.
 
 use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::encode::context::{held_rows, select_rows};
 use crate::encode::unit_encoder::describe;
 use crate::encode::{StateOrigin, UnitEncoder};
-use pml_engine::kv_cache::{KvBlock, KvCache};
+use pml_compiler::plan::UnitId;
+use pml_engine::kv_cache::{KvBlock, KvCache, ParallelContexts, ParallelScaling};
 use pml_engine::model::Model;
 
 use super::plan::{PlannedSpan, SplicePlan};
@@ -37,6 +39,7 @@ pub fn prefill_reuse(
         &mut stats,
     )?;
     stats.tokens_reused = kv.len();
+    mark_parallel_contexts(&mut kv, plan, encoder.parallel_scaling());
 
     let compute_start = Instant::now();
     let logits = prefill_sorted(model, &plan.new_tokens, &plan.new_positions, &mut kv, true)?
@@ -44,6 +47,38 @@ pub fn prefill_reuse(
     stats.compute = compute_start.elapsed();
     stats.tokens_new = plan.new_tokens.len();
     Ok(Prefill { kv, logits, stats })
+}
+
+/// With `scaling`, marks the rows of every spliced module (every span but the schema root's) as
+/// parallel contexts of `kv`, so the new tokens and the answer attend them with APE's
+/// correction ([`ParallelContexts`]); the root's rows and the new tokens stay plain.
+pub(super) fn mark_parallel_contexts(
+    kv: &mut KvCache,
+    plan: &SplicePlan,
+    scaling: Option<ParallelScaling>,
+) {
+    let Some(scaling) = scaling else {
+        return;
+    };
+    let ranges = plan
+        .spans
+        .iter()
+        .filter(|span| span.unit != UnitId::ROOT)
+        .flat_map(|span| consecutive_runs(&span.positions))
+        .collect();
+    kv.set_parallel_contexts(Some(ParallelContexts::new(ranges, scaling)));
+}
+
+/// `positions` (ascending) as ranges of consecutive positions.
+fn consecutive_runs(positions: &[u32]) -> Vec<Range<u32>> {
+    let mut runs: Vec<Range<u32>> = Vec::new();
+    for &position in positions {
+        match runs.last_mut() {
+            Some(run) if run.end == position => run.end = position + 1,
+            _ => runs.push(position..position + 1),
+        }
+    }
+    runs
 }
 
 /// The cache holding every cached span's rows, in `plan.spans` order (slot `i` is the `i`-th

@@ -34,7 +34,7 @@ use crate::tokenizer::PmlTokenizer;
 use pml_engine::device::{BackendChoice, DeviceError, select_backend};
 use pml_engine::generation::{Generation, SamplingParams};
 use pml_engine::gguf::{GgufError, GgufFile};
-use pml_engine::kv_cache::KvCache;
+use pml_engine::kv_cache::{KvCache, ParallelScaling};
 use pml_engine::model::{EngineError, Model, WeightFormat};
 use pml_engine::tokenizer::TokenizerError;
 
@@ -100,6 +100,8 @@ pub struct Runtime {
     encode_mode: EncodeMode,
     /// Module states hold this fraction of their rows (`pmlc compile --keep F`; `None`: all).
     keep: Option<KeepFraction>,
+    /// Mode `reuse` attends spliced modules as parallel contexts with APE's correction.
+    parallel_scaling: Option<ParallelScaling>,
     /// Answers decode within this many KV slots (`pml run --kv-budget`; `None`: unbounded).
     kv_budget: Option<KvBudget>,
     max_positions: u32,
@@ -144,6 +146,7 @@ impl Runtime {
             store,
             encode_mode,
             keep: None,
+            parallel_scaling: None,
             kv_budget: None,
             max_positions,
         }
@@ -230,6 +233,12 @@ impl Runtime {
 
     pub fn keep(&self) -> Option<KeepFraction> {
         self.keep
+    }
+
+    /// Mode `reuse` attends the modules it splices as parallel contexts, re-weighted by
+    /// `scaling` (APE's attention temperature and scale), or plainly (`None`, the default).
+    pub fn set_parallel_scaling(&mut self, scaling: Option<ParallelScaling>) {
+        self.parallel_scaling = scaling;
     }
 
     /// The fraction of rows the states of schema `schema_name` were last compiled to keep, by
@@ -438,7 +447,8 @@ impl Runtime {
         let options = self.encode_options();
         Ok(
             UnitEncoder::new(&self.model, layout, options.mode, options.bos, &self.store)?
-                .with_keep(options.keep),
+                .with_keep(options.keep)
+                .with_parallel_scaling(self.parallel_scaling),
         )
     }
 

@@ -10,7 +10,7 @@ use pml_engine::kv_cache::KvCache;
 use pml_engine::model::Model;
 
 use super::plan::SplicePlan;
-use super::reuse::{kept_plan, splice};
+use super::reuse::{kept_plan, mark_parallel_contexts, splice};
 use super::stats::PrefillStats;
 use super::{InferenceError, InferenceMode, Prefill};
 use crate::encode::UnitEncoder;
@@ -48,8 +48,9 @@ pub fn stage(
             let plan = &*kept_plan(encoder, plan, &mut stats)?;
             let extra = plan.new_tokens.len() + reserve;
             let first_query = plan.first_new_position();
-            let kv = splice(model, encoder, plan, extra, first_query, &mut stats)?;
+            let mut kv = splice(model, encoder, plan, extra, first_query, &mut stats)?;
             stats.tokens_reused = kv.len();
+            mark_parallel_contexts(&mut kv, plan, encoder.parallel_scaling());
             (
                 kv,
                 plan.new_tokens.clone(),

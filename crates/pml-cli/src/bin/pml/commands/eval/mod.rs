@@ -28,6 +28,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pml_cli::failure::Failure;
 use pml_cli::pipeline::{RuntimeArgs, open_runtime};
+use pml_engine::kv_cache::ParallelScaling;
 use pml_runtime::inference::{InferenceMode, Selection};
 use pml_runtime::store::{KeepFraction, ManifestStore, MemoryTier, ModuleStore};
 
@@ -92,6 +93,11 @@ pub struct EvalArgs {
         conflicts_with = "edits"
     )]
     keeps: Vec<f64>,
+    /// Also run mode `reuse` attending the documents as parallel contexts with APE's
+    /// correction, at each of these attention temperatures and scales (`T:S`, comma-separated,
+    /// e.g. `0.9:0.9,0.5:1`).
+    #[arg(long, value_delimiter = ',', value_name = "T:S,...", value_parser = parse_scaling)]
+    ape: Vec<ParallelScaling>,
     /// The edited-fact set: each question whose answer its documents mention gets it changed
     /// there; the original documents are cached and the edited prompt compared in `full`,
     /// `prefix` and edit reuse (`reuse`, `blend` at each ratio).
@@ -174,6 +180,12 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
     let mut modes: Vec<(String, EvalMode)> = Vec::new();
     if !args.no_reuse {
         modes.push(("reuse".into(), EvalMode::Cached(InferenceMode::Reuse)));
+    }
+    for &scaling in &args.ape {
+        modes.push((
+            format!("reuse ape T={} S={}", scaling.temperature, scaling.scale),
+            EvalMode::Parallel(scaling),
+        ));
     }
     for &fraction in &args.kv_budgets {
         modes.push((format!("h2o kv={fraction}"), EvalMode::KvBudget(fraction)));
@@ -272,7 +284,7 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
         .iter()
         .filter_map(|(label, mode)| match mode {
             EvalMode::Cached(mode) => Some((format!("edit {label}"), *mode)),
-            EvalMode::KvBudget(_) | EvalMode::Kept(..) => None,
+            EvalMode::KvBudget(_) | EvalMode::Kept(..) | EvalMode::Parallel(_) => None,
         })
         .collect();
     for index in 0..count {
@@ -325,6 +337,24 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// APE's `T:S`: an attention temperature and a scale, both positive.
+fn parse_scaling(text: &str) -> Result<ParallelScaling, String> {
+    let factor = |part: Option<&str>| -> Option<f32> {
+        part?
+            .trim()
+            .parse::<f32>()
+            .ok()
+            .filter(|value| value.is_finite() && *value > 0.0)
+    };
+    let mut parts = text.split(':');
+    match (factor(parts.next()), factor(parts.next()), parts.next()) {
+        (Some(temperature), Some(scale), None) => Ok(ParallelScaling { temperature, scale }),
+        _ => Err(format!(
+            "`{text}` is not T:S (two positive numbers, e.g. 0.9:0.9)"
+        )),
+    }
+}
+
 /// `value` as one JSON line, flushed (a stopped run keeps every line written).
 fn write_line(file: &mut std::fs::File, value: &impl serde::Serialize) -> anyhow::Result<()> {
     let line = serde_json::to_string(value).context("encoding a result")?;
@@ -355,5 +385,19 @@ fn infer_format(path: &std::path::Path) -> Result<Dataset, Failure> {
         Err(Failure::usage(format!(
             "cannot tell the format of `{name}`: pass --format hotpotqa or --format nq"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_scaling;
+
+    #[test]
+    fn ape_factors_are_two_positive_numbers() {
+        let scaling = parse_scaling(" 0.9:0.8").expect("parses");
+        assert_eq!((scaling.temperature, scaling.scale), (0.9, 0.8));
+        for bad in ["0.9", "0.9:", "0:1", "1:-1", "1:1:1", "a:b", "inf:1", ""] {
+            assert!(parse_scaling(bad).is_err(), "{bad}");
+        }
     }
 }

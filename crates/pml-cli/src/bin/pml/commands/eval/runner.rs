@@ -10,6 +10,7 @@ use anyhow::Context;
 use pml_compiler::RefuseSources;
 use pml_compiler::plan::{BoundPrompt, SchemaLayout};
 use pml_engine::Tokenizer;
+use pml_engine::kv_cache::ParallelScaling;
 use pml_runtime::inference::{FidelityEstimate, InferenceMode, LaidOutSchema, Runtime, SplicePlan};
 use pml_runtime::kv_budget::{DEFAULT_SINKS, HeavyHitters, KvBudget};
 use pml_runtime::store::KeepFraction;
@@ -80,6 +81,9 @@ pub enum EvalMode {
     /// A cached mode over compressed module states that keep this fraction of each unit's rows
     /// (`pmlc compile --keep`).
     Kept(KeepFraction, InferenceMode),
+    /// Mode `reuse` attending the spliced documents as parallel contexts with APE's attention
+    /// temperature and scale.
+    Parallel(ParallelScaling),
 }
 
 /// A mode's greedy run.
@@ -140,6 +144,13 @@ pub fn run_question(
                 });
                 runtime.set_keep(None);
                 decoded
+            }
+            EvalMode::Parallel(scaling) => {
+                runtime.set_parallel_scaling(Some(scaling));
+                let mode = EvalMode::Cached(InferenceMode::Reuse);
+                let decoded = decode(runtime, layout, &bound, mode, Some(&reference), horizon);
+                runtime.set_parallel_scaling(None);
+                decoded.map(|decoded| (decoded, Some(store_bytes)))
             }
             EvalMode::Cached(InferenceMode::Reuse) => {
                 let decoded = decode(runtime, layout, &bound, *mode, Some(&reference), horizon);
@@ -244,8 +255,10 @@ pub(super) fn decode(
             fidelity = stats.blend_estimate();
             (prefill.logits, prefill.kv, tokens, ratio_chosen, None)
         }
-        EvalMode::Kept(..) => {
-            anyhow::bail!("compressed states are decoded in their cached mode once encoded")
+        EvalMode::Kept(..) | EvalMode::Parallel(_) => {
+            anyhow::bail!(
+                "compressed states and parallel contexts are decoded in mode reuse once set"
+            )
         }
         EvalMode::KvBudget(fraction) => {
             let n = plan.all_tokens.len();
