@@ -15,10 +15,10 @@ pub struct GuardRow {
     pub floor: f64,
     /// Share of the answers sent to `full`.
     pub fired: f64,
-    /// First-token agreement with `full` of the answers let through (NaN if none).
-    pub passed_agreement: f64,
-    /// F1 of the answers let through.
-    pub passed_f1: f64,
+    /// First-token agreement with `full` of the answers let through (`None` if none is).
+    pub passed_agreement: Option<f64>,
+    /// F1 of the answers let through (`None` if none is).
+    pub passed_f1: Option<f64>,
     /// F1 of every answer, the fired ones `full`'s.
     pub guarded_f1: f64,
     /// Median over the questions of the TTFT with the guard (a fired answer costs blend's
@@ -57,12 +57,15 @@ pub fn guard_rows(results: &[QuestionResult], index: usize) -> Vec<GuardRow> {
             GuardRow {
                 floor,
                 fired: 1.0 - passed.len() as f64 / rows.len() as f64,
-                passed_agreement: super::report::mean(
-                    passed
-                        .iter()
-                        .map(|row| f64::from(u8::from(row.first_token_agrees))),
-                ),
-                passed_f1: super::report::mean(passed.iter().map(|row| row.f1)),
+                passed_agreement: (!passed.is_empty()).then(|| {
+                    super::report::mean(
+                        passed
+                            .iter()
+                            .map(|row| f64::from(u8::from(row.first_token_agrees))),
+                    )
+                }),
+                passed_f1: (!passed.is_empty())
+                    .then(|| super::report::mean(passed.iter().map(|row| row.f1))),
                 guarded_f1: super::report::mean(rows.iter().map(|pair| guarded(pair).0)),
                 ttft_ratio_to_full_median: super::report::median(
                     rows.iter()
@@ -89,14 +92,17 @@ impl fmt::Display for GuardTable<'_> {
              (median) |\n|---|---|---|---|---|---|",
             self.mode
         )?;
+        // A floor that lets nothing through has no agreement or F1 to show.
+        let shown =
+            |value: Option<f64>| value.map_or("–".to_string(), |value| format!("{value:.3}"));
         for row in self.rows {
             writeln!(
                 f,
-                "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                "| {} | {:.3} | {} | {} | {:.3} | {:.3} |",
                 row.floor,
                 row.fired,
-                row.passed_agreement,
-                row.passed_f1,
+                shown(row.passed_agreement),
+                shown(row.passed_f1),
                 row.guarded_f1,
                 row.ttft_ratio_to_full_median
             )?;

@@ -370,16 +370,32 @@ mod tests {
         // 0.8: only the changed first token fires.
         let low = at(0.8);
         assert!((low.fired - 0.25).abs() < 1e-12);
-        assert!((low.passed_agreement - 2.0 / 3.0).abs() < 1e-12);
+        assert!((low.passed_agreement.expect("some pass") - 2.0 / 3.0).abs() < 1e-12);
         assert!((low.guarded_f1 - 2.5 / 4.0).abs() < 1e-12);
         // 0.95: two fire; what passes is the first answer alone.
         let high = at(0.95);
         assert!((high.fired - 0.75).abs() < 1e-12);
-        assert_eq!(high.passed_agreement, 1.0);
+        assert_eq!(high.passed_agreement, Some(1.0));
         assert!((high.guarded_f1 - 1.0).abs() < 1e-12);
         // TTFT: 10 ms once, 110 ms three times over full's 100: the median is 1.1.
         assert!((high.ttft_ratio_to_full_median - 1.1).abs() < 1e-12);
         assert!(summary.to_string().contains("with `--min-fidelity F`"));
+        // A floor that lets nothing through shows no agreement or F1 (not NaN).
+        let none_through = GuardRow {
+            fired: 1.0,
+            passed_agreement: None,
+            passed_f1: None,
+            ..high
+        };
+        let table = GuardTable {
+            mode: "blend",
+            rows: &[none_through],
+        }
+        .to_string();
+        assert!(
+            table.contains("| 1.000 | – | – |") && !table.contains("NaN"),
+            "{table}"
+        );
     }
 
     #[test]
