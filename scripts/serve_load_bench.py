@@ -116,16 +116,18 @@ def stream_request(port, path, fields, max_tokens):
     response = conn.getresponse()
     if response.status != 200:
         raise RuntimeError(f"HTTP {response.status}: {response.read()[:300]!r}")
-    ttft, pieces, tokens = None, 0, None
+    ttft, pieces, tokens, text = None, 0, None, []
     for chunk in chunks(response):
         for choice in chunk.get("choices") or []:
-            if (choice.get("delta") or {}).get("content") or choice.get("text"):
+            piece = (choice.get("delta") or {}).get("content") or choice.get("text")
+            if piece:
                 pieces += 1
+                text.append(piece)
                 if ttft is None:
                     ttft = time.perf_counter() - start
         if chunk.get("usage"):
             tokens = chunk["usage"].get("completion_tokens")
-    return ttft, tokens if tokens is not None else pieces
+    return ttft, tokens if tokens is not None else pieces, "".join(text)
 
 
 def wait_ready(port, process, seconds=600):
@@ -182,7 +184,7 @@ def run_workload(port, kind, workload, clients, requests, max_tokens):
                     path, fields = long_request(number, index)
                 else:
                     path, fields = request(kind, number, index, rag)
-                ttft, count = stream_request(port, path, fields, max_tokens)
+                ttft, count, _ = stream_request(port, path, fields, max_tokens)
                 with lock:
                     if workload != "long" or number >= 2:
                         ttfts.append(ttft)
