@@ -165,6 +165,34 @@ pub(crate) fn attend_parallel(
     )
 }
 
+/// `queries` `(n, n_heads, head_dim)` as `(n_kv_heads, group * n, head_dim)`: per KV head, the
+/// queries of the heads sharing it stacked head by head (row `r` is query `r % n`), so one
+/// product per KV head serves them all and K and V are never repeated.
+pub(crate) fn queries_by_kv_head(
+    queries: &Tensor,
+    n_kv_heads: usize,
+) -> Result<Tensor, EngineError> {
+    let (n_queries, n_heads, head_dim) = queries.dims3()?;
+    let group = n_heads / n_kv_heads;
+    Ok(queries
+        .reshape((n_queries, n_kv_heads, group, head_dim))?
+        .permute((1, 2, 0, 3))?
+        .contiguous()?
+        .reshape((n_kv_heads, group * n_queries, head_dim))?)
+}
+
+/// The inverse of [`queries_by_kv_head`] for an attention output `(n_kv_heads, group * n,
+/// head_dim)`: `(n, n_heads * head_dim)`, heads in the model's order.
+pub(crate) fn outputs_by_query(attended: &Tensor, n_queries: usize) -> Result<Tensor, EngineError> {
+    let (n_kv_heads, rows, head_dim) = attended.dims3()?;
+    let group = rows / n_queries.max(1);
+    Ok(attended
+        .reshape((n_kv_heads, group, n_queries, head_dim))?
+        .permute((2, 0, 1, 3))?
+        .contiguous()?
+        .reshape((n_queries, n_kv_heads * group * head_dim))?)
+}
+
 /// The attention of `queries` `(n, n_heads, head_dim)` over no key at all: zeros, as
 /// `masked_softmax` gives a row that sees nothing.
 fn seeing_nothing(queries: &Tensor) -> Result<Tensor, EngineError> {

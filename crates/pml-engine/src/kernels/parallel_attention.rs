@@ -20,6 +20,7 @@
 use candle_core::{DType, Tensor};
 
 use super::EngineError;
+use super::exp_kernel::exp_shifted_sum;
 use super::masked_softmax::{Visibility, check_shapes};
 
 /// APE's two factors: the temperature within the contexts and the scale of their block.
@@ -52,7 +53,7 @@ pub(crate) fn attend_parallel(
     in_context: &[bool],
     scaling: ParallelScaling,
 ) -> Result<Tensor, EngineError> {
-    let (n_queries, n_heads, head_dim) = queries.dims3()?;
+    let (n_queries, n_heads, _) = queries.dims3()?;
     let (n_keys, n_kv_heads, _) = keys.dims3()?;
     check_shapes(n_queries, n_keys, query_positions, key_positions)?;
     if in_context.len() != n_keys {
@@ -69,14 +70,9 @@ pub(crate) fn attend_parallel(
         )));
     }
     let out_dtype = queries.dtype();
-    let group = n_heads / n_kv_heads;
-    // (n_kv_heads, group * n_queries, head_dim): row `r` of a head is query `r % n_queries`.
-    let grouped = queries
-        .to_dtype(DType::F32)?
-        .reshape((n_queries, n_kv_heads, group, head_dim))?
-        .permute((1, 2, 0, 3))?
-        .contiguous()?
-        .reshape((n_kv_heads, group * n_queries, head_dim))?;
+    let rows = n_heads / n_kv_heads * n_queries;
+    // Row `r` of a KV head is query `r % n_queries`.
+    let grouped = super::queries_by_kv_head(&queries.to_dtype(DType::F32)?, n_kv_heads)?;
     let keys = keys.to_dtype(DType::F32)?.transpose(0, 1)?.contiguous()?;
     let values = values.to_dtype(DType::F32)?.transpose(0, 1)?.contiguous()?;
     let scores = grouped.matmul(&keys.t()?)?;
@@ -91,18 +87,8 @@ pub(crate) fn attend_parallel(
             scaling,
         );
     }
-    let weights = Tensor::from_vec(
-        weights,
-        (n_kv_heads, group * n_queries, n_keys),
-        queries.device(),
-    )?;
-    Ok(weights
-        .matmul(&values)?
-        .reshape((n_kv_heads, group, n_queries, head_dim))?
-        .permute((2, 0, 1, 3))?
-        .contiguous()?
-        .reshape((n_queries, n_heads * head_dim))?
-        .to_dtype(out_dtype)?)
+    let weights = Tensor::from_vec(weights, (n_kv_heads, rows, n_keys), queries.device())?;
+    Ok(super::outputs_by_query(&weights.matmul(&values)?, n_queries)?.to_dtype(out_dtype)?)
 }
 
 /// One row: `scores` replaced by APE's weights over the keys `sees` admits, 0 elsewhere (all 0
@@ -143,11 +129,7 @@ fn corrected_softmax(
         scores.fill(0.0);
         return;
     }
-    let mut total = 0.0;
-    for score in scores.iter_mut() {
-        *score = (*score - max).exp();
-        total += *score;
-    }
+    let total = exp_shifted_sum(scores, max);
     for score in scores.iter_mut() {
         *score /= total;
     }

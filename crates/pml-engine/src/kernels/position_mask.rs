@@ -258,28 +258,21 @@ fn attend_in(
     key_positions: &[u32],
     window: Option<usize>,
 ) -> Result<Tensor, EngineError> {
-    let (n_queries, n_heads, head_dim) = queries.dims3()?;
+    let (n_queries, n_heads, _) = queries.dims3()?;
     let (n_keys, n_kv_heads, _) = keys.dims3()?;
     check_shapes(n_queries, n_keys, query_positions, key_positions)?;
     let out_dtype = queries.dtype();
     let keys = &keys.to_dtype(dtype)?;
     let values = &values.to_dtype(dtype)?;
     let group = n_heads / n_kv_heads;
-    // (n_kv_heads, group, n_queries, head_dim)
-    let queries = queries
-        .to_dtype(dtype)?
-        .reshape((n_queries, n_kv_heads, group, head_dim))?
-        .permute((1, 2, 0, 3))?
-        .contiguous()?;
+    let queries = super::queries_by_kv_head(&queries.to_dtype(dtype)?, n_kv_heads)?;
     // cuBLAS takes a batch of matrices only with rows `head_dim` apart, and the cache's
     // slot-major rows are `n_kv_heads * head_dim` apart: K and V are copied once per call.
     let fused = queries.device().is_cuda();
     let attended = if fused || group * n_queries * n_keys < PER_HEAD_MIN_SCORES {
         let keys = keys.transpose(0, 1)?.contiguous()?; // (n_kv_heads, n_keys, head_dim)
         let values = values.transpose(0, 1)?.contiguous()?;
-        let scores = queries
-            .reshape((n_kv_heads, group * n_queries, head_dim))?
-            .matmul(&keys.t()?)?;
+        let scores = queries.matmul(&keys.t()?)?;
         let weights = if fused {
             super::masked_softmax::masked_softmax(&scores, query_positions, key_positions, window)?
         } else {
@@ -295,21 +288,13 @@ fn attend_in(
             .map(|head| -> Result<Tensor, EngineError> {
                 let keys = keys.narrow(1, head, 1)?.squeeze(1)?.contiguous()?;
                 let values = values.narrow(1, head, 1)?.squeeze(1)?.contiguous()?;
-                let scores = queries
-                    .get(head)?
-                    .reshape((group * n_queries, head_dim))?
-                    .matmul(&keys.t()?)?; // (group * n_queries, n_keys)
+                let scores = queries.get(head)?.matmul(&keys.t()?)?; // (group * n_queries, n_keys)
                 Ok(mask.softmax(&scores)?.matmul(&values)?)
             })
             .collect::<Result<Vec<_>, _>>()?;
         Tensor::stack(&per_head, 0)?
     };
-    Ok(attended
-        .reshape((n_kv_heads, group, n_queries, head_dim))?
-        .permute((2, 0, 1, 3))?
-        .contiguous()?
-        .reshape((n_queries, n_heads * head_dim))?
-        .to_dtype(out_dtype)?)
+    Ok(super::outputs_by_query(&attended, n_queries)?.to_dtype(out_dtype)?)
 }
 
 #[cfg(test)]

@@ -372,21 +372,16 @@ impl Attention {
         key_positions: &[u32],
         each: &mut dyn FnMut(&Tensor) -> Result<(), EngineError>,
     ) -> Result<(), EngineError> {
-        let (n_queries, _, head_dim) = queries.dims3()?;
+        let n_queries = queries.dim(0)?;
         let n_keys = keys.dim(0)?;
-        let group = self.n_heads / self.n_kv_heads;
         let budget = attention_score_budget(queries.device());
         let chunk = (budget / (self.n_heads * n_keys).max(1)).max(1);
         // (n_kv_heads, n_keys, head_dim)
         let keys = crate::kernels::heads_major(keys)?.contiguous()?;
         for start in (0..n_queries).step_by(chunk) {
             let len = chunk.min(n_queries - start);
-            let grouped = queries
-                .narrow(0, start, len)?
-                .reshape((len, self.n_kv_heads, group, head_dim))?
-                .permute((1, 2, 0, 3))?
-                .contiguous()?
-                .reshape((self.n_kv_heads, group * len, head_dim))?;
+            let grouped =
+                kernels::queries_by_kv_head(&queries.narrow(0, start, len)?, self.n_kv_heads)?;
             let scores = grouped.matmul(&keys.t()?)?;
             each(&masked_softmax(
                 &scores,
