@@ -2,7 +2,8 @@
 # The project's test command: fetch the models the real-model tests need (cached under $PML_HOME,
 # verified by sha256) and llama.cpp's test data, then run every test. With PML_REQUIRE_MODELS=1 a missing model fails a test
 # instead of skipping it, so this run cannot pass without having checked the real models; with
-# PML_REQUIRE_OPENAI=1 the server's suite driven by the `openai` client cannot be skipped either.
+# PML_REQUIRE_OPENAI=1 the server's suite driven by the `openai` client cannot be skipped either,
+# nor with PML_REQUIRE_BROWSER=1 the playground's test in Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo run --quiet -p pml-cli --bin pml -- models fetch --all
@@ -10,7 +11,9 @@ cargo run --quiet -p pml-cli --bin pml -- models fetch --all
 bash scripts/fetch-llama-cpp-testdata.sh >/dev/null
 # OpenAI's official Python client, for the server's client suite (PyPI, cached venv).
 bash scripts/setup-openai-client.sh
-PML_REQUIRE_MODELS=1 PML_REQUIRE_OPENAI=1 cargo test --workspace "$@"
+# Chromium and playwright-core, for the playground's browser test (apt and npm, cached).
+bash scripts/setup-browser-test.sh
+PML_REQUIRE_MODELS=1 PML_REQUIRE_OPENAI=1 PML_REQUIRE_BROWSER=1 cargo test --workspace "$@"
 # Issue #32: the device path (candle's operations, the only kernels on CUDA) through the
 # real-model tests of cached inference, hidden-state restore and chat resume, and the server's
 # real-model completions, on the CPU. `--workspace` keeps the features of the run above, so

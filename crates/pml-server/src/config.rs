@@ -59,6 +59,8 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Shut down on Ctrl-C / SIGTERM (the CLI); tests stop the server through its handle.
     pub handle_signals: bool,
+    /// Serve the playground page at `/` (`--no-ui` turns it off).
+    pub ui: bool,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +86,7 @@ impl Default for ServerConfig {
             open_admin: true,
             saved_schemas: None,
             handle_signals: false,
+            ui: true,
         }
     }
 }

@@ -9,6 +9,7 @@
 //!   half-closed clients, graceful shutdown).
 //! - [`incident`]: internal failures, logged in full and answered with a number only.
 //! - [`metrics`]: counters and histograms, rendered for Prometheus.
+//! - [`playground`]: the page at `/`, its files built into the binary.
 //! - [`saved_schemas`]: uploaded schemas kept as files, loaded again at start.
 //! - [`server`]: binding, start, graceful shutdown.
 
@@ -18,6 +19,7 @@ pub mod connections;
 pub mod engine;
 pub mod incident;
 pub mod metrics;
+pub mod playground;
 pub mod saved_schemas;
 pub mod server;
 

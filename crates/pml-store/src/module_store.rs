@@ -176,12 +176,17 @@ impl ModuleStore {
 
     /// Whether any tier holds `key`.
     pub fn contains(&self, key: &StoreKey) -> Result<bool, StoreError> {
+        Ok(self.tier_holding(key)?.is_some())
+    }
+
+    /// The name of the fastest tier holding `key` (`device`, `ram`, `disk`, `redis`), if any.
+    pub fn tier_holding(&self, key: &StoreKey) -> Result<Option<&'static str>, StoreError> {
         for tier in &self.tiers {
             if tier.contains(key)? {
-                return Ok(true);
+                return Ok(Some(tier.name()));
             }
         }
-        Ok(false)
+        Ok(None)
     }
 
     /// Drops `key` from every tier; `true` if any held it.

@@ -443,6 +443,23 @@ impl Runtime {
         super::staged::stage(&self.model, &mut encoder, &plan, mode, reserve)
     }
 
+    /// The fastest store tier holding each unit's state (`device`, `ram`, `disk`, `redis`), in
+    /// the order of `layout.units`; `None` for a unit still to encode.
+    pub fn unit_tiers(
+        &self,
+        layout: &SchemaLayout,
+    ) -> Result<Vec<Option<&'static str>>, InferenceError> {
+        let encoder = self.encoder(layout)?;
+        layout
+            .units
+            .iter()
+            .map(|unit| {
+                let key = encoder.key(unit.id)?;
+                Ok(self.store.tier_holding(&key).map_err(EncodeError::from)?)
+            })
+            .collect()
+    }
+
     fn encoder<'a>(&'a self, layout: &'a SchemaLayout) -> Result<UnitEncoder<'a>, EncodeError> {
         let options = self.encode_options();
         Ok(

@@ -218,6 +218,7 @@ pub async fn start(
         siblings,
         kv_budget,
         open_ended: generation.open_ended,
+        prompt_token_kinds: generation.prompt_token_kinds,
     })?;
     drop(sender);
     // The first choice's verdict decides the status (its prefill is every choice's); a later
@@ -430,6 +431,7 @@ fn stream_answer(
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
     let events = stream::unfold(state, move |mut state| {
         let meta = meta.clone();
+        let include_usage = include_usage.clone();
         async move {
             loop {
                 if let Some(event) = state.ready.pop_front() {
@@ -438,9 +440,12 @@ fn stream_answer(
                 match state.phase {
                     StreamPhase::Closed => return None,
                     StreamPhase::Finishing => {
-                        if let Some(usage) = include_usage {
-                            let usage =
-                                Usage::new(usage, state.choices.len(), state.completion_tokens);
+                        if let Some(usage) = &include_usage {
+                            let usage = Usage::new(
+                                usage.clone(),
+                                state.choices.len(),
+                                state.completion_tokens,
+                            );
                             state.ready.push_back(json_event(&meta.usage_chunk(&usage)));
                         }
                         state.finish_with_done();

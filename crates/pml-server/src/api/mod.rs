@@ -2,6 +2,7 @@
 //! shape its reports into OpenAI-compatible JSON or server-sent events. Nothing here touches a
 //! tensor or the model.
 //!
+//! - [`check`]: `/v1/pml/check`, the diagnostics of a schema and a prompt, for editors.
 //! - [`error`]: error responses (OpenAI's `{"error": …}` shape, plus PML diagnostics).
 //! - [`request`]: request bodies of the completion endpoints, checked field by field.
 //! - [`request_log`]: one log line per request, written when its response ends.
@@ -14,6 +15,7 @@
 //! - [`schemas`]: schema upload, progress, listing, deletion (bearer-token protected).
 //! - [`status`]: `/health`, `/metrics`, `/openapi.yaml`.
 
+pub mod check;
 pub mod completions;
 pub mod error;
 pub mod models;
@@ -57,6 +59,8 @@ pub fn routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
         ("get", "/v1/schemas", get(schemas::list)),
         ("get", "/v1/schemas/{name}", get(schemas::show)),
         ("delete", "/v1/schemas/{name}", delete(schemas::remove)),
+        ("get", "/v1/schemas/{name}/source", get(schemas::source)),
+        ("get", "/v1/schemas/{name}/layout", get(schemas::layout)),
         ("get", "/v1/models", get(models::list)),
         ("get", "/v1/models/{id}", get(models::show)),
         ("post", "/tokenize", post(models::tokenize)),
@@ -68,15 +72,21 @@ pub fn routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
             post(completions::chat_completion),
         ),
         ("post", "/v1/responses", post(responses::create)),
+        ("post", "/v1/pml/check", post(check::check)),
     ]
 }
 
 /// The router of a server, with the body-size limit of `state.config`.
 pub fn router(state: AppState) -> Router {
     let limit = state.config.max_body_bytes;
+    let page = if state.config.ui {
+        crate::playground::routes()
+    } else {
+        Router::new()
+    };
     routes()
         .into_iter()
-        .fold(Router::new(), |router, (_, path, handler)| {
+        .fold(page, |router, (_, path, handler)| {
             router.route(path, handler)
         })
         .fallback(error::not_found)

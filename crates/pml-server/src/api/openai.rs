@@ -2,6 +2,7 @@
 //! choices by index, log-probabilities in each flavour's shape, and usage with PML's counts of
 //! where the prompt tokens came from.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -11,6 +12,7 @@ use serde_json::{Map, Value, json};
 
 use pml_runtime::inference::Ratio;
 
+use crate::engine::prompt_rows::PromptToken;
 use crate::engine::{JobEnd, PromptUsage, TokenLogprob, TokenText};
 
 /// `usage`: OpenAI's counts plus where the prompt tokens came from.
@@ -37,6 +39,21 @@ pub struct Usage {
     /// replaced answer's).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub fidelity_guard_fired: bool,
+    /// A PML prompt's tokens as `[text, kind]` pairs in position order, kind `reused`,
+    /// `recomputed` or `new`, when the request set `prompt_token_kinds`.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_shared"
+    )]
+    pub prompt_token_kinds: Option<Arc<[PromptToken]>>,
+}
+
+/// A list the engine shares rather than copies, written as the list.
+fn serialize_shared<S: serde::Serializer>(
+    tokens: &Option<Arc<[PromptToken]>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&tokens.as_deref(), serializer)
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -60,6 +77,7 @@ impl Usage {
             shared_tokens: prompt.prompt_tokens * choices.saturating_sub(1),
             estimated_fidelity: prompt.estimated_fidelity.map(Ratio::get),
             fidelity_guard_fired: prompt.fidelity_guard_fired,
+            prompt_token_kinds: prompt.prompt_token_kinds,
         }
     }
 }

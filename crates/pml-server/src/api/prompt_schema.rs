@@ -55,6 +55,7 @@ mod tests {
                 units_done: 0,
                 units_encoded: 0,
                 error: None,
+                source: "".into(),
             });
         }
         registry

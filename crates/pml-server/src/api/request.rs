@@ -78,6 +78,9 @@ pub struct GenerationFields {
     /// PML: most KV slots this sequence keeps (H2O heavy hitters, half of them the newest);
     /// plain prompts and chats only.
     pub kv_budget: Option<usize>,
+    /// PML: report a PML prompt's tokens and how each was obtained (reused, recomputed, new) in
+    /// `usage.prompt_token_kinds`.
+    pub prompt_token_kinds: Option<bool>,
     /// Everything else the body holds, refused unless null.
     #[serde(flatten)]
     pub other: Map<String, Value>,
@@ -133,6 +136,8 @@ pub struct Generation {
     /// `params.max_tokens` is then the server's limit, cut to the room the context (and the KV
     /// pool) leaves once the prompt is known, instead of a reason to refuse it.
     pub open_ended: bool,
+    /// Report a PML prompt's tokens with how each was obtained.
+    pub prompt_token_kinds: bool,
 }
 
 /// `kv_budget = slots`: the first [`DEFAULT_SINKS`] and the newest half always kept, the
@@ -274,6 +279,7 @@ impl GenerationFields {
             format,
             kv_budget: self.kv_budget.map(heavy_hitter_budget).transpose()?,
             open_ended,
+            prompt_token_kinds: self.prompt_token_kinds.unwrap_or(false),
         })
     }
 

@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use super::AppState;
 use super::error::ApiError;
 use crate::engine::EngineRequest;
-use crate::engine::schemas::SchemaInfo;
+use crate::engine::schemas::{SchemaInfo, SchemaLayoutView};
 use crate::incident::error_chain;
 use crate::saved_schemas::SavedSchemas;
 
@@ -80,6 +80,36 @@ pub async fn show(
         .get(&name)
         .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("no schema named `{name}`")))
+}
+
+/// The text of a loaded schema, as uploaded.
+pub async fn source(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let info = state
+        .engine
+        .schemas
+        .get(&name)
+        .ok_or_else(|| ApiError::not_found(format!("no schema named `{name}`")))?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/xml; charset=utf-8")],
+        info.source.to_string(),
+    )
+        .into_response())
+}
+
+/// A loaded schema's units at their positions, each with the store tier its state is in.
+pub async fn layout(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<SchemaLayoutView>, ApiError> {
+    let (reply, answer) = oneshot::channel();
+    state.engine.send(EngineRequest::Layout { name, reply })?;
+    let view = answer
+        .await
+        .map_err(|_| ApiError::internal("the engine stopped"))??;
+    Ok(Json(view))
 }
 
 pub async fn remove(

@@ -7,11 +7,13 @@
 //! - [`scheduler`]: the engine loop — one forward pass a step for decoding tokens and prompt
 //!   chunks under a token budget, admission under the KV budget, timeouts and cancellation.
 //! - [`prefill`]: a prompt's prefill, prepared, started and advanced in chunks.
+//! - [`prompt_rows`]: a PML prompt's tokens and how each was obtained (reused, recomputed, new).
 //! - [`sequence`]: one completion between decode steps; a PML prompt's prefill.
 //! - [`structured`]: `response_format` by constrained decoding (llguidance).
 
 pub mod admission;
 pub mod prefill;
+pub mod prompt_rows;
 pub mod scheduler;
 pub mod schema_compile;
 pub mod schemas;
@@ -36,6 +38,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::config::ServerConfig;
 use crate::incident::{Incident, log_panics};
 use crate::metrics::{Metrics, Outcome};
+use prompt_rows::PromptToken;
 use schemas::{SchemaInfo, SchemaRegistry};
 
 /// What a completion is asked to continue.
@@ -79,6 +82,8 @@ pub struct CompletionJob {
     /// `max_tokens` (the server's limit) is cut to the room the context and the KV pool leave
     /// rather than a reason to refuse the prompt.
     pub open_ended: bool,
+    /// Report a PML prompt's tokens and how each was obtained (`usage.prompt_token_kinds`).
+    pub prompt_token_kinds: bool,
 }
 
 /// One more choice of a [`CompletionJob`]'s request.
@@ -108,6 +113,7 @@ impl CompletionJob {
             siblings: Vec::new(),
             kv_budget: self.kv_budget,
             open_ended: self.open_ended,
+            prompt_token_kinds: false,
         }
     }
 
@@ -162,7 +168,7 @@ pub struct TokenText {
 }
 
 /// Token counts of a prompt.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PromptUsage {
     pub prompt_tokens: usize,
     /// Rows spliced from stored module KV.
@@ -175,6 +181,8 @@ pub struct PromptUsage {
     pub estimated_fidelity: Option<Ratio>,
     /// The fidelity guard (`min_fidelity`) sent the prompt to mode `full`.
     pub fidelity_guard_fired: bool,
+    /// A PML prompt's tokens and how each was obtained, when the request asked.
+    pub prompt_token_kinds: Option<Arc<[PromptToken]>>,
 }
 
 /// How a completion ended.
@@ -272,6 +280,11 @@ pub enum EngineRequest {
         reply: oneshot::Sender<bool>,
     },
     Complete(Box<CompletionJob>),
+    /// A loaded schema's units at their positions, each with the tier its state is in.
+    Layout {
+        name: String,
+        reply: oneshot::Sender<Result<schemas::SchemaLayoutView, JobError>>,
+    },
     /// The tokens of a prompt, answered between engine steps.
     Tokenize {
         prompt: PromptSource,

@@ -17,6 +17,7 @@ use pml_runtime::inference::{
 };
 use pml_runtime::kv_budget::{HeavyHitters, KvBudget};
 
+use super::prompt_rows::{PromptRows, RowKind};
 use super::sequence::{Prefilled, check_context, prompt_tokens, reserved_slots, runtime_error};
 use super::{CompletionJob, JobError, PromptSource, PromptUsage};
 use crate::incident::{Incident, error_chain};
@@ -47,7 +48,7 @@ enum PreparedPrompt {
     Pml {
         schema: String,
         bound: Box<BoundPrompt>,
-        all_tokens: Vec<u32>,
+        rows: PromptRows,
         /// One past the highest position its tokens take.
         positions: usize,
     },
@@ -62,7 +63,7 @@ enum Work {
     },
     Pml {
         staged: Box<StagedPrefill>,
-        all_tokens: Vec<u32>,
+        rows: PromptRows,
     },
     /// A plain prompt computed within its KV budget, in chunks of its own passes (each observes
     /// the attention the heavy-hitter scores sum), evicting as it goes; it neither reads nor
@@ -93,10 +94,10 @@ impl Prepared {
         let prompt =
             match &job.prompt {
                 PromptSource::Pml { source, schema } => bind_pml(runtime, schemas, source, schema)
-                    .map(|(bound, all_tokens, positions)| PreparedPrompt::Pml {
+                    .map(|(bound, rows, positions)| PreparedPrompt::Pml {
                         schema: schema.clone(),
                         bound: Box::new(bound),
-                        all_tokens,
+                        rows,
                         positions,
                     }),
                 _ => prompt_tokens(runtime, &job.prompt, true).and_then(|tokens| {
@@ -114,10 +115,8 @@ impl Prepared {
         let (prompt_len, positions) = match &prompt {
             PreparedPrompt::Plain(tokens) => (tokens.len(), tokens.len()),
             PreparedPrompt::Pml {
-                all_tokens,
-                positions,
-                ..
-            } => (all_tokens.len(), *positions),
+                rows, positions, ..
+            } => (rows.tokens.len(), *positions),
         };
         let mut job = job;
         if let Err(error) = check_context(runtime, positions, &mut job) {
@@ -183,11 +182,11 @@ impl Prepared {
                 PreparedPrompt::Pml {
                     schema,
                     bound,
-                    all_tokens,
+                    rows,
                     ..
                 },
                 _,
-            ) => stage_pml(runtime, schemas, &job, &schema, &bound, all_tokens, reserve),
+            ) => stage_pml(runtime, schemas, &job, &schema, &bound, rows, reserve),
         };
         Advance::of(job, slots, started)
     }
@@ -300,12 +299,12 @@ impl PendingPrefill {
             Work::Plain { .. } => Err(JobError::Internal(Incident::report(
                 "a plain prompt's chunk was run outside the batched step",
             ))),
-            Work::Pml { staged, all_tokens } => match (*staged).advance(runtime.model(), budget) {
+            Work::Pml { staged, rows } => match (*staged).advance(runtime.model(), budget) {
                 Ok(Staged::Pending(staged)) => Ok(Started::Pending(Work::Pml {
                     staged: Box::new(staged),
-                    all_tokens,
+                    rows,
                 })),
-                Ok(Staged::Ready(prefill)) => Ok(Started::Done(pml_prefilled(prefill, all_tokens))),
+                Ok(Staged::Ready(prefill)) => Ok(Started::Done(bound_prefilled(prefill, rows))),
                 Err(error) => Err(JobError::internal(error)),
             },
             Work::Budgeted {
@@ -362,7 +361,7 @@ fn start_plain(
         );
         match edited {
             Ok(Some(prefill)) => {
-                let mut prefilled = pml_prefilled(prefill, tokens);
+                let mut prefilled = pml_prefilled(prefill, tokens, None);
                 prefilled.kv.limit_rows(slots);
                 return Ok(Started::Done(prefilled));
             }
@@ -431,6 +430,7 @@ fn advance_budgeted(
             ..PromptUsage::default()
         },
         all_tokens: tokens,
+        row_kinds: None,
         hitters: Some(hitters),
         exact: false,
     }))
@@ -476,19 +476,20 @@ fn after_chunk(
         kv,
         logits,
         all_tokens: tokens,
+        row_kinds: None,
         usage,
         hitters: None,
         exact: true,
     }))
 }
 
-/// A PML prompt bound to its schema, and every token of it.
+/// A PML prompt bound to its schema, every token of it, and one past its highest position.
 fn bind_pml(
     runtime: &Runtime,
     schemas: &HashMap<String, LaidOutSchema>,
     source: &str,
     schema: &str,
-) -> Result<(BoundPrompt, Vec<u32>, usize), JobError> {
+) -> Result<(BoundPrompt, PromptRows, usize), JobError> {
     runtime
         .check_prompt_bytes(source.len() as u64)
         .map_err(JobError::Context)?;
@@ -498,7 +499,7 @@ fn bind_pml(
         .map_err(|error| runtime_error(error, source))?;
     let plan = SplicePlan::new(&schema.layout, &bound).map_err(JobError::internal)?;
     let positions = plan.positions_taken();
-    Ok((bound, plan.all_tokens, positions))
+    Ok((bound, PromptRows::of(plan), positions))
 }
 
 /// A loaded schema: resolved at the HTTP edge, gone since only if deleted in between.
@@ -518,22 +519,32 @@ fn stage_pml(
     job: &CompletionJob,
     schema: &str,
     bound: &BoundPrompt,
-    all_tokens: Vec<u32>,
+    rows: PromptRows,
     reserve: usize,
 ) -> Result<Started, JobError> {
     let schema = laid_out(schemas, schema)?;
     match runtime.stage_prefill(&schema.layout, bound, job.mode, reserve) {
         Ok(Staged::Pending(staged)) => Ok(Started::Pending(Work::Pml {
             staged: Box::new(staged),
-            all_tokens,
+            rows,
         })),
-        Ok(Staged::Ready(prefill)) => Ok(Started::Done(pml_prefilled(prefill, all_tokens))),
+        Ok(Staged::Ready(prefill)) => Ok(Started::Done(bound_prefilled(prefill, rows))),
         Err(error) => Err(JobError::internal(error)),
     }
 }
 
+/// A PML prompt's prefill as the server's, with how each of its tokens was obtained.
+fn bound_prefilled(prefill: Prefill, rows: PromptRows) -> Prefilled {
+    let kinds = rows.kinds(&prefill.stats);
+    pml_prefilled(prefill, rows.tokens, Some(kinds))
+}
+
 /// A prefill the runtime computed (a PML prompt's, an edited plain prompt's) as the server's.
-fn pml_prefilled(prefill: Prefill, all_tokens: Vec<u32>) -> Prefilled {
+fn pml_prefilled(
+    prefill: Prefill,
+    all_tokens: Vec<u32>,
+    row_kinds: Option<Vec<RowKind>>,
+) -> Prefilled {
     let stats = &prefill.stats;
     Prefilled {
         usage: PromptUsage {
@@ -545,8 +556,10 @@ fn pml_prefilled(prefill: Prefill, all_tokens: Vec<u32>) -> Prefilled {
                 .blend_estimate()
                 .and_then(|estimate| Ratio::new(f64::from(estimate.fidelity()))),
             fidelity_guard_fired: stats.guard.is_some(),
+            ..PromptUsage::default()
         },
         all_tokens,
+        row_kinds,
         kv: prefill.kv,
         logits: prefill.logits,
         hitters: None,

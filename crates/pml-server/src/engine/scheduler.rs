@@ -188,6 +188,9 @@ impl<'r> Scheduler<'r> {
                 let _ = reply.send(self.schemas.remove(&name));
             }
             EngineRequest::Complete(job) => self.admission.push(*job),
+            EngineRequest::Layout { name, reply } => {
+                let _ = reply.send(self.schemas.layout_view(self.runtime, &name));
+            }
             EngineRequest::Shutdown => {}
             EngineRequest::Tokenize {
                 prompt,
@@ -327,7 +330,7 @@ impl<'r> Scheduler<'r> {
     /// become shared ones that every choice reads in place and each appends its answer to rows
     /// of its own, so the prompt is computed and held once for every choice.
     fn start_decoding(&mut self, mut job: CompletionJob, mut prefilled: Prefilled) {
-        let usage = prefilled.usage;
+        let usage = &prefilled.usage;
         // A budgeted prompt never looks in the prefix cache.
         if !matches!(job.prompt, PromptSource::Pml { .. }) && prefilled.hitters.is_none() {
             self.metrics

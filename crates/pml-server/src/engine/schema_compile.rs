@@ -13,7 +13,7 @@ use pml_runtime::encode::{EncodeEvent, EncodeRun, EncodeStep};
 use pml_runtime::inference::{LaidOutSchema, Runtime};
 
 use super::JobError;
-use super::schemas::{SchemaInfo, SchemaRegistry, SchemaStatus};
+use super::schemas::{SchemaInfo, SchemaLayoutView, SchemaRegistry, SchemaStatus};
 use super::sequence::runtime_error;
 use crate::incident::{Incident, error_chain};
 
@@ -106,6 +106,7 @@ impl SchemaCompiler {
             units_done: 0,
             units_encoded: 0,
             error: None,
+            source: source.into(),
         };
         tracing::info!(
             "schema `{name}` laid out: {} units, queued for encoding",
@@ -117,6 +118,17 @@ impl SchemaCompiler {
         self.to_encode.retain(|queued| *queued != name);
         self.to_encode.push_back(name);
         Ok(info)
+    }
+
+    /// Schema `name`'s units at their positions, each with the store tier its state is in.
+    pub fn layout_view(&self, runtime: &Runtime, name: &str) -> Result<SchemaLayoutView, JobError> {
+        let laid_out = self
+            .laid_out
+            .get(name)
+            .ok_or_else(|| JobError::UnknownSchema(name.to_string()))?;
+        let layout = &laid_out.layout;
+        let tiers = runtime.unit_tiers(layout).map_err(JobError::internal)?;
+        Ok(SchemaLayoutView::new(layout, &tiers))
     }
 
     /// Forgets schema `name`; whether it was loaded.

@@ -2,8 +2,9 @@
 //! writes; handlers read without waiting for the engine.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use pml_compiler::plan::SchemaLayout;
 use serde::Serialize;
 
 /// Where a schema's compilation stands.
@@ -28,6 +29,9 @@ pub struct SchemaInfo {
     pub units_encoded: usize,
     /// Why compilation failed.
     pub error: Option<String>,
+    /// The text uploaded (`GET /v1/schemas/{name}/source`), shared rather than copied per listing.
+    #[serde(skip)]
+    pub source: Arc<str>,
 }
 
 /// Every loaded schema's record, by name.
@@ -69,6 +73,53 @@ impl SchemaRegistry {
             && let Some(info) = entries.get_mut(name)
         {
             change(info);
+        }
+    }
+}
+
+/// A schema's units as `GET /v1/schemas/{name}/layout` shows them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SchemaLayoutView {
+    pub name: String,
+    /// First position after the schema.
+    pub positions: u32,
+    pub units: Vec<UnitView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct UnitView {
+    /// The module's path (`overseas/tokyo`); `(root)` for the schema's own text.
+    pub name: String,
+    /// Extent, nested modules included: `start..end`.
+    pub start: u32,
+    pub end: u32,
+    /// The unit's own tokens.
+    pub tokens: usize,
+    /// The fastest store tier holding its state, or `to-encode`.
+    pub tier: &'static str,
+}
+
+impl SchemaLayoutView {
+    /// `tiers` in the order of `layout.units`.
+    pub fn new(layout: &SchemaLayout, tiers: &[Option<&'static str>]) -> Self {
+        Self {
+            name: layout.schema_name.clone(),
+            positions: layout.end_position,
+            units: layout
+                .units
+                .iter()
+                .zip(tiers)
+                .map(|(unit, tier)| UnitView {
+                    name: match unit.path.is_empty() {
+                        true => "(root)".to_string(),
+                        false => unit.path.join("/"),
+                    },
+                    start: unit.start,
+                    end: unit.end,
+                    tokens: unit.tokens.len(),
+                    tier: tier.unwrap_or("to-encode"),
+                })
+                .collect(),
         }
     }
 }

@@ -18,6 +18,7 @@ use pml_syntax::LineIndex;
 use pml_syntax::json::JsonDiagnostic;
 use pml_syntax::{DEFAULT_MAX_SHOWN, first_shown};
 
+use super::prompt_rows::{RowKind, spelled};
 use super::structured::Constraint;
 use super::{
     CompletionJob, JobEnd, JobError, JobEvent, PromptSource, PromptUsage, TokenLogprob, TokenText,
@@ -57,6 +58,8 @@ pub struct Prefilled {
     pub kv: KvCache,
     pub logits: Tensor,
     pub all_tokens: Vec<u32>,
+    /// A PML prompt's: how each of `all_tokens` was obtained.
+    pub row_kinds: Option<Vec<RowKind>>,
     pub usage: PromptUsage,
     /// A prompt computed within a KV budget: its heavy-hitter scores, for its decoding.
     pub hitters: Option<Box<HeavyHitters>>,
@@ -73,6 +76,7 @@ impl Prefilled {
             kv: self.kv.clone(),
             logits: self.logits.clone(),
             all_tokens: self.all_tokens.clone(),
+            row_kinds: None,
             usage: PromptUsage {
                 prompt_tokens: self.usage.prompt_tokens,
                 cached_tokens: self.usage.prompt_tokens,
@@ -131,6 +135,13 @@ impl<'r> Sequence<'r> {
                     .send(JobEvent::Failed(JobError::BadRequest(error.to_string())));
                 return None;
             }
+        };
+        let usage = match &prefilled.row_kinds {
+            Some(kinds) if job.prompt_token_kinds => PromptUsage {
+                prompt_token_kinds: Some(spelled(runtime, &prefilled.all_tokens, kinds)),
+                ..usage
+            },
+            _ => usage,
         };
         if !job.events.send(JobEvent::Started(usage)) {
             metrics.count_outcome(Outcome::Cancelled);

@@ -79,6 +79,9 @@ pub struct ServeArgs {
     /// reuses the KV of every unchanged token, mode `blend` recomputing what read the edits.
     #[arg(long)]
     no_edit_reuse: bool,
+    /// Serve no playground page at `/` (the API alone).
+    #[arg(long)]
+    no_ui: bool,
 }
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
@@ -120,6 +123,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         kv_budget,
         kv_pressure_budget,
         edit_reuse: !args.no_edit_reuse,
+        ui: !args.no_ui,
         prefix_cache_bytes: args.prefix_cache_mib << 20,
         prefix_cache_redis,
         open_admin,

@@ -1,0 +1,148 @@
+//! `POST /v1/pml/check`: the diagnostics `pmlc check` gives a schema and a prompt, for an editor
+//! that checks as one types (the playground). The body holds either or both texts; the prompt is
+//! checked against the schema sent beside it (a prompt alone is checked against none, and says
+//! so). Nothing is laid out, encoded or read from the server's files (`src=` includes are
+//! refused, as for an upload), and the work runs off the async threads: it is linear in the
+//! texts, which the body limit and the compiler's source-size limit bound.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use pml_compiler::check::{
+    CheckEnvironment, FileCheck, PromptCheckOptions, ResolvedSchema, SchemaLookup, SchemaResolver,
+    check_source,
+};
+use pml_compiler::{RefuseSources, check_source_size};
+use pml_syntax::ast::SourceFile;
+use pml_syntax::json::JsonDiagnostic;
+use pml_syntax::{LineIndex, Severity};
+use serde::{Deserialize, Serialize};
+
+use super::completions::parse_json;
+use super::error::ApiError;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckRequest {
+    schema: Option<String>,
+    prompt: Option<String>,
+}
+
+/// One text's check.
+#[derive(Debug, Serialize)]
+pub struct TextCheck {
+    /// What the text's root element makes it: `schema`, `prompt`, or `empty`.
+    pub kind: &'static str,
+    pub errors: usize,
+    pub warnings: usize,
+    /// In source order; spans are byte offsets, lines and columns count from 1.
+    pub diagnostics: Vec<JsonDiagnostic>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CheckResponse {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema: Option<TextCheck>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<TextCheck>,
+}
+
+pub async fn check(body: Result<Bytes, BytesRejection>) -> Result<Json<CheckResponse>, ApiError> {
+    let request: CheckRequest = parse_json(&body?)?;
+    for (field, text) in [("schema", &request.schema), ("prompt", &request.prompt)] {
+        if let Some(text) = text {
+            check_source_size(text.len() as u64).map_err(|error| {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request_too_large",
+                    error.to_string(),
+                )
+                .with_param(field)
+            })?;
+        }
+    }
+    if request.schema.is_none() && request.prompt.is_none() {
+        return Err(ApiError::bad_field(
+            "schema",
+            "give `schema`, `prompt` or both: the texts to check",
+        ));
+    }
+    tokio::task::spawn_blocking(move || check_texts(&request))
+        .await
+        .map(Json)
+        .map_err(|error| ApiError::internal(format_args!("checking a text: {error}")))
+}
+
+fn check_texts(request: &CheckRequest) -> CheckResponse {
+    let mut resolver = SentSchema(None);
+    let schema = request.schema.as_deref().map(|text| {
+        let checked = check_with(text, &mut resolver);
+        if let (SourceFile::Schema(_), Some(schema)) = (&checked.file, &checked.schema) {
+            resolver.0 = Some(Arc::new(ResolvedSchema {
+                index: schema.index.clone(),
+                error_count: checked.error_count(),
+                location: "the request's `schema`".to_string(),
+            }));
+        }
+        report("schema", text, &checked)
+    });
+    let prompt = request
+        .prompt
+        .as_deref()
+        .map(|text| report("prompt", text, &check_with(text, &mut resolver)));
+    CheckResponse { schema, prompt }
+}
+
+fn check_with(text: &str, resolver: &mut SentSchema) -> FileCheck {
+    check_source(
+        text,
+        &mut CheckEnvironment {
+            loader: &RefuseSources,
+            resolver,
+            options: PromptCheckOptions::default(),
+        },
+    )
+}
+
+fn report(file: &str, text: &str, checked: &FileCheck) -> TextCheck {
+    let lines = LineIndex::new(text);
+    let count = |severity| {
+        checked
+            .diagnostics
+            .iter()
+            .filter(|diagnostic| diagnostic.severity == severity)
+            .count()
+    };
+    TextCheck {
+        kind: match checked.file {
+            SourceFile::Schema(_) => "schema",
+            SourceFile::Prompt(_) => "prompt",
+            SourceFile::Empty => "empty",
+        },
+        errors: count(Severity::Error),
+        warnings: count(Severity::Warning),
+        diagnostics: checked
+            .diagnostics
+            .iter()
+            .map(|diagnostic| JsonDiagnostic::new(file, text, &lines, diagnostic))
+            .collect(),
+    }
+}
+
+/// The schema of the request, whatever name the prompt gives.
+struct SentSchema(Option<Arc<ResolvedSchema>>);
+
+impl SchemaResolver for SentSchema {
+    fn resolve(&mut self, _name: Option<&str>) -> SchemaLookup {
+        match &self.0 {
+            Some(schema) => SchemaLookup::Found(Arc::clone(schema)),
+            None => SchemaLookup::NotFound {
+                looked_in: "the request's `schema` field (send the schema text beside the prompt)"
+                    .to_string(),
+            },
+        }
+    }
+}
