@@ -6,8 +6,8 @@
 // It loads the page, sees the schema's text, enters a prompt that imports a module the schema does
 // not have and waits for that diagnostic to appear, types the valid prompt and waits for it to
 // clear, runs it and waits for the three answers (reuse, blend, full), each with a time to first
-// token and a strip of tokens (reused and new ones, and blend's recomputed ones), then takes a
-// screenshot. It prints
+// token and a strip of tokens (reused and new ones, and blend's recomputed ones), takes a
+// screenshot, and has the chat tab answer a message. It prints
 // `{"passed": true, ...}` or fails with the reason.
 const { chromium } = require("playwright-core");
 
@@ -107,6 +107,18 @@ async function main() {
     }
     if ((await page.locator("#layout .unit").count()) === 0) throw new Error("no layout blocks");
     await page.screenshot({ path: screenshot, fullPage: true });
+
+    // The chat tab: a message, an answer streamed into its bubble until the model ends its turn.
+    await page.click("[data-tab=chat]");
+    await page.fill("#chat-input", "Reply with one word: hello.");
+    await page.press("#chat-input", "Enter");
+    await page.waitForSelector("#chat-log:is([data-state=done], [data-state=failed])", {
+      timeout: TIMEOUT_MS,
+    });
+    report.chat = (await page.locator("#chat-log .bubble.assistant").last().textContent()).trim();
+    if ((await page.locator("#chat-log").getAttribute("data-state")) !== "done" || !report.chat) {
+      throw new Error(`the chat did not answer: "${report.chat}"`);
+    }
     if (errors.length) throw new Error(`errors on the page: ${errors.join("; ")}`);
     console.log(JSON.stringify({ passed: true, ...report }, null, 1));
   } catch (error) {

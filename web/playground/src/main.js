@@ -290,6 +290,7 @@ async function sendChat(event) {
   state.chat.push({ role: "user", content: text });
   const reply = { role: "assistant", content: "" };
   renderChat(reply);
+  $("#chat-log").dataset.state = "answering";
   const response = await fetch("/v1/chat/completions", {
     method: "POST",
     headers: { "content-type": "application/json" },
@@ -299,6 +300,7 @@ async function sendChat(event) {
   if (!response.ok) {
     const error = await response.json();
     bubble.textContent = `failed: ${error.error ? error.error.message : response.statusText}`;
+    $("#chat-log").dataset.state = "failed";
     return;
   }
   for await (const chunk of readEvents(response)) {
@@ -309,6 +311,7 @@ async function sendChat(event) {
     }
   }
   state.chat.push(reply);
+  $("#chat-log").dataset.state = "done";
 }
 
 function renderChat(pending) {

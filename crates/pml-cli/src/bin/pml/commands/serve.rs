@@ -183,6 +183,12 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         server.addr(),
         grace.as_secs_f64()
     );
+    if !args.no_ui {
+        eprintln!(
+            "playground: http://{}/ (--no-ui serves the API alone)",
+            server.addr()
+        );
+    }
     server.join().context("serving")?;
     Ok(())
 }
