@@ -27,7 +27,7 @@ enum Command {
     ///
     /// Exit status: 0 when answered, 1 when the prompt or its schema has errors or the run failed,
     /// 2 when a file cannot be read or the command is misused.
-    Run(commands::run::RunArgs),
+    Run(pml_cli::run_command::RunArgs),
     /// Benchmarks: time to first token with and without the module cache.
     Bench(commands::bench::BenchArgs),
     /// Language server for editors, on stdin/stdout (see docs/editors.md).

@@ -19,7 +19,7 @@ use pml_runtime::kv_budget::{HeavyHitters, KvBudget};
 use pml_runtime::restore::{CostCache, LayerForm, RestorePlan, plan_restore};
 
 use super::answer_stream::AnswerStream;
-use super::sampling::SamplingArgs;
+use pml_cli::sampling_args::SamplingArgs;
 
 #[derive(Args)]
 pub struct ChatArgs {

@@ -25,7 +25,7 @@ use pml_runtime::kv_budget::{HeavyHitters, KvBudget};
 use pml_syntax::ast::Role;
 
 use super::answer_stream::AnswerStream;
-use super::sampling::SamplingArgs;
+use pml_cli::sampling_args::SamplingArgs;
 
 #[derive(Args)]
 pub struct GenerateArgs {

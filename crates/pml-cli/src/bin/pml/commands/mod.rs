@@ -2,15 +2,12 @@
 
 pub mod answer_stream;
 pub mod bench;
-pub mod blend_args;
 pub mod chat;
 pub mod eval;
 pub mod generate;
 pub mod lsp;
 pub mod lsp_store;
 pub mod models;
-pub mod plan_view;
 pub mod run;
-pub mod sampling;
 pub mod serve;
 pub mod tokenize;

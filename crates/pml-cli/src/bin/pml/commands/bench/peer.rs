@@ -34,7 +34,7 @@ use super::load_average::{format_load, load_average};
 use super::peer_report::PeerReport;
 use super::peer_rounds::{LlamaReady, LlamaRound, PeerRound, PeerSize, PmlRound};
 use super::report::print_report;
-use crate::commands::run::RunJson;
+use pml_cli::run_command::RunJson;
 
 /// The llama.cpp side, embedded so the binary needs no checkout to find it.
 const LLAMA_SCRIPT: &str = include_str!(concat!(

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::run::RunJson;
+use pml_cli::run_command::RunJson;
 
 /// The llama.cpp script's account of its setup, printed before the rounds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

@@ -35,7 +35,7 @@ pub struct PipelineArgs {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
     runs: u16,
     /// Fraction recomputed by the fixed-ratio variants, and the floor of the `auto` one.
-    #[arg(long, value_name = "R", default_value_t = super::super::blend_args::default_ratio())]
+    #[arg(long, value_name = "R", default_value_t = pml_cli::blend_args::default_ratio())]
     recompute: Ratio,
     /// Sizes of the generated one-document prompts, in tokens (empty: none).
     #[arg(long, value_delimiter = ',', default_value = "1024,2048")]

@@ -32,8 +32,8 @@ use pml_engine::kv_cache::ParallelScaling;
 use pml_runtime::inference::{InferenceMode, Selection};
 use pml_runtime::store::{KeepFraction, ManifestStore, MemoryTier, ModuleStore};
 
-use super::blend_args::{BlendArgs, ModeArg, RecomputeArg, SelectArg};
 use data::Dataset;
+use pml_cli::blend_args::{BlendArgs, ModeArg, RecomputeArg, SelectArg};
 use report::Summary;
 use runner::{EvalMode, QuestionResult, run_question};
 
