@@ -4,7 +4,7 @@
 //! schema is not compiled yet ([`compile_schema`], [`units_missing`]).
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -63,29 +63,20 @@ fn compile_files(args: &CompileArgs) -> Result<(), Failure> {
     // Every file is read and checked before the model is loaded: errors come back in seconds.
     let mut schemas = Vec::with_capacity(args.schemas.len());
     let mut has_errors = false;
+    let mut reported = Vec::new();
     for path in &args.schemas {
-        let file = SourceText::read(path)?;
-        match check(&file, None, color) {
-            Ok(CheckedFile::Schema) => schemas.push(file),
-            Ok(CheckedFile::Prompt { .. }) => {
-                return Err(Failure::usage(format!(
-                    "`{}` is a prompt; `pmlc compile` takes schemas (run a prompt with `pml run`)",
-                    file.name()
-                )));
+        match checked_schema(path, color) {
+            Ok(file) => schemas.push(file),
+            Err(Failure::Reported(diagnostics)) => {
+                has_errors = true;
+                reported.extend(diagnostics);
             }
-            Ok(CheckedFile::Empty) => {
-                return Err(Failure::usage(format!(
-                    "`{}` holds neither a schema nor a prompt",
-                    file.name()
-                )));
-            }
-            Err(Failure::Reported) => has_errors = true,
             Err(failure) => return Err(failure),
         }
     }
     if has_errors {
         eprintln!("nothing compiled: fix the errors above first");
-        return Err(Failure::Reported);
+        return Err(Failure::Reported(reported));
     }
     let mut opened = open_runtime(&args.runtime)?;
     opened.runtime.set_keep(args.keep);
@@ -95,6 +86,23 @@ fn compile_files(args: &CompileArgs) -> Result<(), Failure> {
         eprintln!("{summary} for {}", opened.id);
     }
     Ok(())
+}
+
+/// Reads the schema at `path` and checks it as `pmlc check` does (diagnostics rendered to
+/// stderr); a prompt or an empty file is a usage error.
+pub fn checked_schema(path: &Path, color: bool) -> Result<SourceText, Failure> {
+    let file = SourceText::read(path)?;
+    match check(&file, None, color)? {
+        CheckedFile::Schema => Ok(file),
+        CheckedFile::Prompt { .. } => Err(Failure::usage(format!(
+            "`{}` is a prompt; `pmlc compile` takes schemas (run a prompt with `pml run`)",
+            file.name()
+        ))),
+        CheckedFile::Empty => Err(Failure::usage(format!(
+            "`{}` holds neither a schema nor a prompt",
+            file.name()
+        ))),
+    }
 }
 
 /// What compiling one schema did.

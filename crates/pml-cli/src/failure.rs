@@ -2,13 +2,17 @@
 //! input has errors (already rendered as diagnostics) or the work itself failed, 2 when a file
 //! cannot be read or the command is misused — the statuses `pmlc check` uses.
 
+use pml_syntax::json::JsonDiagnostic;
+
 use crate::check_command::{EXIT_ERRORS, EXIT_USAGE};
 
 /// A failed command.
 #[derive(Debug)]
 pub enum Failure {
-    /// The input has errors, and its diagnostics have been printed: nothing more to say.
-    Reported,
+    /// The input has errors, and its diagnostics have been printed: nothing more to say on
+    /// stderr. They are kept as `pmlc check --format json` gives them, for callers that are not
+    /// a terminal (the Python module raises them).
+    Reported(Vec<JsonDiagnostic>),
     /// A file cannot be read, or the arguments do not make sense.
     Usage(anyhow::Error),
     /// The work failed (model, store, engine).
@@ -22,7 +26,7 @@ impl Failure {
 
     pub fn exit_code(&self) -> u8 {
         match self {
-            Failure::Reported | Failure::Failed(_) => EXIT_ERRORS,
+            Failure::Reported(_) | Failure::Failed(_) => EXIT_ERRORS,
             Failure::Usage(_) => EXIT_USAGE,
         }
     }
@@ -31,7 +35,7 @@ impl Failure {
     pub fn report(self) -> u8 {
         let code = self.exit_code();
         match self {
-            Failure::Reported => {}
+            Failure::Reported(_) => {}
             Failure::Usage(error) | Failure::Failed(error) => eprintln!("error: {error:#}"),
         }
         code

@@ -24,6 +24,7 @@ use pml_runtime::inference::{
 use pml_runtime::store::{DiskTier, StoreConfig, StoreError};
 use pml_syntax::Diagnostic;
 use pml_syntax::ast::SourceFile;
+use pml_syntax::json::JsonDiagnostic;
 
 use crate::failure::Failure;
 use crate::model_fetch::{ModelChoice, model_file, resolve_model};
@@ -351,7 +352,7 @@ pub enum CheckedFile {
 }
 
 /// Checks `file` as `pmlc check` does, printing its diagnostics (warnings too) to stderr. Errors
-/// give [`Failure::Reported`]; a prompt's schema is looked up by name unless `explicit_schema`.
+/// give [`Failure::Reported`] with them; a prompt's schema is looked up by name unless `explicit_schema`.
 pub fn check(
     file: &SourceText,
     explicit_schema: Option<&Path>,
@@ -385,7 +386,10 @@ pub fn check(
     let checked = check_source(&file.text, &mut environment);
     print_diagnostics(&checked.diagnostics, file, color);
     if checked.error_count() > 0 {
-        return Err(Failure::Reported);
+        return Err(Failure::Reported(json_diagnostics(
+            &checked.diagnostics,
+            file,
+        )));
     }
     match checked.file {
         SourceFile::Schema(_) => Ok(CheckedFile::Schema),
@@ -436,6 +440,15 @@ pub fn print_diagnostics(diagnostics: &[Diagnostic], file: &SourceText, color: b
     let _ = write!(std::io::stderr().lock(), "{rendered}");
 }
 
+/// `diagnostics` of `file` as `pmlc check --format json` gives them.
+pub fn json_diagnostics(diagnostics: &[Diagnostic], file: &SourceText) -> Vec<JsonDiagnostic> {
+    let lines = pml_syntax::LineIndex::new(&file.text);
+    diagnostics
+        .iter()
+        .map(|diagnostic| JsonDiagnostic::new(&file.name(), &file.text, &lines, diagnostic))
+        .collect()
+}
+
 /// Lays `schema` out for the runtime's model, rendering layout errors against its source.
 pub fn lay_out(
     runtime: &Runtime,
@@ -465,7 +478,7 @@ fn runtime_failure(error: RuntimeError, file: &SourceText, color: bool) -> Failu
     match error {
         RuntimeError::Plan(PlanError::Diagnostics { diagnostics, .. }) => {
             print_diagnostics(&diagnostics, file, color);
-            Failure::Reported
+            Failure::Reported(json_diagnostics(&diagnostics, file))
         }
         error @ RuntimeError::Plan(PlanError::WrongKind { .. }) => {
             Failure::usage(format!("`{}`: {error}", file.name()))
