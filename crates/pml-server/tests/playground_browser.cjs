@@ -7,7 +7,7 @@
 // not have and waits for that diagnostic to appear, types the valid prompt and waits for it to
 // clear, runs it and waits for the three answers (reuse, blend, full), each with a time to first
 // token and a strip of tokens (reused and new ones, and blend's recomputed ones), takes a
-// screenshot, and has the chat tab answer a message. It prints
+// screenshot, uploads the schema from its editor, and has the chat tab answer a message. It prints
 // `{"passed": true, ...}` or fails with the reason.
 const { chromium } = require("playwright-core");
 
@@ -107,6 +107,16 @@ async function main() {
     }
     if ((await page.locator("#layout .unit").count()) === 0) throw new Error("no layout blocks");
     await page.screenshot({ path: screenshot, fullPage: true });
+
+    // Upload the schema from its editor: the server lays it out again, finds every unit in the
+    // store, and the page follows its status to `ready`.
+    await page.click("#upload");
+    await page.waitForFunction(
+      () => /: ready \(\d+\/\d+ units\)/.test(document.querySelector("#status").textContent),
+      null,
+      { timeout: TIMEOUT_MS },
+    );
+    report.upload = (await page.locator("#status").textContent()).trim();
 
     // The chat tab: a message, an answer streamed into its bubble until the model ends its turn.
     await page.click("[data-tab=chat]");

@@ -165,7 +165,7 @@ async function waitUntilEncoded(name) {
     const response = await fetch(`/v1/schemas/${encodeURIComponent(name)}`);
     const info = await response.json();
     showStatus(`schema ${name}: ${info.status} (${info.units_done}/${info.units_total} units)`);
-    if (info.status !== "queued" && info.status !== "encoding") return;
+    if (info.status !== "queued" && info.status !== "compiling") return;
     await new Promise((resolve) => setTimeout(resolve, 500));
   }
 }
