@@ -312,13 +312,15 @@ pub fn run_prompt<'o>(
             }
         }
     }
-    let (layout, bound) = match &previous {
-        Some(previous) => (
-            &previous.layout,
-            rebind_edited(&previous.layout, &laid_out.layout, &bound, false)
-                .with_context(|| format!("binding `{}` for edit reuse", prompt.name()))?,
-        ),
-        None => (&laid_out.layout, bound),
+    let (layout, bound, plan) = match &previous {
+        Some(previous) => {
+            let bound = rebind_edited(&previous.layout, &laid_out.layout, &bound, false)
+                .with_context(|| format!("binding `{}` for edit reuse", prompt.name()))?;
+            let plan = SplicePlan::new(&previous.layout, &bound)
+                .with_context(|| format!("planning `{}`", prompt.name()))?;
+            (&previous.layout, bound, plan)
+        }
+        None => (&laid_out.layout, bound, plan),
     };
     if args.show_plan {
         notice(describe_plan(layout, &bound, runtime.tokenizer()).trim_end());
@@ -337,8 +339,6 @@ pub fn run_prompt<'o>(
                 anyhow::Error::new(error).context(format!("running `{}`", prompt.name())),
             ),
         })?;
-    let plan =
-        SplicePlan::new(layout, &bound).with_context(|| format!("planning `{}`", prompt.name()))?;
     Ok(RunOutcome {
         generation,
         stats,

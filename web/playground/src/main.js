@@ -54,7 +54,7 @@ async function runCheck() {
       body: JSON.stringify(body),
     });
     answer = await response.json();
-    if (!response.ok) throw new Error(answer.error ? answer.error.message : response.statusText);
+    if (!response.ok) throw new Error(errorMessage(response, answer));
   } catch (error) {
     showStatus(`check failed: ${error.message}`);
     return;
@@ -107,6 +107,11 @@ function canRun() {
   return Boolean(prompt && prompt.kind === "prompt" && prompt.errors === 0);
 }
 
+// What an error response says: OpenAI's `{"error": {"message"}}`, else its status text.
+function errorMessage(response, body) {
+  return body && body.error ? body.error.message : response.statusText;
+}
+
 function showStatus(text) {
   $("#status").textContent = text;
 }
@@ -152,7 +157,7 @@ async function uploadSchema() {
   });
   const answer = await response.json();
   if (!response.ok) {
-    showStatus(`upload refused: ${answer.error ? answer.error.message : response.statusText}`);
+    showStatus(`upload refused: ${errorMessage(response, answer)}`);
     return;
   }
   showStatus(`schema ${answer.name}: ${answer.status}`);
@@ -238,7 +243,7 @@ async function runMode(mode, prompt, maxTokens) {
     });
     if (!response.ok) {
       const error = await response.json();
-      throw new Error(error.error ? error.error.message : response.statusText);
+      throw new Error(errorMessage(response, error));
     }
     for await (const event of readEvents(response)) {
       const choice = event.choices && event.choices[0];
@@ -299,7 +304,7 @@ async function sendChat(event) {
   const bubble = $("#chat-log").lastElementChild;
   if (!response.ok) {
     const error = await response.json();
-    bubble.textContent = `failed: ${error.error ? error.error.message : response.statusText}`;
+    bubble.textContent = `failed: ${errorMessage(response, error)}`;
     $("#chat-log").dataset.state = "failed";
     return;
   }

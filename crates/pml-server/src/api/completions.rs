@@ -127,9 +127,9 @@ async fn answer(
             completion_tokens: 0,
             ready: VecDeque::new(),
             phase: StreamPhase::Open,
+            usage: generation.include_usage.then_some(usage),
         };
-        let include_usage = generation.include_usage.then_some(usage);
-        Ok(stream_answer(meta, include_usage, stream).into_response())
+        Ok(stream_answer(meta, stream).into_response())
     } else {
         collect_answer(meta, usage, receiver, readers, with_logprobs).await
     }
@@ -314,6 +314,8 @@ struct StreamState {
     /// Events made from one engine event, sent one by one.
     ready: VecDeque<Event>,
     phase: StreamPhase,
+    /// The prompt's counts for the usage chunk (`include_usage`), taken when it is sent.
+    usage: Option<PromptUsage>,
 }
 
 #[derive(Default)]
@@ -426,12 +428,10 @@ impl StreamState {
 
 fn stream_answer(
     meta: ResponseMeta,
-    include_usage: Option<PromptUsage>,
     state: StreamState,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
     let events = stream::unfold(state, move |mut state| {
         let meta = meta.clone();
-        let include_usage = include_usage.clone();
         async move {
             loop {
                 if let Some(event) = state.ready.pop_front() {
@@ -440,12 +440,9 @@ fn stream_answer(
                 match state.phase {
                     StreamPhase::Closed => return None,
                     StreamPhase::Finishing => {
-                        if let Some(usage) = &include_usage {
-                            let usage = Usage::new(
-                                usage.clone(),
-                                state.choices.len(),
-                                state.completion_tokens,
-                            );
+                        if let Some(usage) = state.usage.take() {
+                            let usage =
+                                Usage::new(usage, state.choices.len(), state.completion_tokens);
                             state.ready.push_back(json_event(&meta.usage_chunk(&usage)));
                         }
                         state.finish_with_done();

@@ -74,11 +74,15 @@ pub async fn show(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<SchemaInfo>, ApiError> {
+    loaded(&state, &name).map(Json)
+}
+
+/// The record of loaded schema `name`, or 404.
+fn loaded(state: &AppState, name: &str) -> Result<SchemaInfo, ApiError> {
     state
         .engine
         .schemas
-        .get(&name)
-        .map(Json)
+        .get(name)
         .ok_or_else(|| ApiError::not_found(format!("no schema named `{name}`")))
 }
 
@@ -87,11 +91,7 @@ pub async fn source(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    let info = state
-        .engine
-        .schemas
-        .get(&name)
-        .ok_or_else(|| ApiError::not_found(format!("no schema named `{name}`")))?;
+    let info = loaded(&state, &name)?;
     Ok((
         [(header::CONTENT_TYPE, "application/xml; charset=utf-8")],
         info.source.to_string(),

@@ -304,7 +304,11 @@ impl PendingPrefill {
                     staged: Box::new(staged),
                     rows,
                 })),
-                Ok(Staged::Ready(prefill)) => Ok(Started::Done(bound_prefilled(prefill, rows))),
+                Ok(Staged::Ready(prefill)) => Ok(Started::Done(bound_prefilled(
+                    prefill,
+                    rows,
+                    job.prompt_token_kinds,
+                ))),
                 Err(error) => Err(JobError::internal(error)),
             },
             Work::Budgeted {
@@ -528,15 +532,20 @@ fn stage_pml(
             staged: Box::new(staged),
             rows,
         })),
-        Ok(Staged::Ready(prefill)) => Ok(Started::Done(bound_prefilled(prefill, rows))),
+        Ok(Staged::Ready(prefill)) => Ok(Started::Done(bound_prefilled(
+            prefill,
+            rows,
+            job.prompt_token_kinds,
+        ))),
         Err(error) => Err(JobError::internal(error)),
     }
 }
 
-/// A PML prompt's prefill as the server's, with how each of its tokens was obtained.
-fn bound_prefilled(prefill: Prefill, rows: PromptRows) -> Prefilled {
-    let kinds = rows.kinds(&prefill.stats);
-    pml_prefilled(prefill, rows.tokens, Some(kinds))
+/// A PML prompt's prefill as the server's, with how each of its tokens was obtained when its
+/// request asked (`with_kinds`).
+fn bound_prefilled(prefill: Prefill, rows: PromptRows, with_kinds: bool) -> Prefilled {
+    let kinds = with_kinds.then(|| rows.kinds(&prefill.stats));
+    pml_prefilled(prefill, rows.tokens, kinds)
 }
 
 /// A prefill the runtime computed (a PML prompt's, an edited plain prompt's) as the server's.

@@ -58,7 +58,8 @@ pub struct Prefilled {
     pub kv: KvCache,
     pub logits: Tensor,
     pub all_tokens: Vec<u32>,
-    /// A PML prompt's: how each of `all_tokens` was obtained.
+    /// A PML prompt's whose request asked (`prompt_token_kinds`): how each of `all_tokens` was
+    /// obtained.
     pub row_kinds: Option<Vec<RowKind>>,
     pub usage: PromptUsage,
     /// A prompt computed within a KV budget: its heavy-hitter scores, for its decoding.
@@ -137,11 +138,11 @@ impl<'r> Sequence<'r> {
             }
         };
         let usage = match &prefilled.row_kinds {
-            Some(kinds) if job.prompt_token_kinds => PromptUsage {
+            Some(kinds) => PromptUsage {
                 prompt_token_kinds: Some(spelled(runtime, &prefilled.all_tokens, kinds)),
                 ..usage
             },
-            _ => usage,
+            None => usage,
         };
         if !job.events.send(JobEvent::Started(usage)) {
             metrics.count_outcome(Outcome::Cancelled);

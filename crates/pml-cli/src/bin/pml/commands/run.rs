@@ -8,6 +8,7 @@
 //! ([`pml_cli::run_command`] does the work; this prints it): the answer streams to stdout, the
 //! summary line and the run's notices go to stderr.
 
+use anyhow::Context;
 use pml_cli::failure::Failure;
 use pml_cli::run_command::{RunArgs, run_prompt};
 
@@ -32,15 +33,12 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     };
     if args.json {
         let report = outcome.json(&opened.id, model_load_ms);
-        let json = serde_json::to_string(&report)
-            .map_err(|error| Failure::Failed(anyhow::Error::new(error).context("writing JSON")))?;
-        answer.finish(&json).map_err(|error| {
-            Failure::Failed(anyhow::Error::new(error).context("writing the JSON to stdout"))
-        })?;
+        let json = serde_json::to_string(&report).context("writing JSON")?;
+        answer.finish(&json).context("writing the JSON to stdout")?;
     } else {
-        answer.finish(&outcome.generation.text).map_err(|error| {
-            Failure::Failed(anyhow::Error::new(error).context("writing the answer to stdout"))
-        })?;
+        answer
+            .finish(&outcome.generation.text)
+            .context("writing the answer to stdout")?;
     }
     for warning in &outcome.stats.prefill.warnings {
         eprintln!("warning: {warning}");
