@@ -134,7 +134,7 @@ fn run_refuses_a_file_past_the_byte_limit_and_a_large_one_unread() {
     // Past the size read before the model loads, refused by its size: the file is all NUL
     // bytes, which read as text would be "neither a schema nor a prompt".
     let large = fixture.path("large.pml");
-    let size = pml_cli::pipeline::PROMPT_READ_FIRST_BYTES + 1;
+    let size = pml_commands::pipeline::PROMPT_READ_FIRST_BYTES + 1;
     std::fs::File::create(&large)
         .and_then(|file| file.set_len(size))
         .expect("a sparse file");

@@ -6,7 +6,7 @@
 //! A fixture may start with `<!-- checked with: schema FILE -->` to be checked against an
 //! explicit schema (as with `--schema FILE`); argument lengths are counted one token per word.
 
-use pml_cli::schema_lookup::{FsSchemaResolver, SchemaCache};
+use pml_commands::schema_lookup::{FsSchemaResolver, SchemaCache};
 use pml_compiler::FsSourceLoader;
 use pml_compiler::check::{CheckEnvironment, PromptCheckOptions, check_source};
 use pml_compiler::rules::{PROMPT_RULES, SCHEMA_RULES, all_rules};

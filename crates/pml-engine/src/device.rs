@@ -54,47 +54,7 @@ impl fmt::Display for DeviceChoice {
     }
 }
 
-/// Which implementation of the engine's kernels seam runs the model (`--kernels`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Kernels {
-    /// Our CPU kernels: quantized matmuls on GGML's blocks, few-query attention loops, the fused
-    /// masked softmax; candle's CPU ops for the rest. CPU only.
-    #[default]
-    Native,
-    /// candle's operations alone (`QMatMul`, `matmul`, `softmax_last_dim`, `rope_thd`,
-    /// `rms_norm`, copies), on whatever device the tensors are on.
-    Candle,
-}
-
-impl Kernels {
-    /// The kernels used on `device` when none are asked for.
-    pub fn default_for(device: &Device) -> Self {
-        if device.is_cpu() {
-            Kernels::Native
-        } else {
-            Kernels::Candle
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Kernels::Native => "native",
-            Kernels::Candle => "candle",
-        }
-    }
-}
-
-impl FromStr for Kernels {
-    type Err = DeviceError;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text.trim().to_ascii_lowercase().as_str() {
-            "native" => Ok(Kernels::Native),
-            "candle" => Ok(Kernels::Candle),
-            other => Err(DeviceError::UnknownKernels(other.to_string())),
-        }
-    }
-}
+pub use pml_kernels::{Kernels, UnknownKernels};
 
 /// What was asked for: a device, and kernels unless the device's default will do.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -187,8 +147,8 @@ impl Backend {
 pub enum DeviceError {
     #[error("unknown device `{0}` (expected cpu, cuda or cuda:N)")]
     UnknownDevice(String),
-    #[error("unknown kernels `{0}` (expected native or candle)")]
-    UnknownKernels(String),
+    #[error(transparent)]
+    UnknownKernels(#[from] UnknownKernels),
     #[error(
         "this build of pml has no CUDA support; rebuild with `cargo build --release --features \
          cuda` (scripts/gpu-check.sh shows how), or use --device cpu"
@@ -286,10 +246,7 @@ mod tests {
         .unwrap();
         assert_eq!(candle.kernels, Kernels::Candle);
         assert_eq!(candle.kv_dtype, DType::F16);
-        assert!(matches!(
-            "fast".parse::<Kernels>(),
-            Err(DeviceError::UnknownKernels(_))
-        ));
+        assert!(matches!("fast".parse::<Kernels>(), Err(UnknownKernels(_))));
     }
 
     #[cfg(not(feature = "cuda"))]

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use pml_kernels::KernelError;
+
 /// Why a model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -33,6 +35,17 @@ pub enum EngineError {
 impl From<GgufError> for EngineError {
     fn from(error: GgufError) -> Self {
         EngineError::Gguf(Box::new(error))
+    }
+}
+
+/// A kernel's refusal as the engine's own error, variant for variant.
+impl From<KernelError> for EngineError {
+    fn from(error: KernelError) -> Self {
+        match error {
+            KernelError::Tensor(error) => EngineError::Tensor(error),
+            KernelError::InvalidWeights(reason) => EngineError::InvalidWeights(reason),
+            KernelError::InvalidInput(reason) => EngineError::InvalidInput(reason),
+        }
     }
 }
 
@@ -78,6 +91,19 @@ pub enum KvCacheError {
         layer_idx: usize,
         horizon: u32,
     },
+}
+
+/// A kernel's refusal under a cache operation: the kernels the cache calls only join and read
+/// rows, so anything but a tensor error is a shape the cache handed them.
+impl From<KernelError> for KvCacheError {
+    fn from(error: KernelError) -> Self {
+        match error {
+            KernelError::Tensor(error) => KvCacheError::Tensor(error),
+            KernelError::InvalidWeights(reason) | KernelError::InvalidInput(reason) => {
+                KvCacheError::Shape(reason)
+            }
+        }
+    }
 }
 
 /// Why a GGUF file or one of its entries could not be read.

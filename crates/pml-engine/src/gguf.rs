@@ -15,8 +15,8 @@ use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
 use sha2::{Digest, Sha256};
 
 pub use crate::error::GgufError;
-use crate::kernels::mapped::{MappedFile, MappedSlice};
 use crate::stored_tensor::StoredTensor;
+use pml_kernels::memory::mapped::{MappedFile, MappedSlice};
 
 /// Bytes of each tensor's data the fingerprint hashes, at its start and at its middle: a few
 /// MB for a model of hundreds of tensors, read in milliseconds, where hashing whole weights

@@ -5,7 +5,6 @@ pub mod device;
 mod error;
 pub mod generation;
 pub mod gguf;
-mod kernels;
 pub mod kv_cache;
 pub mod model;
 pub mod stored_tensor;
@@ -15,5 +14,5 @@ pub mod stored_tensor;
 pub mod testing;
 pub mod tokenizer;
 
-pub use kernels::allocator::keep_freed_memory;
+pub use pml_kernels::memory::allocator::keep_freed_memory;
 pub use tokenizer::{TokenizeError, Tokenizer};

@@ -231,7 +231,7 @@ pub fn flash_and_ops_attention(
     key_positions: &[u32],
     window: Option<usize>,
 ) -> (Option<Tensor>, Tensor) {
-    crate::kernels::flash_and_ops(
+    pml_kernels::flash_and_ops(
         queries,
         query_positions,
         keys,

@@ -1,17 +1,17 @@
 //! The `pml` Python module: PML's runtime in-process, the way llama-cpp-python is used — open a
 //! model once (`pml.Runtime(model=...)`), compile schemas, run PML prompts in a mode with the
 //! answer streamed to a callback, and read the same account `pml run` prints. It calls the code
-//! the `pml` binary calls ([`pml_cli::run_command`], [`pml_cli::compile_command`]), with the
+//! the `pml` binary calls ([`pml_commands::run_command`], [`pml_commands::compile_command`]), with the
 //! same flags parsed the same way, so a prompt answers alike from the shell and from Python.
 //! Errors are `pml.PmlError`, carrying the first diagnostic's code, file and span.
 
 use std::path::PathBuf;
 
 use clap::Parser;
-use pml_cli::compile_command::{checked_schema, compile_schema};
-use pml_cli::failure::Failure;
-use pml_cli::pipeline::{OpenRuntime, RuntimeArgs, lay_out, open_runtime};
-use pml_cli::run_command::{RunArgs, run_prompt};
+use pml_commands::compile_command::{checked_schema, compile_schema};
+use pml_commands::failure::Failure;
+use pml_commands::pipeline::{OpenRuntime, RuntimeArgs, lay_out, open_runtime};
+use pml_commands::run_command::{RunArgs, run_prompt};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;

@@ -51,7 +51,7 @@ struct Options {
 }
 
 /// Text the long prompts are cut from.
-const DOCUMENT: &str = include_str!("../../pml-cli/data/bench-document.txt");
+const DOCUMENT: &str = include_str!("../../pml-bench/data/bench-document.txt");
 /// Characters per token of the document, about (for sizing the long prompts).
 const CHARS_PER_TOKEN: usize = 4;
 

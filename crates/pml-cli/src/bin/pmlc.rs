@@ -2,9 +2,9 @@
 //! diagnostic codes.
 
 use clap::{Parser, Subcommand};
-use pml_cli::check_command::{CheckOptions, ColorChoice, EXIT_USAGE, OutputFormat, run_check};
-use pml_cli::compile_command::{CompileArgs, run_compile};
-use pml_cli::explain_command::{explain, list_rules};
+use pml_commands::check_command::{CheckOptions, ColorChoice, EXIT_USAGE, OutputFormat, run_check};
+use pml_commands::compile_command::{CompileArgs, run_compile};
+use pml_commands::explain_command::{explain, list_rules};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -59,7 +59,7 @@ enum Command {
 fn main() -> ExitCode {
     pml_engine::keep_freed_memory();
     let cli = Cli::parse();
-    pml_cli::logging::init(false);
+    pml_commands::logging::init(false);
     let code = run(cli);
     // A model file's first load writes its layout cache in the background.
     pml_engine::model::layout_cache::wait_for_writes();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use candle_core::{Device, Tensor};
 
 use super::{KvCacheError, KvLayout};
-pub use crate::kernels::KvSegment;
+pub use pml_kernels::KvSegment;
 
 /// A shared segment and the buffer it keeps alive.
 #[derive(Clone, Debug)]

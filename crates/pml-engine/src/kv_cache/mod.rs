@@ -29,11 +29,11 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 
-pub use crate::kernels::ParallelScaling;
 pub use block::{KvBlock, SharedBytes};
 pub use layer::{KvSegment, LayerKv};
 use layer::{SharedBuffer, SharedRows, row_index};
 pub use parallel::ParallelContexts;
+pub use pml_kernels::ParallelScaling;
 
 /// Most shared segments a cache starts with ([`KvCache::from_shared_blocks`]); the rest of the
 /// blocks are copied. Attention cuts its work at every segment and merges the parts, so a

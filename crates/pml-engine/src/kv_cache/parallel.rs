@@ -1,10 +1,10 @@
 //! Which rows of a cache are parallel contexts — modules encoded apart and spliced side by side —
-//! and how attention re-weights them ([`crate::kernels::ParallelScaling`], APE's correction).
+//! and how attention re-weights them ([`pml_kernels::ParallelScaling`], APE's correction).
 //! Rows are named by position, not slot, so the setting survives appends and evictions.
 
 use std::ops::Range;
 
-use crate::kernels::ParallelScaling;
+use pml_kernels::ParallelScaling;
 
 /// The context rows of a cache, as position ranges, and the correction attention applies to them.
 #[derive(Clone, Debug, PartialEq)]

@@ -18,7 +18,7 @@ use half::f16;
 use rayon::prelude::*;
 
 use super::{KvCache, KvLayout};
-use crate::kernels::huge_pages;
+use pml_kernels::memory::huge_pages;
 
 /// Bytes between touches: the smallest page, so every page of the touched rows is backed.
 const PAGE_BYTES: usize = 4096;

@@ -60,7 +60,7 @@ impl Arch {
 }
 
 /// The MLP's gate activation (defined beside its kernel).
-pub use crate::kernels::Activation;
+pub use pml_kernels::Activation;
 
 /// What differs between the layers of one model.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -10,8 +10,8 @@ use std::collections::{HashMap, HashSet};
 use super::EngineError;
 use super::row_gather::gather_rows;
 use super::weights::TensorSource;
-use crate::kernels::mapped::MappedSlice;
 use crate::stored_tensor::StoredTensor;
+use pml_kernels::memory::mapped::MappedSlice;
 
 /// Hands out `inner`'s tensors, serving the separate projections of a layer from its fused
 /// tensor where the file has only that.

@@ -31,9 +31,9 @@ use super::stored_rows::StoredRows;
 use super::weights::{CachedLayout, TensorSource, WeightFormat, native_layouts};
 use crate::device::Backend;
 use crate::gguf::GgufFile;
-use crate::kernels::mapped::MappedSlice;
-use crate::kernels::quant::QuantMatrix;
 use crate::stored_tensor::StoredTensor;
+use pml_kernels::memory::mapped::MappedSlice;
+use pml_kernels::quant::QuantMatrix;
 
 /// Bumped whenever a layout's bytes or this file format change.
 const FORMAT_VERSION: u32 = 6;
@@ -98,7 +98,8 @@ impl LayoutCache {
         let slice = MappedSlice::new(file.clone(), entry.offset as usize, entry.len as usize)?;
         let layout = match entry.layout {
             Layout::Quant(shape) => QuantMatrix::from_layout(shape, slice)
-                .map(|matrix| CachedLayout::Quant(Arc::new(matrix))),
+                .map(|matrix| CachedLayout::Quant(Arc::new(matrix)))
+                .map_err(EngineError::from),
             Layout::Rows {
                 dtype,
                 rows,

@@ -12,8 +12,8 @@ use std::time::SystemTime;
 use candle_core::quantized::GgmlDType;
 
 use super::weights::CachedLayout;
-use crate::kernels::mapped::MappedFile;
-use crate::kernels::quant::{LayoutKind, LayoutShape};
+use pml_kernels::memory::mapped::MappedFile;
+use pml_kernels::quant::{LayoutKind, LayoutShape};
 
 const MAGIC: &[u8; 8] = b"PMLLAYT1";
 /// Layouts start on page boundaries, so a mapped layout is aligned for any block type.

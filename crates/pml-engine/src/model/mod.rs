@@ -13,7 +13,8 @@
 //! - [`batch`]: one token of each of several sequences in one pass (continuous batching).
 //! - [`context`]: positions and slots of a call, options and output of a whole-model call.
 //! - [`observer`]: the seam through which a caller watches a layer's attention.
-//! - [`tiny`]: deterministic random models of every family for fast tests.
+//! - `tiny` (feature `tiny-models`): deterministic random models of every family for fast tests
+//!   and the store benchmark.
 
 pub mod batch;
 pub mod config;
@@ -26,6 +27,7 @@ mod rope;
 pub mod rope_rows;
 mod row_gather;
 pub mod stored_rows;
+#[cfg(feature = "tiny-models")]
 pub mod tiny;
 pub mod transformer;
 pub mod weights;

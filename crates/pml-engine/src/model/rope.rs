@@ -5,7 +5,7 @@ use candle_core::{Device, Tensor};
 
 use super::EngineError;
 use super::config::LayerAttention;
-use crate::kernels;
+use pml_kernels as kernels;
 
 /// Rotary position embedding in the NEOX layout (dimension `i` pairs with `i + head_dim / 2`),
 /// as llama.cpp applies it to Qwen and Gemma (Llama files are brought to it at load,

@@ -12,8 +12,8 @@
 use super::EngineError;
 use super::row_gather::gather_rows;
 use super::weights::TensorSource;
-use crate::kernels::mapped::MappedSlice;
 use crate::stored_tensor::StoredTensor;
+use pml_kernels::memory::mapped::MappedSlice;
 
 /// Hands out the tensors of `inner`, with the rows of every `attn_q.weight` / `attn_k.weight`
 /// (and their biases) put back in NEOX order.

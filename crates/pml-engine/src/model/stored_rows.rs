@@ -11,8 +11,8 @@ use candle_core::{Device, Tensor};
 
 use super::EngineError;
 use super::row_gather::gather_rows;
-use crate::kernels::mapped::{MappedSlice, Slab};
 use crate::stored_tensor::StoredTensor;
+use pml_kernels::memory::mapped::{MappedSlice, Slab};
 
 #[derive(Debug)]
 pub struct StoredRows {

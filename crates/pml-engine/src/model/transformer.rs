@@ -19,10 +19,10 @@ use super::rope_rows::NeoxRows;
 use super::weights::{Linear, MatrixRole, RmsNorm, SharedInput, TensorSource, WeightFormat};
 use crate::device::{Backend, Kernels};
 use crate::gguf::GgufFile;
-use crate::kernels::{self, masked_softmax};
 use crate::kv_cache::{
     KvBlock, KvCache, KvCacheError, KvLayout, KvSegment, ParallelContexts, QueryHorizon,
 };
+use pml_kernels::{self as kernels, masked_softmax};
 
 /// Dtype of activations and of the KV cache.
 pub const ACTIVATION_DTYPE: DType = DType::F32;
@@ -377,7 +377,7 @@ impl Attention {
         let budget = attention_score_budget(queries.device());
         let chunk = (budget / (self.n_heads * n_keys).max(1)).max(1);
         // (n_kv_heads, n_keys, head_dim)
-        let keys = crate::kernels::heads_major(keys)?.contiguous()?;
+        let keys = pml_kernels::heads_major(keys)?.contiguous()?;
         for start in (0..n_queries).step_by(chunk) {
             let len = chunk.min(n_queries - start);
             let grouped =

@@ -12,15 +12,15 @@ use super::EngineError;
 use super::stored_rows::StoredRows;
 use crate::device::{Backend, Kernels};
 use crate::gguf::GgufFile;
-use crate::kernels::mapped::MappedSlice;
-use crate::kernels::quant::QuantMatrix;
-use crate::kernels::{self, cpu_features, dense_matmul};
 use crate::stored_tensor::StoredTensor;
+use pml_kernels::memory::mapped::MappedSlice;
+use pml_kernels::quant::QuantMatrix;
+use pml_kernels::{self as kernels, cpu_features, dense_matmul};
 
 /// How weight matrices are held in memory and multiplied.
 ///
-/// Our quantized kernels (`crate::kernels::quant`: Q8_0, Q5_0, Q4_K, Q6_K, every projection of both
-/// default models) multiply GGML's blocks as stored: up to [`crate::kernels::quant::PANEL_MIN_ROWS`]
+/// Our quantized kernels (`pml_kernels::quant`: Q8_0, Q5_0, Q4_K, Q6_K, every projection of both
+/// default models) multiply GGML's blocks as stored: up to [`pml_kernels::quant::PANEL_MIN_ROWS`]
 /// rows with quantized activations, unpacking each weight block once per tile of activation
 /// rows; from there by dequantizing panels of the matrix into a per-worker scratch buffer for
 /// the f32 gemm. So the default, [`WeightFormat::Quantized`], holds no dense copy and runs a
@@ -257,7 +257,7 @@ impl Quantized {
 
     fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
         match self {
-            Quantized::Own(matrix) => matrix.forward(x),
+            Quantized::Own(matrix) => Ok(matrix.forward(x)?),
             Quantized::Candle(qtensor) => {
                 Ok(QMatMul::QTensor(qtensor.clone()).forward(&x.contiguous()?)?)
             }
@@ -558,6 +558,6 @@ impl RmsNorm {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
-        kernels::rms_norm(x, &self.weight, self.eps)
+        Ok(kernels::rms_norm(x, &self.weight, self.eps)?)
     }
 }

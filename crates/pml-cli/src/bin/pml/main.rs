@@ -1,12 +1,13 @@
 //! `pml`: run prompts, generate, serve, bench. Each subcommand lives in its own module under
-//! `commands/` beside it; this file only parses the command line and dispatches.
+//! `commands/` beside it (`bench` and `eval` in the `pml-bench` crate); this file only parses the
+//! command line and dispatches.
 
 mod commands;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use pml_cli::failure::Failure;
+use pml_commands::failure::Failure;
 
 #[derive(Parser)]
 #[command(name = "pml", version, about = "Prompt modules with cached attention")]
@@ -27,13 +28,13 @@ enum Command {
     ///
     /// Exit status: 0 when answered, 1 when the prompt or its schema has errors or the run failed,
     /// 2 when a file cannot be read or the command is misused.
-    Run(pml_cli::run_command::RunArgs),
+    Run(pml_commands::run_command::RunArgs),
     /// Benchmarks: time to first token with and without the module cache.
-    Bench(commands::bench::BenchArgs),
+    Bench(pml_bench::bench::BenchArgs),
     /// Language server for editors, on stdin/stdout (see docs/editors.md).
     Lsp(commands::lsp::LspArgs),
     /// Answer quality and fidelity of the cached modes on a QA file (HotpotQA, NQ-open).
-    Eval(commands::eval::EvalArgs),
+    Eval(pml_bench::eval::EvalArgs),
     /// Serve schemas and prompts over HTTP (OpenAI-compatible completions, batched decoding).
     Serve(commands::serve::ServeArgs),
     /// Chat, one user turn per line of stdin; `--session NAME` saves every turn's state to the
@@ -45,15 +46,15 @@ fn main() -> ExitCode {
     pml_engine::keep_freed_memory();
     let cli = Cli::parse();
     // The server's log is read later and next to other logs: it gets timestamps.
-    pml_cli::logging::init(matches!(cli.command, Command::Serve(_)));
+    pml_commands::logging::init(matches!(cli.command, Command::Serve(_)));
     let result = match cli.command {
         Command::Models(args) => commands::models::run(args).map_err(Failure::from),
         Command::Tokenize(args) => commands::tokenize::run(args).map_err(Failure::from),
         Command::Generate(args) => commands::generate::run(args),
         Command::Run(args) => commands::run::run(args),
-        Command::Bench(args) => commands::bench::run(args),
+        Command::Bench(args) => pml_bench::bench::run(args),
         Command::Lsp(args) => commands::lsp::run(args),
-        Command::Eval(args) => commands::eval::run(args),
+        Command::Eval(args) => pml_bench::eval::run(args),
         Command::Serve(args) => commands::serve::run(args),
         Command::Chat(args) => commands::chat::run(args),
     };

@@ -11,15 +11,15 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::Context;
 use clap::Args;
-use pml_cli::check_command::ColorChoice;
-use pml_cli::failure::Failure;
-use pml_cli::pipeline::{RuntimeArgs, open_runtime, store_config};
+use pml_commands::check_command::ColorChoice;
+use pml_commands::failure::Failure;
+use pml_commands::pipeline::{RuntimeArgs, open_runtime, store_config};
 use pml_runtime::conversation::{ChatParts, Conversation, SessionStore};
 use pml_runtime::kv_budget::{HeavyHitters, KvBudget};
 use pml_runtime::restore::{CostCache, LayerForm, RestorePlan, plan_restore};
 
 use super::answer_stream::AnswerStream;
-use pml_cli::sampling_args::SamplingArgs;
+use pml_commands::sampling_args::SamplingArgs;
 
 #[derive(Args)]
 pub struct ChatArgs {

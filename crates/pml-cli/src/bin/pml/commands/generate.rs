@@ -9,9 +9,9 @@ use std::cell::RefCell;
 
 use anyhow::Context;
 use clap::Args;
-use pml_cli::failure::Failure;
-use pml_cli::model_fetch::{model_file, resolve_model};
-use pml_cli::pipeline::{BackendArgs, WeightsArg, context_failure};
+use pml_commands::failure::Failure;
+use pml_commands::model_fetch::{model_file, resolve_model};
+use pml_commands::pipeline::{BackendArgs, WeightsArg, context_failure};
 use pml_compiler::chat_template::ChatTemplate;
 use pml_engine::Tokenizer;
 use pml_engine::device::{BackendChoice, select_backend};
@@ -25,7 +25,7 @@ use pml_runtime::kv_budget::{HeavyHitters, KvBudget};
 use pml_syntax::ast::Role;
 
 use super::answer_stream::AnswerStream;
-use pml_cli::sampling_args::SamplingArgs;
+use pml_commands::sampling_args::SamplingArgs;
 
 #[derive(Args)]
 pub struct GenerateArgs {

@@ -19,8 +19,8 @@ use pml_runtime::store::{StateSpec, StoreConfig};
 use pml_runtime::tokenizer::PmlTokenizer;
 
 use super::lsp_store::StoreManifests;
-use pml_cli::failure::Failure;
-use pml_cli::model_fetch::{ModelChoice, resolve_model};
+use pml_commands::failure::Failure;
+use pml_commands::model_fetch::{ModelChoice, resolve_model};
 
 #[derive(Args, Debug)]
 pub struct LspArgs {

@@ -1,9 +1,8 @@
-//! Subcommands of the `pml` binary, one module each.
+//! Subcommands of the `pml` binary and the helpers they share (`answer_stream`, `lsp_store`);
+//! `bench` and `eval` are `pml-bench`'s.
 
 pub mod answer_stream;
-pub mod bench;
 pub mod chat;
-pub mod eval;
 pub mod generate;
 pub mod lsp;
 pub mod lsp_store;

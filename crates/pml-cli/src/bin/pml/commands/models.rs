@@ -26,7 +26,7 @@ enum ModelsCommand {
 }
 
 pub fn run(args: ModelsArgs) -> anyhow::Result<()> {
-    let fetcher = pml_cli::model_fetch::fetcher()?;
+    let fetcher = pml_commands::model_fetch::fetcher()?;
     match args.command {
         ModelsCommand::Fetch { ids, all } => fetch(&fetcher, &ids, all),
         ModelsCommand::List => {
@@ -81,7 +81,7 @@ fn list(fetcher: &Fetcher) {
             default_marker
         );
     }
-    let recent = pml_cli::recent_models::recent(fetcher.home());
+    let recent = pml_commands::recent_models::recent(fetcher.home());
     if !recent.is_empty() {
         println!();
         println!("recently used files (--model PATH):");

@@ -5,12 +5,12 @@
 //! and print the one-line summary (mode, TTFT, tokens reused / recomputed / new, generated tokens,
 //! decode speed) to stderr; with `--json`, one JSON object on stdout instead of the answer
 //! ([`RunJson`]), for tools such as `pml bench cache --peer`.
-//! ([`pml_cli::run_command`] does the work; this prints it): the answer streams to stdout, the
+//! ([`pml_commands::run_command`] does the work; this prints it): the answer streams to stdout, the
 //! summary line and the run's notices go to stderr.
 
 use anyhow::Context;
-use pml_cli::failure::Failure;
-use pml_cli::run_command::{RunArgs, run_prompt};
+use pml_commands::failure::Failure;
+use pml_commands::run_command::{RunArgs, run_prompt};
 
 use super::answer_stream::AnswerStream;
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use pml_cli::failure::Failure;
-use pml_cli::pipeline::{RuntimeArgs, open_runtime, store_config};
+use pml_commands::failure::Failure;
+use pml_commands::pipeline::{RuntimeArgs, open_runtime, store_config};
 use pml_runtime::kv_budget::KvBudget;
 use pml_runtime::store::TierConfig;
 use pml_server::{ServerConfig, ServerError, ServerHandle};
@@ -204,7 +204,7 @@ fn load_schemas(server: &ServerHandle, folder: &Path) -> Result<(), Failure> {
         .collect();
     paths.sort();
     for path in paths {
-        let source = pml_cli::source_file::read_source(&path)
+        let source = pml_commands::source_file::read_source(&path)
             .with_context(|| format!("reading {}", path.display()))
             .map_err(Failure::Usage)?;
         if !pml_syntax::root_tag::is_schema(&source) {

@@ -7,7 +7,7 @@ use std::io::Read;
 
 use anyhow::Context;
 use clap::Args;
-use pml_cli::model_fetch::{model_file, resolve_model};
+use pml_commands::model_fetch::{model_file, resolve_model};
 use pml_engine::Tokenizer;
 use pml_engine::gguf::GgufFile;
 use pml_engine::tokenizer::GgufTokenizer;

@@ -1,0 +1,6 @@
+//! The benchmarks and evaluations against the peers (llama.cpp, its server, the engine's own full
+//! prefill), reached as `pml bench` and `pml eval`: measurement harnesses, kept out of the
+//! binaries and the libraries a user's program links.
+
+pub mod bench;
+pub mod eval;
