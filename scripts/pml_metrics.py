@@ -18,3 +18,13 @@ def kv_peak_mib(port):
     """The most KV the sequences held at once (`pml_kv_resident_peak_bytes`), in MiB."""
     peak = read(port, ("pml_kv_resident_peak_bytes",)).get("pml_kv_resident_peak_bytes")
     return None if peak is None else peak / 2**20
+
+
+def passes_per_step(port):
+    """Forward passes per engine step (`pml_forward_passes_total` / `pml_engine_steps_total`);
+    None for a build that does not count them."""
+    values = read(port, ("pml_forward_passes_total", "pml_engine_steps_total"))
+    steps = values.get("pml_engine_steps_total")
+    if not steps:
+        return None
+    return values.get("pml_forward_passes_total", 0.0) / steps

@@ -16,13 +16,17 @@ once, streaming, temperature 0:
   question. `pml serve` gets the schema uploaded once and PML prompts importing the members (its
   collection; default mode); llama-server the same text as chat messages (system, the documents,
   the schema's assistant turn, the question).
+- "mix": even clients send "rag" requests, odd ones "chat" requests: PML prompts beside plain
+  chats in the same steps.
 - "long": clients 0 and 1 send a ~3,000-token document to summarise, the others short questions;
   the short requests' TTFT is reported apart (a long prompt must not stall them).
 llama-server runs with its defaults for prompt caching (`cache_prompt`) and `-np` = clients;
 `pml serve` with its automatic prefix caching. Prints TTFT p50 / p95 (first streamed content)
 and output tokens/s (completion tokens over the workload's wall time) for each, with `uptime`
 and the CPU flags that matter beside them; for each `pml serve`, the most KV its sequences held
-at once (`pml_kv_resident_peak_bytes`, every shared buffer counted once).
+at once (`pml_kv_resident_peak_bytes`, every shared buffer counted once) and the forward passes
+per engine step (`pml_forward_passes_total` / `pml_engine_steps_total`; builds without them: "-").
+`--llama-server` may be left out to compare `pml` builds alone.
 """
 import argparse
 import http.client
@@ -172,7 +176,7 @@ def run_workload(port, kind, workload, clients, requests, max_tokens):
     ttfts, tokens, errors = [], [], []
     lock = threading.Lock()
     barrier = threading.Barrier(clients)
-    rag = docqa() if workload == "rag" else None
+    rag = docqa() if workload in ("rag", "mix") else None
     if rag is not None and kind == "pml":
         upload_docqa(port, rag[0])
 
@@ -183,7 +187,8 @@ def run_workload(port, kind, workload, clients, requests, max_tokens):
                 if workload == "long":
                     path, fields = long_request(number, index)
                 else:
-                    path, fields = request(kind, number, index, rag)
+                    sends_rag = workload == "rag" or (workload == "mix" and number % 2 == 0)
+                    path, fields = request(kind, number, index, rag if sends_rag else None)
                 ttft, count, _ = stream_request(port, path, fields, max_tokens)
                 with lock:
                     if workload != "long" or number >= 2:
@@ -211,21 +216,22 @@ def percentile(values, share):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--pml", required=True)
-    parser.add_argument("--llama-server", required=True)
+    parser.add_argument("--llama-server")
     parser.add_argument("--model", required=True)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--requests", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--workload", choices=["chat", "rag", "long"], default="chat")
+    parser.add_argument("--workload", choices=["chat", "rag", "mix", "long"], default="chat")
     parser.add_argument("--also-pml", action="append", default=[], metavar="LABEL=PATH")
     args = parser.parse_args()
-    servers = {
-        "llama-server": [args.llama_server, "-m", args.model, "--port", "18201", "-t",
-                         str(args.threads), "-np", str(args.clients),
-                         "-c", str(args.clients * (4096 if args.workload == "long" else 2048))],
-        "pml serve": [args.pml, "serve", "--model", args.model, "--port", "18202"],
-    }
+    servers = {}
+    if args.llama_server:
+        servers["llama-server"] = [
+            args.llama_server, "-m", args.model, "--port", "18201", "-t", str(args.threads),
+            "-np", str(args.clients),
+            "-c", str(args.clients * (4096 if args.workload == "long" else 2048))]
+    servers["pml serve"] = [args.pml, "serve", "--model", args.model, "--port", "18202"]
     for offset, also in enumerate(args.also_pml):
         label, path = also.split("=", 1)
         servers[label] = [path, "serve", "--model", args.model, "--port", str(18203 + offset)]
@@ -250,22 +256,25 @@ def main():
             ttfts, tokens, errors, wall = run_workload(port, kind, args.workload, args.clients,
                                                        args.requests, args.max_tokens)
             kv_peak = pml_metrics.kv_peak_mib(port) if kind == "pml" else None
+            per_step = pml_metrics.passes_per_step(port) if kind == "pml" else None
         finally:
             process.terminate()
             process.wait(timeout=60)
         if errors:
             print(f"{name}: {len(errors)} failed requests, first: {errors[0]}")
         rows.append((name, percentile(ttfts, 0.5), percentile(ttfts, 0.95),
-                     sum(tokens) / wall, len(ttfts), load, kv_peak))
+                     sum(tokens) / wall, len(ttfts), load, kv_peak, per_step))
     shutil.rmtree(scratch, ignore_errors=True)
     short = " (TTFT of the short requests)" if args.workload == "long" else ""
     print(f"{args.workload} workload{short}: {args.clients} clients x {args.requests} requests, {args.threads} "
           f"threads each, max_tokens {args.max_tokens}; CPU: {simd}")
     print(f"{'server':14} {'TTFT p50 s':>10} {'TTFT p95 s':>10} {'out tok/s':>9} {'done':>5} "
-          f"{'load':>5} {'KV peak MiB':>11}")
-    for name, p50, p95, rate, done, load, kv_peak in rows:
+          f"{'load':>5} {'KV peak MiB':>11} {'passes/step':>11}")
+    for name, p50, p95, rate, done, load, kv_peak, per_step in rows:
         peak = "-" if kv_peak is None else f"{kv_peak:.1f}"
-        print(f"{name:14} {p50:10.2f} {p95:10.2f} {rate:9.1f} {done:5d} {load:>5} {peak:>11}")
+        passes = "-" if per_step is None else f"{per_step:.3f}"
+        print(f"{name:14} {p50:10.2f} {p95:10.2f} {rate:9.1f} {done:5d} {load:>5} {peak:>11} "
+              f"{passes:>11}")
 
 
 if __name__ == "__main__":

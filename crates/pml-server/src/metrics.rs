@@ -127,6 +127,10 @@ pub struct Metrics {
     pub kv_pressure_admissions: AtomicU64,
     /// KV slots evicted by per-sequence budgets, counted when a sequence ends.
     pub kv_evicted_tokens: AtomicU64,
+    /// Engine steps that computed anything, and the forward passes they ran (one per step but
+    /// for sequences under a KV budget).
+    pub engine_steps: AtomicU64,
+    pub forward_passes: AtomicU64,
     outcomes: [AtomicU64; Outcome::ALL.len()],
     store: Mutex<Vec<TierHits>>,
 }
@@ -164,68 +168,60 @@ impl Metrics {
             .fetch_add(hit as u64, Ordering::Relaxed);
     }
 
+    /// Counts an engine step that ran `passes` forward passes (none: nothing to compute).
+    pub fn count_step(&self, passes: u64) {
+        if passes > 0 {
+            self.engine_steps.fetch_add(1, Ordering::Relaxed);
+            self.forward_passes.fetch_add(passes, Ordering::Relaxed);
+        }
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::new();
+        self.render_latencies(&mut out);
+        self.render_gauges(&mut out);
+        self.render_counters(&mut out);
+        self.render_labelled(&mut out);
+        out
+    }
+
+    fn render_latencies(&self, out: &mut String) {
         self.time_to_first_token.render(
-            &mut out,
+            out,
             "pml_time_to_first_token_seconds",
             "From a completion's arrival to its first token (queueing and prefill included).",
         );
         // Named as vLLM's metrics of the same meaning, with PML's prefix.
         self.inter_token_latency.render(
-            &mut out,
+            out,
             "pml_inter_token_latency_seconds",
             "Time of each decode step, per generated token after the first.",
         );
         self.queue_time.render(
-            &mut out,
+            out,
             "pml_request_queue_time_seconds",
             "From a completion's arrival to the start of its prefill.",
         );
+    }
+
+    fn render_gauges(&self, out: &mut String) {
         for (name, help, value) in [
             (
-                "pml_prefix_cache_queries_total",
-                "Plain-prompt tokens looked up in the prefix cache.",
-                &self.prefix_cache_queries,
+                "pml_queue_depth",
+                "Completions waiting for the engine.",
+                &self.queue_depth,
             ),
             (
-                "pml_prefix_cache_hits_total",
-                "Plain-prompt tokens spliced from the prefix cache.",
-                &self.prefix_cache_hits,
+                "pml_control_queue_depth",
+                "Schema uploads and deletions, tokenize and detokenize requests waiting for the engine.",
+                &self.control_queue_depth,
             ),
-        ] {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                value.load(Ordering::Relaxed)
-            );
-        }
-        let gauge = |out: &mut String, name: &str, help: &str, value: usize| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-            );
-        };
-        gauge(
-            &mut out,
-            "pml_queue_depth",
-            "Completions waiting for the engine.",
-            self.queue_depth.load(Ordering::Relaxed),
-        );
-        gauge(
-            &mut out,
-            "pml_control_queue_depth",
-            "Schema uploads and deletions, tokenize and detokenize requests waiting for the engine.",
-            self.control_queue_depth.load(Ordering::Relaxed),
-        );
-        gauge(
-            &mut out,
-            "pml_active_sequences",
-            "Completions being decoded.",
-            self.active_sequences.load(Ordering::Relaxed),
-        );
-        for (name, help, value) in [
+            (
+                "pml_active_sequences",
+                "Completions being decoded.",
+                &self.active_sequences,
+            ),
             (
                 "pml_kv_budget_bytes",
                 "KV cache budget of the sequences (--kv-cache-mib; 0: none).",
@@ -247,8 +243,61 @@ impl Metrics {
                 &self.kv_resident_peak_bytes,
             ),
         ] {
-            gauge(&mut out, name, help, value.load(Ordering::Relaxed));
+            let value = value.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
         }
+    }
+
+    fn render_counters(&self, out: &mut String) {
+        for (name, help, value) in [
+            (
+                "pml_prefix_cache_queries_total",
+                "Plain-prompt tokens looked up in the prefix cache.",
+                &self.prefix_cache_queries,
+            ),
+            (
+                "pml_prefix_cache_hits_total",
+                "Plain-prompt tokens spliced from the prefix cache.",
+                &self.prefix_cache_hits,
+            ),
+            (
+                "pml_generated_tokens_total",
+                "Tokens generated.",
+                &self.tokens_generated,
+            ),
+            (
+                "pml_kv_pressure_admissions_total",
+                "Completions admitted within --kv-pressure-budget because their KV reservation did not fit.",
+                &self.kv_pressure_admissions,
+            ),
+            (
+                "pml_kv_evicted_tokens_total",
+                "KV slots evicted by per-sequence budgets (H2O), counted when a sequence ends.",
+                &self.kv_evicted_tokens,
+            ),
+            (
+                "pml_engine_steps_total",
+                "Engine steps that computed anything.",
+                &self.engine_steps,
+            ),
+            (
+                "pml_forward_passes_total",
+                "Forward passes of the model: one per step, plus one per sequence under a KV budget (its passes observe attention).",
+                &self.forward_passes,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
+    }
+
+    fn render_labelled(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "# HELP pml_prompt_tokens_total Prompt tokens by origin.\n# TYPE pml_prompt_tokens_total counter"
@@ -264,21 +313,6 @@ impl Metrics {
                 counter.load(Ordering::Relaxed)
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP pml_generated_tokens_total Tokens generated.\n# TYPE pml_generated_tokens_total counter\npml_generated_tokens_total {}",
-            self.tokens_generated.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP pml_kv_pressure_admissions_total Completions admitted within --kv-pressure-budget because their KV reservation did not fit.\n# TYPE pml_kv_pressure_admissions_total counter\npml_kv_pressure_admissions_total {}",
-            self.kv_pressure_admissions.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP pml_kv_evicted_tokens_total KV slots evicted by per-sequence budgets (H2O), counted when a sequence ends.\n# TYPE pml_kv_evicted_tokens_total counter\npml_kv_evicted_tokens_total {}",
-            self.kv_evicted_tokens.load(Ordering::Relaxed)
-        );
         let _ = writeln!(
             out,
             "# HELP pml_requests_total Completion requests by outcome.\n# TYPE pml_requests_total counter"
@@ -304,7 +338,6 @@ impl Metrics {
                 );
             }
         }
-        out
     }
 }
 

@@ -568,6 +568,18 @@ fn concurrent_requests_are_batched_and_match_sequential_answers() {
             "batched decoding changed an answer"
         );
     }
+    // PML prompts' chunks and plain prompts' share the decoding rows' pass: one per step.
+    let (status, metrics) = call("GET", &server.url("/metrics"), None, None);
+    assert_eq!(status, 200);
+    let sample = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+    };
+    let steps = sample("pml_engine_steps_total");
+    assert!(steps > 0, "{metrics}");
+    assert_eq!(sample("pml_forward_passes_total"), steps, "{metrics}");
 }
 
 #[test]

@@ -59,7 +59,7 @@ pub use plan::{PlannedSpan, SplicePlan};
 pub use pml_compiler::LaidOutSchema;
 pub use prefix_cache::{BLOCK_TOKENS, PrefixCache, PrefixCacheError, SplicedPrefix};
 pub use session::{Runtime, RuntimeError, RuntimeOptions};
-pub use staged::{Staged, StagedPrefill};
+pub use staged::{Staged, StagedChunk, StagedPrefill};
 pub use stats::{PipelineStats, PrefillStats, RunStats};
 
 /// Decoding slots allocated with the spliced cache; longer answers grow it geometrically, so a

@@ -1,10 +1,13 @@
 //! A PML prompt's prefill in stages, for a server that interleaves prompts with running answers:
 //! [`stage`] does what is cheap or cannot be split at once — binding the plan, loading and
 //! splicing the cached spans (mode `reuse`), the whole of mode `blend` (its layer-wise
-//! recompute is one pass) — and leaves the tokens to compute, which [`StagedPrefill::advance`]
-//! computes a chunk at a time, in position order (exact: a token never attends a later one).
+//! recompute is one pass) — and leaves the tokens to compute, which the server's step computes
+//! a chunk at a time ([`StagedPrefill::chunk`]) in the one pass it runs for every sequence, in
+//! position order (exact: a token never attends a later one).
 
-use std::time::Instant;
+use std::time::Duration;
+
+use candle_core::Tensor;
 
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::Model;
@@ -14,7 +17,6 @@ use super::reuse::{kept_plan, mark_parallel_contexts, splice};
 use super::stats::PrefillStats;
 use super::{InferenceError, InferenceMode, Prefill};
 use crate::encode::UnitEncoder;
-use crate::encode::chunked::prefill_sorted;
 
 /// A prefill whose tokens are still (partly) to compute.
 pub struct StagedPrefill {
@@ -93,30 +95,39 @@ impl StagedPrefill {
         &self.kv
     }
 
-    /// Computes the next `budget` tokens (at least one); the prefill once the last is done.
-    pub fn advance(mut self, model: &Model, budget: usize) -> Result<Staged, InferenceError> {
-        let started = Instant::now();
-        let end = (self.done + budget.max(1)).min(self.tokens.len());
-        let last = end == self.tokens.len();
-        let logits = prefill_sorted(
-            model,
-            &self.tokens[self.done..end],
-            &self.positions[self.done..end],
-            &mut self.kv,
-            last,
-        )?;
-        self.stats.compute += started.elapsed();
-        self.done = end;
-        match logits {
-            Some(logits) if last => {
-                self.stats.tokens_new = self.tokens.len();
-                Ok(Staged::Ready(Prefill {
-                    kv: self.kv,
-                    logits,
-                    stats: self.stats,
-                }))
-            }
-            _ => Ok(Staged::Pending(self)),
+    /// The next chunk of at most `step_tokens` tokens (at least one), in position order, lent
+    /// to a pass that computes it beside other sequences' rows ([`Model::forward_batch`]: each
+    /// row placed at its laid-out position). Once the pass has written it into the cache,
+    /// [`Self::after_chunk`] takes its last token's logits.
+    pub fn chunk(&mut self, step_tokens: usize) -> StagedChunk<'_> {
+        let end = (self.done + step_tokens.max(1)).min(self.tokens.len());
+        StagedChunk {
+            tokens: &self.tokens[self.done..end],
+            positions: &self.positions[self.done..end],
+            kv: &mut self.kv,
         }
     }
+
+    /// After a pass computed the `computed` tokens of [`Self::chunk`] in `elapsed`, the last
+    /// one's `logits` `(vocab,)`: still pending, or the prefill once its last token is done.
+    pub fn after_chunk(mut self, computed: usize, logits: Tensor, elapsed: Duration) -> Staged {
+        self.stats.compute += elapsed;
+        self.done = (self.done + computed).min(self.tokens.len());
+        if self.done < self.tokens.len() {
+            return Staged::Pending(self);
+        }
+        self.stats.tokens_new = self.tokens.len();
+        Staged::Ready(Prefill {
+            kv: self.kv,
+            logits,
+            stats: self.stats,
+        })
+    }
+}
+
+/// A staged prefill's next tokens, their positions and its cache ([`StagedPrefill::chunk`]).
+pub struct StagedChunk<'s> {
+    pub tokens: &'s [u32],
+    pub positions: &'s [u32],
+    pub kv: &'s mut KvCache,
 }

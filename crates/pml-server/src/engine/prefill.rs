@@ -6,7 +6,9 @@
 //! token budget at a time, so a long prompt never holds the engine longer than one chunk: running
 //! streams decode in between, and a client that leaves or a shutdown is noticed between chunks.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use candle_core::Tensor;
 use pml_compiler::plan::BoundPrompt;
@@ -192,10 +194,11 @@ impl Prepared {
     }
 }
 
-/// A plain prompt's next chunk, lent to a batched step ([`PendingPrefill::plain_chunk`]).
-pub struct PlainChunk<'p> {
+/// A prompt's next chunk, lent to the step's pass ([`PendingPrefill::chunk`]): its tokens, their
+/// positions (a plain prompt's counted from its start, a PML prompt's as laid out) and its cache.
+pub struct PromptChunk<'p> {
     pub tokens: &'p [u32],
-    pub positions: Vec<u32>,
+    pub positions: Cow<'p, [u32]>,
     pub kv: &'p mut KvCache,
 }
 
@@ -226,36 +229,50 @@ impl PendingPrefill {
         }
     }
 
-    /// Whether the prompt is plain text (its chunks may run in a batched step).
-    pub fn is_plain(&self) -> bool {
-        matches!(self.work, Work::Plain { .. })
+    /// Whether the prompt's chunks join the step's one pass (all but a budgeted prompt's,
+    /// whose passes observe its attention).
+    pub fn joins_batch(&self) -> bool {
+        !matches!(self.work, Work::Budgeted { .. })
     }
 
-    /// A plain prompt's next chunk of at most `budget` tokens, for a step that runs it with
-    /// other sequences' tokens ([`pml_engine::model::BatchSlot`]); `None` for a PML prompt,
-    /// whose chunks run their own passes ([`Self::advance`]). Once the step has written the
-    /// chunk into the cache, [`Self::after_batched_chunk`] takes its last token's logits.
-    pub fn plain_chunk(&mut self, budget: usize) -> Option<PlainChunk<'_>> {
+    /// The prompt's next chunk of at most `step_tokens` tokens, for the step's pass that runs
+    /// it with the other sequences' rows ([`pml_engine::model::BatchSlot`]); `None` for a
+    /// budgeted prompt, whose chunks run passes of their own ([`Self::advance_alone`]). Once
+    /// the pass has written the chunk into the cache, [`Self::after_batched_chunk`] takes its
+    /// last token's logits.
+    pub fn chunk(&mut self, step_tokens: usize) -> Option<PromptChunk<'_>> {
         match &mut self.work {
             Work::Plain { tokens, kv, .. } => {
-                let (start, end) = chunk_range(tokens, kv, budget);
-                Some(PlainChunk {
+                let (start, end) = chunk_range(tokens, kv, step_tokens);
+                Some(PromptChunk {
                     tokens: &tokens[start..end],
-                    positions: (start as u32..end as u32).collect(),
+                    positions: Cow::Owned((start as u32..end as u32).collect()),
                     kv,
                 })
             }
-            Work::Pml { .. } | Work::Budgeted { .. } => None,
+            Work::Pml { staged, .. } => {
+                let chunk = staged.chunk(step_tokens);
+                Some(PromptChunk {
+                    tokens: chunk.tokens,
+                    positions: Cow::Borrowed(chunk.positions),
+                    kv: chunk.kv,
+                })
+            }
+            Work::Budgeted { .. } => None,
         }
     }
 
-    /// After a batched step ran [`Self::plain_chunk`]: still pending, or prefilled.
+    /// After the step's pass ran [`Self::chunk`] of `step_tokens` in `elapsed`, with `logits`
+    /// those of its last token: still pending, or prefilled.
     pub fn after_batched_chunk(
         self,
         runtime: &Runtime,
         prefix_cache: &PrefixCache,
+        step_tokens: usize,
         logits: Tensor,
+        elapsed: Duration,
     ) -> Advance {
+        let computed = step_tokens.max(1).min(self.remaining());
         let Self { job, slots, work } = self;
         let advanced = match work {
             Work::Plain {
@@ -263,8 +280,19 @@ impl PendingPrefill {
                 kv,
                 cached_tokens,
             } => after_chunk(runtime, prefix_cache, tokens, kv, cached_tokens, logits),
-            Work::Pml { .. } | Work::Budgeted { .. } => Err(JobError::Internal(Incident::report(
-                "a PML or budgeted prompt's chunk was run in a batched step",
+            Work::Pml { staged, rows } => match (*staged).after_chunk(computed, logits, elapsed) {
+                Staged::Pending(staged) => Ok(Started::Pending(Work::Pml {
+                    staged: Box::new(staged),
+                    rows,
+                })),
+                Staged::Ready(prefill) => Ok(Started::Done(bound_prefilled(
+                    prefill,
+                    rows,
+                    job.prompt_token_kinds,
+                ))),
+            },
+            Work::Budgeted { .. } => Err(JobError::Internal(Incident::report(
+                "a budgeted prompt's chunk was run in the step's shared pass",
             ))),
         };
         Advance::of(job, slots, advanced)
@@ -289,34 +317,22 @@ impl PendingPrefill {
         }
     }
 
-    /// A PML prompt's next `budget` tokens (at least one) in a pass of their own (its splices
-    /// place tokens at laid-out positions; a budgeted prompt's passes observe its attention);
-    /// when that ends the prompt, hands back the prefilled prompt. Plain prompts advance in the step's batched pass instead
-    /// ([`Self::plain_chunk`]).
-    pub fn advance(self, runtime: &Runtime, budget: usize) -> Advance {
+    /// A budgeted prompt's next `step_tokens` tokens (at least one) in a pass of its own, which
+    /// observes the attention its heavy-hitter scores sum; when that ends the prompt, hands back
+    /// the prefilled prompt. Every other prompt advances in the step's shared pass instead
+    /// ([`Self::chunk`]).
+    pub fn advance_alone(self, runtime: &Runtime, step_tokens: usize) -> Advance {
         let Self { job, slots, work } = self;
         let advanced = match work {
-            Work::Plain { .. } => Err(JobError::Internal(Incident::report(
-                "a plain prompt's chunk was run outside the batched step",
-            ))),
-            Work::Pml { staged, rows } => match (*staged).advance(runtime.model(), budget) {
-                Ok(Staged::Pending(staged)) => Ok(Started::Pending(Work::Pml {
-                    staged: Box::new(staged),
-                    rows,
-                })),
-                Ok(Staged::Ready(prefill)) => Ok(Started::Done(bound_prefilled(
-                    prefill,
-                    rows,
-                    job.prompt_token_kinds,
-                ))),
-                Err(error) => Err(JobError::internal(error)),
-            },
             Work::Budgeted {
                 tokens,
                 done,
                 kv,
                 hitters,
-            } => advance_budgeted(runtime, tokens, done, kv, hitters, budget),
+            } => advance_budgeted(runtime, tokens, done, kv, hitters, step_tokens),
+            Work::Plain { .. } | Work::Pml { .. } => Err(JobError::Internal(Incident::report(
+                "a prompt that joins the step's shared pass was run alone",
+            ))),
         };
         Advance::of(job, slots, advanced)
     }
@@ -403,16 +419,16 @@ fn start_budgeted(
     }))
 }
 
-/// A budgeted prompt's next `budget` tokens (at least one), evicting before them as needed.
+/// A budgeted prompt's next `step_tokens` tokens (at least one), evicting before them as needed.
 fn advance_budgeted(
     runtime: &Runtime,
     tokens: Vec<u32>,
     done: usize,
     mut kv: KvCache,
     mut hitters: Box<HeavyHitters>,
-    budget: usize,
+    step_tokens: usize,
 ) -> Result<Started, JobError> {
-    let end = (done + budget.max(1)).min(tokens.len());
+    let end = (done + step_tokens.max(1)).min(tokens.len());
     let positions: Vec<u32> = (done as u32..end as u32).collect();
     let logits = hitters
         .forward(runtime.model(), &tokens[done..end], &positions, &mut kv)
@@ -440,10 +456,10 @@ fn advance_budgeted(
     }))
 }
 
-/// The prompt's next chunk of at most `budget` tokens (at least one): its first and end slots.
-fn chunk_range(tokens: &[u32], kv: &KvCache, budget: usize) -> (usize, usize) {
+/// The prompt's next chunk of at most `step_tokens` tokens (at least one): its first and end slots.
+fn chunk_range(tokens: &[u32], kv: &KvCache, step_tokens: usize) -> (usize, usize) {
     let start = kv.len();
-    (start, (start + budget.max(1)).min(tokens.len()))
+    (start, (start + step_tokens.max(1)).min(tokens.len()))
 }
 
 /// After a chunk: the prompt still pending, or (its last chunk, whose last token's `logits` the

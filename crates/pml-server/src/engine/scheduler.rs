@@ -2,13 +2,15 @@
 //! prefill). Each turn: take every request that arrived (blocking only when idle); drop
 //! sequences — waiting, prefilling or decoding — whose client left or whose deadline passed;
 //! encode one uploaded schema; admit waiting completions while the batch has room and their KV
-//! reservations fit the budget (what is cached is spliced: a plain prompt's prefix, a PML
+//! reservations fit the KV pool (what is cached is spliced: a plain prompt's prefix, a PML
 //! prompt's modules; a `blend` PML prompt is prefilled whole, its computed tokens counted
 //! against the step's [`PREFILL_CHUNK_TOKENS`]); let plain prompts part way through catch up on
 //! blocks kept meanwhile; then run one forward pass over every decoding sequence's next token
-//! and the plain prompts' chunks (PML prompts' chunks after it, each in its own pass), the
-//! budget left going to the shortest remaining prompt first with the oldest always given a
-//! share, so a long prompt neither stalls running streams nor starves.
+//! and every prompt's chunk — plain prompts' at their token positions, PML prompts' at their
+//! laid-out ones — so a step reads the weights once whatever the mix (llama.cpp's one
+//! `llama_batch`), the step's tokens going to the shortest remaining prompt first with the
+//! oldest always given a share, so a long prompt neither stalls running streams nor starves.
+//! Only sequences under a KV budget (H2O) run passes of their own: theirs observe attention.
 //!
 //! A sequence is in exactly one state: waiting (in [`Admission`]), prefilling (`prefilling`),
 //! decoding (`active`) or finished (reported and dropped).
@@ -29,7 +31,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::mpsc::error::TryRecvError;
 
 use super::admission::{Admission, fail, still_wanted};
-use super::prefill::{Advance, PREFILL_CHUNK_TOKENS, PendingPrefill, PlainChunk, Prepared};
+use super::prefill::{Advance, PREFILL_CHUNK_TOKENS, PendingPrefill, Prepared, PromptChunk};
 use super::schema_compile::SchemaCompiler;
 use super::schemas::SchemaRegistry;
 use super::sequence::{Prefilled, Sequence, prompt_tokens};
@@ -38,7 +40,7 @@ use super::{CompletionJob, EngineRequest, JobEnd, JobError, PromptSource, Shutdo
 use crate::incident::{Incident, error_chain};
 use crate::metrics::{Metrics, Outcome};
 
-/// Tokens of each step's budget the oldest prefilling prompt always gets, so a stream of short
+/// Tokens of each step's allowance the oldest prefilling prompt always gets, so a stream of short
 /// prompts cannot starve a long one.
 const OLDEST_SHARE: usize = 32;
 
@@ -82,8 +84,8 @@ pub struct Scheduler<'r> {
     prefix_cache: PrefixCache,
     /// Grammar parsers over the vocabulary, built at the first `response_format` request.
     grammars: Option<Grammars>,
-    /// The KV budget of the sequences (`--kv-cache-mib`) and the bytes of one slot.
-    kv_budget: Option<usize>,
+    /// The KV pool of the sequences in bytes (`--kv-cache-mib`) and the bytes of one slot.
+    kv_pool: Option<usize>,
     slot_bytes: usize,
     /// `--kv-pressure-budget`: what a plain prompt whose reservation does not fit is admitted
     /// within instead of waiting.
@@ -109,7 +111,7 @@ impl<'r> Scheduler<'r> {
             edit_reuse: settings.edit_reuse.then(edit_blend_options),
             prefix_cache,
             grammars: None,
-            kv_budget: settings.kv_cache_bytes,
+            kv_pool: settings.kv_cache_bytes,
             slot_bytes: runtime.model().kv_layout().slot_bytes(),
             deferred: None,
             runtime,
@@ -217,9 +219,9 @@ impl<'r> Scheduler<'r> {
     }
 
     /// Admits waiting completions while the batch has room, their KV reservations fit the
-    /// budget and the step's token budget lasts: each starts its chunked prefill (what is
-    /// cached spliced now; a `blend` PML prompt prefilled whole, its computed tokens counted
-    /// against the budget). Returns the tokens computed.
+    /// pool and the step's tokens last: each starts its chunked prefill (what is cached spliced
+    /// now; a `blend` PML prompt prefilled whole, its computed tokens counted against the
+    /// step's). Returns the tokens computed.
     fn admit(&mut self) -> usize {
         let mut spent = 0;
         while spent < PREFILL_CHUNK_TOKENS {
@@ -248,23 +250,23 @@ impl<'r> Scheduler<'r> {
                     }
                 }
             };
-            if let Some(budget) = self.kv_budget {
+            if let Some(pool) = self.kv_pool {
                 let reserved = self.reserved_slots() * self.slot_bytes;
-                prepared.fit_pool(budget / (prepared.job.width() * self.slot_bytes).max(1));
-                self.relieve_pressure(&mut prepared, budget, reserved);
+                prepared.fit_pool(pool / (prepared.job.width() * self.slot_bytes).max(1));
+                self.relieve_pressure(&mut prepared, pool, reserved);
                 let (slots, width) = (prepared.slots, prepared.job.width());
                 let needed = slots * width * self.slot_bytes;
-                if needed > budget {
+                if needed > pool {
                     let error = JobError::OverKvBudget {
                         slots,
                         width,
                         needed,
-                        budget,
+                        budget: pool,
                     };
                     fail(prepared.job, error, &self.metrics);
                     continue;
                 }
-                if reserved + needed > budget {
+                if reserved + needed > pool {
                     // Counted as waiting again until it fits.
                     self.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
                     self.deferred = Some(prepared);
@@ -286,17 +288,17 @@ impl<'r> Scheduler<'r> {
         spent
     }
 
-    /// The pool's pressure valve: a plain prompt whose reservation does not fit the `budget`
+    /// The pool's pressure valve: a plain prompt whose reservation does not fit the `pool`
     /// bytes beside the `reserved` ones now — or could never fit — is put within
     /// `--kv-pressure-budget` slots when that lets it start now (or at all).
-    fn relieve_pressure(&self, prepared: &mut Prepared, budget: usize, reserved: usize) {
+    fn relieve_pressure(&self, prepared: &mut Prepared, pool: usize, reserved: usize) {
         let Some(valve) = self.pressure_budget else {
             return;
         };
         let bytes = |slots: usize| slots * prepared.job.width() * self.slot_bytes;
         let (needed, squeezed) = (bytes(prepared.slots), bytes(valve.slots));
-        let room = budget.saturating_sub(reserved);
-        let helps = needed > room && (squeezed <= room || needed > budget);
+        let room = pool.saturating_sub(reserved);
+        let helps = needed > room && (squeezed <= room || needed > pool);
         if helps && prepared.impose_budget(valve) {
             self.metrics
                 .kv_pressure_admissions
@@ -383,62 +385,69 @@ impl<'r> Scheduler<'r> {
         }
     }
 
-    /// How many of the step's `budget` prompt tokens each prefilling prompt computes: the oldest
-    /// at least [`OLDEST_SHARE`] of them, the rest to the prompts with the fewest tokens left (a
-    /// short question is not kept waiting behind a long document), what is left to the oldest.
-    fn grants(&self, mut budget: usize) -> Vec<usize> {
+    /// How many of the step's `step_tokens` prompt tokens each prefilling prompt computes: the
+    /// oldest at least [`OLDEST_SHARE`] of them, the rest to the prompts with the fewest tokens
+    /// left (a short question is not kept waiting behind a long document), what is left to the
+    /// oldest.
+    fn grants(&self, mut step_tokens: usize) -> Vec<usize> {
         if self.prefilling.is_empty() {
             return Vec::new();
         }
         let mut order: Vec<usize> = (0..self.prefilling.len()).collect();
         order[1..].sort_by_key(|&index| self.prefilling[index].remaining());
         let mut grants = vec![0; self.prefilling.len()];
-        grants[0] = self.prefilling[0].remaining().min(OLDEST_SHARE).min(budget);
-        budget -= grants[0];
+        grants[0] = self.prefilling[0]
+            .remaining()
+            .min(OLDEST_SHARE)
+            .min(step_tokens);
+        step_tokens -= grants[0];
         for &index in &order[1..] {
-            let grant = self.prefilling[index].remaining().min(budget);
+            let grant = self.prefilling[index].remaining().min(step_tokens);
             grants[index] = grant;
-            budget -= grant;
+            step_tokens -= grant;
         }
-        grants[0] = (grants[0] + budget).min(self.prefilling[0].remaining());
+        grants[0] = (grants[0] + step_tokens).min(self.prefilling[0].remaining());
         grants
     }
 
-    /// One step: a single forward pass over every decoding sequence's next token and the
-    /// plain prompts' chunks (the weights read once for all of them), then the PML prompts'
-    /// chunks, which run their own passes (their splices place tokens at laid-out positions).
-    fn step(&mut self, budget: usize) {
+    /// One step: a single forward pass over every decoding sequence's next token and every
+    /// prompt's chunk (the weights read once for all of them); only sequences under a KV budget
+    /// run passes of their own after it, since each of those observes its attention. Counts the
+    /// step and its passes (`pml_engine_steps_total`, `pml_forward_passes_total`).
+    fn step(&mut self, step_tokens: usize) {
         for prefill in &mut self.prefilling {
             prefill.catch_up(self.runtime, &self.prefix_cache);
         }
-        let grants = self.grants(budget);
+        let grants = self.grants(step_tokens);
         let mut batched = Vec::new();
         let mut alone = Vec::new();
         for (prefill, grant) in std::mem::take(&mut self.prefilling).into_iter().zip(grants) {
             match grant {
                 0 => self.prefilling.push(prefill),
-                _ if prefill.is_plain() => batched.push((prefill, grant)),
+                _ if prefill.joins_batch() => batched.push((prefill, grant)),
                 _ => alone.push((prefill, grant)),
             }
         }
-        // Budgeted sequences step in passes of their own, which observe their attention.
         let (budgeted, batched_decodes): (Vec<_>, Vec<_>) = std::mem::take(&mut self.active)
             .into_iter()
             .partition(Sequence::is_budgeted);
         self.active = batched_decodes;
-        self.batched_pass(batched);
+        let mut passes = u64::from(self.batched_pass(batched));
         let (runtime, prefix_cache) = (self.runtime, &self.prefix_cache);
         let mut keep =
             |tokens: &[u32], kv: &KvCache| keep_answer(runtime, prefix_cache, tokens, kv);
         for sequence in budgeted {
+            passes += 1;
             if let Some(sequence) = sequence.step_alone(runtime.model(), &self.metrics, &mut keep) {
                 self.active.push(sequence);
             }
         }
         for (prefill, grant) in alone {
-            let advanced = prefill.advance(self.runtime, grant);
+            passes += 1;
+            let advanced = prefill.advance_alone(self.runtime, grant);
             self.take_advance(advanced);
         }
+        self.metrics.count_step(passes);
     }
 
     fn take_advance(&mut self, advanced: Advance) {
@@ -519,10 +528,10 @@ impl<'r> Scheduler<'r> {
     }
 
     /// One forward pass for the next token of every active sequence and the granted chunk of
-    /// each of `prefills` (plain prompts), whose rows follow the decoding ones.
-    fn batched_pass(&mut self, mut prefills: Vec<(PendingPrefill, usize)>) {
+    /// each of `prefills`, whose rows follow the decoding ones; whether a pass ran.
+    fn batched_pass(&mut self, mut prefills: Vec<(PendingPrefill, usize)>) -> bool {
         if self.active.is_empty() && prefills.is_empty() {
-            return;
+            return false;
         }
         let start = Instant::now();
         let decoding: Vec<([u32; 1], [u32; 1])> = self
@@ -530,9 +539,9 @@ impl<'r> Scheduler<'r> {
             .iter()
             .map(|sequence| ([sequence.next_token], [sequence.next_position]))
             .collect();
-        let mut chunks: Vec<PlainChunk<'_>> = prefills
+        let mut chunks: Vec<PromptChunk<'_>> = prefills
             .iter_mut()
-            .filter_map(|(prefill, grant)| prefill.plain_chunk(*grant))
+            .filter_map(|(prefill, grant)| prefill.chunk(*grant))
             .collect();
         let mut slots: Vec<BatchSlot<'_>> = self
             .active
@@ -545,7 +554,7 @@ impl<'r> Scheduler<'r> {
             })
             .chain(chunks.iter_mut().map(|chunk| BatchSlot {
                 tokens: chunk.tokens,
-                positions: &chunk.positions,
+                positions: &chunk.positions[..],
                 kv: &mut *chunk.kv,
             }))
             .collect();
@@ -576,7 +585,7 @@ impl<'r> Scheduler<'r> {
                         &self.metrics,
                     );
                 }
-                return;
+                return true;
             }
         };
         let active = std::mem::take(&mut self.active);
@@ -590,13 +599,20 @@ impl<'r> Scheduler<'r> {
                 self.active.push(sequence);
             }
         }
-        for (index, (prefill, _)) in prefills.into_iter().enumerate() {
+        for (index, (prefill, grant)) in prefills.into_iter().enumerate() {
             let advanced = match logits.get(n_decoding + index) {
-                Ok(row) => prefill.after_batched_chunk(self.runtime, &self.prefix_cache, row),
+                Ok(row) => prefill.after_batched_chunk(
+                    self.runtime,
+                    &self.prefix_cache,
+                    grant,
+                    row,
+                    elapsed,
+                ),
                 Err(error) => Advance::Failed(prefill.job, JobError::internal(error)),
             };
             self.take_advance(advanced);
         }
+        true
     }
 
     fn publish_store_stats(&self) {
