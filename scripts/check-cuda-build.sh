@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Proves that the `cuda` feature builds on a machine without a GPU (issue #22): installs the CUDA
+# Proves that the `cuda` feature builds on a machine without a GPU: installs the CUDA
 # toolkit pieces the build needs from NVIDIA's PyPI wheels into a cached virtual environment
 # (scripts/cuda-env.sh), then runs `cargo check -p pml-cli --features cuda`. candle-kernels' build
 # script runs nvcc on all of candle's CUDA kernels even under `cargo check`, so this also proves

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU runbook (issue #32): build here, carry, run there.
+# The GPU runbook: build here, carry, run there.
 #
 #   scripts/gpu-check.sh build        # here: release `pml` and the GPU test binaries, --features cuda
 #   scripts/gpu-check.sh pack [GGUF]  # here: .gpu/call-N/ folders of at most 56 MiB (a call carries 64 with the tree) holding the

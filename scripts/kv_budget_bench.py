@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Many long completions at once against a running `pml serve --kv-cache-mib N`: all must
-finish, and the sequences' resident KV must stay within the budget (issue #33's acceptance:
-32 concurrent 3,000-token requests under a budget smaller than they need together).
+finish, and the sequences' resident KV must stay within the budget (the
+acceptance: 32 concurrent 3,000-token requests under a budget smaller than they need together).
 
 Usage: scripts/kv_budget_bench.py PORT [CLIENTS] [PROMPT_WORDS] [MAX_TOKENS]
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Serving under load: `pml serve` against llama.cpp's `llama-server`, one after the other, same
-GGUF, same machine, the same requests (issue #33's peer harness).
+GGUF, same machine, the same requests (the peer harness).
 
 Usage:
   scripts/serve_load_bench.py --pml target/release/pml --llama-server PATH --model GGUF \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #32: the ARM path. Cross-builds the engine's tiny-model tests for aarch64 Linux and runs
+# The ARM path. Cross-builds the engine's tiny-model tests for aarch64 Linux and runs
 # them under qemu's user-mode emulator: no AVX2 there, so the quantized matmuls take candle's
 # kernels (NEON) and everything else the portable code. Needs Debian's gcc-aarch64-linux-gnu
 # and qemu-user (installed here when absent, as `.ci/run` installs its other tools) and the

@@ -14,17 +14,17 @@ bash scripts/setup-openai-client.sh
 # Chromium and playwright-core, for the playground's browser test (apt and npm, cached).
 bash scripts/setup-browser-test.sh
 PML_REQUIRE_MODELS=1 PML_REQUIRE_OPENAI=1 PML_REQUIRE_BROWSER=1 cargo test --workspace "$@"
-# Issue #32: the device path (candle's operations, the only kernels on CUDA) through the
+# The device path (candle's operations, the only kernels on CUDA) through the
 # real-model tests of cached inference, hidden-state restore and chat resume, and the server's
 # real-model completions, on the CPU. `--workspace` keeps the features of the run above, so
 # nothing is compiled again.
 PML_KERNELS=candle PML_REQUIRE_MODELS=1 cargo test --workspace --test cached_inference_real \
     --test restore --test real_model "$@"
-# Issue #32: the path of a CPU without AVX2 (ARM, old x86): scalar fallbacks and candle's
+# The path of a CPU without AVX2 (ARM, old x86): scalar fallbacks and candle's
 # quantized kernels, on the tiny models of every family.
 PML_NO_AVX2=1 cargo test --workspace --test engine_tiny "$@"
 PML_NO_AVX2=1 cargo test --workspace --test backends tiny_models "$@"
-# Issue #32: the AVX2 tiles, which a CPU with AVX-512 VNNI (this project's machines) passes over
+# The AVX2 tiles, which a CPU with AVX-512 VNNI (this project's machines) passes over
 # for its `vpdpbusd` ones, and the f32 panels they hand large products to.
-PML_NO_AVX512=1 cargo test --workspace --lib kernels::quant "$@"
+PML_NO_AVX512=1 cargo test --workspace --lib quant::tests "$@"
 PML_NO_AVX512=1 cargo test --workspace --test engine_tiny "$@"

@@ -2,6 +2,8 @@
 //! not fetched, unless `PML_REQUIRE_MODELS=1`): with `--kv-budget` a conversation run past its
 //! context (`-c`) keeps answering, never holding more slots than the budget; without one the
 //! turn that does not fit is refused, naming the flag.
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stderr)]
 
 use pml_models::DEFAULT_MODEL_ID;
 use pml_testkit::cli::{assert_ok, run, text};

@@ -1,6 +1,8 @@
 //! `pml generate` end to end on the default model: the full-prefill baseline answers a simple
 //! question, and stop strings cut the streamed text. Skipped (with a notice) when the model is not
 //! fetched, unless `PML_REQUIRE_MODELS=1`.
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stderr)]
 
 use std::process::{Command, Output};
 

@@ -1,4 +1,4 @@
-//! The editor configurations in `editors/` (issue #20): the Neovim one, `editors/nvim/pml.lua`,
+//! The editor configurations in `editors/`: the Neovim one, `editors/nvim/pml.lua`,
 //! is loaded as written into a headless Neovim (`nvim --headless --clean -u editors/nvim/pml.lua`)
 //! that opens a prompt with an error; the `pml lsp` server it starts must publish the error
 //! (PML205) to the buffer, whose file type must be `pml` (not Promela, as Neovim 0.7 detects
@@ -6,6 +6,8 @@
 //! of them from one client. Skipped with a notice when `nvim` is not installed, unless
 //! `PML_REQUIRE_NVIM=1` (CI installs Debian's `neovim` and sets it). The VS Code extension's
 //! manifest is checked as JSON (VS Code itself cannot run here).
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stderr)]
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
-//! Two `pml serve` processes share compiled modules through Redis and nothing else (#8; on a
-//! three-node Redis Cluster too, #33): each
+//! Two `pml serve` processes share compiled modules through Redis and nothing else (on a
+//! three-node Redis Cluster too): each
 //! has its own RAM and disk tiers in its own temporary folder, both name one throwaway
 //! `redis-server`. The first compiles an uploaded schema; the second, given the same schema,
 //! encodes no unit and answers a prompt on it from cached modules read from Redis. On

@@ -2,6 +2,8 @@
 //! the diagnostics (rendered to stderr, or a JSON array to stdout) and a summary line, and
 //! returns the exit status: 0 without errors, 1 with errors, 2 when a file cannot be read or the
 //! command is misused.
+// `pmlc check` reports its diagnostics and totals on stderr.
+#![allow(clippy::print_stderr)]
 
 use crate::diagnostic_output::{JsonDiagnostic, Totals};
 use crate::model_tokenizer::load_tokenizer;

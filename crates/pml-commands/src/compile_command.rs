@@ -2,6 +2,8 @@
 //! lays it out for the model, encodes every unit the store lacks with a progress bar, writes the
 //! schema's manifest and prints a summary line. Also the compile step `pml run` takes when a
 //! schema is not compiled yet ([`compile_schema`], [`units_missing`]).
+// `pmlc compile` reports on stderr what it compiled and why it did not.
+#![allow(clippy::print_stderr)]
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,8 @@
 //! How a command of `pmlc` or `pml` fails, and the exit status each failure gives: 1 when the
 //! input has errors (already rendered as diagnostics) or the work itself failed, 2 when a file
 //! cannot be read or the command is misused — the statuses `pmlc check` uses.
+// A command's failure is reported on stderr as it exits.
+#![allow(clippy::print_stderr)]
 
 use pml_syntax::json::JsonDiagnostic;
 

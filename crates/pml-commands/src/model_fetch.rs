@@ -1,6 +1,8 @@
 //! The model a command runs on, from `--model` (or the default): a registered model, downloaded
 //! and verified first when it is not fetched yet (saying what it downloads and where), or the
 //! user's own GGUF file by path, as llama.cpp's `-m` takes it.
+// A command that fetches a model says so on stderr before it starts.
+#![allow(clippy::print_stderr)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

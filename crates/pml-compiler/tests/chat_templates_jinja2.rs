@@ -6,6 +6,8 @@
 //!
 //! The templates come from `scripts/fetch-llama-cpp-testdata.sh`; absent, the test skips, or
 //! fails under `PML_REQUIRE_MODELS=1`.
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stderr)]
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -8,6 +8,8 @@
 //! Besides wall time it prints the process's CPU time: on a loaded machine candle's worker
 //! threads spin at barriers and wall time says little, while with `RAYON_NUM_THREADS=1` the CPU
 //! time is close to what one idle core would take.
+// An example's output is its report.
+#![allow(clippy::print_stdout)]
 
 use std::error::Error;
 use std::time::Instant;

@@ -6,6 +6,8 @@
 //! `cargo run --release -p pml-engine --example kernel_probe -- [M,M,...] [TENSOR,...]`
 //! (defaults: 1,4,16,64,512 and `blk.0.ffn_up`, `blk.0.ffn_down`, `blk.2.ffn_down`); set
 //! `RAYON_NUM_THREADS=1` for one core.
+// An example's output is its report.
+#![allow(clippy::print_stdout)]
 
 use std::error::Error;
 use std::time::Instant;

@@ -223,21 +223,6 @@ fn write_tiny(
 ///
 /// # Panics
 /// When either path fails.
-pub fn flash_and_ops_attention(
-    queries: &Tensor,
-    query_positions: &[u32],
-    keys: &Tensor,
-    values: &Tensor,
-    key_positions: &[u32],
-    window: Option<usize>,
-) -> (Option<Tensor>, Tensor) {
-    pml_kernels::flash_and_ops(
-        queries,
-        query_positions,
-        keys,
-        values,
-        key_positions,
-        window,
-    )
-    .expect("attention computes")
+pub fn flash_and_ops_attention(call: pml_kernels::AttentionCall<'_>) -> (Option<Tensor>, Tensor) {
+    pml_kernels::flash_and_ops(call).expect("attention computes")
 }

@@ -5,6 +5,8 @@
 //! The path under test is candle's on the CPU, or on `$PML_DEVICE` when it names another
 //! device (`PML_DEVICE=cuda` on a GPU machine, scripts/gpu-check.sh); `PML_REQUIRE_GPU=1`
 //! fails the run instead of testing the CPU when no GPU was selected.
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stderr)]
 
 use candle_core::{IndexOp, Tensor};
 use pml_engine::Tokenizer;
@@ -18,6 +20,7 @@ use pml_engine::testing::{
     argmax, flash_and_ops_attention, last_position_logits, max_abs_diff, prefill_then_decode,
 };
 use pml_engine::tokenizer::GgufTokenizer;
+use pml_kernels::AttentionCall;
 use pml_testkit::fetched_model;
 
 const SEED: u64 = 11;
@@ -318,27 +321,27 @@ fn flash_attention_matches_the_ops_path() {
         if n_queries > 2 {
             query_positions[1] = 0; // sees the key at 0 only (or nothing, when shuffled)
         }
-        let (flash, by_ops) = flash_and_ops_attention(
-            &queries.to_device(device).expect("to device"),
-            &query_positions,
-            &keys,
-            &values,
-            &key_positions,
+        let (flash, by_ops) = flash_and_ops_attention(AttentionCall {
+            queries: &queries.to_device(device).expect("to device"),
+            query_positions: &query_positions,
+            keys: &keys,
+            values: &values,
+            key_positions: &key_positions,
             window,
-        );
+        });
         let on_host = |rows: &Tensor| {
             rows.to_device(&Device::Cpu)
                 .and_then(|rows| rows.to_dtype(DType::F32))
                 .expect("f32 on the host")
         };
-        let (_, exact) = flash_and_ops_attention(
-            &queries,
-            &query_positions,
-            &on_host(&keys),
-            &on_host(&values),
-            &key_positions,
+        let (_, exact) = flash_and_ops_attention(AttentionCall {
+            queries: &queries,
+            query_positions: &query_positions,
+            keys: &on_host(&keys),
+            values: &on_host(&values),
+            key_positions: &key_positions,
             window,
-        );
+        });
         let bound = if dtype == DType::F16 { 1e-2 } else { 6e-2 };
         let ops_error = max_abs_diff(&exact, &by_ops.to_device(&Device::Cpu).expect("to host"));
         let case = format!(
@@ -413,8 +416,7 @@ fn real_models_agree_with_the_native_kernels() {
         );
         // On a GPU candle's kernels quantize activations to Q8_1 in the MMQ/MMVQ kernels:
         // SmolLM2 on an H200 deviates 1.61 of a largest logit of 17.1 (9.4%), against the
-        // native kernels' 0.94 on an AVX2 CPU and 0.60 on an AVX-512 one, in two sessions
-        // (2026-11-26): so the device's bound is a share of the largest logit, still far below
+        // native kernels' 0.94 on an AVX2 CPU and 0.60 on an AVX-512 one: so the device's bound is a share of the largest logit, still far below
         // what a wrong block type or row gives (unrelated logits, order 100%).
         let bound = if under_test.device.is_cpu() {
             2.0 * native_deviation

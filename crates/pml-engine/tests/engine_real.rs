@@ -1,6 +1,8 @@
 //! The engine on the real models (skipped when they are not fetched, unless
 //! `PML_REQUIRE_MODELS=1`): configuration read from the GGUF, greedy answers to a chat prompt,
 //! and logits against llama.cpp's reference fixtures.
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::path::PathBuf;
 
@@ -281,7 +283,7 @@ fn smollm_logits_match_llama_cpp() {
 /// decode steps (the few-query kernel) fed the f32 cache's greedy tokens. Measured: max |Δlogit| 1.9% of the largest logit on
 /// Qwen2.5-0.5B, 14.7% on Gemma-3-270M (its K reach 85 with 256-wide heads, so rounding moves
 /// its sharp attention), and the f16 paths give exactly the f32 cache's logits when K and V are
-/// rounded the same way before the write (checked by hand, 2026-11-26). The deviation is
+/// rounded the same way before the write (checked by hand). The deviation is
 /// printed; the bound is below what a wrong row, head or dtype gives (unrelated logits: order
 /// 100%).
 fn f16_cache_deviation(id: &str) {

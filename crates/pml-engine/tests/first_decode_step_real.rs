@@ -6,6 +6,8 @@
 //! rate. Measured in fresh pages the process touches (minor page faults), not in time, so the
 //! check does not depend on the machine's load; the test is alone in its binary because the
 //! count is the whole process's.
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stderr)]
 
 #[cfg(target_os = "linux")]
 #[test]

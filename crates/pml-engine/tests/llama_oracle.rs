@@ -4,6 +4,8 @@
 //! prompts of the registered SmolLM2; PML's full prefill must agree.
 //!
 //! Needs the fetched model; skips (or fails under `PML_REQUIRE_MODELS=1`) without it.
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stderr)]
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};

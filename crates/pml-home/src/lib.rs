@@ -1,8 +1,13 @@
-//! The folder PML keeps its files in (models, the module store, sessions): `$PML_HOME`, else
-//! `$HOME/.cache/pml`. A crate of its own so that model fetching (`pml-models`) and the module
-//! store (`pml-store`) find the same folder without either linking the other.
+//! PML's files: the folder it keeps them in (models, the module store, sessions) — `$PML_HOME`,
+//! else `$HOME/.cache/pml` — and how every one of them is written ([`atomic_write`]: whole or not
+//! at all). A crate of its own so that model fetching (`pml-models`), the module store
+//! (`pml-store`), the engine's layout cache and the server find the same folder and write the
+//! same way without linking each other.
 //!
-//! Architecture invariant: reads two environment variables; depends on nothing.
+//! Architecture invariant: reads two environment variables and writes files; depends on no PML
+//! crate.
+
+pub mod atomic_write;
 
 use std::path::PathBuf;
 

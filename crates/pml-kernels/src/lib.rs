@@ -18,6 +18,9 @@
 //! [`position_mask`]'s masked softmax from a mask tensor), which run on any candle device — CUDA,
 //! and the CPU, where every test run checks them against the native ones.
 
+// The one crate whose code may be `unsafe` (the workspace lints deny it everywhere else).
+#![allow(unsafe_code)]
+
 mod activation;
 #[cfg(test)]
 mod attention_reference;
@@ -78,6 +81,7 @@ pub fn attends_without_scores(queries: &Tensor, segments: &[KvSegment], kernels:
     }
 }
 
+pub use position_mask::AttentionCall;
 #[cfg(any(test, feature = "test-support"))]
 pub use position_mask::flash_and_ops;
 
@@ -126,14 +130,14 @@ pub fn attend(
     let Some((keys, values)) = KvSegment::joined(segments)? else {
         return seeing_nothing(queries);
     };
-    position_mask::attend_by_ops(
+    position_mask::attend_by_ops(AttentionCall {
         queries,
         query_positions,
-        &keys,
-        &values,
+        keys: &keys,
+        values: &values,
         key_positions,
         window,
-    )
+    })
 }
 
 /// [`attend`] with APE's correction over the keys `in_context` marks (one flag per key of

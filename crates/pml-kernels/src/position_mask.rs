@@ -156,52 +156,38 @@ pub(super) fn attention_dtype(device: &Device, queries: DType, cache: DType) -> 
 /// cache, one flash-attention kernel does it all (`flash_attention_cuda`); else on CUDA the
 /// weights come from one masked-softmax kernel over all heads' scores; elsewhere from a mask
 /// tensor.
-pub(super) fn attend_by_ops(
-    queries: &Tensor,
-    query_positions: &[u32],
-    keys: &Tensor,
-    values: &Tensor,
-    key_positions: &[u32],
-    window: Option<usize>,
-) -> Result<Tensor, KernelError> {
-    let call = (
-        queries,
-        query_positions,
-        keys,
-        values,
-        key_positions,
-        window,
-    );
+pub fn attend_by_ops(call: AttentionCall<'_>) -> Result<Tensor, KernelError> {
     match flash(call)? {
         Some(attended) => Ok(attended),
         None => by_ops(call),
     }
 }
 
-/// One attention call's operands: queries, their positions, keys, values, the keys' positions,
-/// the window.
-type Call<'a> = (
-    &'a Tensor,
-    &'a [u32],
-    &'a Tensor,
-    &'a Tensor,
-    &'a [u32],
-    Option<usize>,
-);
+/// One attention call's operands on the candle path: `queries` `(n, n_heads, head_dim)` (already
+/// scaled) at `query_positions` over `keys` and `values` `(n_keys, n_kv_heads, head_dim)` at
+/// `key_positions`, within an optional sliding `window`.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionCall<'a> {
+    pub queries: &'a Tensor,
+    pub query_positions: &'a [u32],
+    pub keys: &'a Tensor,
+    pub values: &'a Tensor,
+    pub key_positions: &'a [u32],
+    pub window: Option<usize>,
+}
 
 /// The flash-attention kernel's result, `None` where it does not apply (off CUDA, an f32
 /// cache, another head size; any build without `cuda`).
-fn flash(call: Call<'_>) -> Result<Option<Tensor>, KernelError> {
+fn flash(call: AttentionCall<'_>) -> Result<Option<Tensor>, KernelError> {
     #[cfg(feature = "cuda")]
     {
-        let (queries, query_positions, keys, values, key_positions, window) = call;
         super::flash_attention_cuda::attend(
-            queries,
-            query_positions,
-            keys,
-            values,
-            key_positions,
-            window,
+            call.queries,
+            call.query_positions,
+            call.keys,
+            call.values,
+            call.key_positions,
+            call.window,
         )
     }
     #[cfg(not(feature = "cuda"))]
@@ -212,52 +198,32 @@ fn flash(call: Call<'_>) -> Result<Option<Tensor>, KernelError> {
 }
 
 /// The ops path: products in [`attention_dtype`], weights from the masked softmax.
-fn by_ops(call: Call<'_>) -> Result<Tensor, KernelError> {
-    let (queries, query_positions, keys, values, key_positions, window) = call;
-    let dtype = attention_dtype(queries.device(), queries.dtype(), keys.dtype());
-    attend_in(
-        dtype,
-        queries,
-        query_positions,
-        keys,
-        values,
-        key_positions,
-        window,
-    )
+fn by_ops(call: AttentionCall<'_>) -> Result<Tensor, KernelError> {
+    let dtype = attention_dtype(
+        call.queries.device(),
+        call.queries.dtype(),
+        call.keys.dtype(),
+    );
+    attend_in(dtype, call)
 }
 
 /// One call's attention both ways on the candle path, for tests: the flash-attention kernel's
 /// (`None` where it does not apply) and the ops path's.
 #[cfg(any(test, feature = "test-support"))]
-pub fn flash_and_ops(
-    queries: &Tensor,
-    query_positions: &[u32],
-    keys: &Tensor,
-    values: &Tensor,
-    key_positions: &[u32],
-    window: Option<usize>,
-) -> Result<(Option<Tensor>, Tensor), KernelError> {
-    let call = (
+pub fn flash_and_ops(call: AttentionCall<'_>) -> Result<(Option<Tensor>, Tensor), KernelError> {
+    Ok((flash(call)?, by_ops(call)?))
+}
+
+/// [`attend_by_ops`] with its products in `dtype`.
+fn attend_in(dtype: DType, call: AttentionCall<'_>) -> Result<Tensor, KernelError> {
+    let AttentionCall {
         queries,
         query_positions,
         keys,
         values,
         key_positions,
         window,
-    );
-    Ok((flash(call)?, by_ops(call)?))
-}
-
-/// [`attend_by_ops`] with its products in `dtype`.
-fn attend_in(
-    dtype: DType,
-    queries: &Tensor,
-    query_positions: &[u32],
-    keys: &Tensor,
-    values: &Tensor,
-    key_positions: &[u32],
-    window: Option<usize>,
-) -> Result<Tensor, KernelError> {
+    } = call;
     let (n_queries, n_heads, _) = queries.dims3()?;
     let (n_keys, n_kv_heads, _) = keys.dims3()?;
     check_shapes(n_queries, n_keys, query_positions, key_positions)?;
@@ -354,14 +320,14 @@ mod tests {
             let query_positions: Vec<u32> = (0..n_queries as u32)
                 .map(|q| if q == 0 { 3 } else { 20 + q })
                 .collect();
-            let by_ops = attend_by_ops(
-                &queries,
-                &query_positions,
-                &keys,
-                &values,
-                &key_positions,
+            let by_ops = attend_by_ops(AttentionCall {
+                queries: &queries,
+                query_positions: &query_positions,
+                keys: &keys,
+                values: &values,
+                key_positions: &key_positions,
                 window,
-            )?;
+            })?;
             // Whole, and in segments (a layer whose first rows are shared): the native kernels
             // read each in place, the candle path joins them.
             for cuts in [vec![], vec![3, 17]] {
@@ -407,23 +373,27 @@ mod tests {
             let positions: Vec<u32> = (0..n as u32).collect();
             let exact = attend_in(
                 DType::F32,
-                &queries,
-                &positions,
-                &keys,
-                &values,
-                &positions,
-                None,
+                AttentionCall {
+                    queries: &queries,
+                    query_positions: &positions,
+                    keys: &keys,
+                    values: &values,
+                    key_positions: &positions,
+                    window: None,
+                },
             )?;
             // Unit roundoff 2^-11 and 2^-8, a few roundings deep; outputs are at most 1.
             for (dtype, tolerance) in [(DType::F16, 4e-3), (DType::BF16, 3e-2)] {
                 let half = attend_in(
                     dtype,
-                    &queries,
-                    &positions,
-                    &keys.to_dtype(dtype)?,
-                    &values.to_dtype(dtype)?,
-                    &positions,
-                    None,
+                    AttentionCall {
+                        queries: &queries,
+                        query_positions: &positions,
+                        keys: &keys.to_dtype(dtype)?,
+                        values: &values.to_dtype(dtype)?,
+                        key_positions: &positions,
+                        window: None,
+                    },
                 )?;
                 assert_eq!(half.dtype(), DType::F32);
                 let difference = (&exact - half)?.abs()?.max_all()?.to_scalar::<f32>()?;

@@ -89,3 +89,9 @@ impl ModelError {
         }
     }
 }
+
+impl From<pml_home::atomic_write::AtomicWriteError> for ModelError {
+    fn from(error: pml_home::atomic_write::AtomicWriteError) -> Self {
+        ModelError::io(error.step, error.path, error.source)
+    }
+}

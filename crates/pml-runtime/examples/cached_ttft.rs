@@ -7,6 +7,8 @@
 //! [STORE_DIR]` — about 23 tokens per sentence with the default model; with STORE_DIR the store
 //! persists, so a second invocation reuses the compiled module and its first `reuse` run reads it
 //! from disk.
+// An example's output is its report.
+#![allow(clippy::print_stdout)]
 
 use std::error::Error;
 use std::time::Instant;

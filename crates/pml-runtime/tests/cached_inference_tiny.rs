@@ -8,6 +8,8 @@
 //! The store keeps states in f16 by default, so most cases here compare within
 //! [`F16_RELATIVE_TOLERANCE`]; the cases that are exact by construction also run with f32 states
 //! ([`Fixture::exact`]) and keep the summation-order tolerance [`RELATIVE_TOLERANCE`].
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stderr)]
 
 mod cached_support;
 

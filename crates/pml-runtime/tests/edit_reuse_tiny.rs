@@ -4,6 +4,8 @@
 //! original layout. Reusing the rows before the change alone is exact; `blend` recomputing
 //! every cached token is `full`; splicing the moved rows without recompute deviates (those rows
 //! attended to the old token).
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stderr)]
 
 mod cached_support;
 

@@ -2,6 +2,8 @@
 //! re-invoked in child mode) encode the same schema into one store at the same moment; a unit
 //! one of them is encoding is waited for and reused by the other (`store::UnitLocks`), so the
 //! units encoded by both add up to the schema's, and both end with every unit.
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stderr)]
 
 mod cached_support;
 

@@ -7,6 +7,8 @@
 //!
 //! The models run on `$PML_DEVICE` with `$PML_KERNELS` (default: the CPU's native kernels), so
 //! scripts/test.sh runs these again on the candle path and scripts/gpu-check.sh on a GPU.
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stdout)]
 
 use candle_core::{DType, Tensor};
 use pml_compiler::chat_template::{ChatTemplate, RoleMarkers, SystemStyle};

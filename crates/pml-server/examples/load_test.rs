@@ -4,7 +4,7 @@
 //! throughput of both phases and their ratio, and time-to-first-token percentiles (measured by
 //! the clients: request sent → first streamed token).
 //!
-//! With `--long-tokens N` (issue #19's bounded load test) it then measures what a long plain
+//! With `--long-tokens N` (a bounded load test) it then measures what a long plain
 //! prompt does to everyone else: the long prompt's TTFT alone; `--clients` clients at once, one
 //! sending another long prompt and the others short PML prompts (their TTFT p95 against the long
 //! prompt's alone); a prompt past the context (status and time); and a client that abandons a
@@ -14,6 +14,8 @@
 //! `cargo run --release -p pml-server --example load_test -- [--clients 16] [--requests 4]
 //!  [--max-tokens 32] [--max-batch 16] [--long-tokens 3000]`
 //! (`--requests` is per client; the single-client phase runs `--requests * 2` requests.)
+// An example's output is its report.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

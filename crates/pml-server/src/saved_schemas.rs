@@ -6,10 +6,10 @@
 //! form come back.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use pml_compiler::{ReadFileError, read_regular_file};
+use pml_home::atomic_write::write_atomically;
 use sha2::{Digest, Sha256};
 
 /// The longest file name (without `.pml`) a schema is saved under. File systems cap a name at 255
@@ -46,15 +46,7 @@ impl SavedSchemas {
 
     /// Saves `source` as schema `name`, replacing an earlier one whole or not at all.
     pub fn save(&self, name: &str, source: &str) -> std::io::Result<()> {
-        fs::create_dir_all(&self.folder)?;
-        let mut temp = tempfile::Builder::new()
-            .prefix(".tmp-")
-            .tempfile_in(&self.folder)?;
-        temp.write_all(source.as_bytes())?;
-        temp.as_file().sync_all()?;
-        temp.persist(self.path_of(name))
-            .map_err(|error| error.error)?;
-        Ok(())
+        Ok(write_atomically(&self.path_of(name), source.as_bytes())?)
     }
 
     /// Forgets schema `name` (nothing to do when it was never saved).

@@ -11,6 +11,8 @@
 //! Node (`openai` from npm): `tests/openai_client_node.cjs`, tools on chat and the Responses API.
 //! Skipped with a message when the model or a client is missing, unless `PML_REQUIRE_OPENAI=1`
 //! (the test command sets it after installing the clients).
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stderr)]
 
 mod support;
 

@@ -6,6 +6,8 @@
 //! coloured strips of tokens, and leaves a screenshot (`$PML_PLAYGROUND_SCREENSHOT`, else a
 //! temporary file). Skipped with a message when the model, Chromium or playwright-core is missing,
 //! unless `PML_REQUIRE_BROWSER=1` (the test command sets it after installing them).
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stderr)]
 
 mod support;
 

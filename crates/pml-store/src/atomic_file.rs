@@ -1,48 +1,23 @@
-//! Atomic file replacement: write a temporary file in the target's directory, fsync it, rename it
-//! over the target, fsync the directory. Readers see the old file or the whole new one, never a
-//! prefix; two processes writing the same path at once each rename a complete file, and the last
-//! rename wins. A failed write removes its temporary file (dropping `NamedTempFile` deletes it).
+//! The store's files are written whole or not at all (`pml_home::atomic_write`), and the
+//! temporary files a crashed writer left behind are swept.
 
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+use pml_home::atomic_write::{self, AtomicWriteError, is_temporary};
+
 use super::StoreError;
 
-/// Prefix of temporary files, so directory scans can tell them from entries.
-pub(super) const TEMP_PREFIX: &str = ".tmp-";
+impl From<AtomicWriteError> for StoreError {
+    fn from(error: AtomicWriteError) -> Self {
+        StoreError::io(error.step, error.path, error.source)
+    }
+}
 
 /// Replaces `path` with `bytes`, creating its directory if needed.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let dir = path
-        .parent()
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(|error| StoreError::io("create directory", dir, error))?;
-    let mut temp = tempfile::Builder::new()
-        .prefix(TEMP_PREFIX)
-        .tempfile_in(dir)
-        .map_err(|error| StoreError::io("create a temporary file in", dir, error))?;
-    temp.write_all(bytes)
-        .map_err(|error| StoreError::io("write", temp.path(), error))?;
-    // Temporary files start private; entries are shared with other users' serving processes.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        temp.as_file()
-            .set_permissions(fs::Permissions::from_mode(0o644))
-            .map_err(|error| StoreError::io("set permissions of", temp.path(), error))?;
-    }
-    temp.as_file()
-        .sync_all()
-        .map_err(|error| StoreError::io("sync", temp.path(), error))?;
-    temp.persist(path)
-        .map_err(|error| StoreError::io("rename a temporary file to", path, error.error))?;
-    // The rename is durable only once the directory entry is on disk.
-    File::open(dir)
-        .and_then(|directory| directory.sync_all())
-        .map_err(|error| StoreError::io("sync directory", dir, error))
+    Ok(atomic_write::write_atomically(path, bytes)?)
 }
 
 /// Removes temporary files older than `older_than` under `dir` (recursively): what a writer that
@@ -74,7 +49,7 @@ pub(super) fn remove_stale_temporaries(
                 pending.push(path);
                 continue;
             }
-            let is_temporary = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
+            let is_temporary = is_temporary(&entry.file_name().to_string_lossy());
             let age = metadata
                 .modified()
                 .ok()

@@ -179,6 +179,8 @@ impl DiskTier {
                 "truncated: only {len} bytes"
             )));
         }
+        // The one `unsafe` outside pml-kernels (named in docs/architecture.md).
+        #[allow(unsafe_code)]
         // SAFETY: a map is only sound while no one changes the file under it. Entry files are
         // never written in place: a put writes a temporary file and renames it over the entry
         // (`write_atomically`), and eviction and corruption handling unlink it; either leaves

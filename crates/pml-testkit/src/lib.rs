@@ -1,10 +1,12 @@
-//! What the tests (and `pml bench`) need from outside the code under test, in one crate that no
-//! shipped library links: a fetched model's path or a skip ([`fetched_model`]), the switch that
+//! What the tests (and `pml bench`) need from outside the code under test, in one crate that only
+//! `pml-bench` links outside tests: a fetched model's path or a skip ([`fetched_model`]), the switch that
 //! turns such skips into failures ([`models_required`]), a throwaway `redis-server`
 //! ([`redis_server`]), child test processes that start together ([`child_process`]) and the
 //! built binaries run with a given stdin ([`cli`]).
 //!
-//! Test-only: its functions panic where a test must not go on.
+//! Test-only: its functions panic where a test must not go on, and tell the test's output what
+//! they skipped or started.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod child_process;
 pub mod cli;

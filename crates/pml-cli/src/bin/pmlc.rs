@@ -1,5 +1,7 @@
 //! `pmlc`: check PML schemas and prompts, compile schemas into the module store, and explain
 //! diagnostic codes.
+// A binary: printing is its job (the libraries log through `tracing`).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use clap::{Parser, Subcommand};
 use pml_commands::check_command::{CheckOptions, ColorChoice, EXIT_USAGE, OutputFormat, run_check};

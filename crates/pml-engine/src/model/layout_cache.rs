@@ -186,7 +186,7 @@ impl LayoutCache {
         let writer = std::thread::Builder::new()
             .name("pml-layout-cache".to_string())
             .spawn(move || {
-                let result = write_file(&self.dir, &self.path, &self.layouts);
+                let result = write_file(&self.path, &self.layouts);
                 self.finished(result);
             });
         match writer {

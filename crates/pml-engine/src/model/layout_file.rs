@@ -158,13 +158,11 @@ fn dtype_named(name: &str) -> Option<GgmlDType> {
 /// A table entry's fields (name, stored type, kind, shape) and the bytes it describes.
 type Described<'a> = (&'a String, GgmlDType, String, [usize; 3], &'a [u8]);
 
-/// Writes every layout to a temporary file in `dir`, syncs it and renames it to `path`.
+/// Writes every layout to `path`, whole or not at all (`pml_home::atomic_write`).
 pub fn write_file(
-    dir: &Path,
     path: &Path,
     layouts: &[(String, GgmlDType, CachedLayout)],
 ) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
     let described: Vec<Described> = layouts
         .iter()
         .map(|(name, stored_dtype, layout)| match layout {
@@ -229,15 +227,8 @@ pub fn write_file(
         .map(|(&offset, (.., bytes))| (offset, *bytes))
         .collect();
 
-    let temporary = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name()
-            .and_then(|name| name.to_str())
-            .unwrap_or("layout"),
-        std::process::id()
-    ));
-    let written = (|| {
-        let mut out = BufWriter::with_capacity(1 << 20, File::create(&temporary)?);
+    pml_home::atomic_write::replace_with(path, |file| -> std::io::Result<()> {
+        let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(&table)?;
         let mut at = table.len() as u64;
         for (offset, bytes) in placed {
@@ -245,14 +236,8 @@ pub fn write_file(
             out.write_all(bytes)?;
             at = offset + bytes.len() as u64;
         }
-        let file = out.into_inner().map_err(|error| error.into_error())?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    written
+        out.flush()
+    })
 }
 
 fn write_zeros(out: &mut impl Write, mut n: u64) -> std::io::Result<()> {

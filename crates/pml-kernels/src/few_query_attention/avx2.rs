@@ -11,11 +11,34 @@ use half::f16;
 use super::ItemShape;
 use super::KvRows;
 
-/// Whether [`attend_item`] takes these rows.
-pub(super) fn handles(shape: &ItemShape, keys: KvRows, values: KvRows) -> bool {
-    shape.head_dim.is_multiple_of(8)
-        && matches!(keys, KvRows::F32(_) | KvRows::F16(_))
-        && matches!(values, KvRows::F32(_) | KvRows::F16(_))
+/// Rows this kernel reads: f32, or f16 widened by F16C (bf16 rows go to the portable kernel).
+#[derive(Clone, Copy)]
+pub(super) enum Rows<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+}
+
+impl<'a> Rows<'a> {
+    fn of(rows: KvRows<'a>) -> Option<Self> {
+        match rows {
+            KvRows::F32(rows) => Some(Rows::F32(rows)),
+            KvRows::F16(rows) => Some(Rows::F16(rows)),
+            KvRows::Bf16(_) => None,
+        }
+    }
+}
+
+/// The keys and values [`attend_item`] takes, where it takes these (a head size that is a
+/// multiple of 8, f32 or f16 rows).
+pub(super) fn handles<'a>(
+    shape: &ItemShape,
+    keys: KvRows<'a>,
+    values: KvRows<'a>,
+) -> Option<(Rows<'a>, Rows<'a>)> {
+    if !shape.head_dim.is_multiple_of(8) {
+        return None;
+    }
+    Some((Rows::of(keys)?, Rows::of(values)?))
 }
 
 /// Eight cache elements widened to f32.
@@ -47,12 +70,12 @@ impl Load8 for f16 {
 /// One item (see [`ItemShape`] for `out`).
 ///
 /// # Safety
-/// The CPU must have AVX2, FMA and F16C, and [`handles`] must be true of `shape` and the rows.
+/// The CPU must have AVX2, FMA and F16C, and the rows must be those [`handles`] gave for `shape`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn attend_item(
     shape: &ItemShape,
     queries: &[f32],
-    (keys, values): (KvRows, KvRows),
+    (keys, values): (Rows, Rows),
     visible: &[u32],
     scores: &mut Vec<f32>,
     out: &mut [f32],
@@ -60,28 +83,22 @@ pub(super) unsafe fn attend_item(
     let n = visible.len();
     scores.clear();
     scores.resize(shape.group * n, 0.0);
-    // SAFETY (all four calls): the caller's CPU has the features, `handles` checked the head
-    // size, and every row is cut from its slice by `ItemShape::row` (bounds-checked).
+    // SAFETY: the caller's CPU has the features, `handles` checked the head size, and every row
+    // is cut from its slice by `ItemShape::row` (bounds-checked).
     unsafe {
         match keys {
-            KvRows::F32(k) => fill_scores(shape, queries, k, visible, scores),
-            KvRows::F16(k) => fill_scores(shape, queries, k, visible, scores),
-            KvRows::Bf16(_) => unreachable_rows(),
+            Rows::F32(k) => fill_scores(shape, queries, k, visible, scores),
+            Rows::F16(k) => fill_scores(shape, queries, k, visible, scores),
         }
     }
     shape.softmax_numerators(scores, n, out);
+    // SAFETY: as for the scores: the features, the head size, rows cut by `ItemShape::row`.
     unsafe {
         match values {
-            KvRows::F32(v) => accumulate(shape, v, visible, scores, out),
-            KvRows::F16(v) => accumulate(shape, v, visible, scores, out),
-            KvRows::Bf16(_) => unreachable_rows(),
+            Rows::F32(v) => accumulate(shape, v, visible, scores, out),
+            Rows::F16(v) => accumulate(shape, v, visible, scores, out),
         }
     }
-}
-
-/// `handles` refuses bf16 rows, so the dispatch never gets here; doing nothing leaves zeros.
-fn unreachable_rows() {
-    debug_assert!(false, "bf16 rows reached the AVX2 item kernel");
 }
 
 /// `scores[h * n + j] = q_h · k_{visible[j]}`.
@@ -177,17 +194,19 @@ unsafe fn accumulate<T: Load8>(
         let head_out = &mut head_out[2..];
         let weights = &weights[h * n..][..n];
         let mut at = 0;
-        // SAFETY (the three loops): each block ends within `d`, the length of `head_out` and
-        // of every row.
+        // Each loop's blocks end within `d`, the length of `head_out` and of every row.
         while at + 64 <= d {
+            // SAFETY: `at + 64 <= d` (eight blocks of eight lanes).
             unsafe { accumulate_lanes::<8, T>(shape, values, visible, weights, at, head_out) };
             at += 64;
         }
         while at + 32 <= d {
+            // SAFETY: `at + 32 <= d` (four blocks of eight lanes).
             unsafe { accumulate_lanes::<4, T>(shape, values, visible, weights, at, head_out) };
             at += 32;
         }
         while at + 8 <= d {
+            // SAFETY: `at + 8 <= d` (one block of eight lanes).
             unsafe { accumulate_lanes::<1, T>(shape, values, visible, weights, at, head_out) };
             at += 8;
         }

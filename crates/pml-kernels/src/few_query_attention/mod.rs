@@ -243,10 +243,13 @@ fn run_kernel(
     cut: Cut,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if !cut.portable && super::cpu_features::avx2() && avx2::handles(shape, kv.0, kv.1) {
+    if !cut.portable
+        && super::cpu_features::avx2()
+        && let Some(rows) = avx2::handles(shape, kv.0, kv.1)
+    {
         // SAFETY: `cpu_features::avx2` is true only where avx2, fma and f16c were detected at
-        // run time, and `handles` accepted the head size and the rows' dtypes.
-        return unsafe { avx2::attend_item(shape, queries, kv, visible, scores, out) };
+        // run time, and `handles` accepted the head size and gave the rows.
+        return unsafe { avx2::attend_item(shape, queries, rows, visible, scores, out) };
     }
     let _ = cut.portable;
     rows::attend_item_portable(shape, queries, kv, visible, scores, out);

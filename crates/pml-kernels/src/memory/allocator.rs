@@ -14,9 +14,8 @@ const TRIM_THRESHOLD: i32 = 1 << 30;
 
 /// Has the allocator keep freed buffers for reuse: blocks up to 32 MiB from the heap instead of
 /// their own mappings, and up to 1 GiB of freed heap kept. Process-wide; binaries call it once
-/// at start (a library never does). Measured: `pml bench engine --model gemma3-270m --sizes 512`
-/// 830 → 1142 tok/s (docs/results/history.md, "The allocator"). `false` where the C library is
-/// not glibc (nothing changed) or refused a value.
+/// at start (a library never does); `pml bench engine` shows what it is worth on a machine.
+/// `false` where the C library is not glibc (nothing changed) or refused a value.
 pub fn keep_freed_memory() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {

@@ -85,9 +85,10 @@ pub(super) unsafe fn weigh_rows<const ROWS: usize>(
         out.len()
     );
     let mut at = 0;
-    // SAFETY (both loops): `at + 8 * W <= d`, the contract of `lanes`, whose other bounds were
+    // Both loops keep `at + 8 * W <= d`, the contract of `lanes`, whose other bounds were
     // checked above.
     while at + 16 <= d {
+        // SAFETY: `at + 16 <= d` (W = 2).
         unsafe {
             lanes::<ROWS, 2>(
                 (weights, width, n),
@@ -100,6 +101,7 @@ pub(super) unsafe fn weigh_rows<const ROWS: usize>(
         at += 16;
     }
     while at + 8 <= d {
+        // SAFETY: `at + 8 <= d` (W = 1).
         unsafe {
             lanes::<ROWS, 1>(
                 (weights, width, n),

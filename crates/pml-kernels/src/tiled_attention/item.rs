@@ -200,7 +200,7 @@ fn score_tile(portable: bool, queries: &[f32], panels: &[f32], d: usize, scores:
     #[cfg(target_arch = "x86_64")]
     if !portable && super::super::cpu_features::avx2() {
         use super::avx2::score_rows;
-        // SAFETY (every arm): `cpu_features::avx2` is true only where avx2 and fma were
+        // SAFETY: in every arm, `cpu_features::avx2` is true only where avx2 and fma were
         // detected at run time; `score_rows` checks its slices' lengths itself.
         unsafe {
             match queries.len() / d.max(1) {
@@ -230,7 +230,7 @@ fn weigh_tile(
     #[cfg(target_arch = "x86_64")]
     if !portable && d.is_multiple_of(8) && super::super::cpu_features::avx2() {
         use super::avx2::weigh_rows;
-        // SAFETY (every arm): as in `score_tile`; `weigh_rows` checks the lengths and the
+        // SAFETY: in every arm, as in `score_tile`; `weigh_rows` checks the lengths and the
         // head size.
         unsafe {
             match weights.0.len() / weights.1.max(1) {

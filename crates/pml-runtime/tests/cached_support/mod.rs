@@ -1,7 +1,8 @@
 //! Shared helpers of the cached-inference tests: a builder that lays units out on positions the
 //! way the compiler does (so tests need not wait for it), prompt binding by hand, and tensor
 //! comparisons.
-
+// The test reports what it measured or skipped.
+#![allow(clippy::print_stderr)]
 #![allow(dead_code)]
 
 use candle_core::{DType, Tensor};

@@ -1,6 +1,8 @@
 //! `pml`: run prompts, generate, serve, bench. Each subcommand lives in its own module under
 //! `commands/` beside it (`bench` and `eval` in the `pml-bench` crate); this file only parses the
 //! command line and dispatches.
+// A binary: printing is its job (the libraries log through `tracing`).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod commands;
 
