@@ -67,7 +67,7 @@ for index, (status, ttft, total, usage, error) in enumerate(results):
     print(f"request {index:2}: status {status}, prompt {prompt} tokens, "
           f"TTFT {ttft or 0:.1f} s, total {total:.1f} s{'' if done else f', error {error}'}")
 gauges = pml_metrics.read(port, ("pml_kv_", "pml_requests_total"))
-budget = gauges.get("pml_kv_budget_bytes", 0)
+budget = gauges.get("pml_kv_pool_bytes", 0)
 peak = gauges.get("pml_kv_resident_peak_bytes", 0)
 prompt_tokens = sum(r[3]["prompt_tokens"] for r in results if r[3])
 print(f"{ok}/{clients} finished in {wall:.0f} s; {prompt_tokens} prompt tokens in all")

@@ -466,8 +466,8 @@ fn empty_and_malformed_calls_are_errors() {
 
 #[test]
 fn long_calls_attending_in_query_chunks_match_two_short_calls() {
-    // 1100 tokens x 4 heads x 1100 keys exceeds the engine's per-step score budget (4M), so
-    // the one-call pass splits its queries; the two calls below stay under it.
+    // 1100 tokens x 4 heads x 1100 keys exceeds the most attention scores the engine materialises
+    // at once (4M), so the one-call pass splits its queries; the two calls below stay under it.
     let model = model(Arch::Qwen2);
     let tokens = random_tokens(1100, 12);
     let positions: Vec<u32> = (0..1100).collect();

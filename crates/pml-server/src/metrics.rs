@@ -113,9 +113,9 @@ pub struct Metrics {
     /// Other requests for the engine (uploads, deletions, tokenizing) not yet handled.
     pub control_queue_depth: AtomicUsize,
     pub active_sequences: AtomicUsize,
-    /// `--kv-cache-mib` in bytes (0: no budget), the KV reserved for the admitted sequences, the
-    /// bytes their caches hold now, and the most they held at any step.
-    pub kv_budget_bytes: AtomicUsize,
+    /// The KV pool, `--kv-cache-mib` in bytes (0: no limit), the KV reserved for the admitted
+    /// sequences, the bytes their caches hold now, and the most they held at any step.
+    pub kv_pool_bytes: AtomicUsize,
     pub kv_reserved_bytes: AtomicUsize,
     pub kv_resident_bytes: AtomicUsize,
     pub kv_resident_peak_bytes: AtomicUsize,
@@ -223,9 +223,9 @@ impl Metrics {
                 &self.active_sequences,
             ),
             (
-                "pml_kv_budget_bytes",
-                "KV cache budget of the sequences (--kv-cache-mib; 0: none).",
-                &self.kv_budget_bytes,
+                "pml_kv_pool_bytes",
+                "KV pool the sequences share (--kv-cache-mib; 0: no limit).",
+                &self.kv_pool_bytes,
             ),
             (
                 "pml_kv_reserved_bytes",

@@ -38,7 +38,7 @@ fn completions_wait_for_kv_room_and_all_finish_within_the_budget() {
         kv_cache_bytes: Some(budget),
         ..ServerConfig::default()
     });
-    assert_eq!(server.metric("pml_kv_budget_bytes"), budget as f64);
+    assert_eq!(server.metric("pml_kv_pool_bytes"), budget as f64);
     let url = server.url("/v1/completions");
     let start = Barrier::new(prompts.len());
     let answers: Vec<(u16, String)> = std::thread::scope(|scope| {

@@ -336,7 +336,7 @@ async function refreshGauges() {
     const response = await fetch("/metrics");
     const metrics = parseMetrics(await response.text());
     const mib = (bytes) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
-    const budget = metrics.pml_kv_budget_bytes;
+    const budget = metrics.pml_kv_pool_bytes;
     $("#gauge-kv").textContent =
       mib(metrics.pml_kv_resident_bytes || 0) + (budget ? ` of ${mib(budget)}` : "");
     const queries = metrics.pml_prefix_cache_queries_total || 0;

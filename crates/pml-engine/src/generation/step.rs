@@ -1,7 +1,7 @@
 //! One sequence's decoding state, advanced one sampled token at a time: sampler, stop strings,
-//! incremental detokenizer and the token budget. [`super::Generator`] drives it for one sequence
-//! with a forward pass per token; a server's scheduler drives many of them from one batched pass,
-//! so both stop, stream and count tokens identically.
+//! incremental detokenizer and the answer's length limit. [`super::Generator`] drives it for one
+//! sequence with a forward pass per token; a server's scheduler drives many of them from one
+//! batched pass, so both stop, stream and count tokens identically.
 
 use crate::tokenizer::Tokenizer;
 

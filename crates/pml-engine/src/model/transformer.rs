@@ -29,19 +29,19 @@ pub const ACTIVATION_DTYPE: DType = DType::F32;
 
 /// Most attention scores one step materialises on the CPU (16 MiB of f32): long prefills attend
 /// in chunks of queries, which keeps the scores in cache and avoids huge short-lived allocations.
-const ATTENTION_SCORE_BUDGET: usize = 1 << 22;
+const MAX_ATTENTION_SCORES: usize = 1 << 22;
 
 /// The same off the CPU (512 MiB of f32): a GPU has no cache to keep them in, and every chunk
 /// costs kernel launches, so a 4k-token prefill of a small model attends in one piece (measured
 /// on an H200, SmolLM2, 4096 tokens: 36 chunks a layer took 790 ms of TTFT).
-const DEVICE_ATTENTION_SCORE_BUDGET: usize = 1 << 27;
+const MAX_DEVICE_ATTENTION_SCORES: usize = 1 << 27;
 
 /// Attention scores one chunk of queries may materialise on `device`.
-fn attention_score_budget(device: &Device) -> usize {
+fn max_attention_scores(device: &Device) -> usize {
     if device.is_cpu() {
-        ATTENTION_SCORE_BUDGET
+        MAX_ATTENTION_SCORES
     } else {
-        DEVICE_ATTENTION_SCORE_BUDGET
+        MAX_DEVICE_ATTENTION_SCORES
     }
 }
 
@@ -286,13 +286,13 @@ impl Attention {
         Ok((keys, values))
     }
 
-    /// softmax(q k^T under the position mask) v for queries `(n, n_heads, head_dim)` at `query_positions` over
-    /// cached keys and values, the rows of `segments` one after another (`(rows, n_kv_heads,
-    /// head_dim)` each, [`crate::kv_cache::LayerKv::segments`]) at `key_positions`; returns
-    /// `(n, n_heads * head_dim)`. Long calls go in chunks of queries so the scores of one chunk
-    /// stay within [`attention_score_budget`] (in one piece where attention materialises no
-    /// scores: CUDA's flash kernel); each chunk multiplies only the slots that can be visible
-    /// to it. With `parallel`, the rows it names are re-weighted as parallel contexts
+    /// softmax(q k^T under the position mask) v for queries `(n, n_heads, head_dim)` at
+    /// `query_positions` over cached keys and values, the rows of `segments` one after another
+    /// (`(rows, n_kv_heads, head_dim)` each, [`crate::kv_cache::LayerKv::segments`]) at
+    /// `key_positions`; returns `(n, n_heads * head_dim)`. Long calls go in chunks of queries so
+    /// the scores of one chunk stay within [`max_attention_scores`] (in one piece where attention
+    /// materialises no scores: CUDA's flash kernel); each chunk multiplies only the slots that can
+    /// be visible to it. With `parallel`, the rows it names are re-weighted as parallel contexts
     /// ([`kernels::attend_parallel`]).
     pub(crate) fn attend(
         &self,
@@ -307,7 +307,7 @@ impl Attention {
         let chunk = if kernels::attends_without_scores(queries, segments, self.kernels) {
             n_queries.max(1)
         } else {
-            (attention_score_budget(queries.device()) / scores_per_query.max(1)).max(1)
+            (max_attention_scores(queries.device()) / scores_per_query.max(1)).max(1)
         };
         let mut outputs = Vec::with_capacity(n_queries.div_ceil(chunk));
         for start in (0..n_queries).step_by(chunk) {
@@ -374,8 +374,8 @@ impl Attention {
     ) -> Result<(), EngineError> {
         let n_queries = queries.dim(0)?;
         let n_keys = keys.dim(0)?;
-        let budget = attention_score_budget(queries.device());
-        let chunk = (budget / (self.n_heads * n_keys).max(1)).max(1);
+        let most = max_attention_scores(queries.device());
+        let chunk = (most / (self.n_heads * n_keys).max(1)).max(1);
         // (n_kv_heads, n_keys, head_dim)
         let keys = pml_kernels::heads_major(keys)?.contiguous()?;
         for start in (0..n_queries).step_by(chunk) {

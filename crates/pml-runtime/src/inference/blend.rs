@@ -26,11 +26,12 @@
 //! the layers already computed.
 //!
 //! The spliced rows of a layer are placed right before the layer reads them
-//! ([`super::layer_feed`]): spliced up front, or streamed from a slow tier by a loader thread
-//! while the probe and the recompute run. With `--recompute auto` the fraction is chosen after the
-//! probe by the loading controller ([`super::controller`]) from the probe's time per token-layer
-//! and the measured time to load a layer (or from the costs the options declare). Ranking by attention places every later layer before
-//! the recompute starts, so a streamed load then overlaps only the probe and that pass.
+//! ([`super::layer_feed`]): spliced up front, or streamed from a slow tier by a loader thread while
+//! the probe and the recompute run. With `--recompute auto` the fraction is chosen after the probe
+//! by the loading controller ([`super::controller`]) from the probe's time per token-layer and the
+//! measured time to load a layer (or from the costs the options declare). Ranking by attention
+//! places every later layer before the recompute starts, so a streamed load then overlaps only the
+//! probe and that pass.
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -524,8 +525,9 @@ fn nothing_to_repair(probe: &Probe, n_cached: usize, check_layer: usize) -> bool
 /// computed, up to summation order, because it sits after the same tokens it was encoded after
 /// (the always-present prefix, a module imported where it was encoded). Recomputing such a row
 /// changes nothing, so every ranking puts it last; the attention ranking would otherwise spend a
-/// good part of the budget on it, since the prefix and the first document draw much attention
-/// (on HotpotQA about 12% of the cached rows are exact and drew 18% of the attention picks).
+/// good part of the rows it recomputes on it, since the prefix and the first document draw much
+/// attention (on HotpotQA about 12% of the cached rows are exact and drew 18% of the attention
+/// picks).
 fn exact_deviation(cached_deviation: &[f32]) -> f32 {
     let largest = cached_deviation.iter().copied().fold(0f32, f32::max);
     largest * EXACT_RELATIVE_DEVIATION

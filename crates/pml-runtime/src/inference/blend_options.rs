@@ -112,7 +112,7 @@ pub enum Selection {
     Mixed,
     /// EPIC's LegoLink before `AttentionValue`: the first [`HEAD_ROWS`] rows of every cached
     /// span that does not start the prompt come first — where a module's encoding began without
-    /// the text now before it — and the rest of the budget goes by `AttentionValue`.
+    /// the text now before it — and the rest of the rows to recompute go by `AttentionValue`.
     Heads,
 }
 

@@ -145,7 +145,7 @@ impl From<JobError> for ApiError {
             JobError::Context(_) => {
                 ApiError::bad_request(message).with_code("context_length_exceeded")
             }
-            JobError::OverKvBudget { .. } => {
+            JobError::OverKvPool { .. } => {
                 ApiError::bad_request(message).with_code("kv_cache_budget_exceeded")
             }
             JobError::BadRequest(_) => ApiError::bad_request(message),

@@ -5,7 +5,7 @@
 //! - [`schema_compile`]: laying uploaded schemas out and encoding them, one per engine step.
 //! - [`admission`]: completions waiting for room in the batch, and the ones refused instead.
 //! - [`scheduler`]: the engine loop — one forward pass a step for decoding tokens and prompt
-//!   chunks under a token budget, admission under the KV budget, timeouts and cancellation.
+//!   chunks of a step's tokens, admission within the KV pool, timeouts and cancellation.
 //! - [`prefill`]: a prompt's prefill, prepared, started and advanced in chunks.
 //! - [`prompt_rows`]: a PML prompt's tokens and how each was obtained (reused, recomputed, new).
 //! - [`sequence`]: one completion between decode steps; a PML prompt's prefill.
@@ -238,15 +238,15 @@ pub enum JobError {
     Context(pml_runtime::inference::ContextError),
     #[error(
         "the prompt and max_tokens need {} MiB of KV cache ({slots} slots for each of {width} \
-         choice(s)); this server's budget is {} MiB (--kv-cache-mib)",
+         choice(s)); this server's KV pool is {} MiB (--kv-cache-mib)",
         needed.div_ceil(1 << 20),
-        budget >> 20
+        pool >> 20
     )]
-    OverKvBudget {
+    OverKvPool {
         slots: usize,
         width: usize,
         needed: usize,
-        budget: usize,
+        pool: usize,
     },
     /// Logged when it was made; the client hears only the incident's number.
     #[error("the engine failed: {0}")]
@@ -428,7 +428,7 @@ pub fn spawn(
     let settings = scheduler::SchedulerSettings::of(config);
     // Published before the server answers anything, not when the engine thread gets to it.
     metrics
-        .kv_budget_bytes
+        .kv_pool_bytes
         .store(settings.kv_cache_bytes.unwrap_or(0), Ordering::Relaxed);
     let prefix_cache = prefix_cache(&runtime, config)?;
     let thread = std::thread::Builder::new()

@@ -2,8 +2,8 @@
 //! bound to its schema, either checked against the context, which tells the KV its sequences
 //! reserve — then started once the reservation fits — a plain prompt's longest cached prefix
 //! spliced from the prefix cache, a PML prompt's cached modules spliced in its mode (mode
-//! `blend` runs whole there: its layer-wise recompute is one pass) — then advanced by at most the step's
-//! token budget at a time, so a long prompt never holds the engine longer than one chunk: running
+//! `blend` runs whole there: its layer-wise recompute is one pass) — then advanced by at most the
+//! step's tokens at a time, so a long prompt never holds the engine longer than one chunk: running
 //! streams decode in between, and a client that leaves or a shutdown is noticed between chunks.
 
 use std::borrow::Cow;

@@ -257,11 +257,11 @@ impl<'r> Scheduler<'r> {
                 let (slots, width) = (prepared.slots, prepared.job.width());
                 let needed = slots * width * self.slot_bytes;
                 if needed > pool {
-                    let error = JobError::OverKvBudget {
+                    let error = JobError::OverKvPool {
                         slots,
                         width,
                         needed,
-                        budget: pool,
+                        pool,
                     };
                     fail(prepared.job, error, &self.metrics);
                     continue;
