@@ -372,97 +372,25 @@ impl ModuleState {
         checksum::verify(bytes)?;
         let tensors = SafeTensors::deserialize(bytes)
             .map_err(|error| malformed(format!("bad safetensors file: {error}")))?;
-        let kind_name = metadata.get("kind")?;
-        let layer = match metadata.0.get("layer") {
-            Some(_) => Some(
-                u16::try_from(metadata.get_usize("layer")?)
-                    .map_err(|_| malformed("layer index out of range".into()))?,
-            ),
-            None => None,
-        };
-        let keep = match metadata.0.get("keep_per_mille") {
-            Some(_) => Some(
-                u16::try_from(metadata.get_usize("keep_per_mille")?)
-                    .map_err(|_| malformed("keep fraction out of range".into()))?,
-            ),
-            None => None,
-        };
-        let kind = StateKind::parse(kind_name, layer, keep)
-            .ok_or_else(|| malformed(format!("holds unknown `{kind_name}` state")))?;
-        let layout = &spec.layout;
-        let fingerprint = metadata.get("model_fingerprint")?;
-        if fingerprint != spec.model_fingerprint {
-            return Err(StoreError::mismatch(
-                "model",
-                &spec.model_fingerprint,
-                fingerprint,
-            ));
-        }
-        let kv_dtype = metadata.get("kv_dtype")?;
-        if kv_dtype != layout.dtype.as_str() {
-            return Err(StoreError::mismatch(
-                "KV dtype",
-                layout.dtype.as_str(),
-                kv_dtype,
-            ));
-        }
-        let dtype = metadata.get("dtype")?;
-        if dtype != spec.state_dtype.as_str() {
-            return Err(StoreError::mismatch(
-                "state dtype",
-                spec.state_dtype.as_str(),
-                dtype,
-            ));
-        }
-        let found_layout = [
-            metadata.get_usize("n_layers")?,
-            metadata.get_usize("n_kv_heads")?,
-            metadata.get_usize("head_dim")?,
-        ];
-        let expected_layout = [layout.n_layers, layout.n_kv_heads, layout.head_dim];
-        if found_layout != expected_layout {
-            return Err(StoreError::mismatch(
-                "KV layout (layers, kv heads, head dim)",
-                format!("{expected_layout:?}"),
-                format!("{found_layout:?}"),
-            ));
-        }
-        let stored_key = metadata.get("key")?;
-        if stored_key != key.as_str() {
-            return Err(malformed(format!("holds key {stored_key}, expected {key}")));
-        }
+        let kind = metadata.kind()?;
+        metadata.check_written_for(key, spec)?;
         let n_tokens = metadata.get_usize("n_tokens")?;
 
-        if kind
-            .layer()
-            .is_some_and(|layer_idx| layer_idx >= layout.n_layers)
+        let layout = &spec.layout;
+        if let Some(layer_idx) = kind.layer()
+            && layer_idx >= layout.n_layers
         {
-            return Err(malformed(format!("layer {layer:?} of {}", layout.n_layers)));
+            return Err(malformed(format!(
+                "layer {layer_idx} of {}",
+                layout.n_layers
+            )));
         }
         let layer_ids = Self::kv_layers(kind, layout);
         let hidden_name = match kind {
             StateKind::HiddenLayer(layer_idx) => Some(format!("layers.{layer_idx}.hidden")),
             _ => None,
         };
-        let expected_names: HashSet<String> = layer_ids
-            .iter()
-            .flat_map(|layer_idx| {
-                [
-                    format!("layers.{layer_idx}.k"),
-                    format!("layers.{layer_idx}.v"),
-                ]
-            })
-            .chain(hidden_name.clone())
-            .chain(["tokens".to_string(), "positions".to_string()])
-            .collect();
-        let names: HashSet<String> = tensors.names().into_iter().map(str::to_string).collect();
-        if names != expected_names {
-            let mut unexpected: Vec<_> = names.symmetric_difference(&expected_names).collect();
-            unexpected.sort();
-            return Err(malformed(format!(
-                "tensor names differ from the format: {unexpected:?}"
-            )));
-        }
+        check_names(&tensors, &layer_ids, hidden_name.as_deref())?;
         let tokens = read_u32s(&tensors, "tokens", n_tokens)?;
         let positions = read_u32s(&tensors, "positions", n_tokens)?;
         let row_shape = [n_tokens, layout.n_kv_heads, layout.head_dim];
@@ -501,10 +429,110 @@ impl ModuleState {
     }
 }
 
+/// Whether the file holds exactly the tensors of its kind: K and V of `layer_ids`, the hidden
+/// states where it has them, tokens and positions.
+fn check_names(
+    tensors: &SafeTensors<'_>,
+    layer_ids: &[usize],
+    hidden_name: Option<&str>,
+) -> Result<(), StoreError> {
+    let expected: HashSet<String> = layer_ids
+        .iter()
+        .flat_map(|layer_idx| {
+            [
+                format!("layers.{layer_idx}.k"),
+                format!("layers.{layer_idx}.v"),
+            ]
+        })
+        .chain(hidden_name.map(str::to_string))
+        .chain(["tokens".to_string(), "positions".to_string()])
+        .collect();
+    let names: HashSet<String> = tensors.names().into_iter().map(str::to_string).collect();
+    if names != expected {
+        let mut unexpected: Vec<_> = names.symmetric_difference(&expected).collect();
+        unexpected.sort();
+        return Err(StoreError::Malformed(format!(
+            "tensor names differ from the format: {unexpected:?}"
+        )));
+    }
+    Ok(())
+}
+
 /// The `__metadata__` map, with typed lookups that fail as [`StoreError::Malformed`].
 struct Metadata<'a>(&'a HashMap<String, String>);
 
 impl Metadata<'_> {
+    /// The state's kind: `kind`, with the layer and kept fraction where it has them.
+    fn kind(&self) -> Result<StateKind, StoreError> {
+        let malformed = |what: &str| StoreError::Malformed(what.to_string());
+        let kind_name = self.get("kind")?;
+        let layer = match self.0.get("layer") {
+            Some(_) => Some(
+                u16::try_from(self.get_usize("layer")?)
+                    .map_err(|_| malformed("layer index out of range"))?,
+            ),
+            None => None,
+        };
+        let keep = match self.0.get("keep_per_mille") {
+            Some(_) => Some(
+                u16::try_from(self.get_usize("keep_per_mille")?)
+                    .map_err(|_| malformed("keep fraction out of range"))?,
+            ),
+            None => None,
+        };
+        StateKind::parse(kind_name, layer, keep)
+            .ok_or_else(|| StoreError::Malformed(format!("holds unknown `{kind_name}` state")))
+    }
+
+    /// Whether the file was written for `key` with `spec`'s model, dtypes and KV layout.
+    fn check_written_for(&self, key: &StoreKey, spec: &StateSpec) -> Result<(), StoreError> {
+        let layout = &spec.layout;
+        let fingerprint = self.get("model_fingerprint")?;
+        if fingerprint != spec.model_fingerprint {
+            return Err(StoreError::mismatch(
+                "model",
+                &spec.model_fingerprint,
+                fingerprint,
+            ));
+        }
+        let kv_dtype = self.get("kv_dtype")?;
+        if kv_dtype != layout.dtype.as_str() {
+            return Err(StoreError::mismatch(
+                "KV dtype",
+                layout.dtype.as_str(),
+                kv_dtype,
+            ));
+        }
+        let dtype = self.get("dtype")?;
+        if dtype != spec.state_dtype.as_str() {
+            return Err(StoreError::mismatch(
+                "state dtype",
+                spec.state_dtype.as_str(),
+                dtype,
+            ));
+        }
+        let found_layout = [
+            self.get_usize("n_layers")?,
+            self.get_usize("n_kv_heads")?,
+            self.get_usize("head_dim")?,
+        ];
+        let expected_layout = [layout.n_layers, layout.n_kv_heads, layout.head_dim];
+        if found_layout != expected_layout {
+            return Err(StoreError::mismatch(
+                "KV layout (layers, kv heads, head dim)",
+                format!("{expected_layout:?}"),
+                format!("{found_layout:?}"),
+            ));
+        }
+        let stored_key = self.get("key")?;
+        if stored_key != key.as_str() {
+            return Err(StoreError::Malformed(format!(
+                "holds key {stored_key}, expected {key}"
+            )));
+        }
+        Ok(())
+    }
+
     fn get(&self, name: &str) -> Result<&str, StoreError> {
         self.0
             .get(name)

@@ -30,10 +30,11 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pml_commands::failure::Failure;
 use pml_commands::pipeline::{RuntimeArgs, open_runtime};
 use pml_engine::kv_cache::ParallelScaling;
-use pml_runtime::inference::{InferenceMode, Selection};
+use pml_runtime::inference::{InferenceMode, Runtime, Selection};
 use pml_runtime::store::{KeepFraction, ManifestStore, MemoryTier, ModuleStore};
 
-use data::Dataset;
+use data::{Dataset, Question};
+use edits::EditedQuestion;
 use pml_commands::blend_args::{BlendArgs, ModeArg, RecomputeArg, SelectArg};
 use report::Summary;
 use runner::{EvalMode, QuestionResult, run_question};
@@ -125,20 +126,105 @@ pub struct EvalArgs {
 
 pub fn run(args: EvalArgs) -> Result<(), Failure> {
     if args.summarize {
-        let results = report::read_results(&args.data)?;
-        if results.is_empty() {
-            return Err(Failure::from(anyhow::anyhow!(
-                "{} holds no results",
-                args.data.display()
-            )));
-        }
-        print_summary(&Summary::of(&results), args.json)?;
-        eprintln!("{} questions", results.len());
-        return Ok(());
+        return summarize(&args);
     }
     if args.horizon == 0 {
         return Err(Failure::usage("--horizon must be at least 1".to_string()));
     }
+    let (questions, edited) = selected_questions(&args)?;
+    let modes = eval_modes(&args)?;
+    let mut opened = open_runtime(&args.runtime)?;
+    // Kept alive for the run: the RAM-only store's manifests live in it.
+    let _manifests = use_ram_only_store(&mut opened.runtime)?;
+    let mut out = open_to_append(&args.out)?;
+    let mut prompts_out = open_to_append(&args.prompts_out)?;
+
+    let count = if args.edits {
+        edited.len()
+    } else {
+        questions.len()
+    };
+    let bar = ProgressBar::with_draw_target(Some(count as u64), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{msg} {wide_bar} {pos}/{len} questions, eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(format!("eval {}", opened.id));
+    let mut results: Vec<QuestionResult> = Vec::with_capacity(questions.len());
+    let mut failed = 0usize;
+    let edit_modes: Vec<(String, InferenceMode)> = modes
+        .iter()
+        .filter_map(|(label, mode)| match mode {
+            EvalMode::Cached(mode) => Some((format!("edit {label}"), *mode)),
+            EvalMode::KvBudget(_) | EvalMode::Kept(..) | EvalMode::Parallel(_) => None,
+        })
+        .collect();
+    for index in 0..count {
+        let (id, result) = if args.edits {
+            let question = &edited[index];
+            let result =
+                edits::run_edited_question(&opened.runtime, question, &edit_modes, args.horizon)
+                    .and_then(|(result, prompts)| {
+                        if let Some(file) = &mut prompts_out {
+                            write_line(file, &prompts)?;
+                        }
+                        Ok(result)
+                    });
+            (&question.edited.id, result)
+        } else {
+            let question = &questions[index];
+            (
+                &question.id,
+                run_question(&mut opened.runtime, question, &modes, args.horizon),
+            )
+        };
+        match result {
+            Ok(result) => {
+                if let Some(out) = &mut out {
+                    write_line(out, &result)?;
+                }
+                results.push(result);
+            }
+            Err(error) => {
+                failed += 1;
+                bar.suspend(|| eprintln!("question {id} skipped: {error:#}"));
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+
+    print_summary(&Summary::of(&results), args.json)?;
+    eprintln!(
+        "model {} | {} questions answered, {failed} skipped | check layer {}",
+        opened.id,
+        results.len(),
+        args.blend.check_layer
+    );
+    if results.is_empty() {
+        return Err(Failure::from(anyhow::anyhow!(
+            "no question could be evaluated"
+        )));
+    }
+    Ok(())
+}
+
+/// `--summarize`: the tables of results saved by earlier runs.
+fn summarize(args: &EvalArgs) -> Result<(), Failure> {
+    let results = report::read_results(&args.data)?;
+    if results.is_empty() {
+        return Err(Failure::from(anyhow::anyhow!(
+            "{} holds no results",
+            args.data.display()
+        )));
+    }
+    print_summary(&Summary::of(&results), args.json)?;
+    eprintln!("{} questions", results.len());
+    Ok(())
+}
+
+/// The questions `--skip` and `--limit` leave, and (with `--edits`) their edited forms.
+fn selected_questions(args: &EvalArgs) -> Result<(Vec<Question>, Vec<EditedQuestion>), Failure> {
     let format = match args.format {
         Some(format) => format,
         None => infer_format(&args.data)?,
@@ -169,6 +255,12 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
             args.data.display()
         )));
     }
+    Ok((questions, edited))
+}
+
+/// Every mode the arguments ask for, labelled as the tables name them: `reuse`, APE, H2O
+/// budgets, `blend` at each ratio and selection, and each with kept rows.
+fn eval_modes(args: &EvalArgs) -> Result<Vec<(String, EvalMode)>, Failure> {
     if let Some(bad) = args
         .kv_budgets
         .iter()
@@ -241,101 +333,36 @@ pub fn run(args: EvalArgs) -> Result<(), Failure> {
         }
     }
     modes.extend(kept_modes);
+    Ok(modes)
+}
 
-    let mut opened = open_runtime(&args.runtime)?;
+/// Has `runtime` encode into RAM only (no question's modules reach the user's store); the
+/// folder its manifests go to, to keep for the run.
+fn use_ram_only_store(runtime: &mut Runtime) -> Result<tempfile::TempDir, Failure> {
     let manifests = tempfile::TempDir::new().context("creating a folder for manifests")?;
-    let spec = opened.runtime.store().spec().clone();
+    let spec = runtime.store().spec().clone();
     let store = ModuleStore::with_tiers(
         spec,
         vec![Box::new(MemoryTier::new(EVAL_STORE_BYTES))],
         ManifestStore::new(manifests.path()),
     );
-    opened
-        .runtime
+    runtime
         .replace_store(store)
         .context("switching to a RAM-only store")?;
-    let append = |path: &Option<PathBuf>| -> anyhow::Result<Option<std::fs::File>> {
-        path.as_ref()
-            .map(|path| {
-                OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .with_context(|| format!("opening {}", path.display()))
-            })
-            .transpose()
-    };
-    let mut out = append(&args.out)?;
-    let mut prompts_out = append(&args.prompts_out)?;
+    Ok(manifests)
+}
 
-    let count = if args.edits {
-        edited.len()
-    } else {
-        questions.len()
-    };
-    let bar = ProgressBar::with_draw_target(Some(count as u64), ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template("{msg} {wide_bar} {pos}/{len} questions, eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar.set_message(format!("eval {}", opened.id));
-    let mut results: Vec<QuestionResult> = Vec::with_capacity(questions.len());
-    let mut failed = 0usize;
-    let edit_modes: Vec<(String, InferenceMode)> = modes
-        .iter()
-        .filter_map(|(label, mode)| match mode {
-            EvalMode::Cached(mode) => Some((format!("edit {label}"), *mode)),
-            EvalMode::KvBudget(_) | EvalMode::Kept(..) | EvalMode::Parallel(_) => None,
+/// `path` opened to append to, where one is given.
+fn open_to_append(path: &Option<PathBuf>) -> anyhow::Result<Option<std::fs::File>> {
+    path.as_ref()
+        .map(|path| {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening {}", path.display()))
         })
-        .collect();
-    for index in 0..count {
-        let (id, result) = if args.edits {
-            let question = &edited[index];
-            let result =
-                edits::run_edited_question(&opened.runtime, question, &edit_modes, args.horizon)
-                    .and_then(|(result, prompts)| {
-                        if let Some(file) = &mut prompts_out {
-                            write_line(file, &prompts)?;
-                        }
-                        Ok(result)
-                    });
-            (&question.edited.id, result)
-        } else {
-            let question = &questions[index];
-            (
-                &question.id,
-                run_question(&mut opened.runtime, question, &modes, args.horizon),
-            )
-        };
-        match result {
-            Ok(result) => {
-                if let Some(out) = &mut out {
-                    write_line(out, &result)?;
-                }
-                results.push(result);
-            }
-            Err(error) => {
-                failed += 1;
-                bar.suspend(|| eprintln!("question {id} skipped: {error:#}"));
-            }
-        }
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-
-    print_summary(&Summary::of(&results), args.json)?;
-    eprintln!(
-        "model {} | {} questions answered, {failed} skipped | check layer {}",
-        opened.id,
-        results.len(),
-        args.blend.check_layer
-    );
-    if results.is_empty() {
-        return Err(Failure::from(anyhow::anyhow!(
-            "no question could be evaluated"
-        )));
-    }
-    Ok(())
+        .transpose()
 }
 
 /// APE's `T:S`: an attention temperature and a scale, both positive.

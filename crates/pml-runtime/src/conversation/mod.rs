@@ -111,6 +111,31 @@ pub struct TurnReport {
     pub saved: Option<SaveReport>,
 }
 
+/// What a turn feeds: the history before it, the turn's prompt and where it goes, and whether
+/// its layer inputs are kept (to save hidden states).
+struct TurnInput<'t> {
+    /// The prompt's first position, right after the history's last.
+    first_position: u32,
+    history_tokens: &'t [u32],
+    history_positions: &'t [u32],
+    prompt: &'t [u32],
+    prompt_positions: &'t [u32],
+    /// The history and the prompt, in order.
+    all_tokens: &'t [u32],
+    keep_layer_inputs: bool,
+}
+
+/// A turn's answer and what produced it: the cache after it, the history restored first (when
+/// it was read from the store), the prompt's layer inputs (when kept), and when the prefill
+/// began (after any restore).
+struct Answered {
+    kv: KvCache,
+    generation: Generation,
+    restored: Vec<RestoreReport>,
+    prompt_inputs: Vec<Tensor>,
+    prefill_start: Instant,
+}
+
 /// A conversation: its saved turns, and the KV cache once it is in memory.
 pub struct Conversation {
     units: Vec<SavedUnit>,
@@ -200,116 +225,174 @@ impl Conversation {
             return Err(ConversationError::BudgetNotSaved);
         }
         let started = Instant::now();
-        let model = parts.model;
         let (history_tokens, history_positions) = self.history();
         let prompt = self.prompt_tokens(parts, text)?;
         let first_position = history_positions.last().map_or(0, |&last| last + 1);
         let prompt_positions: Vec<u32> = (0..prompt.len() as u32)
             .map(|offset| first_position + offset)
             .collect();
-        let keep_layer_inputs = save.is_some_and(|plan| plan.count(LayerForm::Hidden) > 0);
-        let mut prompt_inputs = Vec::new();
         let mut all_tokens = history_tokens.clone();
         all_tokens.extend(&prompt);
-        let mut restored = Vec::new();
-        let generator = Generator::new(model, parts.tokenizer);
-        let generate_error = |error| ConversationError::Generate(Box::new(error));
+        let turn = TurnInput {
+            first_position,
+            history_tokens: &history_tokens,
+            history_positions: &history_positions,
+            prompt: &prompt,
+            prompt_positions: &prompt_positions,
+            all_tokens: &all_tokens,
+            keep_layer_inputs: save.is_some_and(|plan| plan.count(LayerForm::Hidden) > 0),
+        };
+        let answered = match self.budget.clone() {
+            None => self.answer_whole(parts, &turn, params, on_text)?,
+            Some(fresh) => self.answer_within_budget(fresh, parts, &turn, params, on_text)?,
+        };
+        let time_to_first_token = answered.prefill_start.duration_since(started)
+            + answered.generation.timings.time_to_first_token;
+        self.record(parts, &turn, save, answered, time_to_first_token)
+    }
 
-        let (kv, before_prefill, generation) = match &self.budget {
+    /// The turn answered over the whole history: the cache kept from the last turn (or the
+    /// history restored from the store), the answer cut where the context ends.
+    fn answer_whole(
+        &mut self,
+        parts: &ChatParts<'_>,
+        turn: &TurnInput<'_>,
+        params: &SamplingParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Answered, ConversationError> {
+        let model = parts.model;
+        // The answer's tokens are fed at the positions after the prompt: at least one must fit,
+        // and the answer stops at the context's end.
+        let end = turn.first_position as usize + turn.prompt.len();
+        let room = (parts.max_positions as usize).saturating_sub(end);
+        if room == 0 {
+            return Err(ConversationError::ContextFull {
+                end,
+                limit: parts.max_positions,
+            });
+        }
+        let params = SamplingParams {
+            max_tokens: params.max_tokens.min(room),
+            ..params.clone()
+        };
+        let mut restored = Vec::new();
+        let mut kv = match self.kv.take() {
+            Some(kv) => kv,
             None => {
-                // The answer's tokens are fed at the positions after the prompt: at least one
-                // must fit, and the answer stops at the context's end.
-                let end = first_position as usize + prompt.len();
-                let room = (parts.max_positions as usize).saturating_sub(end);
-                if room == 0 {
-                    return Err(ConversationError::ContextFull {
-                        end,
-                        limit: parts.max_positions,
-                    });
+                let mut kv = model.new_kv_cache()?;
+                for unit in &self.units {
+                    restored.push(restore_unit(model, parts.store, unit, &mut kv)?);
                 }
-                let params = SamplingParams {
-                    max_tokens: params.max_tokens.min(room),
-                    ..params.clone()
-                };
-                let mut kv = match self.kv.take() {
-                    Some(kv) => kv,
-                    None => {
-                        let mut kv = model.new_kv_cache()?;
-                        for unit in &self.units {
-                            restored.push(restore_unit(model, parts.store, unit, &mut kv)?);
-                        }
-                        kv
-                    }
-                };
-                let before_prefill = started.elapsed();
-                let generation = generator
-                    .generate_after(&mut kv, &all_tokens, &params, on_text, |kv| {
-                        let context = ForwardContext::appending(prompt_positions.clone(), kv);
-                        let options = ForwardOptions {
-                            logits: LogitRows::Last,
-                            keep_layer_inputs,
-                        };
-                        let output = model.forward_with(&prompt, &context, kv, &options)?;
-                        prompt_inputs = output.layer_inputs;
-                        let logits = output.logits.ok_or_else(|| {
-                            GenerateError::InvalidPrompt("the turn has no tokens".into())
-                        })?;
-                        Ok(logits.squeeze(0)?)
-                    })
-                    .map_err(generate_error)?;
-                (kv, before_prefill, generation)
-            }
-            Some(fresh) => {
-                // The cache and its scores go together; after a failed turn both start over
-                // from the history.
-                let (mut kv, hitters) = match (self.kv.take(), self.hitters.take()) {
-                    (Some(kv), Some(hitters)) => (kv, hitters),
-                    _ => {
-                        let mut hitters = fresh.clone();
-                        let mut kv = hitters.new_cache(model)?;
-                        if !history_tokens.is_empty() {
-                            hitters.forward(model, &history_tokens, &history_positions, &mut kv)?;
-                        }
-                        (kv, hitters)
-                    }
-                };
-                let before_prefill = started.elapsed();
-                let hitters = std::cell::RefCell::new(hitters);
-                let generation = generator
-                    .generate_stepped(
-                        &mut kv,
-                        &all_tokens,
-                        params,
-                        on_text,
-                        |kv| {
-                            Ok(hitters.borrow_mut().forward(
-                                model,
-                                &prompt,
-                                &prompt_positions,
-                                kv,
-                            )?)
-                        },
-                        |kv, token, _position| Ok(hitters.borrow_mut().step(model, token, kv)?),
-                    )
-                    .map_err(generate_error)?;
-                self.hitters = Some(hitters.into_inner());
-                (kv, before_prefill, generation)
+                kv
             }
         };
-        let time_to_first_token = before_prefill + generation.timings.time_to_first_token;
+        let prefill_start = Instant::now();
+        let mut prompt_inputs = Vec::new();
+        let generation = Generator::new(model, parts.tokenizer)
+            .generate_after(&mut kv, turn.all_tokens, &params, on_text, |kv| {
+                let context = ForwardContext::appending(turn.prompt_positions.to_vec(), kv);
+                let options = ForwardOptions {
+                    logits: LogitRows::Last,
+                    keep_layer_inputs: turn.keep_layer_inputs,
+                };
+                let output = model.forward_with(turn.prompt, &context, kv, &options)?;
+                prompt_inputs = output.layer_inputs;
+                let logits = output
+                    .logits
+                    .ok_or_else(|| GenerateError::InvalidPrompt("the turn has no tokens".into()))?;
+                Ok(logits.squeeze(0)?)
+            })
+            .map_err(|error| ConversationError::Generate(Box::new(error)))?;
+        Ok(Answered {
+            kv,
+            generation,
+            restored,
+            prompt_inputs,
+            prefill_start,
+        })
+    }
 
+    /// The turn answered within the KV budget (`fresh` its empty state): the cache and its
+    /// scores kept from the last turn, or both rebuilt from the history after a failed one.
+    fn answer_within_budget(
+        &mut self,
+        fresh: HeavyHitters,
+        parts: &ChatParts<'_>,
+        turn: &TurnInput<'_>,
+        params: &SamplingParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Answered, ConversationError> {
+        let model = parts.model;
+        let (mut kv, hitters) = match (self.kv.take(), self.hitters.take()) {
+            (Some(kv), Some(hitters)) => (kv, hitters),
+            _ => {
+                let mut hitters = fresh;
+                let mut kv = hitters.new_cache(model)?;
+                if !turn.history_tokens.is_empty() {
+                    hitters.forward(model, turn.history_tokens, turn.history_positions, &mut kv)?;
+                }
+                (kv, hitters)
+            }
+        };
+        let prefill_start = Instant::now();
+        let hitters = std::cell::RefCell::new(hitters);
+        let generation = Generator::new(model, parts.tokenizer)
+            .generate_stepped(
+                &mut kv,
+                turn.all_tokens,
+                params,
+                on_text,
+                |kv| {
+                    Ok(hitters.borrow_mut().forward(
+                        model,
+                        turn.prompt,
+                        turn.prompt_positions,
+                        kv,
+                    )?)
+                },
+                |kv, token, _position| Ok(hitters.borrow_mut().step(model, token, kv)?),
+            )
+            .map_err(|error| ConversationError::Generate(Box::new(error)))?;
+        self.hitters = Some(hitters.into_inner());
+        Ok(Answered {
+            kv,
+            generation,
+            restored: Vec::new(),
+            prompt_inputs: Vec::new(),
+            prefill_start,
+        })
+    }
+
+    /// Records the answered turn as the conversation's next unit (saved in `save`'s forms when
+    /// asked) and keeps its cache for the next turn.
+    fn record(
+        &mut self,
+        parts: &ChatParts<'_>,
+        turn: &TurnInput<'_>,
+        save: Option<&RestorePlan>,
+        answered: Answered,
+        time_to_first_token: Duration,
+    ) -> Result<TurnReport, ConversationError> {
+        let model = parts.model;
+        let Answered {
+            kv,
+            generation,
+            restored,
+            prompt_inputs,
+            ..
+        } = answered;
         // The answer tokens the decoding loop fed; the others open the next turn.
         let fed = match generation.finish_reason {
             FinishReason::Eos => generation.token_ids.len(),
             _ => generation.token_ids.len().saturating_sub(1),
         };
         let answer_fed = &generation.token_ids[..fed];
-        let mut turn_tokens = prompt.clone();
+        let mut turn_tokens = turn.prompt.to_vec();
         turn_tokens.extend(answer_fed);
         let turn_positions: Vec<u32> = (0..turn_tokens.len() as u32)
-            .map(|offset| first_position + offset)
+            .map(|offset| turn.first_position + offset)
             .collect();
-        let turn_start = history_tokens.len();
+        let turn_start = turn.history_tokens.len();
         if self.budget.is_none() && kv.len() != turn_start + turn_tokens.len() {
             return Err(ConversationError::Tokenize(format!(
                 "the cache holds {} rows after the turn, expected {}",
@@ -320,18 +403,18 @@ impl Conversation {
         let unit = SavedUnit {
             tokens: turn_tokens,
             positions: turn_positions,
-            context: ContextHash::of(&history_tokens, &history_positions),
+            context: ContextHash::of(turn.history_tokens, turn.history_positions),
             plan: save.cloned().unwrap_or_else(|| {
                 RestorePlan::uniform(LayerForm::Recompute, model.config().n_layers)
             }),
         };
         let saved = match save {
             Some(_) => {
-                let layer_inputs = if keep_layer_inputs {
+                let layer_inputs = if turn.keep_layer_inputs {
                     turn_layer_inputs(
                         model,
                         &kv,
-                        turn_start + prompt.len(),
+                        turn_start + turn.prompt.len(),
                         answer_fed,
                         &unit,
                         prompt_inputs,
@@ -353,7 +436,7 @@ impl Conversation {
         let kv_slots = kv.len();
         self.kv = Some(kv);
         Ok(TurnReport {
-            prefill_tokens: prompt.len(),
+            prefill_tokens: turn.prompt.len(),
             history_tokens: turn_start,
             kv_slots,
             evicted,

@@ -228,159 +228,25 @@ fn recompute(
     source: &mut dyn LayerSource,
     stats: &mut PrefillStats,
 ) -> Result<Tensor, InferenceError> {
-    let n_layers = model.config().n_layers;
-    let gradual_layer = options.last_filter_layer();
     let n_cached = kv.len();
     let compute_start = Instant::now();
     let rows = Rows::new(plan, kv)?;
     let last = rows.last()?;
-    let mut spliced_logits = None;
-    let (probe_hidden, first_layer, mut selected, keep) = if !probing {
+    let start = if probing {
+        probe_and_select(model, plan, options, &rows, kv, source, stats)?
+    } else {
         let selected = select_top(&rows.cached, &vec![0.0; rows.cached.len()], 0);
         let tokens: Vec<u32> = selected.iter().map(|&row| rows.tokens[row]).collect();
-        (model.embed(&tokens)?, 0, selected, 0)
-    } else {
-        let probe = probe(model, &rows, kv, source, options)?;
-        let ratio = if options.auto_ratio {
-            let costs = match options.declared_costs {
-                Some(declared) => declared.layer_costs(n_cached),
-                None => {
-                    let token_layers = (options.check_layer + 1) * rows.tokens.len();
-                    LayerCosts {
-                        load_per_layer: source.load_per_layer(),
-                        recompute_per_token_layer: probe.compute.as_secs_f64()
-                            / token_layers.max(1) as f64,
-                    }
-                }
-            };
-            let choice = choose_ratio(&costs, n_cached, options.recompute);
-            stats.ratio_choice = Some(choice);
-            choice.ratio
-        } else {
-            options.recompute
-        };
-        // Cached tokens recomputed through the layers after the check layer, and through the
-        // first of them (twice as many with gradual filtering).
-        let keeps = |ratio: Ratio| {
-            let keep = ratio.of(n_cached);
-            match options.gradual {
-                true => (keep, (2 * keep).min(n_cached)),
-                false => (keep, keep),
-            }
-        };
-        let (keep, first_keep) = keeps(ratio);
-        let weighting = options.selection.attention_weighting();
-        let shortcut = match options.shortcuts {
-            false => None,
-            true if nothing_to_repair(&probe, n_cached, options.check_layer) => {
-                Some(Shortcut::Reuse)
-            }
-            true => RemainingWork {
-                n_cached,
-                n_new: plan.new_tokens.len(),
-                keep,
-                first_keep,
-                attention_pass: weighting.is_some(),
-                layers_after_probe: n_layers - options.check_layer - 1,
-            }
-            .shortcut(),
-        };
-        // A shortcut replaces the ratio, and the controller's choice reports the one applied.
-        let (keep, first_keep) = keeps(shortcut.map_or(ratio, Shortcut::ratio));
-        stats.ratio_choice = stats.ratio_choice.map(|choice| choice.applying(shortcut));
-        stats.shortcut = shortcut;
-        // The new tokens' pass over the spliced rows: it ranks by attention, and its answer is
-        // what the estimate compares the repaired one with (run for that alone under a guard).
-        let spliced_pass = match shortcut {
-            None if weighting.is_some() || options.min_fidelity.is_some() => {
-                Some(new_tokens_over_spliced(
-                    model,
-                    &rows,
-                    &probe.hidden,
-                    options.check_layer + 1,
-                    weighting,
-                    kv,
-                    source,
-                )?)
-            }
-            _ => None,
-        };
-        spliced_logits = spliced_pass.as_ref().map(|pass| pass.logits.clone());
-        let attention = spliced_pass.and_then(|pass| pass.mass);
-        let exact_up_to = exact_deviation(&probe.deviation[..n_cached]);
-        let (deviation_rank, read_rank) = match options.selection {
-            Selection::Mixed => (
-                rank_scores(&probe.deviation[..n_cached]),
-                rank_scores(
-                    attention
-                        .as_deref()
-                        .map_or(&[], |mass| &mass[..n_cached.min(mass.len())]),
-                ),
-            ),
-            _ => (Vec::new(), Vec::new()),
-        };
-        let heads = match options.selection {
-            Selection::Heads => span_heads(plan),
-            _ => HashSet::new(),
-        };
-        let by_row: Vec<f32> = rows
-            .context
-            .slots()
-            .iter()
-            .zip(rows.context.positions())
-            .map(|(&slot, position)| {
-                let deviation = probe.deviation[slot];
-                let read = attention.as_ref().map_or(0.0, |mass| mass[slot]);
-                match options.selection {
-                    _ if deviation <= exact_up_to => f32::NEG_INFINITY,
-                    Selection::Deviation => deviation,
-                    Selection::Attention | Selection::AttentionValue => read,
-                    Selection::Heads if heads.contains(position) => f32::MAX,
-                    Selection::Heads => read,
-                    Selection::Weighted => deviation * read,
-                    Selection::Mixed => {
-                        let rank = |ranks: &[f32]| ranks.get(slot).copied().unwrap_or(0.0);
-                        rank(&deviation_rank).max(rank(&read_rank))
-                    }
-                }
-            })
-            .collect();
-        let selected = select_top(&rows.cached, &by_row, first_keep);
-        let hidden = probe
-            .hidden
-            .index_select(&row_ids(&selected, probe.hidden.device())?, 0)?;
-        (hidden, options.check_layer + 1, selected, keep)
-    };
-
-    // Views of the spliced rows at the gradual filter's layer, before recompute overwrites them.
-    let spliced_at_filter = if options.gradual {
-        source.place(gradual_layer, kv)?;
-        Some(kv_of(kv, gradual_layer, options.deviation)?)
-    } else {
-        None
-    };
-    let mut context = rows.context.select(&selected)?;
-    let mut hidden = probe_hidden;
-    for layer_idx in first_layer..n_layers {
-        source.place(layer_idx, kv)?;
-        hidden = forward_layer_chunked(model, layer_idx, &hidden, &context, kv, None)?;
-        if let (Some(spliced), true) = (&spliced_at_filter, layer_idx == gradual_layer) {
-            let fresh = kv_of(kv, layer_idx, options.deviation)?;
-            let deviation = squared_distance(spliced, &fresh)?;
-            let cached: Vec<bool> = selected.iter().map(|&row| rows.cached[row]).collect();
-            let by_row: Vec<f32> = selected
-                .iter()
-                .map(|&row| match rows.cached[row] {
-                    true => deviation[rows.context.slots()[row]],
-                    false => 0.0,
-                })
-                .collect();
-            let kept = select_top(&cached, &by_row, keep);
-            hidden = hidden.index_select(&row_ids(&kept, hidden.device())?, 0)?;
-            context = context.select(&kept)?;
-            selected = kept.iter().map(|&index| selected[index]).collect();
+        Start {
+            hidden: model.embed(&tokens)?,
+            first_layer: 0,
+            selected,
+            keep: 0,
+            spliced_logits: None,
         }
-    }
+    };
+    let spliced_logits = start.spliced_logits.clone();
+    let (hidden, selected, context) = recompute_layers(model, options, &rows, start, kv, source)?;
     let last_index = selected
         .iter()
         .position(|&row| row == last)
@@ -400,6 +266,218 @@ fn recompute(
     stats.tokens_new = plan.new_tokens.len();
     stats.recomputed_positions = context.positions().to_vec();
     Ok(logits)
+}
+
+/// Where the recompute starts: the hidden states of the rows it recomputes (`selected`, rows of
+/// [`Rows`]) entering `first_layer`, how many cached rows the gradual filter keeps, and the new
+/// tokens' logits over the spliced rows where that pass ran.
+struct Start {
+    hidden: Tensor,
+    first_layer: usize,
+    selected: Vec<usize>,
+    keep: usize,
+    spliced_logits: Option<Tensor>,
+}
+
+/// The probe through the check layer, the ratio (chosen or given, or a shortcut's), and the
+/// rows to recompute from the layer after it.
+fn probe_and_select(
+    model: &Model,
+    plan: &SplicePlan,
+    options: &BlendOptions,
+    rows: &Rows,
+    kv: &mut KvCache,
+    source: &mut dyn LayerSource,
+    stats: &mut PrefillStats,
+) -> Result<Start, InferenceError> {
+    let n_layers = model.config().n_layers;
+    let n_cached = kv.len();
+    let probe = probe(model, rows, kv, source, options)?;
+    let ratio = chosen_ratio(options, &probe, rows, n_cached, &*source, stats);
+    // Cached tokens recomputed through the layers after the check layer, and through the
+    // first of them (twice as many with gradual filtering).
+    let keeps = |ratio: Ratio| {
+        let keep = ratio.of(n_cached);
+        match options.gradual {
+            true => (keep, (2 * keep).min(n_cached)),
+            false => (keep, keep),
+        }
+    };
+    let (keep, first_keep) = keeps(ratio);
+    let weighting = options.selection.attention_weighting();
+    let shortcut = match options.shortcuts {
+        false => None,
+        true if nothing_to_repair(&probe, n_cached, options.check_layer) => Some(Shortcut::Reuse),
+        true => RemainingWork {
+            n_cached,
+            n_new: plan.new_tokens.len(),
+            keep,
+            first_keep,
+            attention_pass: weighting.is_some(),
+            layers_after_probe: n_layers - options.check_layer - 1,
+        }
+        .shortcut(),
+    };
+    // A shortcut replaces the ratio, and the controller's choice reports the one applied.
+    let (keep, first_keep) = keeps(shortcut.map_or(ratio, Shortcut::ratio));
+    stats.ratio_choice = stats.ratio_choice.map(|choice| choice.applying(shortcut));
+    stats.shortcut = shortcut;
+    // The new tokens' pass over the spliced rows: it ranks by attention, and its answer is
+    // what the estimate compares the repaired one with (run for that alone under a guard).
+    let spliced_pass = match shortcut {
+        None if weighting.is_some() || options.min_fidelity.is_some() => {
+            Some(new_tokens_over_spliced(
+                model,
+                rows,
+                &probe.hidden,
+                options.check_layer + 1,
+                weighting,
+                kv,
+                source,
+            )?)
+        }
+        _ => None,
+    };
+    let spliced_logits = spliced_pass.as_ref().map(|pass| pass.logits.clone());
+    let attention = spliced_pass.and_then(|pass| pass.mass);
+    let by_row = selection_scores(options, plan, rows, &probe, attention.as_deref(), n_cached);
+    let selected = select_top(&rows.cached, &by_row, first_keep);
+    let hidden = probe
+        .hidden
+        .index_select(&row_ids(&selected, probe.hidden.device())?, 0)?;
+    Ok(Start {
+        hidden,
+        first_layer: options.check_layer + 1,
+        selected,
+        keep,
+        spliced_logits,
+    })
+}
+
+/// The share of the cached rows to recompute: the options' ratio, or with `auto` the loading
+/// controller's choice from the layer costs (declared, or measured by the probe and `source`),
+/// which `stats` records.
+fn chosen_ratio(
+    options: &BlendOptions,
+    probe: &Probe,
+    rows: &Rows,
+    n_cached: usize,
+    source: &dyn LayerSource,
+    stats: &mut PrefillStats,
+) -> Ratio {
+    if !options.auto_ratio {
+        return options.recompute;
+    }
+    let costs = match options.declared_costs {
+        Some(declared) => declared.layer_costs(n_cached),
+        None => {
+            let token_layers = (options.check_layer + 1) * rows.tokens.len();
+            LayerCosts {
+                load_per_layer: source.load_per_layer(),
+                recompute_per_token_layer: probe.compute.as_secs_f64() / token_layers.max(1) as f64,
+            }
+        }
+    };
+    let choice = choose_ratio(&costs, n_cached, options.recompute);
+    stats.ratio_choice = Some(choice);
+    choice.ratio
+}
+
+/// Each row's score for the options' selection (the highest are recomputed): its deviation at
+/// the check layer, the new tokens' `attention` to it, both, or a span's head first; rows the
+/// splice got exactly right never.
+fn selection_scores(
+    options: &BlendOptions,
+    plan: &SplicePlan,
+    rows: &Rows,
+    probe: &Probe,
+    attention: Option<&[f32]>,
+    n_cached: usize,
+) -> Vec<f32> {
+    let exact_up_to = exact_deviation(&probe.deviation[..n_cached]);
+    let (deviation_rank, read_rank) = match options.selection {
+        Selection::Mixed => (
+            rank_scores(&probe.deviation[..n_cached]),
+            rank_scores(attention.map_or(&[], |mass| &mass[..n_cached.min(mass.len())])),
+        ),
+        _ => (Vec::new(), Vec::new()),
+    };
+    let heads = match options.selection {
+        Selection::Heads => span_heads(plan),
+        _ => HashSet::new(),
+    };
+    rows.context
+        .slots()
+        .iter()
+        .zip(rows.context.positions())
+        .map(|(&slot, position)| {
+            let deviation = probe.deviation[slot];
+            let read = attention.map_or(0.0, |mass| mass[slot]);
+            match options.selection {
+                _ if deviation <= exact_up_to => f32::NEG_INFINITY,
+                Selection::Deviation => deviation,
+                Selection::Attention | Selection::AttentionValue => read,
+                Selection::Heads if heads.contains(position) => f32::MAX,
+                Selection::Heads => read,
+                Selection::Weighted => deviation * read,
+                Selection::Mixed => {
+                    let rank = |ranks: &[f32]| ranks.get(slot).copied().unwrap_or(0.0);
+                    rank(&deviation_rank).max(rank(&read_rank))
+                }
+            }
+        })
+        .collect()
+}
+
+/// The selected rows through the layers from `start.first_layer` on, each layer placed by
+/// `source` right before it is read; at the gradual filter's layer the rows whose K moved least
+/// drop out, down to `start.keep` cached ones. Returns the last layer's hidden states, the rows
+/// they belong to and their context.
+fn recompute_layers(
+    model: &Model,
+    options: &BlendOptions,
+    rows: &Rows,
+    start: Start,
+    kv: &mut KvCache,
+    source: &mut dyn LayerSource,
+) -> Result<(Tensor, Vec<usize>, ForwardContext), InferenceError> {
+    let gradual_layer = options.last_filter_layer();
+    // Views of the spliced rows at the gradual filter's layer, before recompute overwrites them.
+    let spliced_at_filter = if options.gradual {
+        source.place(gradual_layer, kv)?;
+        Some(kv_of(kv, gradual_layer, options.deviation)?)
+    } else {
+        None
+    };
+    let Start {
+        mut hidden,
+        first_layer,
+        mut selected,
+        keep,
+        ..
+    } = start;
+    let mut context = rows.context.select(&selected)?;
+    for layer_idx in first_layer..model.config().n_layers {
+        source.place(layer_idx, kv)?;
+        hidden = forward_layer_chunked(model, layer_idx, &hidden, &context, kv, None)?;
+        if let (Some(spliced), true) = (&spliced_at_filter, layer_idx == gradual_layer) {
+            let fresh = kv_of(kv, layer_idx, options.deviation)?;
+            let deviation = squared_distance(spliced, &fresh)?;
+            let cached: Vec<bool> = selected.iter().map(|&row| rows.cached[row]).collect();
+            let by_row: Vec<f32> = selected
+                .iter()
+                .map(|&row| match rows.cached[row] {
+                    true => deviation[rows.context.slots()[row]],
+                    false => 0.0,
+                })
+                .collect();
+            let kept = select_top(&cached, &by_row, keep);
+            hidden = hidden.index_select(&row_ids(&kept, hidden.device())?, 0)?;
+            context = context.select(&kept)?;
+            selected = kept.iter().map(|&index| selected[index]).collect();
+        }
+    }
+    Ok((hidden, selected, context))
 }
 
 /// What the probe found.

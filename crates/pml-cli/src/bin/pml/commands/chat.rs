@@ -14,7 +14,7 @@ use clap::Args;
 use pml_commands::check_command::ColorChoice;
 use pml_commands::failure::Failure;
 use pml_commands::pipeline::{RuntimeArgs, open_runtime, store_config};
-use pml_runtime::conversation::{ChatParts, Conversation, SessionStore};
+use pml_runtime::conversation::{ChatParts, Conversation, SessionStore, TurnReport};
 use pml_runtime::kv_budget::{HeavyHitters, KvBudget};
 use pml_runtime::restore::{CostCache, LayerForm, RestorePlan, plan_restore};
 
@@ -117,38 +117,7 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
         max_positions,
     };
     let fingerprint = runtime.store().spec().model_fingerprint.clone();
-    let mut conversation = match &args.session {
-        Some(name) => match sessions
-            .read(name, &fingerprint)
-            .context("reading the session")?
-        {
-            Some(session) => {
-                if let Some(system) = &args.system
-                    && session.system.as_deref() != Some(system.as_str())
-                {
-                    return Err(Failure::usage(format!(
-                        "session `{name}` was started with {}; a resumed session keeps its own: \
-                         drop `--system`, or start a new session (`--delete-session {name}` \
-                         removes this one)",
-                        match &session.system {
-                            Some(_) => "another system text",
-                            None => "no system text",
-                        }
-                    )));
-                }
-                eprintln!(
-                    "{}",
-                    paint.dim(&format!(
-                        "resuming session `{name}`: {} turn(s) to restore from the store",
-                        session.units.len()
-                    ))
-                );
-                Conversation::resume(&session)
-            }
-            None => Conversation::new(args.system.clone()),
-        },
-        None => Conversation::new(args.system.clone()),
-    };
+    let mut conversation = start_conversation(&args, &sessions, &fingerprint, paint)?;
     if let Some(hitters) = hitters {
         conversation = conversation.with_kv_budget(hitters);
     }
@@ -189,12 +158,6 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
                 .write(name, &conversation.session(&fingerprint))
                 .context("saving the session")?;
         }
-        let restored: usize = report.restored.iter().map(|unit| unit.n_tokens).sum();
-        let restore_ms: f64 = report
-            .restored
-            .iter()
-            .map(|unit| unit.elapsed.as_secs_f64() * 1e3)
-            .fold(0.0, |total, ms| total + ms);
         for fallback in report
             .restored
             .iter()
@@ -205,45 +168,96 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
                 paint.warning(&format!("warning: a saved turn was recomputed: {fallback}"))
             );
         }
-        let restored = if restored > 0 {
-            format!(" ({restored} restored in {restore_ms:.1} ms)")
-        } else {
-            String::new()
-        };
-        let saved = report
-            .saved
-            .map(|saved| {
-                format!(
-                    " | saved {} entries ({} bytes)",
-                    saved.entries, saved.tensor_bytes
-                )
-            })
-            .unwrap_or_default();
-        let kv = match budget {
-            Some(budget) => format!(
-                " | KV {} of {} slots ({} evicted{})",
-                report.kv_slots,
-                budget.slots,
-                report.evicted,
-                match report.position_moves {
-                    0 => String::new(),
-                    moves => format!(", moved to position 0 {moves}×"),
-                }
-            ),
-            None => String::new(),
-        };
-        let status = format!(
-            "turn {} | history {} tokens{restored}{kv} | prefill {} tokens | TTFT {:.1} ms | {} tokens, finish {}{saved}",
-            conversation.turns(),
-            report.history_tokens,
-            report.prefill_tokens,
-            report.time_to_first_token.as_secs_f64() * 1e3,
-            report.generation.token_ids.len(),
-            report.generation.finish_reason,
-        );
+        let status = turn_status(conversation.turns(), &report, budget);
         eprintln!("{}", paint.dim(&status));
     }
     Ok(())
+}
+
+/// The conversation `--session` resumes (its system text kept: another one is refused), or a
+/// new one.
+fn start_conversation(
+    args: &ChatArgs,
+    sessions: &SessionStore,
+    fingerprint: &str,
+    paint: Paint,
+) -> Result<Conversation, Failure> {
+    let Some(name) = &args.session else {
+        return Ok(Conversation::new(args.system.clone()));
+    };
+    let Some(session) = sessions
+        .read(name, fingerprint)
+        .context("reading the session")?
+    else {
+        return Ok(Conversation::new(args.system.clone()));
+    };
+    if let Some(system) = &args.system
+        && session.system.as_deref() != Some(system.as_str())
+    {
+        return Err(Failure::usage(format!(
+            "session `{name}` was started with {}; a resumed session keeps its own: drop \
+             `--system`, or start a new session (`--delete-session {name}` removes this one)",
+            match &session.system {
+                Some(_) => "another system text",
+                None => "no system text",
+            }
+        )));
+    }
+    eprintln!(
+        "{}",
+        paint.dim(&format!(
+            "resuming session `{name}`: {} turn(s) to restore from the store",
+            session.units.len()
+        ))
+    );
+    Ok(Conversation::resume(&session))
+}
+
+/// The line each turn ends with on stderr: the history (and what was restored), the KV budget's
+/// account, the prefill, TTFT, the answer's length and what was saved.
+fn turn_status(turns: usize, report: &TurnReport, budget: Option<KvBudget>) -> String {
+    let restored: usize = report.restored.iter().map(|unit| unit.n_tokens).sum();
+    let restore_ms: f64 = report
+        .restored
+        .iter()
+        .map(|unit| unit.elapsed.as_secs_f64() * 1e3)
+        .fold(0.0, |total, ms| total + ms);
+    let restored = if restored > 0 {
+        format!(" ({restored} restored in {restore_ms:.1} ms)")
+    } else {
+        String::new()
+    };
+    let saved = report
+        .saved
+        .as_ref()
+        .map(|saved| {
+            format!(
+                " | saved {} entries ({} bytes)",
+                saved.entries, saved.tensor_bytes
+            )
+        })
+        .unwrap_or_default();
+    let kv = match budget {
+        Some(budget) => format!(
+            " | KV {} of {} slots ({} evicted{})",
+            report.kv_slots,
+            budget.slots,
+            report.evicted,
+            match report.position_moves {
+                0 => String::new(),
+                moves => format!(", moved to position 0 {moves}×"),
+            }
+        ),
+        None => String::new(),
+    };
+    format!(
+        "turn {turns} | history {} tokens{restored}{kv} | prefill {} tokens | TTFT {:.1} ms | {} tokens, finish {}{saved}",
+        report.history_tokens,
+        report.prefill_tokens,
+        report.time_to_first_token.as_secs_f64() * 1e3,
+        report.generation.token_ids.len(),
+        report.generation.finish_reason,
+    )
 }
 
 /// `--list-sessions`: one line per saved session, on stdout.
@@ -301,6 +315,7 @@ fn short_age(age: std::time::Duration) -> String {
 
 /// ANSI styles for stderr when colour is on (`--color`), as llama.cpp's `--color` sets the
 /// conversation apart from its logs.
+#[derive(Clone, Copy)]
 struct Paint {
     enabled: bool,
 }
