@@ -137,7 +137,7 @@ impl Runtime {
             }
         };
         let opened = &mut self.opened;
-        // What `pml run` prints on the way (the fidelity guard's notes, `--explain`'s plan)
+        // What `pml run` prints on the way (the fidelity guard's notes, `--show-plan`'s plan)
         // comes back in the result rather than on the host program's stderr.
         let mut notices = Vec::new();
         let outcome = run_prompt(&args, |_| Ok(opened), &mut on_text, &mut |notice| {
@@ -190,8 +190,8 @@ struct RunResult {
     decode_ms_per_token: Option<f64>,
     estimated_fidelity: Option<f32>,
     fidelity_guard_fired: bool,
-    /// The lines `pml run` prints to stderr on the way (the fidelity guard's notes, `--explain`'s
-    /// plan), in order.
+    /// The lines `pml run` prints to stderr on the way (the fidelity guard's notes,
+    /// `--show-plan`'s plan), in order.
     notices: Vec<String>,
 }
 

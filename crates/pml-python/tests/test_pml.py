@@ -68,6 +68,17 @@ def test_each_mode_reports_where_its_tokens_came_from(runtime):
     assert account(blend.summary)["mode"].startswith("blend")
 
 
+def test_what_pml_run_prints_on_the_way_comes_back_as_notices(runtime, capfd):
+    plain = runtime.run(PROMPT, max_tokens=4)
+    assert plain.notices == []
+    shown = runtime.run(PROMPT, max_tokens=4, options=["--show-plan"])
+    # The plan `pml run --show-plan` prints: one notice, naming the spliced modules.
+    assert len(shown.notices) == 1, shown.notices
+    assert shown.notices[0].startswith("plan: schema `docqa`") and "tyler-bates" in shown.notices[0]
+    # Nothing reaches the host program's stderr.
+    assert capfd.readouterr().err == ""
+
+
 def test_compile_reports_the_schema(runtime):
     summary = runtime.compile(SCHEMA)
     assert "compiled `docqa`" in summary and runtime.model_id in summary
