@@ -91,8 +91,8 @@ pub fn replace_with<T, E: From<AtomicWriteError>>(
     Ok(filled)
 }
 
-/// Whether `name` is a temporary file's ([`replace_with`]; its prefix alone, which files
-/// written before the suffix was added also have).
+/// Whether `name` is a temporary file's ([`replace_with`]). Either mark is enough: files left
+/// by older writers carry one of them (the store's the prefix, the layout cache's the suffix).
 pub fn is_temporary(name: &str) -> bool {
-    name.starts_with(TEMP_PREFIX)
+    name.starts_with(TEMP_PREFIX) || name.ends_with(TEMP_SUFFIX)
 }

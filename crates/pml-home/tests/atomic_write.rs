@@ -79,7 +79,9 @@ fn a_refused_fill_leaves_the_old_file_and_no_temporary() {
 fn temporaries_are_told_from_entries() {
     assert!(is_temporary(".tmp-abc123.tmp"));
     assert!(!is_temporary("state.safetensors"));
-    assert!(!is_temporary("tmp-abc123.tmp"));
+    assert!(is_temporary(".tmp-abc123"));
+    assert!(is_temporary(".model.layout.4242.tmp"));
+    assert!(!is_temporary("model.layout"));
 }
 
 #[test]

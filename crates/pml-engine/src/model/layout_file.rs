@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use candle_core::quantized::GgmlDType;
-
-use super::weights::CachedLayout;
+use pml_home::atomic_write::is_temporary;
 use pml_kernels::memory::mapped::MappedFile;
 use pml_kernels::quant::{LayoutKind, LayoutShape};
+
+use super::weights::CachedLayout;
 
 const MAGIC: &[u8; 8] = b"PMLLAYT1";
 /// Layouts start on page boundaries, so a mapped layout is aligned for any block type.
@@ -273,7 +274,7 @@ pub fn trim_dir(dir: &Path, keep: usize) -> std::io::Result<()> {
             .is_some_and(|extension| extension == "layout")
         {
             files.push((modified, path));
-        } else if path.extension().is_some_and(|extension| extension == "tmp")
+        } else if is_temporary(&entry.file_name().to_string_lossy())
             && modified.elapsed().is_ok_and(|age| age > STALE_TEMPORARY)
         {
             remove_if_present(&path)?;

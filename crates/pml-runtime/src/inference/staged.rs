@@ -10,7 +10,7 @@ use std::time::Duration;
 use candle_core::Tensor;
 
 use pml_engine::kv_cache::KvCache;
-use pml_engine::model::Model;
+use pml_engine::model::{EngineError, Model};
 
 use super::plan::SplicePlan;
 use super::reuse::{kept_plan, mark_parallel_contexts, splice};
@@ -75,6 +75,13 @@ pub fn stage(
     if tokens.is_empty() {
         return Err(InferenceError::InvalidPrompt("no tokens to compute".into()));
     }
+    // Chunks are exact only in position order (a token never attends a later chunk).
+    if positions.windows(2).any(|pair| pair[0] > pair[1]) {
+        return Err(EngineError::InvalidInput(
+            "a chunked prefill needs tokens in position order".into(),
+        )
+        .into());
+    }
     Ok(Staged::Pending(StagedPrefill {
         kv,
         tokens,
@@ -100,7 +107,7 @@ impl StagedPrefill {
     /// row placed at its laid-out position). Once the pass has written it into the cache,
     /// [`Self::after_chunk`] takes its last token's logits.
     pub fn chunk(&mut self, step_tokens: usize) -> StagedChunk<'_> {
-        let end = (self.done + step_tokens.max(1)).min(self.tokens.len());
+        let end = self.chunk_end(step_tokens);
         StagedChunk {
             tokens: &self.tokens[self.done..end],
             positions: &self.positions[self.done..end],
@@ -108,11 +115,11 @@ impl StagedPrefill {
         }
     }
 
-    /// After a pass computed the `computed` tokens of [`Self::chunk`] in `elapsed`, the last
-    /// one's `logits` `(vocab,)`: still pending, or the prefill once its last token is done.
-    pub fn after_chunk(mut self, computed: usize, logits: Tensor, elapsed: Duration) -> Staged {
+    /// After a pass computed [`Self::chunk`]`(step_tokens)` in `elapsed`, the last token's
+    /// `logits` `(vocab,)`: still pending, or the prefill once its last token is done.
+    pub fn after_chunk(mut self, step_tokens: usize, logits: Tensor, elapsed: Duration) -> Staged {
         self.stats.compute += elapsed;
-        self.done = (self.done + computed).min(self.tokens.len());
+        self.done = self.chunk_end(step_tokens);
         if self.done < self.tokens.len() {
             return Staged::Pending(self);
         }
@@ -122,6 +129,11 @@ impl StagedPrefill {
             logits,
             stats: self.stats,
         })
+    }
+
+    /// One past the last token of the next chunk of at most `step_tokens` (at least one).
+    fn chunk_end(&self, step_tokens: usize) -> usize {
+        (self.done + step_tokens.max(1)).min(self.tokens.len())
     }
 }
 

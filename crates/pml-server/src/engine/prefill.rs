@@ -272,7 +272,6 @@ impl PendingPrefill {
         logits: Tensor,
         elapsed: Duration,
     ) -> Advance {
-        let computed = step_tokens.max(1).min(self.remaining());
         let Self { job, slots, work } = self;
         let advanced = match work {
             Work::Plain {
@@ -280,17 +279,10 @@ impl PendingPrefill {
                 kv,
                 cached_tokens,
             } => after_chunk(runtime, prefix_cache, tokens, kv, cached_tokens, logits),
-            Work::Pml { staged, rows } => match (*staged).after_chunk(computed, logits, elapsed) {
-                Staged::Pending(staged) => Ok(Started::Pending(Work::Pml {
-                    staged: Box::new(staged),
-                    rows,
-                })),
-                Staged::Ready(prefill) => Ok(Started::Done(bound_prefilled(
-                    prefill,
-                    rows,
-                    job.prompt_token_kinds,
-                ))),
-            },
+            Work::Pml { staged, rows } => {
+                let staged = (*staged).after_chunk(step_tokens, logits, elapsed);
+                Ok(pml_started(staged, rows, job.prompt_token_kinds))
+            }
             Work::Budgeted { .. } => Err(JobError::Internal(Incident::report(
                 "a budgeted prompt's chunk was run in the step's shared pass",
             ))),
@@ -543,17 +535,21 @@ fn stage_pml(
     reserve: usize,
 ) -> Result<Started, JobError> {
     let schema = laid_out(schemas, schema)?;
-    match runtime.stage_prefill(&schema.layout, bound, job.mode, reserve) {
-        Ok(Staged::Pending(staged)) => Ok(Started::Pending(Work::Pml {
+    let staged = runtime
+        .stage_prefill(&schema.layout, bound, job.mode, reserve)
+        .map_err(JobError::internal)?;
+    Ok(pml_started(staged, rows, job.prompt_token_kinds))
+}
+
+/// A PML prompt's staged prefill as the server's: still to compute, or prefilled (with how each
+/// token was obtained when its request asked, `with_kinds`).
+fn pml_started(staged: Staged, rows: PromptRows, with_kinds: bool) -> Started {
+    match staged {
+        Staged::Pending(staged) => Started::Pending(Work::Pml {
             staged: Box::new(staged),
             rows,
-        })),
-        Ok(Staged::Ready(prefill)) => Ok(Started::Done(bound_prefilled(
-            prefill,
-            rows,
-            job.prompt_token_kinds,
-        ))),
-        Err(error) => Err(JobError::internal(error)),
+        }),
+        Staged::Ready(prefill) => Started::Done(bound_prefilled(prefill, rows, with_kinds)),
     }
 }
 
