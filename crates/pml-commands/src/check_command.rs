@@ -10,7 +10,7 @@ use crate::model_tokenizer::load_tokenizer;
 use crate::schema_lookup::{FsSchemaResolver, SchemaCache, SchemaFile};
 use pml_compiler::check::{CheckEnvironment, PromptCheckOptions, ResolvedSchema, check_source};
 use pml_compiler::{FsSourceLoader, Tokenizer};
-use pml_syntax::{LineIndex, first_shown};
+use pml_syntax::first_shown;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
@@ -142,10 +142,7 @@ pub fn run_check(options: &CheckOptions) -> u8 {
                 }
             }
             OutputFormat::Json => {
-                let line_index = LineIndex::new(&source);
-                json_entries.extend(shown.iter().map(|diagnostic| {
-                    JsonDiagnostic::new(&file_name, &source, &line_index, diagnostic)
-                }));
+                json_entries.extend(JsonDiagnostic::all(&file_name, &source, shown));
             }
         }
         if let Some(note) = omitted.describe() {

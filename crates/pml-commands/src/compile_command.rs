@@ -127,27 +127,49 @@ pub struct CompileSummary {
 }
 
 /// Encodes every unit of `layout` the store lacks, with a progress bar, and sums up; a store
-/// that cannot be written is an error.
+/// that cannot be written (read-only, full) is an error naming what it did not take.
 pub fn compile_schema(
     runtime: &Runtime,
     layout: &SchemaLayout,
     file: &SourceText,
 ) -> Result<CompileSummary, Failure> {
-    compile_schema_if_writable(runtime, layout, file)?.ok_or_else(|| {
+    compile_schema_if_writable(runtime, layout, file)?.map_err(|unstored| {
         Failure::Failed(anyhow::anyhow!(
-            "`{}` is not compiled: the module store cannot be written",
+            "`{}` is not compiled: {unstored}",
             layout.schema_name
         ))
     })
 }
 
-/// [`compile_schema`], or `None` (the reason among the warnings printed) when the store cannot
-/// be written: a run then computes the states it needs itself.
+/// What a store that could not be written left out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotStored {
+    /// The units whose states it did not take.
+    pub units: Vec<String>,
+    /// Whether the schema's manifest was written.
+    pub manifest_written: bool,
+}
+
+impl fmt::Display for NotStored {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the module store cannot be written")?;
+        if !self.units.is_empty() {
+            write!(f, "; not stored: {}", self.units.join(", "))?;
+        }
+        if !self.manifest_written {
+            write!(f, "; its manifest is not written")?;
+        }
+        Ok(())
+    }
+}
+
+/// [`compile_schema`], or what the store did not take (the reason among the warnings printed):
+/// a run then computes the states it lacks itself.
 pub fn compile_schema_if_writable(
     runtime: &Runtime,
     layout: &SchemaLayout,
     file: &SourceText,
-) -> Result<Option<CompileSummary>, Failure> {
+) -> Result<Result<CompileSummary, NotStored>, Failure> {
     let mut progress = EncodeProgress::new(&layout.schema_name);
     let encoded = runtime.encode(layout, &mut |event| progress.observe(event));
     progress.finish();
@@ -155,8 +177,12 @@ pub fn compile_schema_if_writable(
     for warning in &report.warnings {
         eprintln!("warning: {warning}");
     }
-    let Some(manifest_path) = &report.manifest_path else {
-        return Ok(None);
+    let units = report.not_stored();
+    let Some(manifest_path) = report.manifest_path.as_ref().filter(|_| units.is_empty()) else {
+        return Ok(Err(NotStored {
+            units,
+            manifest_written: report.manifest_path.is_some(),
+        }));
     };
     let manifest = runtime
         .store()
@@ -169,7 +195,7 @@ pub fn compile_schema_if_writable(
                 manifest_path.display()
             )
         })?;
-    Ok(Some(summarize(
+    Ok(Ok(summarize(
         &report,
         file,
         manifest.units.iter().map(|unit| unit.bytes).sum(),

@@ -36,7 +36,8 @@ impl Totals {
 
 #[cfg(test)]
 mod tests {
-    use pml_syntax::{LineIndex, Span};
+    use pml_syntax::Span;
+    use pml_syntax::json::Positions;
 
     use super::*;
 
@@ -59,7 +60,7 @@ mod tests {
         let diagnostic = Diagnostic::error("PML205", "unknown")
             .with_label(Span::new(12, 13), "here")
             .with_help("fix");
-        let json = JsonDiagnostic::new("p.pml", source, &LineIndex::new(source), &diagnostic);
+        let json = JsonDiagnostic::new("p.pml", &mut Positions::new(source), &diagnostic);
         let text = serde_json::to_string(&json).expect("serialise");
         assert!(
             text.starts_with(r#"{"file":"p.pml","code":"PML205","severity":"error""#),

@@ -442,11 +442,7 @@ pub fn print_diagnostics(diagnostics: &[Diagnostic], file: &SourceText, color: b
 
 /// `diagnostics` of `file` as `pmlc check --format json` gives them.
 pub fn json_diagnostics(diagnostics: &[Diagnostic], file: &SourceText) -> Vec<JsonDiagnostic> {
-    let lines = pml_syntax::LineIndex::new(&file.text);
-    diagnostics
-        .iter()
-        .map(|diagnostic| JsonDiagnostic::new(&file.name(), &file.text, &lines, diagnostic))
-        .collect()
+    JsonDiagnostic::all(&file.name(), &file.text, diagnostics)
 }
 
 /// Lays `schema` out for the runtime's model, rendering layout errors against its source.

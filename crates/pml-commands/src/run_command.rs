@@ -303,10 +303,9 @@ pub fn run_prompt<'o>(
                 laid_out.layout.schema_name, opened.id
             ));
             match compile_schema_if_writable(runtime, &laid_out.layout, &schema)? {
-                Some(summary) => notice(&summary.to_string()),
-                None => notice(&format!(
-                    "schema `{}` is computed for this run only: the module store cannot be \
-                     written",
+                Ok(summary) => notice(&summary.to_string()),
+                Err(unstored) => notice(&format!(
+                    "schema `{}` is computed for this run only: {unstored}",
                     laid_out.layout.schema_name
                 )),
             }

@@ -109,6 +109,12 @@ pub fn write_tiny_gguf(arch: Arch, path: &std::path::Path, f32: bool) {
 /// stand-ins, no merges; the longest token covers one byte), byte 0 as its end-of-sequence
 /// token, a ChatML chat template, and a context of `context_length` positions.
 pub fn write_tiny_chat_gguf(path: &std::path::Path, context_length: usize) {
+    write_tiny_chat_gguf_ending_on(path, context_length, 0);
+}
+
+/// [`write_tiny_chat_gguf`] with byte `eos` as the end-of-sequence token: the seeded model's
+/// first answer token (`\n`, byte 10) makes every answer empty.
+pub fn write_tiny_chat_gguf_ending_on(path: &std::path::Path, context_length: usize, eos: u8) {
     // GPT-2's `bytes_to_unicode`: printable bytes stand for themselves, the others for the code
     // points from 256 up, in byte order.
     let printable = |byte: u8| matches!(byte, 33..=126 | 161..=172 | 174..=255);
@@ -146,7 +152,10 @@ pub fn write_tiny_chat_gguf(path: &std::path::Path, context_length: usize) {
             "tokenizer.ggml.merges".to_string(),
             Value::Array(Vec::new()),
         ),
-        ("tokenizer.ggml.eos_token_id".to_string(), Value::U32(0)),
+        (
+            "tokenizer.ggml.eos_token_id".to_string(),
+            Value::U32(u32::from(eos)),
+        ),
         (
             "tokenizer.chat_template".to_string(),
             Value::String(template.into()),

@@ -5,8 +5,11 @@ use std::time::Duration;
 /// Limits and scheduling settings of one server.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
-    /// Name reported as `model` in responses and `/health`.
+    /// Name reported as `model` in `/health` and in answers to requests that name none.
     pub model_name: String,
+    /// Other names of the same model (the one it was started with, when the registry knows it
+    /// by another), listed in `/v1/models` beside `model_name`.
+    pub model_aliases: Vec<String>,
     /// Largest request body accepted (larger ones get 413).
     pub max_body_bytes: usize,
     /// Largest `max_tokens` a request may ask for (larger ones get 400).
@@ -23,6 +26,18 @@ pub struct ServerConfig {
     /// How long a client may take to send a request's headers before its connection is closed
     /// (one that sends them a byte at a time must not hold a connection open).
     pub header_read_timeout: Duration,
+    /// How long a client may take to send a request's body once its headers are in (one that
+    /// trickles it must not hold a connection, nor a handler, open): 408 past it.
+    pub body_read_timeout: Duration,
+    /// Connections open at once beyond which a new one is answered 503 and closed.
+    pub max_connections: usize,
+    /// A client that closes its side of the connection within this long after sending its
+    /// request has half-closed (`nc -N`) and still reads the answer; one that closes later has
+    /// gone away, and its request is cancelled.
+    pub half_close_window: Duration,
+    /// Origins whose pages may call the inference routes from a browser (CORS); the routes
+    /// that change the server never answer another origin.
+    pub cors_origins: CorsOrigins,
     /// A completion still running this long after it arrived is ended.
     pub request_timeout: Duration,
     /// Most bytes the KV caches of the admitted sequences may take together (`None`: no
@@ -67,6 +82,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             model_name: "pml".to_string(),
+            model_aliases: Vec::new(),
             max_body_bytes: 1 << 20,
             max_tokens_limit: 4096,
             default_max_tokens: 16,
@@ -74,6 +90,10 @@ impl Default for ServerConfig {
             queue_capacity: 64,
             max_batch: 16,
             header_read_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_secs(30),
+            max_connections: 512,
+            half_close_window: Duration::from_millis(500),
+            cors_origins: CorsOrigins::Any,
             request_timeout: Duration::from_secs(600),
             kv_cache_bytes: None,
             kv_budget: None,
@@ -87,6 +107,57 @@ impl Default for ServerConfig {
             saved_schemas: None,
             handle_signals: false,
             ui: true,
+        }
+    }
+}
+
+/// Which browser origins may call the inference routes (`--cors-origins`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CorsOrigins {
+    /// Any origin (`*`), as llama.cpp's server and vLLM allow by default: the inference routes
+    /// carry no credentials a page could borrow.
+    #[default]
+    Any,
+    /// These origins only (`scheme://host[:port]`, compared without case).
+    List(Vec<String>),
+    /// No cross-origin calls.
+    None,
+}
+
+impl CorsOrigins {
+    /// `*`, `none`, or a comma-separated list of origins.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let spec = spec.trim();
+        if spec == "*" {
+            return Ok(Self::Any);
+        }
+        if spec.is_empty() || spec.eq_ignore_ascii_case("none") {
+            return Ok(Self::None);
+        }
+        let origins = spec
+            .split(',')
+            .map(|origin| origin.trim().trim_end_matches('/').to_ascii_lowercase())
+            .collect::<Vec<_>>();
+        match origins
+            .iter()
+            .find(|origin| !(origin.starts_with("http://") || origin.starts_with("https://")))
+        {
+            Some(bad) => Err(format!(
+                "`{bad}` is not an origin: give `*`, `none` or origins such as \
+                 http://localhost:3000, separated by commas"
+            )),
+            None => Ok(Self::List(origins)),
+        }
+    }
+
+    /// Whether a page of `origin` may call the inference routes.
+    pub fn allows(&self, origin: &str) -> bool {
+        match self {
+            Self::Any => true,
+            Self::List(origins) => origins
+                .iter()
+                .any(|allowed| allowed.eq_ignore_ascii_case(origin.trim_end_matches('/'))),
+            Self::None => false,
         }
     }
 }

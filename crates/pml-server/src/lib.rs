@@ -23,5 +23,5 @@ pub mod playground;
 pub mod saved_schemas;
 pub mod server;
 
-pub use config::ServerConfig;
+pub use config::{CorsOrigins, ServerConfig};
 pub use server::{ServerError, ServerHandle, start};

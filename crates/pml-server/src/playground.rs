@@ -27,12 +27,19 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         )
 }
 
+/// What the page may load and run: its own script and styles, calls to this server, nothing
+/// inline (so uploaded text the page shows can never become script), and no framing.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self' \
+    'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri \
+    'none'; form-action 'none'; frame-ancestors 'none'";
+
 async fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
     (
         [
             (header::CONTENT_TYPE, content_type),
             // The files change only with the binary; a restarted server may serve new ones.
             (header::CACHE_CONTROL, "no-cache"),
+            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
         ],
         body,
     )

@@ -69,12 +69,19 @@ pub fn start(
     };
     let handle_signals = config.handle_signals;
     let grace = config.shutdown_grace;
-    let header_read_timeout = config.header_read_timeout;
+    let limits = crate::connections::ConnectionLimits {
+        header_read_timeout: config.header_read_timeout,
+        body_read_timeout: config.body_read_timeout,
+        max_connections: config.max_connections,
+        half_close_window: config.half_close_window,
+    };
     let engine_for_stop = engine.clone();
     let state = AppState {
         engine: engine.clone(),
         config: Arc::new(config),
         responses: Arc::default(),
+        checks: Arc::default(),
+        bound: addr,
     };
     let (shutdown, shutdown_requested) = oneshot::channel::<()>();
     let http = std::thread::Builder::new()
@@ -102,8 +109,7 @@ pub fn start(
                         tracing::info!("shutting down; running completions get {grace:?}");
                         engine_for_stop.begin_shutdown(grace);
                     };
-                    crate::connections::serve(listener, router(state), header_read_timeout, stop)
-                        .await;
+                    crate::connections::serve(listener, router(state), limits, stop).await;
                     Ok(())
                 })
             })

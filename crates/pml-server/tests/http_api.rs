@@ -833,14 +833,23 @@ fn a_long_pml_prompt_prefills_in_chunks_and_answers_as_in_one_piece() {
 fn an_internal_error_answers_its_incident_and_logs_the_detail() {
     let log = captured_log();
     let folder = tempfile::TempDir::new().expect("temp dir");
-    // A file where the saved schemas' folder should be: saving an upload fails on the server.
-    let file = folder.path().join("a-file");
-    std::fs::write(&file, "").expect("file");
+    let saved = folder.path().join("schemas");
     let server = TestServer::tiny(ServerConfig {
-        saved_schemas: Some(file.join("schemas")),
+        saved_schemas: Some(saved.clone()),
         ..ServerConfig::default()
     });
-    let (status, body) = call("POST", &server.url("/v1/schemas"), Some(SCHEMA), None);
+    server.upload_ready(SCHEMA);
+    // The saved copy replaced by a folder that is not empty: removing it fails on the server.
+    let copy = std::fs::read_dir(&saved)
+        .expect("saved schemas")
+        .next()
+        .expect("the saved copy")
+        .expect("an entry")
+        .path();
+    std::fs::remove_file(&copy).expect("remove the copy");
+    std::fs::create_dir(&copy).expect("a folder in its place");
+    std::fs::write(copy.join("inside"), "").expect("a file inside");
+    let (status, body) = call("DELETE", &server.url("/v1/schemas/notes"), None, None);
     assert_eq!(status, 500, "{body}");
     let error = &parse(&body)["error"];
     assert_eq!(error["type"], "server_error", "{body}");
@@ -855,11 +864,12 @@ fn an_internal_error_answers_its_incident_and_logs_the_detail() {
     assert_eq!(
         message,
         format!(
-            "schema `notes` is loaded but could not be saved for the next start: internal error \
-             (incident {incident}); the server's log has the details"
+            "schema `notes` is unloaded but its saved copy could not be removed (it comes back at \
+             the next start): internal error (incident {incident}); the server's log has the \
+             details"
         )
     );
-    let path = file.display().to_string();
+    let path = saved.display().to_string();
     assert!(!body.contains(&path), "no server path in {body}");
     assert!(!body.contains("os error"), "no OS error in {body}");
 

@@ -30,13 +30,13 @@ pub struct JsonLabel {
 }
 
 impl JsonDiagnostic {
-    pub fn new(file: &str, source: &str, line_index: &LineIndex, diagnostic: &Diagnostic) -> Self {
+    pub fn new(file: &str, positions: &mut Positions<'_>, diagnostic: &Diagnostic) -> Self {
         let labels = diagnostic
             .labels
             .iter()
             .map(|label| {
-                let (line, column) = position(source, line_index, label.span.start);
-                let (end_line, end_column) = position(source, line_index, label.span.end);
+                let (line, column) = positions.position(label.span.start);
+                let (end_line, end_column) = positions.position(label.span.end);
                 JsonLabel {
                     message: label.message.clone(),
                     span: label.span,
@@ -56,18 +56,55 @@ impl JsonDiagnostic {
             labels,
         }
     }
+
+    /// Each of `diagnostics` of `source`, in order.
+    pub fn all(file: &str, source: &str, diagnostics: &[Diagnostic]) -> Vec<Self> {
+        let mut positions = Positions::new(source);
+        diagnostics
+            .iter()
+            .map(|diagnostic| Self::new(file, &mut positions, diagnostic))
+            .collect()
+    }
 }
 
-/// 1-based line and character column of a byte offset.
-fn position(source: &str, line_index: &LineIndex, offset: usize) -> (usize, usize) {
-    let offset = offset.min(source.len());
-    let (line, byte_column) = line_index.line_col(offset);
-    let line_start = offset - byte_column;
-    // An offset inside a multi-byte character (never produced by the parser) counts in bytes.
-    let column = source
-        .get(line_start..offset)
-        .map_or(byte_column, |prefix| prefix.chars().count());
-    (line + 1, column + 1)
+/// 1-based lines and character columns of byte offsets in one text. Offsets asked in increasing
+/// order on a line (a file's diagnostics, in source order) count the characters between them
+/// only, so a file's positions take time linear in its size even when it is one long line.
+pub struct Positions<'a> {
+    source: &'a str,
+    lines: LineIndex,
+    /// The last offset asked for and its zero-based line and character column.
+    last: Option<(usize, usize, usize)>,
+}
+
+impl<'a> Positions<'a> {
+    pub fn new(source: &'a str) -> Self {
+        Self {
+            source,
+            lines: LineIndex::new(source),
+            last: None,
+        }
+    }
+
+    /// 1-based line and character column of a byte offset.
+    pub fn position(&mut self, offset: usize) -> (usize, usize) {
+        let offset = offset.min(self.source.len());
+        let (line, byte_column) = self.lines.line_col(offset);
+        let (from, column_there) = match self.last {
+            Some((last, last_line, column)) if last_line == line && last <= offset => {
+                (last, column)
+            }
+            _ => (offset - byte_column, 0),
+        };
+        // An offset inside a multi-byte character (never produced by the parser) counts in bytes.
+        let column = column_there
+            + self
+                .source
+                .get(from..offset)
+                .map_or(offset - from, |between| between.chars().count());
+        self.last = Some((offset, line, column));
+        (line + 1, column + 1)
+    }
 }
 
 #[cfg(test)]
@@ -77,11 +114,30 @@ mod tests {
     #[test]
     fn positions_are_one_based_and_count_characters() {
         let source = "ab\nçé<x>\n";
-        let index = LineIndex::new(source);
-        assert_eq!(position(source, &index, 0), (1, 1));
-        assert_eq!(position(source, &index, 3), (2, 1));
+        let mut positions = Positions::new(source);
+        assert_eq!(positions.position(0), (1, 1));
+        assert_eq!(positions.position(3), (2, 1));
         // `<` follows two 2-byte characters: byte 7, column 3.
-        assert_eq!(position(source, &index, 7), (2, 3));
-        assert_eq!(position(source, &index, 999), (3, 1));
+        assert_eq!(positions.position(7), (2, 3));
+        assert_eq!(positions.position(8), (2, 4));
+        // Backwards on the same line: counted from the line's start again.
+        assert_eq!(positions.position(5), (2, 2));
+        assert_eq!(positions.position(999), (3, 1));
+    }
+
+    #[test]
+    fn positions_on_one_long_line_take_linear_time() {
+        // 200,000 offsets on one line of 2 MB: counted from the line's start each time, this
+        // would count 2e11 characters.
+        let source = "é".repeat(1_000_000);
+        let mut positions = Positions::new(&source);
+        let mut columns = 0;
+        for offset in (0..source.len()).step_by(10) {
+            columns += positions.position(offset).1;
+        }
+        assert_eq!(
+            columns,
+            (0..source.len()).step_by(10).map(|o| o / 2 + 1).sum()
+        );
     }
 }

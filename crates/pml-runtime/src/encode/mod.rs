@@ -104,6 +104,9 @@ pub struct UnitReport {
     pub outcome: UnitOutcome,
     /// The unit's store key; `None` for an empty unit (nothing stored).
     pub key: Option<StoreKey>,
+    /// Whether the store holds its state now (`false`: encoded, but the store could not take
+    /// it).
+    pub stored: bool,
 }
 
 /// What [`encode_schema`] did.
@@ -125,6 +128,22 @@ pub struct EncodeReport {
 impl EncodeReport {
     pub fn n_encoded(&self) -> usize {
         self.count(UnitOutcome::Encoded)
+    }
+
+    /// The units encoded now whose states the store could not take, by path (`the root` for
+    /// the schema's own text).
+    pub fn not_stored(&self) -> Vec<String> {
+        self.units
+            .iter()
+            .filter(|unit| !unit.stored)
+            .map(|unit| {
+                if unit.path.is_empty() {
+                    "the root".to_string()
+                } else {
+                    format!("module `{}`", unit.path)
+                }
+            })
+            .collect()
     }
 
     pub fn n_reused(&self) -> usize {
@@ -295,6 +314,7 @@ impl EncodeRun {
                 path: unit.path.join("/"),
                 n_tokens: unit.tokens.len(),
                 outcome,
+                stored: outcome != UnitOutcome::Encoded || encoder.stored(unit.id),
                 key,
             });
             progress(EncodeEvent::Unit {

@@ -9,7 +9,7 @@
 //! and positions ([`StoreKeyParts`]); so recompiling re-encodes only the units whose tokens,
 //! positions or context changed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use candle_core::Tensor;
@@ -87,6 +87,7 @@ pub struct UnitMemory {
     known: HashMap<UnitId, Arc<KvBlock>>,
     last_context: Option<(Vec<UnitRows>, Vec<KvBlock>)>,
     store_unwritable: bool,
+    unstored: HashSet<UnitId>,
 }
 
 /// The model, layout and store that unit states are computed with and kept in.
@@ -109,6 +110,8 @@ pub struct UnitEncoder<'a> {
     warnings: Vec<String>,
     /// Whether a write to the store failed (said once among the warnings).
     store_unwritable: bool,
+    /// Units computed in this run whose state the store could not take.
+    unstored: HashSet<UnitId>,
 }
 
 impl<'a> UnitEncoder<'a> {
@@ -142,6 +145,7 @@ impl<'a> UnitEncoder<'a> {
             last_context: None,
             warnings: Vec::new(),
             store_unwritable: false,
+            unstored: HashSet::new(),
         })
     }
 
@@ -183,6 +187,12 @@ impl<'a> UnitEncoder<'a> {
 
     pub fn store(&self) -> &'a ModuleStore {
         self.store
+    }
+
+    /// Whether unit `unit_id`, if computed in this run, is in the store now (`false`: the
+    /// store could not take its state, or could not lock its key to write it).
+    pub fn stored(&self, unit_id: UnitId) -> bool {
+        !self.unstored.contains(&unit_id)
     }
 
     /// Problems met and worked around (a stored state that was corrupt or did not match).
@@ -345,7 +355,7 @@ impl<'a> UnitEncoder<'a> {
         let lock = match self.store.lock(&key, &mut || on_wait(layout_unit)) {
             Ok(lock) => lock,
             Err(error @ StoreError::Io { .. }) => {
-                self.note_unwritable(&error);
+                self.note_unwritable(unit_id, &error);
                 None
             }
             Err(error) => return Err(error.into()),
@@ -472,9 +482,10 @@ impl<'a> UnitEncoder<'a> {
         let block = state.kv().clone();
         match self.store.put(&key, state) {
             Ok(puts) => {
+                self.unstored.remove(&unit_id);
                 self.puts.insert(unit_id, puts);
             }
-            Err(error @ StoreError::Io { .. }) => self.note_unwritable(&error),
+            Err(error @ StoreError::Io { .. }) => self.note_unwritable(unit_id, &error),
             Err(error) => return Err(error.into()),
         }
         let block = Arc::new(block);
@@ -492,6 +503,7 @@ impl<'a> UnitEncoder<'a> {
             known: self.known,
             last_context: self.last_context,
             store_unwritable: self.store_unwritable,
+            unstored: self.unstored,
         }
     }
 
@@ -501,6 +513,7 @@ impl<'a> UnitEncoder<'a> {
             known: memory.known,
             last_context: memory.last_context,
             store_unwritable: memory.store_unwritable,
+            unstored: memory.unstored,
             ..self
         }
     }
@@ -508,7 +521,8 @@ impl<'a> UnitEncoder<'a> {
     /// A store that cannot be written (a read-only folder, a full disk) costs the states' reuse
     /// in later runs, not this run: the states computed now are used from memory, and the
     /// first such failure is reported once.
-    fn note_unwritable(&mut self, error: &StoreError) {
+    fn note_unwritable(&mut self, unit_id: UnitId, error: &StoreError) {
+        self.unstored.insert(unit_id);
         if !self.store_unwritable {
             self.store_unwritable = true;
             self.warnings.push(format!(

@@ -144,7 +144,11 @@ pub(super) fn span_state(
         }
         StateOrigin::Encoded => {
             let layout_unit = crate::encode::context::unit(encoder.layout(), span.unit)?;
-            stats.units_encoded_on_the_fly.push(describe(layout_unit));
+            if encoder.stored(span.unit) {
+                stats.units_encoded_on_the_fly.push(describe(layout_unit));
+            } else {
+                stats.units_not_stored.push(describe(layout_unit));
+            }
         }
         StateOrigin::Memory | StateOrigin::Empty => {}
     }

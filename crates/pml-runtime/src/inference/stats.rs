@@ -47,6 +47,9 @@ pub struct PrefillStats {
     pub units_loaded: usize,
     /// Units missing from the store, encoded (and stored) during this prefill: correct, but slow.
     pub units_encoded_on_the_fly: Vec<String>,
+    /// Units missing from the store, encoded during this prefill, that the store could not
+    /// take: the next prompt encodes them again.
+    pub units_not_stored: Vec<String>,
     /// Reading (and, for missing units, encoding) states, selecting rows, re-rotating moved ones;
     /// when pipelined, what was read before the compute started plus the waits for the loader.
     pub load: Duration,
@@ -82,6 +85,7 @@ impl PrefillStats {
             recomputed_positions: Vec::new(),
             units_loaded: 0,
             units_encoded_on_the_fly: Vec::new(),
+            units_not_stored: Vec::new(),
             load: Duration::ZERO,
             store_reads: Duration::ZERO,
             splice: Duration::ZERO,
@@ -183,6 +187,13 @@ impl fmt::Display for RunStats {
                 f,
                 " | not in the store, encoded now and stored for next time: {}",
                 prefill.units_encoded_on_the_fly.join(", ")
+            )?;
+        }
+        if !prefill.units_not_stored.is_empty() {
+            write!(
+                f,
+                " | not in the store, encoded now but not stored (the store cannot be written): {}",
+                prefill.units_not_stored.join(", ")
             )?;
         }
         Ok(())

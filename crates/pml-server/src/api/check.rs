@@ -3,12 +3,18 @@
 //! checked against the schema sent beside it (a prompt alone is checked against none, and says
 //! so). Nothing is laid out, encoded or read from the server's files (`src=` includes are
 //! refused, as for an upload), and the work runs off the async threads: it is linear in the
-//! texts, which the body limit and the compiler's source-size limit bound.
+//! texts, which the body limit and the compiler's source-size limit bound. An answer holds the
+//! first [`MAX_DIAGNOSTICS`] diagnostics of a text (as the language server publishes them) and
+//! counts the rest; one check runs at a time, a few more wait, and beyond them a check is
+//! refused (503), so that an editor's stream of checks never takes the cores the completions
+//! decode on.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use pml_compiler::check::{
@@ -18,11 +24,59 @@ use pml_compiler::check::{
 use pml_compiler::{RefuseSources, check_source_size};
 use pml_syntax::ast::SourceFile;
 use pml_syntax::json::JsonDiagnostic;
-use pml_syntax::{LineIndex, Severity};
+use pml_syntax::{Severity, first_shown};
 use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
 
+use super::AppState;
 use super::completions::parse_json;
 use super::error::ApiError;
+
+/// Diagnostics of one text an answer holds (the language server's bound).
+pub const MAX_DIAGNOSTICS: usize = 200;
+
+/// Checks that may wait for the one running before further ones are refused.
+const MAX_WAITING: usize = 4;
+
+/// The endpoint's admission: one check runs at a time (each takes a core while it does).
+#[derive(Debug)]
+pub struct CheckSlots {
+    running: Semaphore,
+    admitted: AtomicUsize,
+}
+
+impl Default for CheckSlots {
+    fn default() -> Self {
+        Self {
+            running: Semaphore::new(1),
+            admitted: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// A check's place among those admitted, given back when it ends or its client leaves.
+struct Admitted<'a>(&'a CheckSlots);
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.0.admitted.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl CheckSlots {
+    fn admit(&self) -> Result<Admitted<'_>, ApiError> {
+        let before = self.admitted.fetch_add(1, Ordering::AcqRel);
+        let admitted = Admitted(self);
+        if before > MAX_WAITING {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded_error",
+                "too many checks are waiting: try again in a moment",
+            ));
+        }
+        Ok(admitted)
+    }
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,8 +92,11 @@ pub struct TextCheck {
     pub kind: &'static str,
     pub errors: usize,
     pub warnings: usize,
-    /// In source order; spans are byte offsets, lines and columns count from 1.
+    /// In source order, the first [`MAX_DIAGNOSTICS`]; spans are byte offsets, lines and
+    /// columns count from 1.
     pub diagnostics: Vec<JsonDiagnostic>,
+    /// Diagnostics left out of `diagnostics` (0 when it holds them all).
+    pub omitted: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -50,7 +107,10 @@ pub struct CheckResponse {
     pub prompt: Option<TextCheck>,
 }
 
-pub async fn check(body: Result<Bytes, BytesRejection>) -> Result<Json<CheckResponse>, ApiError> {
+pub async fn check(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<CheckResponse>, ApiError> {
     let request: CheckRequest = parse_json(&body?)?;
     for (field, text) in [("schema", &request.schema), ("prompt", &request.prompt)] {
         if let Some(text) = text {
@@ -70,6 +130,13 @@ pub async fn check(body: Result<Bytes, BytesRejection>) -> Result<Json<CheckResp
             "give `schema`, `prompt` or both: the texts to check",
         ));
     }
+    let slots = &state.checks;
+    let _admitted = slots.admit()?;
+    let _running = slots
+        .running
+        .acquire()
+        .await
+        .map_err(|error| ApiError::internal(format_args!("the checks' semaphore: {error}")))?;
     tokio::task::spawn_blocking(move || check_texts(&request))
         .await
         .map(Json)
@@ -108,7 +175,6 @@ fn check_with(text: &str, resolver: &mut SentSchema) -> FileCheck {
 }
 
 fn report(file: &str, text: &str, checked: &FileCheck) -> TextCheck {
-    let lines = LineIndex::new(text);
     let count = |severity| {
         checked
             .diagnostics
@@ -116,6 +182,7 @@ fn report(file: &str, text: &str, checked: &FileCheck) -> TextCheck {
             .filter(|diagnostic| diagnostic.severity == severity)
             .count()
     };
+    let (shown, omitted) = first_shown(&checked.diagnostics, MAX_DIAGNOSTICS);
     TextCheck {
         kind: match checked.file {
             SourceFile::Schema(_) => "schema",
@@ -124,11 +191,8 @@ fn report(file: &str, text: &str, checked: &FileCheck) -> TextCheck {
         },
         errors: count(Severity::Error),
         warnings: count(Severity::Warning),
-        diagnostics: checked
-            .diagnostics
-            .iter()
-            .map(|diagnostic| JsonDiagnostic::new(file, text, &lines, diagnostic))
-            .collect(),
+        diagnostics: JsonDiagnostic::all(file, text, shown),
+        omitted: omitted.total(),
     }
 }
 

@@ -6,12 +6,15 @@
 //! ([`crate::incident`]), in the body as in a stream's error event.
 
 use axum::Json;
+use axum::extract::Request;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use pml_syntax::json::JsonDiagnostic;
 use serde::Serialize;
 
+use crate::connections::BodyTimedOut;
 use crate::engine::{JobError, SubmitError};
 use crate::incident::Incident;
 
@@ -169,9 +172,22 @@ impl From<SubmitError> for ApiError {
     }
 }
 
-/// A body axum could not read: too large (413, in JSON as well) or cut off.
+/// A body axum could not read: too large (413, in JSON as well), too slow to arrive (408) or
+/// cut off.
 impl From<BytesRejection> for ApiError {
     fn from(rejection: BytesRejection) -> Self {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&rejection);
+        while let Some(error) = cause {
+            if let Some(timed_out) = error.downcast_ref::<BodyTimedOut>() {
+                return ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "invalid_request_error",
+                    format!("{timed_out}: send it faster, or in one piece"),
+                )
+                .with_code("request_timeout");
+            }
+            cause = error.source();
+        }
         let status = rejection.status();
         let kind = if status == StatusCode::PAYLOAD_TOO_LARGE {
             "request_too_large"
@@ -195,7 +211,6 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Any path no route serves.
 /// Any other path: OpenAI's endpoints this server does not offer say so by name.
 pub async fn not_found(uri: axum::http::Uri) -> ApiError {
     let path = uri.path();
@@ -222,6 +237,33 @@ pub async fn not_found(uri: axum::http::Uri) -> ApiError {
         .with_code("unsupported_endpoint"),
         None => ApiError::not_found(format!("no such route: `{path}`")),
     }
+}
+
+/// A route asked with a method it does not take answers in OpenAI's shape too, keeping the
+/// `Allow` header that says which it takes.
+pub async fn shape_method_not_allowed(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    if response.status() != StatusCode::METHOD_NOT_ALLOWED {
+        return response;
+    }
+    let allow = response.headers().get(header::ALLOW).cloned();
+    let takes = allow
+        .as_ref()
+        .and_then(|allow| allow.to_str().ok())
+        .map_or_else(String::new, |allow| format!(": it takes {allow}"));
+    let mut shaped = ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request_error",
+        format!("`{method} {path}` is not served{takes}"),
+    )
+    .with_code("method_not_allowed")
+    .into_response();
+    if let Some(allow) = allow {
+        shaped.headers_mut().insert(header::ALLOW, allow);
+    }
+    shaped
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 //! tensor or the model.
 //!
 //! - [`check`]: `/v1/pml/check`, the diagnostics of a schema and a prompt, for editors.
+//! - [`cross_origin`]: what browser pages may call (CORS for the inference routes, none for the
+//!   admin ones).
 //! - [`error`]: error responses (OpenAI's `{"error": …}` shape, plus PML diagnostics).
 //! - [`request`]: request bodies of the completion endpoints, checked field by field.
 //! - [`request_log`]: one log line per request, written when its response ends.
@@ -17,6 +19,7 @@
 
 pub mod check;
 pub mod completions;
+pub mod cross_origin;
 pub mod error;
 pub mod models;
 pub mod openai;
@@ -29,6 +32,7 @@ pub mod schemas;
 pub mod status;
 pub mod tools;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -46,6 +50,10 @@ pub struct AppState {
     pub config: Arc<ServerConfig>,
     /// Earlier responses, for `previous_response_id`.
     pub responses: Arc<responses::ResponseLog>,
+    /// `/v1/pml/check`'s admission.
+    pub checks: Arc<check::CheckSlots>,
+    /// The address the server listens on.
+    pub bound: SocketAddr,
 }
 
 /// Every route: method, path (axum and OpenAPI spell parameters alike, `{name}`), handler. The
@@ -91,6 +99,11 @@ pub fn router(state: AppState) -> Router {
         })
         .fallback(error::not_found)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(error::shape_method_not_allowed))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            cross_origin::cross_origin,
+        ))
         .layer(axum::middleware::from_fn(request_log::log_requests))
         .with_state(state)
 }

@@ -1,5 +1,10 @@
-//! `GET /v1/models` (the one model this server runs), `POST /tokenize` and `POST /detokenize`
-//! (vLLM's and llama.cpp's spellings of their fields both accepted).
+//! `GET /v1/models` (the one model this server runs, under each of its names), `POST /tokenize`
+//! and `POST /detokenize` (vLLM's and llama.cpp's spellings of their fields both accepted).
+//!
+//! A completion's `model` may be any name: the one model answers it, and the answer echoes the
+//! name asked for (as llama.cpp's server does; clients send their own defaults, `gpt-4o-mini`).
+//! So `GET /v1/models/{id}` agrees with it: any id is that model's card, under the id asked,
+//! its `root` the model's own name.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -15,33 +20,28 @@ use super::error::ApiError;
 use super::request::ChatRequest;
 use crate::engine::{EngineRequest, PromptSource};
 
-fn model_entry(state: &AppState) -> Value {
+fn model_entry(state: &AppState, id: &str) -> Value {
     json!({
-        "id": state.config.model_name,
+        "id": id,
         "object": "model",
         "created": 0,
         "owned_by": "pml",
+        "root": state.config.model_name,
         "max_model_len": state.engine.max_positions,
     })
 }
 
 pub async fn list(State(state): State<AppState>) -> Json<Value> {
-    Json(json!({"object": "list", "data": [model_entry(&state)]}))
+    let config = &state.config;
+    let data: Vec<Value> = std::iter::once(&config.model_name)
+        .chain(&config.model_aliases)
+        .map(|id| model_entry(&state, id))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
 }
 
-pub async fn show(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    if id != state.config.model_name {
-        return Err(ApiError::not_found(format!(
-            "no model `{id}`: this server runs `{}`",
-            state.config.model_name
-        ))
-        .with_param("model")
-        .with_code("model_not_found"));
-    }
-    Ok(Json(model_entry(&state)))
+pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Json<Value> {
+    Json(model_entry(&state, &id))
 }
 
 /// `POST /tokenize`: `prompt` (vLLM) or `content` (llama.cpp) text, or chat `messages` with

@@ -74,8 +74,14 @@ pub async fn log_requests(mut request: Request, next: Next) -> Response {
         tokens: TokenCounts::default(),
     };
     request.extensions_mut().insert(line.tokens.clone());
+    // Dropped with this future when the client leaves before the handler answers: written
+    // then, as the client's leaving.
+    let mut pending = Unanswered(Some(line));
     let response = next.run(request).await;
     let (parts, body) = response.into_parts();
+    let Some(line) = pending.0.take() else {
+        return Response::from_parts(parts, body);
+    };
     let line = LogLine {
         status: parts.status,
         ..line
@@ -113,6 +119,19 @@ impl LogLine {
             self.started.elapsed().as_secs_f64() * 1e3,
             self.tokens.describe().unwrap_or_default(),
         );
+    }
+}
+
+/// The line of a request whose handler has not answered yet.
+struct Unanswered(Option<LogLine>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(line) = self.0.take() {
+            // 499, as nginx logs a request its client closed.
+            let status = StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST);
+            LogLine { status, ..line }.write(" (client gone)");
+        }
     }
 }
 

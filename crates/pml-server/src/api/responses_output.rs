@@ -143,6 +143,11 @@ impl ResponseRun {
                 }
                 let pieces = self.reader.finish();
                 self.pieces(pieces);
+                // An answer of no text is an empty message, as OpenAI answers it: clients read
+                // `output: []` as no answer at all and ask again.
+                if self.items.is_empty() && self.text.is_none() {
+                    self.open_text();
+                }
                 self.close_text();
                 self.output_tokens = completion_tokens;
                 self.end = Some(end);
@@ -201,29 +206,36 @@ impl ResponseRun {
         }
     }
 
+    /// Opens a message item (its events) and returns its id.
+    fn open_text(&mut self) -> String {
+        let output_index = self.items.len();
+        let id = format!("msg_{}_{output_index}", self.id);
+        self.text = Some((id.clone(), String::new()));
+        self.event(
+            "response.output_item.added",
+            json!({"output_index": output_index, "item": {"type": "message", "id": id,
+                "status": "in_progress", "role": "assistant", "content": []}}),
+        );
+        self.event(
+            "response.content_part.added",
+            json!({"item_id": id, "output_index": output_index, "content_index": 0,
+                "part": output_text("")}),
+        );
+        id
+    }
+
     /// Appends to the message item being written, opening one first.
     fn text(&mut self, delta: &str) {
         let output_index = self.items.len();
+        if self.text.is_none() {
+            self.open_text();
+        }
         let id = match &mut self.text {
             Some((id, text)) => {
                 text.push_str(delta);
                 id.clone()
             }
-            None => {
-                let id = format!("msg_{}_{output_index}", self.id);
-                self.text = Some((id.clone(), delta.to_owned()));
-                self.event(
-                    "response.output_item.added",
-                    json!({"output_index": output_index, "item": {"type": "message", "id": id,
-                        "status": "in_progress", "role": "assistant", "content": []}}),
-                );
-                self.event(
-                    "response.content_part.added",
-                    json!({"item_id": id, "output_index": output_index, "content_index": 0,
-                        "part": output_text("")}),
-                );
-                id
-            }
+            None => return,
         };
         self.event(
             "response.output_text.delta",

@@ -13,6 +13,7 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::AppState;
+use super::cross_origin::check_admin_origin;
 use super::error::ApiError;
 use crate::engine::EngineRequest;
 use crate::engine::schemas::{SchemaInfo, SchemaLayoutView};
@@ -44,26 +45,31 @@ pub async fn upload(
     let info = answer
         .await
         .map_err(|_| ApiError::internal("the engine stopped"))??;
+    let mut body = serde_json::to_value(&info)
+        .map_err(|error| ApiError::internal(format_args!("a schema's record: {error}")))?;
     if let Some(folder) = &state.config.saved_schemas {
         let saved = SavedSchemas::new(folder);
         let name = info.name.clone();
-        tokio::task::spawn_blocking(move || saved.save(&name, &source))
+        let outcome = tokio::task::spawn_blocking(move || saved.save(&name, &source))
             .await
-            .map_err(|error| ApiError::internal(format_args!("saving a schema: {error}")))?
-            .map_err(|error| {
-                ApiError::internal(format_args!(
-                    "saving schema `{}` in {}: {}",
-                    info.name,
-                    folder.display(),
-                    error_chain(&error)
-                ))
-                .after(format_args!(
-                    "schema `{}` is loaded but could not be saved for the next start",
-                    info.name
-                ))
-            })?;
+            .map_err(|error| ApiError::internal(format_args!("saving a schema: {error}")))?;
+        // The schema is loaded and answers: the upload succeeded, and what it lacks (a copy for
+        // the next start) is said beside its record, and in the log with the reason.
+        if let Err(error) = outcome {
+            tracing::warn!(
+                "schema `{}` is loaded but not saved in {} (it is gone after a restart): {}",
+                info.name,
+                folder.display(),
+                error_chain(&error)
+            );
+            body["warning"] = json!(format!(
+                "schema `{}` is loaded but could not be saved for the next start (the server's \
+                 folder for schemas cannot be written): upload it again after a restart",
+                info.name
+            ));
+        }
     }
-    Ok((StatusCode::ACCEPTED, Json(info)).into_response())
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
 pub async fn list(State(state): State<AppState>) -> Json<serde_json::Value> {
@@ -92,8 +98,16 @@ pub async fn source(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     let info = loaded(&state, &name)?;
+    // Anyone may upload a schema, so its text is never markup a browser would run in this
+    // server's origin: plain text, not sniffed, and sandboxed should a browser render it.
     Ok((
-        [(header::CONTENT_TYPE, "application/xml; charset=utf-8")],
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "sandbox; default-src 'none'",
+            ),
+        ],
         info.source.to_string(),
     )
         .into_response())
@@ -152,9 +166,11 @@ pub async fn remove(
     }
 }
 
-/// 401 unless the request carries `Authorization: Bearer <admin token>` (when one is set);
+/// 403 for a browser page of another origin (or, on a loopback server open to all, a request
+/// addressed to another host); then 401 unless the request carries `Authorization: Bearer <admin token>` (when one is set);
 /// without a token, 403 unless the server was started open (on loopback).
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    check_admin_origin(state, headers)?;
     let Some(token) = &state.config.admin_token else {
         if state.config.open_admin {
             return Ok(());

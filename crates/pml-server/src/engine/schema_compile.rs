@@ -193,10 +193,22 @@ impl SchemaCompiler {
                     info.units_done = info.units_total;
                     info.units_encoded = report.n_encoded();
                 });
-                tracing::info!(
-                    "schema `{name}` ready: {} units encoded, the others were stored",
-                    report.n_encoded()
-                );
+                let not_stored = report.not_stored();
+                if not_stored.is_empty() {
+                    tracing::info!(
+                        "schema `{name}` ready: {} units encoded, {} found in the store",
+                        report.n_encoded(),
+                        report.n_reused()
+                    );
+                } else {
+                    tracing::warn!(
+                        "schema `{name}` ready: {} units encoded, {} found in the store; not \
+                         stored (computed again when a prompt needs them): {}",
+                        report.n_encoded(),
+                        report.n_reused(),
+                        not_stored.join(", ")
+                    );
+                }
             }
             Err(error) => {
                 // The record is public: the detail goes to the log, the incident to the record.

@@ -14,7 +14,6 @@ use pml_runtime::chat::{chat_prompt_tokens, conversation_tokens};
 use pml_runtime::inference::context_limit::check_positions;
 use pml_runtime::inference::{InferenceError, Runtime, RuntimeError};
 use pml_runtime::kv_budget::HeavyHitters;
-use pml_syntax::LineIndex;
 use pml_syntax::json::JsonDiagnostic;
 use pml_syntax::{DEFAULT_MAX_SHOWN, first_shown};
 
@@ -466,7 +465,6 @@ pub fn check_context(
 pub fn runtime_error(error: RuntimeError, source: &str) -> JobError {
     match error {
         RuntimeError::Plan(PlanError::Diagnostics { what, diagnostics }) => {
-            let index = LineIndex::new(source);
             let errors = diagnostics
                 .iter()
                 .filter(|diagnostic| diagnostic.is_error())
@@ -476,10 +474,7 @@ pub fn runtime_error(error: RuntimeError, source: &str) -> JobError {
                 what,
                 errors,
                 omitted,
-                diagnostics: shown
-                    .iter()
-                    .map(|diagnostic| JsonDiagnostic::new(what, source, &index, diagnostic))
-                    .collect(),
+                diagnostics: JsonDiagnostic::all(what, source, shown),
             }
         }
         RuntimeError::Plan(PlanError::WrongKind { .. }) => JobError::BadRequest(error.to_string()),

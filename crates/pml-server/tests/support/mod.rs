@@ -44,13 +44,18 @@ impl TestServer {
     /// `$PML_HOME/store`); `None` (the test skips) when the model is not fetched.
     pub fn default_model(config: ServerConfig) -> Option<Self> {
         let path = fetched_model(DEFAULT_MODEL_ID)?;
+        Some(Self::from_gguf(&path, config))
+    }
+
+    /// The model of the GGUF file at `path`, with a private store as [`Self::default_model`].
+    pub fn from_gguf(path: &std::path::Path, config: ServerConfig) -> Self {
         let store = tempfile::TempDir::new().expect("temporary store");
         let mut options = RuntimeOptions::from_env().expect("runtime options");
         options.store = StoreConfig::local(store.path(), DEFAULT_RAM_BUDGET_BYTES);
-        let runtime = Runtime::load(&path, &options).expect("the default model loads");
+        let runtime = Runtime::load(path, &options).expect("the model loads");
         let mut server = Self::with_runtime(runtime, config);
         server._manifests = Some(store);
-        Some(server)
+        server
     }
 
     pub fn with_runtime(runtime: Runtime, config: ServerConfig) -> Self {
@@ -254,5 +259,55 @@ impl Write for LogSink {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+/// A response read off a raw connection: status, headers (names lower-cased) and body.
+pub struct RawResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl RawResponse {
+    /// The value of header `name` (lower case), if sent.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// Sends `request` (the whole HTTP/1.1 text, `Connection: close` among its headers) to `addr`
+/// as written, headers included, and reads the response until the server closes.
+pub fn raw(addr: SocketAddr, request: &str) -> RawResponse {
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .expect("read timeout");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    parse_raw(&text)
+}
+
+/// The status, headers and body of a response's text (the body as sent, not de-chunked).
+pub fn parse_raw(text: &str) -> RawResponse {
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {text:?}"));
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_string()))
+        .collect();
+    RawResponse {
+        status,
+        headers,
+        body: body.to_string(),
     }
 }

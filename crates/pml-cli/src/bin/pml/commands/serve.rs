@@ -13,7 +13,7 @@ use pml_commands::failure::Failure;
 use pml_commands::pipeline::{RuntimeArgs, open_runtime, store_config};
 use pml_runtime::kv_budget::KvBudget;
 use pml_runtime::store::TierConfig;
-use pml_server::{ServerConfig, ServerError, ServerHandle};
+use pml_server::{CorsOrigins, ServerConfig, ServerError, ServerHandle};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -24,10 +24,19 @@ pub struct ServeArgs {
     port: u16,
     #[command(flatten)]
     runtime: RuntimeArgs,
-    /// Load (and compile in the background) every `*.pml` schema in this folder at start; their
-    /// `src=` includes are read relative to it. Uploaded schemas may not use `src=`.
+    /// Load (and compile in the background) every `*.pml` schema in this folder and its
+    /// subfolders at start; each one's `src=` includes are read relative to its own folder.
+    /// Uploaded schemas may not use `src=`.
     #[arg(long, value_name = "DIR")]
     schemas: Option<PathBuf>,
+    /// Browser origins whose pages may call the inference routes (CORS): `*` (the default, as
+    /// llama.cpp's server and vLLM allow), `none`, or origins separated by commas
+    /// (`http://localhost:3000`). Schema upload and deletion answer no other origin.
+    #[arg(long, value_name = "ORIGINS", default_value = "*")]
+    cors_origins: String,
+    /// Connections open at once; a further one is answered 503 and closed.
+    #[arg(long, value_name = "N", default_value_t = 512)]
+    max_connections: usize,
     /// Bearer token required to upload or delete schemas (also read from `PML_ADMIN_TOKEN`).
     #[arg(long, env = "PML_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
@@ -102,6 +111,11 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                     .replace("--kv-budget", "--kv-pressure-budget"),
             )
         })?;
+    let cors_origins = CorsOrigins::parse(&args.cors_origins)
+        .map_err(|error| Failure::usage(format!("--cors-origins: {error}")))?;
+    if args.max_connections == 0 {
+        return Err(Failure::usage("--max-connections must be at least 1"));
+    }
     let opened = open_runtime(&args.runtime)?;
     let store = store_config(args.runtime.store.as_deref())?;
     let saved_schemas = store.root.join("schemas");
@@ -113,6 +127,16 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     let open_admin = args.admin_token.is_none() && args.host.is_loopback();
     let config = ServerConfig {
         model_name: opened.id.clone(),
+        // The name it was asked for by, when the registry knows the model by another.
+        model_aliases: args
+            .runtime
+            .model
+            .iter()
+            .filter(|given| {
+                **given != opened.id && !given.contains('/') && !given.ends_with(".gguf")
+            })
+            .cloned()
+            .collect(),
         max_body_bytes: args.max_body_bytes,
         max_tokens_limit: args.max_tokens_limit,
         queue_capacity: args.queue,
@@ -130,6 +154,8 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         saved_schemas: Some(saved_schemas.clone()),
         admin_token: args.admin_token.clone(),
         handle_signals: true,
+        cors_origins,
+        max_connections: args.max_connections,
         ..ServerConfig::default()
     };
     let grace = config.shutdown_grace;
@@ -193,16 +219,50 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Loads every `*.pml` schema file of `folder`; prompt files there are skipped.
+/// Folders below `--schemas` looked into (a schema's `src=` files sit a level or two below it).
+const MAX_SCHEMA_DEPTH: usize = 4;
+
+/// The `*.pml` files of `folder` and of its subfolders down to [`MAX_SCHEMA_DEPTH`], sorted;
+/// hidden folders and those the walk cannot read are passed over.
+fn schema_files(folder: &Path) -> Result<Vec<PathBuf>, Failure> {
+    let mut found = Vec::new();
+    let mut folders = vec![(folder.to_path_buf(), 0)];
+    while let Some((dir, depth)) = folders.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(error) if depth == 0 => {
+                return Err(Failure::Usage(
+                    anyhow::Error::from(error).context(format!("reading {}", dir.display())),
+                ));
+            }
+            Err(error) => {
+                eprintln!("warning: --schemas: {} not read: {error}", dir.display());
+                continue;
+            }
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let path = entry.path();
+            let hidden = entry.file_name().to_string_lossy().starts_with('.');
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() && !hidden && depth < MAX_SCHEMA_DEPTH => {
+                    folders.push((path, depth + 1));
+                }
+                Ok(kind) if kind.is_file() && path.extension().is_some_and(|ext| ext == "pml") => {
+                    found.push(path);
+                }
+                _ => {}
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Loads every schema file under `folder` ([`schema_files`]); prompt files are skipped. Saying
+/// none was found when there was none to load, so an empty server is never a surprise.
 fn load_schemas(server: &ServerHandle, folder: &Path) -> Result<(), Failure> {
-    let entries = std::fs::read_dir(folder)
-        .with_context(|| format!("reading {}", folder.display()))
-        .map_err(Failure::Usage)?;
-    let mut paths: Vec<PathBuf> = entries
-        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-        .filter(|path| path.extension().is_some_and(|ext| ext == "pml"))
-        .collect();
-    paths.sort();
+    let paths = schema_files(folder)?;
+    let mut loaded = 0;
     for path in paths {
         let source = pml_commands::source_file::read_source(&path)
             .with_context(|| format!("reading {}", path.display()))
@@ -210,13 +270,17 @@ fn load_schemas(server: &ServerHandle, folder: &Path) -> Result<(), Failure> {
         if !pml_syntax::root_tag::is_schema(&source) {
             continue;
         }
-        match server.load_schema(source, folder.to_path_buf()) {
-            Ok(info) => eprintln!(
-                "schema {} from {}: {} units, compiling",
-                info.name,
-                path.display(),
-                info.units_total
-            ),
+        let sources_root = path.parent().unwrap_or(folder).to_path_buf();
+        match server.load_schema(source, sources_root) {
+            Ok(info) => {
+                loaded += 1;
+                eprintln!(
+                    "schema {} from {}: {} units, compiling",
+                    info.name,
+                    path.display(),
+                    info.units_total
+                );
+            }
             Err(error) => {
                 return Err(Failure::Failed(anyhow::anyhow!(
                     "{}: {error} (run `pmlc check {}` for details)",
@@ -225,6 +289,13 @@ fn load_schemas(server: &ServerHandle, folder: &Path) -> Result<(), Failure> {
                 )));
             }
         }
+    }
+    if loaded == 0 {
+        eprintln!(
+            "warning: --schemas {}: no schema found in it or its subfolders (files `*.pml` whose \
+             root is <schema>)",
+            folder.display()
+        );
     }
     Ok(())
 }
