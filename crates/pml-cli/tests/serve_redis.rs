@@ -7,20 +7,19 @@
 //! unless `PML_REQUIRE_MODELS=1`), a few tokens. Also: a port already in use is said once, with
 //! what to do.
 
+mod serve_process;
 // The server crate's test client (blocking HTTP calls, JSON parsing), shared rather than copied.
 #[path = "../../pml-server/tests/support/mod.rs"]
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use pml_testkit::fetched_model;
 use pml_testkit::redis_server::{start_redis, start_redis_cluster};
 use serde_json::{Value, json};
+use serve_process::ServeProcess;
 use support::{call, completion_body, json};
 
 const MODEL: &str = "gemma3-270m";
@@ -34,121 +33,25 @@ const SCHEMA: &str = r#"<schema name="travel">
 const PROMPT: &str =
     r#"<prompt schema="travel"><capitals/><rivers/>Which river flows through Rome?</prompt>"#;
 
-/// How long a server may take to load the model and bind its port.
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A `pml serve` child; killed if the test ends without stopping it.
-struct ServeProcess {
-    child: Child,
-    base: String,
-    /// Collects the rest of stderr so the pipe never fills; yields it when the process ends.
-    stderr: Option<JoinHandle<String>>,
+/// Uploads `schema` to `server` and polls `GET /v1/schemas/{name}` until it is compiled.
+fn upload_ready(server: &ServeProcess, schema: &str) -> Value {
+    support::upload_ready(&server.base, schema, Duration::from_secs(60))
 }
 
-impl ServeProcess {
-    /// Starts `pml serve --port 0` with `store` and waits for the address it prints.
-    fn start(store: &str, dir: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pml"))
-            .args(["serve", "--port", "0", "--model", MODEL, "--store", store])
-            .env("NO_COLOR", "1")
-            .env_remove("PML_STORE")
-            .env_remove("PML_ADMIN_TOKEN")
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("pml serve starts");
-        let pipe = child.stderr.take().expect("stderr is piped");
-        let (address, address_found) = mpsc::channel();
-        let stderr = std::thread::spawn(move || {
-            let mut seen = String::new();
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if let Some(url) = line
-                    .split_once(" on http://")
-                    .filter(|_| line.starts_with("serving "))
-                    .and_then(|(_, rest)| rest.split_whitespace().next())
-                {
-                    let _ = address.send(format!("http://{url}"));
-                }
-                seen.push_str(&line);
-                seen.push('\n');
-            }
-            seen
-        });
-        let mut server = Self {
-            child,
-            base: String::new(),
-            stderr: Some(stderr),
-        };
-        match address_found.recv_timeout(STARTUP_TIMEOUT) {
-            Ok(base) => server.base = base,
-            Err(_) => {
-                let _ = server.child.kill();
-                let _ = server.child.wait();
-                panic!("pml serve printed no address:\n{}", server.stderr_text());
-            }
-        }
-        server
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// Uploads `schema` and polls `GET /v1/schemas/{name}` until it is compiled.
-    fn upload_ready(&self, schema: &str) -> Value {
-        support::upload_ready(&self.base, schema, Duration::from_secs(60))
-    }
-
-    /// `pml_store_lookups_total{tier=…,result=…}` from `/metrics`.
-    fn store_lookups(&self, tier: &str, result: &str) -> f64 {
-        let (status, text) = call("GET", &self.url("/metrics"), None, None);
-        assert_eq!(status, 200, "{text}");
-        let series = format!("pml_store_lookups_total{{tier=\"{tier}\",result=\"{result}\"}} ");
-        text.lines()
-            .find_map(|line| line.strip_prefix(series.as_str()))
-            .and_then(|value| value.parse().ok())
-            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
-    }
-
-    /// SIGTERM (graceful shutdown), then the exit status and everything printed to stderr.
-    fn stop(mut self) -> (ExitStatus, String) {
-        let signalled = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(signalled.success(), "kill -TERM failed");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("wait for pml serve") {
-                break status;
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                panic!("pml serve ignored SIGTERM:\n{}", self.stderr_text());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        (status, self.stderr_text())
-    }
-
-    /// What the process printed to stderr; complete once it has exited.
-    fn stderr_text(&mut self) -> String {
-        self.stderr
-            .take()
-            .and_then(|reader| reader.join().ok())
-            .unwrap_or_default()
-    }
+/// `pml_store_lookups_total{tier=…,result=…}` from `server`'s `/metrics`.
+fn store_lookups(server: &ServeProcess, tier: &str, result: &str) -> f64 {
+    let (status, text) = call("GET", &server.url("/metrics"), None, None);
+    assert_eq!(status, 200, "{text}");
+    let series = format!("pml_store_lookups_total{{tier=\"{tier}\",result=\"{result}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(series.as_str()))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
 }
 
-impl Drop for ServeProcess {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// `pml serve` of the test's model with `store`, in `dir`.
+fn serve(store: &str, dir: &Path) -> ServeProcess {
+    ServeProcess::start(&["--model", MODEL, "--store", store], dir)
 }
 
 #[test]
@@ -185,7 +88,7 @@ fn share_through(redis_url: &str) {
         )
     };
 
-    let first = ServeProcess::start(&store("disk-a"), dir.path());
+    let first = serve(&store("disk-a"), dir.path());
     let chat = json!({"max_tokens": 3, "temperature": 0, "messages": [
         {"role": "system", "content": "You answer briefly and plainly, in one short line. ".repeat(6)},
         {"role": "user", "content": "Name a colour."}]})
@@ -197,7 +100,7 @@ fn share_through(redis_url: &str) {
         None,
     );
     assert_eq!(status, 200, "{first_chat}");
-    let compiled = first.upload_ready(SCHEMA);
+    let compiled = upload_ready(&first, SCHEMA);
     let total = compiled["units_total"].as_u64().expect("units_total");
     assert!(total >= 2, "{compiled}");
     assert_eq!(compiled["units_encoded"], total, "{compiled}");
@@ -205,8 +108,8 @@ fn share_through(redis_url: &str) {
     assert!(status.success(), "first server: {status}\n{stderr}");
 
     // Its own empty RAM and disk: whatever it does not encode comes from Redis.
-    let second = ServeProcess::start(&store("disk-b"), dir.path());
-    let loaded = second.upload_ready(SCHEMA);
+    let second = serve(&store("disk-b"), dir.path());
+    let loaded = upload_ready(&second, SCHEMA);
     assert_eq!(loaded["units_total"], total, "{loaded}");
     assert_eq!(
         loaded["units_encoded"], 0,
@@ -228,7 +131,7 @@ fn share_through(redis_url: &str) {
     assert!(answer["choices"][0]["text"].as_str().is_some(), "{answer}");
     // The answer's modules were read from Redis (the local tiers started empty).
     assert!(
-        second.store_lookups("redis", "hit") > 0.0,
+        store_lookups(&second, "redis", "hit") > 0.0,
         "no module read from Redis"
     );
     // A plain chat the first server answered: its prompt's blocks come from Redis too, and

@@ -7,6 +7,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::chat_template::ChatTemplate;
+use crate::json_bounds::bounded_numbers;
 
 /// The tool-call syntax a template teaches its model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,8 +40,8 @@ pub enum ToolOutput {
     Call(ToolCall),
 }
 
-const HERMES_OPEN: &str = "<tool_call>";
-const HERMES_CLOSE: &str = "</tool_call>";
+pub(crate) const HERMES_OPEN: &str = "<tool_call>";
+pub(crate) const HERMES_CLOSE: &str = "</tool_call>";
 const PYTHON_TAG: &str = "<|python_tag|>";
 
 impl ToolCallFormat {
@@ -64,16 +65,16 @@ impl ToolCallFormat {
         }
     }
 
-    /// A Lark grammar (llguidance's dialect) whose texts are exactly: one call of one of `tools`
-    /// in this format, or (`parallel`, Hermes only) one or more calls.
-    pub fn grammar(self, tools: &[ToolSpec], parallel: bool) -> String {
+    /// The JSON Schema of one call object of one of `tools` in this format (its numbers
+    /// bounded, [`bounded_numbers`]).
+    pub(crate) fn call_schema(self, tools: &[ToolSpec]) -> Value {
         let key = self.arguments_key();
         let alternatives: Vec<Value> = tools
             .iter()
             .map(|tool| {
                 let mut properties = Map::new();
                 properties.insert("name".into(), json!({"const": tool.name}));
-                properties.insert(key.into(), tool.parameters.clone());
+                properties.insert(key.into(), bounded_numbers(&tool.parameters));
                 json!({
                     "type": "object",
                     "properties": properties,
@@ -82,7 +83,13 @@ impl ToolCallFormat {
                 })
             })
             .collect();
-        let schema = json!({"anyOf": alternatives});
+        json!({"anyOf": alternatives})
+    }
+
+    /// A Lark grammar (llguidance's dialect) whose texts are exactly: one call of one of `tools`
+    /// in this format, or (`parallel`, Hermes only) one or more calls.
+    pub fn grammar(self, tools: &[ToolSpec], parallel: bool) -> String {
+        let schema = self.call_schema(tools);
         match self {
             Self::Hermes => {
                 let repeat = if parallel { " (\"\\n\" call)*" } else { "" };
@@ -153,7 +160,10 @@ impl ToolCallParser {
                 (_, ParseState::WholeCall | ParseState::AfterCalls) => {
                     let trimmed = self.held.trim_start();
                     let body = trimmed.strip_prefix(PYTHON_TAG).unwrap_or(trimmed);
-                    let body = body.trim_start();
+                    let body = match after_fence(body.trim_start()) {
+                        Fence::Open => return out,
+                        Fence::After(body) => body,
+                    };
                     let start = self.held.len() - body.len();
                     let first_object = match json_object_end(body) {
                         JsonEnd::At(end) => Some(end),
@@ -182,18 +192,19 @@ impl ToolCallParser {
                     if trimmed.is_empty() || PYTHON_TAG.starts_with(trimmed) {
                         return out;
                     }
-                    self.state = if trimmed.starts_with('{') || trimmed.starts_with(PYTHON_TAG) {
-                        ParseState::WholeCall
-                    } else {
-                        ParseState::Text
-                    };
+                    self.state =
+                        if trimmed.starts_with(['{', '`']) || trimmed.starts_with(PYTHON_TAG) {
+                            ParseState::WholeCall
+                        } else {
+                            ParseState::Text
+                        };
                 }
                 (ToolCallFormat::Llama3Json, _) => {
                     push_content(&mut out, std::mem::take(&mut self.held));
                     return out;
                 }
                 (ToolCallFormat::Hermes, ParseState::Start)
-                    if self.held.trim_start().starts_with('{') =>
+                    if self.held.trim_start().starts_with(['{', '`']) =>
                 {
                     self.state = ParseState::WholeCall;
                 }
@@ -243,6 +254,10 @@ impl ToolCallParser {
             ParseState::WholeCall => {
                 let body = held.trim_start();
                 let body = body.strip_prefix(PYTHON_TAG).unwrap_or(body);
+                let body = match after_fence(body.trim_start()) {
+                    Fence::After(body) => body.trim_end().trim_end_matches("```"),
+                    Fence::Open => body,
+                };
                 match parse_call(body, self.format.arguments_key()) {
                     Some(call) if self.known.contains(&call.name) => {
                         out.push(ToolOutput::Call(call));
@@ -260,6 +275,30 @@ impl ToolCallParser {
         }
         out
     }
+}
+
+/// A Markdown fence a call object may sit in (```` ```json ````), at the start of a text.
+#[derive(Debug, PartialEq, Eq)]
+enum Fence<'a> {
+    /// The text after the fence and its language name (the whole text when it has none).
+    After(&'a str),
+    /// A fence's start, or a fence whose language name may go on: too little text to tell.
+    Open,
+}
+
+fn after_fence(text: &str) -> Fence<'_> {
+    let Some(after) = text.strip_prefix("```") else {
+        return if !text.is_empty() && "```".starts_with(text) {
+            Fence::Open
+        } else {
+            Fence::After(text)
+        };
+    };
+    let rest = after.trim_start_matches(|c: char| c.is_ascii_alphabetic());
+    if rest.is_empty() {
+        return Fence::Open;
+    }
+    Fence::After(rest.trim_start())
 }
 
 /// Where the JSON object at the start of `text` ends.
@@ -404,6 +443,40 @@ mod tests {
             [content(other)],
             "Llama 3's bare calls must name an offered function too"
         );
+    }
+
+    #[test]
+    fn a_fenced_call_object_is_a_call_and_fenced_code_stays_text() {
+        let fenced = [
+            "``",
+            "`json\n{\n  \"name\": \"get_weather\",\n",
+            "  \"arguments\": {\"city\": \"Paris\"}\n}\n``",
+            "`",
+        ];
+        for format in [ToolCallFormat::Hermes, ToolCallFormat::Llama3Json] {
+            let key = if format == ToolCallFormat::Hermes {
+                "arguments"
+            } else {
+                "parameters"
+            };
+            let pieces: Vec<String> = fenced.iter().map(|p| p.replace("arguments", key)).collect();
+            let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+            assert_eq!(
+                parse(format, &pieces),
+                [call("get_weather", json!({"city": "Paris"}))],
+                "{format:?}"
+            );
+        }
+        // Cut off before its closing fence: still the call.
+        assert_eq!(
+            parse(
+                ToolCallFormat::Hermes,
+                &["```json\n{\"name\": \"f\", \"arguments\": {}}"]
+            ),
+            [call("f", json!({}))]
+        );
+        let code = "```python\nprint({\"name\": 1})\n```";
+        assert_eq!(parse(ToolCallFormat::Hermes, &[code]), [content(code)]);
     }
 
     #[test]

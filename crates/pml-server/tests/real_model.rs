@@ -116,3 +116,39 @@ fn a_chats_third_turn_reuses_the_earlier_answers() {
         "third turn: {cached} cached of a second turn of {before} tokens: {third}"
     );
 }
+
+/// Every agent framework's default, `tool_choice: auto`: the 0.5B model writes its call as a
+/// fenced or bare object rather than in tags, which the lazy grammar holds to the tool's schema
+/// and the reader takes as the call (it came back as text before).
+#[test]
+fn an_auto_tool_call_comes_back_as_a_call_on_the_default_model() {
+    let Some(server) = TestServer::default_model(ServerConfig::default()) else {
+        return;
+    };
+    let weather = json!({"type": "function", "function": {"name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+            "required": ["city"]}}});
+    let calls = (0..10)
+        .filter(|seed| {
+            let body = json!({"messages": [{"role": "user",
+                "content": "What is the weather in Paris?"}], "tools": [weather.clone()],
+                "tool_choice": "auto", "seed": seed, "max_tokens": 96});
+            let (status, answer) = server.post("/v1/chat/completions", &body);
+            assert_eq!(status, 200, "{answer}");
+            let choice = &answer["choices"][0];
+            let call = &choice["message"]["tool_calls"][0]["function"];
+            let called = choice["finish_reason"] == "tool_calls"
+                && call["name"] == "get_weather"
+                && call["arguments"]
+                    .as_str()
+                    .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+                    .is_some_and(|arguments| arguments["city"].is_string());
+            if !called {
+                eprintln!("seed {seed}: no call: {}", choice["message"]);
+            }
+            called
+        })
+        .count();
+    assert!(calls >= 9, "{calls} of 10 seeded runs called the tool");
+}

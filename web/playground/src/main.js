@@ -132,8 +132,25 @@ async function loadSchemas(select) {
   if (wanted) {
     picker.value = wanted;
     await showSchema(wanted);
+  } else if (!editors.schema.toString().trim() && !editors.prompt.toString().trim()) {
+    // A server started without schemas: an example to edit and upload, not an empty editor's
+    // error.
+    editors.schema.updateCode(EXAMPLE_SCHEMA);
+    editors.prompt.updateCode(EXAMPLE_PROMPT);
+    showStatus("no schema is loaded: here is an example to edit, then Upload it");
   }
 }
+
+const EXAMPLE_SCHEMA = `<schema name="example">
+  <system>You answer questions about the notes below, briefly.</system>
+  <module name="notes">The team meeting moved to Tuesday at 10:00. Bring the slides.</module>
+  <module name="menu">The cafeteria serves soup on Mondays and fish on Fridays.</module>
+</schema>`;
+
+const EXAMPLE_PROMPT = `<prompt schema="example">
+  <notes/>
+  <user>When is the meeting?</user>
+</prompt>`;
 
 async function showSchema(name) {
   const response = await fetch(`/v1/schemas/${encodeURIComponent(name)}/source`);

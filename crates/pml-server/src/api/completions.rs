@@ -84,18 +84,24 @@ pub fn chat_job(
 ) -> Result<(Generation, ChatPrompt), ApiError> {
     let mut generation = request.check(&state.config)?;
     let prompt = request.prompt(state.engine.tool_format)?;
-    if let Some(grammar) = prompt
-        .tools
-        .as_ref()
-        .and_then(|tools| tools.grammar.clone())
-    {
-        if generation.format.is_some() {
+    match (
+        prompt
+            .tools
+            .as_ref()
+            .and_then(|tools| tools.grammar.clone()),
+        &generation.format,
+    ) {
+        (Some(ResponseFormat::LazyToolCall(_)), Some(_)) => {
+            // The model may answer without calling: `response_format` shapes that answer.
+        }
+        (Some(_), Some(_)) => {
             return Err(ApiError::bad_field(
                 "response_format",
                 "a required tool call and `response_format` cannot both shape the answer",
             ));
         }
-        generation.format = Some(ResponseFormat::ToolCall(grammar));
+        (Some(grammar), None) => generation.format = Some(grammar),
+        (None, _) => {}
     }
     Ok((generation, prompt))
 }

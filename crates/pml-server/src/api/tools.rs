@@ -3,10 +3,12 @@
 //! answer (`message.tool_calls`, or `delta.tool_calls` when streamed) parsed from the model's
 //! text in the format its template teaches ([`ToolCallFormat`]).
 
+use pml_compiler::lazy_tool_grammar::LazyToolGrammar;
 use pml_compiler::tool_calls::{ToolCall, ToolCallFormat, ToolCallParser, ToolOutput, ToolSpec};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
+use crate::engine::structured::ResponseFormat;
 
 /// `tool_choice`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,8 +40,9 @@ pub struct ToolUse {
     /// The offered functions' names.
     pub names: Vec<String>,
     pub parallel: bool,
-    /// The grammar that forces a call (`tool_choice` `required` or a named function).
-    pub grammar: Option<String>,
+    /// The grammar that forces a call (`tool_choice` `required` or a named function), or that
+    /// holds a call to the tools' schemas once the model begins one (`auto`).
+    pub grammar: Option<ResponseFormat>,
 }
 
 /// OpenAI's rule for function names.
@@ -205,11 +208,20 @@ impl ToolRequest {
         };
         // Llama 3's format has one call per answer.
         let parallel = parallel && format == ToolCallFormat::Hermes;
+        let grammar = match self.choice {
+            ToolChoice::Auto if !self.specs.is_empty() => Some(ResponseFormat::LazyToolCall(
+                LazyToolGrammar::new(format, &self.specs, parallel),
+            )),
+            _ if !specs.is_empty() => {
+                Some(ResponseFormat::ToolCall(format.grammar(&specs, parallel)))
+            }
+            _ => None,
+        };
         Some(ToolUse {
             format,
             names: self.specs.iter().map(|spec| spec.name.clone()).collect(),
             parallel,
-            grammar: (!specs.is_empty()).then(|| format.grammar(&specs, parallel)),
+            grammar,
         })
     }
 }

@@ -1,13 +1,17 @@
-//! Structured output (`response_format` `json_object` / `json_schema`) by constrained decoding
-//! with llguidance, the library llama.cpp and vLLM use: before each token is sampled, the tokens
-//! that cannot continue text the grammar accepts get -inf; the sampled token is fed to the
-//! grammar. It acts on the decode loop only, so it works alike for plain and PML prompts.
+//! Structured output (`response_format` `json_object` / `json_schema`) and tool calls by
+//! constrained decoding with llguidance, the library llama.cpp and vLLM use: before each token is
+//! sampled, the tokens that cannot continue text the grammar accepts get -inf; the sampled token
+//! is fed to the grammar. A call the model may or may not make (`tool_choice: auto`) is held to
+//! its grammar lazily, from the token that begins it on ([`LazyToolGrammar`]). It acts on the
+//! decode loop only, so it works alike for plain and PML prompts.
 
 use std::sync::Arc;
 
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use llguidance::{Matcher, ParserFactory};
+use pml_compiler::json_bounds::bounded_numbers;
+use pml_compiler::lazy_tool_grammar::LazyToolGrammar;
 use pml_engine::Tokenizer;
 use pml_engine::tokenizer::TokenBytes;
 use serde_json::{Value, json};
@@ -24,6 +28,8 @@ pub enum ResponseFormat {
     JsonSchema(Value),
     /// Text of this Lark grammar (llguidance's dialect): a required tool call.
     ToolCall(String),
+    /// Free text, or calls held to these grammars once one begins (`tool_choice: auto`).
+    LazyToolCall(LazyToolGrammar),
 }
 
 /// The model's vocabulary as llguidance sees it: each token's bytes in a trie, markup tokens
@@ -90,48 +96,136 @@ impl Grammars {
 
     /// A fresh constraint for one answer.
     pub fn constraint(&self, format: &ResponseFormat) -> Result<Constraint, JobError> {
-        let (grammar, what) = match format {
-            ResponseFormat::JsonObject => (
-                TopLevelGrammar::from_json_schema(json!({"type": "object"})),
-                "the response_format schema is",
-            ),
-            ResponseFormat::JsonSchema(schema) => (
-                TopLevelGrammar::from_json_schema(schema.clone()),
-                "the response_format schema is",
-            ),
-            ResponseFormat::ToolCall(lark) => (
-                TopLevelGrammar::from_lark(lark.clone()),
-                "the tools' parameter schemas are",
-            ),
+        let tools = "the tools' parameter schemas are";
+        let grammar = match format {
+            ResponseFormat::JsonObject => {
+                TopLevelGrammar::from_json_schema(json!({"type": "object"}))
+            }
+            ResponseFormat::JsonSchema(schema) => {
+                TopLevelGrammar::from_json_schema(bounded_numbers(schema))
+            }
+            ResponseFormat::ToolCall(lark) => TopLevelGrammar::from_lark(lark.clone()),
+            ResponseFormat::LazyToolCall(lazy) => {
+                // Both grammars compiled now: a schema they cannot take is the request's 400,
+                // not a failure in the middle of its answer.
+                for grammar in lazy.grammars() {
+                    self.matcher(TopLevelGrammar::from_lark(grammar.to_owned()), tools)?;
+                }
+                return Ok(Constraint {
+                    state: State::Waiting(Box::new(Waiting {
+                        lazy: lazy.clone(),
+                        factory: Arc::clone(&self.factory),
+                        text: String::new(),
+                        pending: Vec::new(),
+                        scanned: 0,
+                    })),
+                });
+            }
         };
-        let parser = self
-            .factory
-            .create_parser(grammar)
-            .map_err(|error| JobError::BadRequest(format!("{what} not usable: {error}")))?;
-        let mut matcher = Matcher::new(Ok(parser));
-        // Some schemas the parser takes fail only at the first mask (`{"$ref": "#"}` refers to
-        // itself without end): asked here, before the answer starts, it is the request's 400
-        // rather than an incident in the middle of an answer.
-        matcher
-            .compute_mask_or_eos()
-            .map_err(|error| JobError::BadRequest(format!("{what} not usable: {error:#}")))?;
-        Ok(Constraint { matcher })
+        let what = match format {
+            ResponseFormat::ToolCall(_) => tools,
+            _ => "the response_format schema is",
+        };
+        let matcher = self.matcher(grammar, what)?;
+        Ok(Constraint {
+            state: State::Active(Box::new(matcher)),
+        })
     }
+
+    fn matcher(&self, grammar: TopLevelGrammar, what: &str) -> Result<Matcher, JobError> {
+        new_matcher(&self.factory, grammar)
+            .map_err(|error| JobError::BadRequest(format!("{what} not usable: {error:#}")))
+    }
+}
+
+/// A matcher of `grammar`, its first mask computed: some schemas the parser takes fail only there
+/// (`{"$ref": "#"}` refers to itself without end).
+fn new_matcher(factory: &ParserFactory, grammar: TopLevelGrammar) -> anyhow::Result<Matcher> {
+    let parser = factory.create_parser(grammar)?;
+    let mut matcher = Matcher::new(Ok(parser));
+    matcher.compute_mask_or_eos()?;
+    Ok(matcher)
 }
 
 /// One answer's grammar state.
 pub struct Constraint {
-    matcher: Matcher,
+    state: State,
+}
+
+enum State {
+    /// Every token is held to this grammar.
+    Active(Box<Matcher>),
+    /// No call has begun: the answer is free, and watched for one.
+    Waiting(Box<Waiting>),
+    /// No call can begin any more (or one could not be held to its grammar): free to its end.
+    Free,
+}
+
+/// A lazily constrained answer before its call begins.
+struct Waiting {
+    lazy: LazyToolGrammar,
+    factory: Arc<ParserFactory>,
+    /// The answer's text so far, and the bytes of a character not yet complete.
+    text: String,
+    pending: Vec<u8>,
+    /// How far `text` was looked through for a tag.
+    scanned: usize,
+}
+
+impl Waiting {
+    /// Takes `token`'s bytes; the next state when they begin a call or rule any out.
+    fn accept(&mut self, token: TokenId) -> Option<State> {
+        let trie = self.factory.tok_env().tok_trie();
+        let bytes = trie.token(token);
+        // Markup tokens (end of turn and the like) are no text.
+        if bytes.first() != Some(&TokTrie::SPECIAL_TOKEN_MARKER) {
+            self.pending.extend_from_slice(bytes);
+            let valid = match std::str::from_utf8(&self.pending) {
+                Ok(valid) => valid.len(),
+                Err(error) => error.valid_up_to(),
+            };
+            if let Ok(complete) = std::str::from_utf8(&self.pending[..valid]) {
+                self.text.push_str(complete);
+            }
+            self.pending.drain(..valid);
+        }
+        let found = self.lazy.trigger(&self.text, self.scanned);
+        self.scanned = self.text.len();
+        let Some(trigger) = found else {
+            let can_begin = self.lazy.has_tags() || self.lazy.may_open(&self.text);
+            return (!can_begin).then_some(State::Free);
+        };
+        let mut call = self.text.as_bytes()[trigger.at..].to_vec();
+        call.extend_from_slice(&self.pending);
+        let started = new_matcher(
+            &self.factory,
+            TopLevelGrammar::from_lark(trigger.grammar.to_owned()),
+        )
+        .and_then(|mut matcher| {
+            let tokens = self.factory.tok_env().tokenize_bytes(&call);
+            matcher.consume_tokens(&tokens)?;
+            Ok(matcher)
+        });
+        Some(match started {
+            Ok(matcher) => State::Active(Box::new(matcher)),
+            Err(error) => {
+                // The model's own text is not the call the grammar describes: left as it is,
+                // the answer is read as text.
+                tracing::debug!("a tool call began but does not match its grammar: {error:#}");
+                State::Free
+            }
+        })
+    }
 }
 
 impl Constraint {
     /// Sets every token the grammar does not allow next to -inf (only end-of-text once the
-    /// value is complete).
+    /// value is complete); nothing while no grammar holds the answer.
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<(), JobError> {
-        let allowed = self
-            .matcher
-            .compute_mask_or_eos()
-            .map_err(grammar_failure)?;
+        let State::Active(matcher) = &mut self.state else {
+            return Ok(());
+        };
+        let allowed = matcher.compute_mask_or_eos().map_err(grammar_failure)?;
         for (id, logit) in logits.iter_mut().enumerate() {
             if !allowed.is_allowed(id as TokenId) {
                 *logit = f32::NEG_INFINITY;
@@ -142,7 +236,16 @@ impl Constraint {
 
     /// Advances the grammar past the sampled `token`.
     pub fn accept(&mut self, token: u32) -> Result<(), JobError> {
-        self.matcher.consume_token(token).map_err(grammar_failure)
+        match &mut self.state {
+            State::Active(matcher) => matcher.consume_token(token).map_err(grammar_failure),
+            State::Waiting(waiting) => {
+                if let Some(next) = waiting.accept(token) {
+                    self.state = next;
+                }
+                Ok(())
+            }
+            State::Free => Ok(()),
+        }
     }
 }
 
@@ -151,4 +254,133 @@ fn grammar_failure(error: impl std::fmt::Display) -> JobError {
     JobError::Internal(Incident::report(format_args!(
         "constrained decoding: {error:#}"
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use pml_compiler::tool_calls::{ToolCallFormat, ToolSpec};
+    use pml_engine::TokenizeError;
+
+    use super::*;
+
+    /// One token per ASCII byte, and token 128 the end of text.
+    struct Bytes;
+
+    const EOS: u32 = 128;
+
+    impl Tokenizer for Bytes {
+        fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {
+            Ok(text.bytes().map(u32::from).collect())
+        }
+
+        fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
+            Ok(ids
+                .iter()
+                .filter(|&&id| id < EOS)
+                .map(|&id| id as u8 as char)
+                .collect())
+        }
+
+        fn bos_token(&self) -> Option<u32> {
+            None
+        }
+
+        fn eos_tokens(&self) -> Vec<u32> {
+            vec![EOS]
+        }
+
+        fn vocab_size(&self) -> usize {
+            EOS as usize + 1
+        }
+
+        fn token_bytes(&self, id: u32) -> Option<TokenBytes> {
+            Some(match id {
+                EOS => TokenBytes::Special("<|endoftext|>".to_string()),
+                _ => TokenBytes::Text(vec![id as u8]),
+            })
+        }
+    }
+
+    /// Feeds `text` byte by byte, each byte masked first: `Err` with the text so far at the
+    /// first byte the grammar refuses.
+    fn write(constraint: &mut Constraint, text: &str) -> Result<(), String> {
+        for (at, byte) in text.bytes().enumerate() {
+            let mut logits = vec![0.0; EOS as usize + 1];
+            constraint.mask(&mut logits).expect("a mask");
+            if logits[usize::from(byte)] == f32::NEG_INFINITY {
+                return Err(text[..at].to_string());
+            }
+            constraint.accept(u32::from(byte)).expect("accepted");
+        }
+        Ok(())
+    }
+
+    fn allows(constraint: &mut Constraint, byte: u8) -> bool {
+        let mut logits = vec![0.0; EOS as usize + 1];
+        constraint.mask(&mut logits).expect("a mask");
+        logits[usize::from(byte)] != f32::NEG_INFINITY
+    }
+
+    fn lazy_weather() -> ResponseFormat {
+        let weather = ToolSpec {
+            name: "get_weather".to_string(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}},
+                "required": ["city"]}),
+        };
+        ResponseFormat::LazyToolCall(LazyToolGrammar::new(
+            ToolCallFormat::Hermes,
+            &[weather],
+            false,
+        ))
+    }
+
+    #[test]
+    fn an_auto_call_is_free_until_it_begins_and_held_to_its_schema_after() {
+        let grammars = Grammars::new(&Bytes).expect("grammars");
+        let format = lazy_weather();
+        // Text that begins no call is never masked, code fences included.
+        let mut text = grammars.constraint(&format).expect("a constraint");
+        write(
+            &mut text,
+            "It is sunny. ```python\nprint(1)\n``` {\"x\": 1}",
+        )
+        .expect("free");
+        // A fenced call object: from `"name":` on, only the offered function and its arguments.
+        let mut fenced = grammars.constraint(&format).expect("a constraint");
+        write(&mut fenced, "```json\n{\n  \"name\": \"").expect("the call's start");
+        assert!(allows(&mut fenced, b'g') && !allows(&mut fenced, b'x'));
+        write(&mut fenced, "get_weather\", \"arguments\": {\"").expect("the name");
+        assert!(allows(&mut fenced, b'c') && !allows(&mut fenced, b'p'));
+        write(&mut fenced, "city\": \"Paris\"}}\n```").expect("the call");
+        // A tag after some text opens a tagged call, held alike.
+        let mut tagged = grammars.constraint(&format).expect("a constraint");
+        let refused = write(
+            &mut tagged,
+            "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\"",
+        );
+        assert_eq!(
+            refused,
+            Err("Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"".into())
+        );
+    }
+
+    #[test]
+    fn schema_numbers_stop_at_fifteen_digits_and_eight_decimals() {
+        let grammars = Grammars::new(&Bytes).expect("grammars");
+        let schema = json!({"type": "object", "properties": {"population": {"type": "number"},
+            "rank": {"type": "integer"}}, "required": ["population", "rank"]});
+        let mut number = grammars
+            .constraint(&ResponseFormat::JsonSchema(schema))
+            .expect("a constraint");
+        write(&mut number, "{\"population\": ").expect("the key");
+        write(&mut number, &"6".repeat(15)).expect("fifteen digits");
+        assert!(!allows(&mut number, b'6'), "a sixteenth digit");
+        assert!(!allows(&mut number, b'e'), "an exponent");
+        write(&mut number, &format!(".{}", "5".repeat(8))).expect("eight decimals");
+        assert!(!allows(&mut number, b'5'), "a ninth decimal");
+        write(&mut number, ", \"rank\": ").expect("the next key");
+        write(&mut number, &"1".repeat(15)).expect("fifteen digits");
+        assert!(!allows(&mut number, b'1') && !allows(&mut number, b'.'));
+        write(&mut number, "}").expect("the end");
+    }
 }
