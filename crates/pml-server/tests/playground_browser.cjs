@@ -8,7 +8,8 @@
 // clear, runs it and waits for the three answers (reuse, blend, full), each with a time to first
 // token and a strip of tokens (reused and new ones, and blend's recomputed ones), takes a
 // screenshot, uploads the schema from its editor, and has the chat tab answer a message. It prints
-// `{"passed": true, ...}` or fails with the reason.
+// `{"passed": true, ...}` or fails with the reason. With PROMPT `-` (a server without schemas) it
+// only checks that the page starts from its example schema and says why, without errors.
 const { chromium } = require("playwright-core");
 
 const [url, schemaName, prompt, screenshot] = process.argv.slice(2);
@@ -49,6 +50,14 @@ async function main() {
       schemaName,
       { timeout: TIMEOUT_MS },
     );
+    if (prompt === "-") {
+      const status = (await page.locator("#status").textContent()).trim();
+      if (!status.includes("no schema is loaded")) throw new Error(`status: "${status}"`);
+      await page.locator("#schema-diagnostics li.clean").waitFor({ timeout: TIMEOUT_MS });
+      if (errors.length) throw new Error(`errors on the page: ${errors.join("; ")}`);
+      console.log(JSON.stringify({ passed: true, status }, null, 1));
+      return;
+    }
 
     // A prompt importing a module the schema lacks: its diagnostic appears, with code and span.
     const broken = prompt.replace(/<prompt([^>]*)>/, "<prompt$1><no-such-module/>");

@@ -45,19 +45,54 @@ fn repo_file(path: &str) -> String {
     std::fs::read_to_string(root.join(path)).expect("the example schema and prompt are readable")
 }
 
-#[test]
-fn the_playground_checks_runs_and_colours_a_prompt_in_chromium() {
+/// The browser tools, or `None` (the test skips) when they are missing and not required.
+fn required_browser_tools() -> Option<PathBuf> {
     let required = std::env::var("PML_REQUIRE_BROWSER").is_ok_and(|value| value == "1");
-    let modules = match browser_tools() {
-        Ok(modules) => modules,
+    match browser_tools() {
+        Ok(modules) => Some(modules),
         Err(missing) => {
             assert!(
                 !required,
                 "PML_REQUIRE_BROWSER=1 but {missing}: run scripts/setup-browser-test.sh"
             );
             eprintln!("skipped: {missing} (scripts/setup-browser-test.sh installs them)");
-            return;
+            None
         }
+    }
+}
+
+/// Runs `playground_browser.cjs` on `server`'s page; what it printed, once it passed.
+fn drive_page(
+    modules: &Path,
+    server: &TestServer,
+    schema_name: &str,
+    prompt: &str,
+    screenshot: &Path,
+) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/playground_browser.cjs");
+    let output = Command::new("node")
+        .env("NODE_PATH", modules)
+        .arg(&script)
+        .arg(server.url("/"))
+        .arg(schema_name)
+        .arg(prompt)
+        .arg(screenshot)
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.replace(' ', "").contains("\"passed\":true"),
+        "{stdout}\n{stderr}"
+    );
+    stdout
+}
+
+#[test]
+fn the_playground_checks_runs_and_colours_a_prompt_in_chromium() {
+    let Some(modules) = required_browser_tools() else {
+        return;
     };
     let Some(server) = TestServer::default_model(ServerConfig::default()) else {
         return;
@@ -68,24 +103,26 @@ fn the_playground_checks_runs_and_colours_a_prompt_in_chromium() {
     let screenshot = std::env::var_os("PML_PLAYGROUND_SCREENSHOT")
         .map(PathBuf::from)
         .unwrap_or_else(|| scratch.path().join("playground.png"));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/playground_browser.cjs");
-    let output = Command::new("node")
-        .env("NODE_PATH", &modules)
-        .arg(&script)
-        .arg(server.url("/"))
-        .arg("docqa")
-        .arg(&prompt)
-        .arg(&screenshot)
-        .output()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    assert!(
-        stdout.replace(' ', "").contains("\"passed\":true"),
-        "{stdout}\n{stderr}"
-    );
+    let stdout = drive_page(&modules, &server, "docqa", &prompt, &screenshot);
     let png = std::fs::read(&screenshot).expect("the screenshot was written");
     assert!(png.starts_with(b"\x89PNG"), "not a PNG");
     eprintln!("{stdout}");
+}
+
+/// A server started without schemas: the page starts from its example (no error on an empty
+/// editor), and says so.
+#[test]
+fn a_server_without_schemas_opens_on_an_example() {
+    let Some(modules) = required_browser_tools() else {
+        return;
+    };
+    let server = TestServer::tiny(ServerConfig::default());
+    let scratch = tempfile::TempDir::new().expect("temporary folder");
+    drive_page(
+        &modules,
+        &server,
+        "example",
+        "-",
+        &scratch.path().join("empty.png"),
+    );
 }

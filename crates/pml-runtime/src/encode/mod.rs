@@ -192,7 +192,7 @@ pub fn encode_schema(
 
 /// How much of an [`EncodeRun`] one call of [`EncodeRun::advance`] may do: it stops after the
 /// unit that reaches either bound (so it always does one unit or more).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EncodeStep {
     /// Tokens computed (units encoded now; stored ones cost a look-up).
     pub max_tokens: usize,

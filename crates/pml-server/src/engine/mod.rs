@@ -3,6 +3,8 @@
 //!
 //! - [`schemas`]: uploaded schemas and their compile progress, readable without the engine.
 //! - [`schema_compile`]: laying uploaded schemas out and encoding them, one per engine step.
+//! - [`encode_pace`]: how much of an encoding one step does (pieces sized by time while
+//!   completions decode).
 //! - [`admission`]: completions waiting for room in the batch, and the ones refused instead.
 //! - [`scheduler`]: the engine loop — one forward pass a step for decoding tokens and prompt
 //!   chunks of a step's tokens, admission within the KV pool, timeouts and cancellation.
@@ -12,6 +14,7 @@
 //! - [`structured`]: `response_format` by constrained decoding (llguidance).
 
 pub mod admission;
+pub mod encode_pace;
 pub mod prefill;
 pub mod prompt_rows;
 pub mod scheduler;

@@ -31,6 +31,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::mpsc::error::TryRecvError;
 
 use super::admission::{Admission, fail, still_wanted};
+use super::encode_pace::StepTime;
 use super::prefill::{Advance, PREFILL_CHUNK_TOKENS, PendingPrefill, Prepared, PromptChunk};
 use super::schema_compile::SchemaCompiler;
 use super::schemas::SchemaRegistry;
@@ -43,6 +44,9 @@ use crate::metrics::{Metrics, Outcome};
 /// Tokens of each step's allowance the oldest prefilling prompt always gets, so a stream of short
 /// prompts cannot starve a long one.
 const OLDEST_SHARE: usize = 32;
+
+/// The time a piece of an encoding may take before a completion's step has been timed.
+const FIRST_STEP_GUESS: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// What the scheduler takes from [`crate::ServerConfig`] (its fields' docs say what each does).
 #[derive(Clone, Copy, Debug)]
@@ -95,6 +99,8 @@ pub struct Scheduler<'r> {
     /// The oldest admitted job, prepared, waiting for its KV reservation to fit: nothing is
     /// admitted past it, so a long prompt is not starved by short ones.
     deferred: Option<Prepared>,
+    /// How long the steps with completions in them take: the time an encoding's piece may take.
+    step_time: StepTime,
 }
 
 impl<'r> Scheduler<'r> {
@@ -120,6 +126,7 @@ impl<'r> Scheduler<'r> {
             metrics,
             prefilling: Vec::new(),
             active: Vec::new(),
+            step_time: StepTime::default(),
         }
     }
 
@@ -148,11 +155,19 @@ impl<'r> Scheduler<'r> {
                 self.wind_down(deadline);
             }
             self.retire_cancelled_and_late();
-            if self.schemas.encode_next(self.runtime) {
+            // Beside completions, a piece of an encoding half as long as one of their steps: a
+            // token then waits half a step more, whatever a piece's own overheads add.
+            let serving = !(self.active.is_empty() && self.prefilling.is_empty());
+            let budget = serving.then(|| self.step_time.get().unwrap_or(FIRST_STEP_GUESS) / 2);
+            if self.schemas.encode_next(self.runtime, budget) {
                 self.publish_store_stats();
             }
             let spent = self.admit();
+            let stepped = Instant::now();
             self.step(PREFILL_CHUNK_TOKENS.saturating_sub(spent).max(OLDEST_SHARE));
+            if !(self.active.is_empty() && self.prefilling.is_empty()) {
+                self.step_time.observe(stepped.elapsed());
+            }
             self.metrics
                 .active_sequences
                 .store(self.active.len(), Ordering::Relaxed);

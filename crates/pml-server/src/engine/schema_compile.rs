@@ -9,22 +9,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use pml_compiler::{FsSourceLoader, RefuseSources};
-use pml_runtime::encode::{EncodeEvent, EncodeRun, EncodeStep};
+use pml_runtime::encode::{EncodeEvent, EncodeRun};
 use pml_runtime::inference::{LaidOutSchema, Runtime};
 
 use super::JobError;
+use super::encode_pace::EncodePace;
 use super::schemas::{SchemaInfo, SchemaLayoutView, SchemaRegistry, SchemaStatus};
 use super::sequence::runtime_error;
 use crate::incident::{Incident, error_chain};
-
-/// What one engine step may encode: a few hundred tokens (a completion waits for it as for a
-/// prefill chunk), each unit's pass counted as 32 tokens at least (eight small modules a step),
-/// and a bound on the units looked up in the store when they are all there.
-const ENCODE_STEP: EncodeStep = EncodeStep {
-    max_tokens: 256,
-    max_units: 64,
-    pass_tokens: 32,
-};
 
 /// Laid-out schemas by name, the one being encoded and the ones still to encode.
 pub struct SchemaCompiler {
@@ -34,6 +26,7 @@ pub struct SchemaCompiler {
     to_encode: VecDeque<String>,
     /// `ServerConfig::max_schema_units`.
     max_units: usize,
+    pace: EncodePace,
 }
 
 impl SchemaCompiler {
@@ -44,6 +37,7 @@ impl SchemaCompiler {
             laid_out: HashMap::new(),
             encoding: None,
             to_encode: VecDeque::new(),
+            pace: EncodePace::default(),
         }
     }
 
@@ -148,9 +142,11 @@ impl SchemaCompiler {
         self.to_encode.clear();
     }
 
-    /// Encodes the next piece ([`ENCODE_STEP`]) of the schema being encoded, or of the next
-    /// queued one, reporting progress. Whether it did anything (the store's counters moved).
-    pub fn encode_next(&mut self, runtime: &Runtime) -> bool {
+    /// Encodes the next piece of the schema being encoded, or of the next queued one, reporting
+    /// progress: a piece that takes about `budget` (the engine's step while completions decode,
+    /// [`EncodePace`]), or with `None` the most a step takes. Whether it did anything (the
+    /// store's counters moved).
+    pub fn encode_next(&mut self, runtime: &Runtime, budget: Option<std::time::Duration>) -> bool {
         let registry = &self.registry;
         let (name, mut run) = match self.encoding.take() {
             Some(encoding) => encoding,
@@ -172,13 +168,16 @@ impl SchemaCompiler {
             return false;
         };
         let (started, first) = (std::time::Instant::now(), run.units_done());
-        let step = runtime.encode_step(&mut run, &schema.layout, ENCODE_STEP, &mut |event| {
+        let piece = self.pace.step(budget);
+        let step = runtime.encode_step(&mut run, &schema.layout, piece, &mut |event| {
             progress(registry, &name, event)
         });
+        self.pace.observe(piece, started.elapsed());
         tracing::debug!(
-            "schema `{name}`: units {first}..{} encoded in {:.1} ms",
+            "schema `{name}`: units {first}..{} encoded in {:.1} ms (a piece of {} tokens)",
             run.units_done(),
-            started.elapsed().as_secs_f64() * 1e3
+            started.elapsed().as_secs_f64() * 1e3,
+            piece.max_tokens
         );
         match step {
             Ok(None) => self.encoding = Some((name, run)),
