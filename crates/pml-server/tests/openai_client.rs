@@ -2,8 +2,9 @@
 //! on the default model. Python (`openai` from PyPI): `tests/openai_client.py` makes the everyday
 //! calls (models, chat and completions plain and streamed with `include_usage`, content parts,
 //! `n`, logprobs, `max_completion_tokens`, a PML prompt) and checks the refusals' shape (an image
-//! part, an unknown model, a prompt past the context); `tests/openai_client_tools.py` calls tools
-//! (required, named and streamed, auto, none, the round trip with a tool result);
+//! part, a prompt past the context) and that any model id is found;
+//! `tests/openai_client_tools.py` calls tools (required, named and streamed, auto, none, the
+//! round trip with a tool result);
 //! `tests/openai_client_responses.py` drives `/v1/responses` (text and items, streamed raw and
 //! through the SDK's stream helper, a function tool, `previous_response_id`, `text.format`).
 //! `tests/openai_agents.py` runs OpenAI's Agents SDK (`openai-agents`) as a new user does: the
