@@ -12,6 +12,10 @@ use pml_engine::testing::write_tiny_chat_gguf;
 use serve_process::ServeProcess;
 use support::{call, json};
 
+fn put(path: &std::path::Path, text: &str) {
+    std::fs::write(path, text).expect("write");
+}
+
 #[test]
 fn schemas_in_subfolders_are_loaded_with_their_own_sources() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -19,27 +23,23 @@ fn schemas_in_subfolders_are_loaded_with_their_own_sources() {
     let schemas = dir.path().join("schemas");
     std::fs::create_dir_all(schemas.join("notes/src")).expect("folders");
     std::fs::create_dir_all(schemas.join(".hidden")).expect("folders");
-    std::fs::write(
-        schemas.join("top.pml"),
+    put(
+        &schemas.join("top.pml"),
         "<schema name=\"top\"><module name=\"a\">A fact.</module></schema>",
-    )
-    .expect("write");
-    std::fs::write(
-        schemas.join("notes/notes.pml"),
+    );
+    put(
+        &schemas.join("notes/notes.pml"),
         "<schema name=\"notes\"><module name=\"memo\" src=\"src/memo.txt\"/></schema>",
-    )
-    .expect("write");
-    std::fs::write(schemas.join("notes/src/memo.txt"), "The meeting moved.").expect("write");
-    std::fs::write(
-        schemas.join("notes/ask.pml"),
+    );
+    put(&schemas.join("notes/src/memo.txt"), "The meeting moved.");
+    put(
+        &schemas.join("notes/ask.pml"),
         "<prompt schema=\"notes\"><memo/>When?</prompt>",
-    )
-    .expect("write");
-    std::fs::write(
-        schemas.join(".hidden/skipped.pml"),
+    );
+    put(
+        &schemas.join(".hidden/skipped.pml"),
         "<schema name=\"skipped\">text</schema>",
-    )
-    .expect("write");
+    );
     let store = format!("disk:{}", dir.path().join("store").display());
     let args = [
         "--model",

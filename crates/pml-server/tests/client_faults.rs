@@ -13,15 +13,6 @@ use pml_server::ServerConfig;
 use serde_json::json;
 use support::{TestServer, captured_log, json as parse, parse_raw};
 
-fn connect(server: &TestServer) -> TcpStream {
-    let stream =
-        TcpStream::connect(server.handle.as_ref().expect("running").addr()).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("read timeout");
-    stream
-}
-
 fn read_all(stream: &mut TcpStream) -> String {
     let mut text = String::new();
     let _ = stream.read_to_string(&mut text);
@@ -34,7 +25,7 @@ fn a_body_sent_too_slowly_is_answered_408() {
         body_read_timeout: Duration::from_millis(300),
         ..ServerConfig::default()
     });
-    let mut stream = connect(&server);
+    let mut stream = server.connect();
     // A third of the body it announces, then nothing: the deadline ends the wait.
     stream
         .write_all(
@@ -58,8 +49,8 @@ fn connections_past_the_bound_are_answered_503_and_the_open_ones_served() {
         ..ServerConfig::default()
     });
     // Two connections that have sent nothing yet hold both places.
-    let mut held: Vec<TcpStream> = (0..2).map(|_| connect(&server)).collect();
-    let mut third = connect(&server);
+    let mut held: Vec<TcpStream> = (0..2).map(|_| server.connect()).collect();
+    let mut third = server.connect();
     let refused = parse_raw(&read_all(&mut third));
     assert_eq!(refused.status, 503, "{}", refused.body);
     assert_eq!(
@@ -98,7 +89,7 @@ fn a_non_streaming_request_whose_client_closes_is_cancelled() {
     let body = json!({"prompt": "Once upon a time", "max_tokens": max_tokens, "n": n,
         "temperature": 1.0})
     .to_string();
-    let mut stream = connect(&server);
+    let mut stream = server.connect();
     write!(
         stream,
         "POST /v1/completions HTTP/1.1\r\nHost: pml\r\nContent-Type: application/json\r\n\
@@ -127,7 +118,7 @@ fn a_non_streaming_request_whose_client_closes_is_cancelled() {
 fn a_client_that_half_closes_right_after_its_request_still_gets_the_answer() {
     let server = TestServer::tiny(ServerConfig::default());
     let body = json!({"prompt": "hello", "max_tokens": 8}).to_string();
-    let mut stream = connect(&server);
+    let mut stream = server.connect();
     write!(
         stream,
         "POST /v1/completions HTTP/1.1\r\nHost: pml\r\nContent-Type: application/json\r\n\

@@ -5,7 +5,7 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::time::Duration;
 
 use pml_server::ServerConfig;
@@ -82,23 +82,13 @@ fn a_schema_of_more_units_than_the_server_takes_is_refused_at_upload() {
     assert_eq!(status, 404);
 }
 
-/// A connection to `server` that gives up after a while instead of hanging a failing test.
-fn connect(server: &TestServer) -> TcpStream {
-    let addr = server.base.trim_start_matches("http://");
-    let stream = TcpStream::connect(addr).expect("connects");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("read timeout");
-    stream
-}
-
 #[test]
 fn a_client_sending_its_headers_slowly_is_cut_off_and_others_are_served() {
     let server = TestServer::tiny(ServerConfig {
         header_read_timeout: Duration::from_millis(300),
         ..ServerConfig::default()
     });
-    let mut slow = connect(&server);
+    let mut slow = server.connect();
     slow.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: pml\r\n")
         .expect("a first header");
     let (status, _) = chat(&server);
@@ -126,7 +116,7 @@ fn a_client_that_half_closes_after_its_request_gets_the_answer() {
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    let mut stream = connect(&server);
+    let mut stream = server.connect();
     stream.write_all(request.as_bytes()).expect("request sent");
     stream.shutdown(Shutdown::Write).expect("half-closed");
     let mut response = String::new();

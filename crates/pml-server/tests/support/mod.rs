@@ -73,6 +73,17 @@ impl TestServer {
         format!("{}{path}", self.base)
     }
 
+    /// A raw connection to the server that gives up after a while instead of hanging a
+    /// failing test.
+    pub fn connect(&self) -> std::net::TcpStream {
+        let addr = self.base.trim_start_matches("http://");
+        let stream = std::net::TcpStream::connect(addr).expect("connects");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("read timeout");
+        stream
+    }
+
     /// Uploads `schema` and waits until it is compiled.
     pub fn upload_ready(&self, schema: &str) -> Value {
         upload_ready(&self.base, schema, Duration::from_secs(120))
