@@ -106,14 +106,19 @@ impl Grammars {
             }
             ResponseFormat::ToolCall(lark) => TopLevelGrammar::from_lark(lark.clone()),
             ResponseFormat::LazyToolCall(lazy) => {
-                // Both grammars compiled now: a schema they cannot take is the request's 400,
-                // not a failure in the middle of its answer.
-                for grammar in lazy.grammars() {
-                    self.matcher(TopLevelGrammar::from_lark(grammar.to_owned()), tools)?;
-                }
+                // Both grammars compiled now, and kept for the trigger: a schema they cannot take
+                // is the request's 400, not a failure in the middle of its answer.
+                let compiled = lazy
+                    .grammars()
+                    .map(|grammar| {
+                        let lark = TopLevelGrammar::from_lark(grammar.to_owned());
+                        Ok((grammar.to_owned(), self.matcher(lark, tools)?))
+                    })
+                    .collect::<Result<Vec<_>, JobError>>()?;
                 return Ok(Constraint {
                     state: State::Waiting(Box::new(Waiting {
                         lazy: lazy.clone(),
+                        compiled,
                         factory: Arc::clone(&self.factory),
                         text: String::new(),
                         pending: Vec::new(),
@@ -164,6 +169,8 @@ enum State {
 /// A lazily constrained answer before its call begins.
 struct Waiting {
     lazy: LazyToolGrammar,
+    /// Each of `lazy`'s grammars and its matcher, not fed yet.
+    compiled: Vec<(String, Matcher)>,
     factory: Arc<ParserFactory>,
     /// The answer's text so far, and the bytes of a character not yet complete.
     text: String,
@@ -197,15 +204,18 @@ impl Waiting {
         };
         let mut call = self.text.as_bytes()[trigger.at..].to_vec();
         call.extend_from_slice(&self.pending);
-        let started = new_matcher(
-            &self.factory,
-            TopLevelGrammar::from_lark(trigger.grammar.to_owned()),
-        )
-        .and_then(|mut matcher| {
-            let tokens = self.factory.tok_env().tokenize_bytes(&call);
-            matcher.consume_tokens(&tokens)?;
-            Ok(matcher)
-        });
+        let at = self
+            .compiled
+            .iter()
+            .position(|(grammar, _)| grammar == trigger.grammar);
+        let started = match at {
+            Some(at) => {
+                let (_, mut matcher) = self.compiled.swap_remove(at);
+                let tokens = self.factory.tok_env().tokenize_bytes(&call);
+                matcher.consume_tokens(&tokens).map(|_| matcher)
+            }
+            None => Err(anyhow::anyhow!("the trigger's grammar was not compiled")),
+        };
         Some(match started {
             Ok(matcher) => State::Active(Box::new(matcher)),
             Err(error) => {
