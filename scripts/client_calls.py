@@ -8,7 +8,8 @@ calls are the libraries' own; the answers are then reproducible). Prints a line 
 
 Usage: python3 scripts/client_calls.py http://127.0.0.1:8080 [--model NAME]
 Install the libraries into a venv first, e.g.
-  pip install openai openai-agents langchain-openai litellm instructor "pydantic-ai-slim[openai]"
+  pip install openai openai-agents langchain-openai litellm instructor "pydantic-ai-slim[openai]" llm
+The Node libraries' calls are in client_calls_node.cjs.
 """
 import argparse
 import json
@@ -144,6 +145,48 @@ def pydantic_ai_tool(base, model):
     assert calls, f"the tool was not called: {result.output!r}"
 
 
+def pydantic_ai_responses(base, model):
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIResponsesModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+    chat = OpenAIResponsesModel(model,
+                                provider=OpenAIProvider(base_url=f"{base}/v1", api_key="none"))
+    agent = Agent(chat, model_settings={"temperature": 0, "max_tokens": 32})
+    result = agent.run_sync("Say hello.")
+    assert isinstance(result.output, str), result
+
+
+def llm_tool_chain(base, model):
+    """`llm -T llm_version`: the tool's arguments (none) must follow its schema, so the chain
+    ends with an answer instead of at its limit."""
+    import os
+    import tempfile
+
+    import llm
+    with tempfile.TemporaryDirectory() as home:
+        with open(os.path.join(home, "extra-openai-models.yaml"), "w") as config:
+            config.write(f"- model_id: pml-served\n  model_name: {model}\n"
+                         f"  api_base: {base}/v1\n  supports_tools: true\n")
+        os.environ["LLM_USER_PATH"] = home
+        os.environ.setdefault("OPENAI_API_KEY", "none")
+        served = llm.get_model("pml-served")
+        calls = []
+        chain = served.chain(
+            "What version of llm is installed? Use the tool.",
+            tools=[llm.get_tools()["llm_version"]],
+            before_call=lambda _tool, call: calls.append(call.arguments),
+            options={"temperature": 0, "max_tokens": 96})
+        turns = 0
+        for response in chain.responses():
+            response.text()
+            turns += 1
+            if turns == 4:
+                break
+        assert calls, "the tool was not called"
+        assert all(arguments == {} for arguments in calls), calls
+        assert turns < 4, f"{turns} turns, calls {calls}"
+
+
 CALLS = [
     ("openai", "chat, tools, tool_choice auto", openai_chat_auto),
     ("openai", "responses.parse, a float field", openai_responses_parse_float),
@@ -152,6 +195,8 @@ CALLS = [
     ("litellm", "LiteLLM completion with tools", litellm_tools),
     ("instructor", "instructor, a float field", instructor_float),
     ("pydantic_ai", "pydantic-ai, one tool", pydantic_ai_tool),
+    ("pydantic_ai", "pydantic-ai, a Responses answer", pydantic_ai_responses),
+    ("llm", "llm -T llm_version, a tool without arguments", llm_tool_chain),
 ]
 
 

@@ -131,6 +131,8 @@ pub struct Metrics {
     /// for sequences under a KV budget).
     pub engine_steps: AtomicU64,
     pub forward_passes: AtomicU64,
+    /// Tokens of uploaded schemas' modules computed in completions' steps, in their one pass.
+    pub encode_joined_tokens: AtomicU64,
     outcomes: [AtomicU64; Outcome::ALL.len()],
     store: Mutex<Vec<TierHits>>,
 }
@@ -287,6 +289,11 @@ impl Metrics {
                 "pml_forward_passes_total",
                 "Forward passes of the model: one per step, plus one per sequence under a KV budget (its passes observe attention).",
                 &self.forward_passes,
+            ),
+            (
+                "pml_encode_joined_tokens_total",
+                "Tokens of uploaded schemas' modules computed inside completions' engine steps, in the step's one forward pass.",
+                &self.encode_joined_tokens,
             ),
         ] {
             let _ = writeln!(

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use pml_server::ServerConfig;
 use serde_json::json;
-use support::{TestServer, call, json as parse};
+use support::{EventStream, TestServer, call, json as parse};
 
 /// A union of `members` small modules: one unit each, all at the same positions.
 fn union_schema(name: &str, members: usize) -> String {
@@ -58,6 +58,42 @@ fn a_schema_encodes_between_completions_and_can_be_deleted_meanwhile() {
     assert_eq!(status, 404);
     let (status, answer) = chat(&server);
     assert_eq!(status, 200, "{answer}");
+}
+
+/// While a completion streams, an upload's modules are computed inside its steps: their rows
+/// join the step's one forward pass instead of running passes of their own between its tokens.
+#[test]
+fn an_encoding_beside_a_stream_joins_its_steps() {
+    let server = TestServer::tiny(ServerConfig::default());
+    let (status, body) = call(
+        "POST",
+        &server.url("/v1/schemas"),
+        Some(&union_schema("busy", 3000)),
+        None,
+    );
+    assert_eq!(status, 202, "{body}");
+    let request = json!({"prompt": "hello", "max_tokens": 24, "stream": true}).to_string();
+    let stream = EventStream::open(&server.url("/v1/completions"), &request);
+    assert_eq!(stream.status, 200);
+    let events = stream.rest();
+    assert!(events.len() > 2, "{events:?}");
+    let (_, info) = call("GET", &server.url("/v1/schemas/busy"), None, None);
+    assert_ne!(
+        parse(&info)["status"],
+        "ready",
+        "the stream outlasted the encoding: {info}"
+    );
+    assert!(
+        server.metric("pml_encode_joined_tokens_total") > 0.0,
+        "no module token was computed in the stream's steps"
+    );
+    // Still one pass a step: the encoding's rows are in the pass, not beside it.
+    assert_eq!(
+        server.metric("pml_forward_passes_total"),
+        server.metric("pml_engine_steps_total")
+    );
+    let (status, _) = call("DELETE", &server.url("/v1/schemas/busy"), None, None);
+    assert!((200..300).contains(&status));
 }
 
 #[test]

@@ -30,7 +30,9 @@ use crate::store::{
 use pml_engine::kv_cache::KvCacheError;
 use pml_engine::model::{EngineError, Model};
 
-pub use unit_encoder::{PartialUnit, StateOrigin, UnitEncoder, UnitMemory, UnitStart, describe};
+pub use unit_encoder::{
+    PartialUnit, StateOrigin, UnitChunk, UnitEncoder, UnitMemory, UnitStart, describe,
+};
 
 /// Why a schema could not be encoded.
 #[derive(Debug, thiserror::Error)]
@@ -204,6 +206,15 @@ pub struct EncodeStep {
     pub pass_tokens: usize,
 }
 
+/// What one [`EncodeRun::visit`] does.
+#[derive(Clone, Copy)]
+enum Visit {
+    /// Computes chunks within the step.
+    Compute(EncodeStep),
+    /// Stops at the first unit with tokens left to compute, its chunks left to the caller.
+    ToChunk { max_units: usize },
+}
+
 /// A schema's encoding in steps, so a server can encode between its other work instead of
 /// stopping it for a whole schema. It holds no borrow: each step takes the model, layout and
 /// store again (the layout must be the one it began with), and reads the states of the units it
@@ -263,9 +274,75 @@ impl EncodeRun {
         step: EncodeStep,
         progress: &mut dyn FnMut(EncodeEvent<'_>),
     ) -> Result<Option<EncodeReport>, EncodeError> {
+        self.visit(
+            model,
+            layout,
+            options,
+            store,
+            Visit::Compute(step),
+            progress,
+        )
+    }
+
+    /// Like [`Self::advance`], but computes nothing: visits up to `max_units` units that need
+    /// no pass (found in the store, empty), stores the unit whose chunks the caller's passes
+    /// have computed, and begins the next unit to compute, whose chunks are then the caller's
+    /// to run beside its other rows ([`Self::pending_chunk`], [`Self::chunk_computed`]): a
+    /// server's step reads the weights once for its decoding sequences and the encoding.
+    pub fn advance_to_chunk(
+        &mut self,
+        model: &Model,
+        layout: &SchemaLayout,
+        options: EncodeOptions,
+        store: &ModuleStore,
+        max_units: usize,
+        progress: &mut dyn FnMut(EncodeEvent<'_>),
+    ) -> Result<Option<EncodeReport>, EncodeError> {
+        let visit = Visit::ToChunk { max_units };
+        self.visit(model, layout, options, store, visit, progress)
+    }
+
+    /// The next chunk, of at most `max_tokens`, of the unit [`Self::advance_to_chunk`] began;
+    /// `None` when there is none or its tokens are all computed.
+    pub fn pending_chunk<'a>(
+        &'a mut self,
+        layout: &'a SchemaLayout,
+        max_tokens: usize,
+    ) -> Option<UnitChunk<'a>> {
+        self.pending.as_mut()?.next_chunk(layout, max_tokens)
+    }
+
+    /// A pass has appended the chunk [`Self::pending_chunk`] gave to its cache.
+    pub fn chunk_computed(&mut self) {
+        if let Some(partial) = self.pending.as_mut() {
+            partial.chunk_computed();
+        }
+    }
+
+    /// The loop of [`Self::advance`] and [`Self::advance_to_chunk`].
+    fn visit(
+        &mut self,
+        model: &Model,
+        layout: &SchemaLayout,
+        options: EncodeOptions,
+        store: &ModuleStore,
+        visit: Visit,
+        progress: &mut dyn FnMut(EncodeEvent<'_>),
+    ) -> Result<Option<EncodeReport>, EncodeError> {
         let mut encoder = UnitEncoder::new(model, layout, options.mode, options.bos, store)?
             .with_keep(options.keep)
             .with_memory(std::mem::take(&mut self.memory));
+        let (step, compute) = match visit {
+            Visit::Compute(step) => (step, true),
+            Visit::ToChunk { max_units } => {
+                let step = EncodeStep {
+                    max_tokens: usize::MAX,
+                    max_units,
+                    pass_tokens: 0,
+                };
+                (step, false)
+            }
+        };
         let max_chunk = step.max_tokens.min(chunked::MAX_CHUNK_TOKENS);
         let (mut tokens, mut visited) = (0, 0);
         while let Some(unit) = layout.units.get(self.next)
@@ -283,9 +360,11 @@ impl EncodeRun {
                 UnitStart::Done(StateOrigin::Store | StateOrigin::Memory) => UnitOutcome::Reused,
                 UnitStart::Done(StateOrigin::Empty) => UnitOutcome::Empty,
                 UnitStart::Computing(mut partial) => {
-                    let computed =
-                        encoder.compute_chunks(&mut partial, step.max_tokens - tokens)?;
-                    tokens += computed.max(step.pass_tokens);
+                    if compute {
+                        let computed =
+                            encoder.compute_chunks(&mut partial, step.max_tokens - tokens)?;
+                        tokens += computed.max(step.pass_tokens);
+                    }
                     if partial.is_computed(layout) {
                         encoder.finish_unit(*partial)?;
                         UnitOutcome::Encoded

@@ -79,6 +79,39 @@ impl PartialUnit {
     pub fn is_computed(&self, layout: &SchemaLayout) -> bool {
         unit(layout, self.unit_id).is_ok_and(|layout_unit| self.done >= layout_unit.tokens.len())
     }
+
+    /// The unit's next `max_tokens` tokens (one at least) not computed yet, for a pass the
+    /// caller runs; `None` once all are.
+    pub fn next_chunk<'a>(
+        &'a mut self,
+        layout: &'a SchemaLayout,
+        max_tokens: usize,
+    ) -> Option<UnitChunk<'a>> {
+        let layout_unit = unit(layout, self.unit_id).ok()?;
+        let n_tokens = layout_unit.tokens.len();
+        if self.done >= n_tokens {
+            return None;
+        }
+        let range = self.done..(self.done + max_tokens.max(1)).min(n_tokens);
+        Some(UnitChunk {
+            tokens: &layout_unit.tokens[range.clone()],
+            positions: &layout_unit.positions[range],
+            kv: &mut self.kv,
+        })
+    }
+
+    /// A pass appended the chunk [`Self::next_chunk`] gave to the unit's cache.
+    pub fn chunk_computed(&mut self) {
+        self.done = self.kv.len().saturating_sub(self.context_len);
+    }
+}
+
+/// A unit's next tokens, their positions and the cache a pass appends them to (after the unit's
+/// context and the tokens computed before).
+pub struct UnitChunk<'a> {
+    pub tokens: &'a [u32],
+    pub positions: &'a [u32],
+    pub kv: &'a mut KvCache,
 }
 
 /// The states a [`UnitEncoder`] holds in memory, carried from one encoder to the next.

@@ -346,6 +346,25 @@ impl Runtime {
         )
     }
 
+    /// [`EncodeRun::advance_to_chunk`] on this runtime: stores what the caller's passes
+    /// computed, visits up to `max_units` units and begins the next one to compute.
+    pub fn encode_to_chunk(
+        &self,
+        run: &mut EncodeRun,
+        layout: &SchemaLayout,
+        max_units: usize,
+        progress: &mut dyn FnMut(EncodeEvent<'_>),
+    ) -> Result<Option<EncodeReport>, EncodeError> {
+        run.advance_to_chunk(
+            &self.model,
+            layout,
+            self.encode_options(),
+            &self.store,
+            max_units,
+            progress,
+        )
+    }
+
     /// The layout `layout`'s schema had when the store's states of its changed units were
     /// computed (see [`super::previous_layout`]), for edit reuse; `None` when nothing changed
     /// or the previous states cannot be used.

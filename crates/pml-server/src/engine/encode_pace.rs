@@ -1,8 +1,8 @@
 //! How much of a schema's encoding one engine step does. With nothing else to do, a few hundred
-//! tokens ([`IDLE_STEP`]); while completions are decoding, a piece that takes about the time the
-//! scheduler gives it (half one of their steps), from the encoding's measured speed, so a token
-//! waits for at most one piece: an upload leaves the gaps between a stream's tokens within twice
-//! their length.
+//! tokens in passes of their own ([`IDLE_STEP`]); while completions are served, a few of the
+//! module's tokens join the step's one pass ([`JoinedPace`]): the weights are read once for the
+//! decoding rows and the encoding's, so a token waits for the extra rows' compute only, which
+//! the pace holds near half a step.
 
 use std::time::Duration;
 
@@ -17,50 +17,63 @@ pub const IDLE_STEP: EncodeStep = EncodeStep {
     pass_tokens: 32,
 };
 
-/// The smallest piece beside decoding completions: one pass of a few tokens, the least that
-/// moves an encoding on.
-const MIN_TOKENS: usize = 8;
+/// The encoding's rows in a step's pass before any has been measured: one, as a pass's cost
+/// jumps where its rows fill another tile (five rows cost about twice four on two cores).
+const FIRST_ROWS: usize = 1;
 
-/// How much each new measurement moves the speed estimate.
+/// The most encoding rows a pass takes: past this many a step costs about a prefill chunk.
+const MAX_ROWS: usize = 64;
+
+/// A step with encoding rows may take this much longer than one without.
+const TARGET_STRETCH: f64 = 1.5;
+
+/// How many steps join the encoding before one runs without it, to measure a step without.
+pub const PLAIN_EVERY: u32 = 16;
+
+/// How much each new measurement moves a smoothed step time.
 const SMOOTHING: f64 = 0.3;
 
-/// The encoding speed measured so far.
-#[derive(Debug, Default)]
-pub struct EncodePace {
-    tokens_per_second: Option<f64>,
+/// The number of the encoding's rows that join each step's pass, adjusted by what the last
+/// joined step took against one without: fewer when it took more than [`TARGET_STRETCH`] times
+/// as long, more when clearly less. A pass's cost does not grow linearly with its rows (tiles of
+/// rows share each weight block's unpacking), so the rows are searched for, not computed.
+#[derive(Debug)]
+pub struct JoinedPace {
+    rows: usize,
+    since_plain: u32,
 }
 
-impl EncodePace {
-    /// The piece for a step that may take `budget` (`None`: the engine has nothing else to do).
-    pub fn step(&self, budget: Option<Duration>) -> EncodeStep {
-        let Some(budget) = budget else {
-            return IDLE_STEP;
-        };
-        let tokens = match self.tokens_per_second {
-            Some(speed) => (speed * budget.as_secs_f64()) as usize,
-            // Unmeasured: the smallest piece, which measures it.
-            None => MIN_TOKENS,
-        };
-        let max_tokens = tokens.clamp(MIN_TOKENS, IDLE_STEP.max_tokens);
-        EncodeStep {
-            max_tokens,
-            // A pass costs at least its weights' read: never counted as more than the piece.
-            pass_tokens: IDLE_STEP.pass_tokens.min(max_tokens),
-            ..IDLE_STEP
+impl Default for JoinedPace {
+    fn default() -> Self {
+        Self {
+            rows: FIRST_ROWS,
+            since_plain: 0,
         }
     }
+}
 
-    /// A piece of `step` took `elapsed`.
-    pub fn observe(&mut self, step: EncodeStep, elapsed: Duration) {
-        let seconds = elapsed.as_secs_f64();
-        if seconds <= 0.0 {
+impl JoinedPace {
+    /// The rows the next step's pass takes; `None` for a step left without them, so that a
+    /// step's time without is known (every [`PLAIN_EVERY`] steps, and until one was measured).
+    pub fn rows(&self, plain_step: Option<Duration>) -> Option<usize> {
+        (plain_step.is_some() && self.since_plain < PLAIN_EVERY).then_some(self.rows)
+    }
+
+    /// A step ran: `joined` rows of the encoding in it (`None` or 0: a step without), taking
+    /// `elapsed` where a step without takes `plain_step`.
+    pub fn observe(&mut self, joined: Option<usize>, elapsed: Duration, plain_step: Duration) {
+        let Some(rows) = joined.filter(|&rows| rows > 0) else {
+            self.since_plain = 0;
             return;
+        };
+        self.since_plain += 1;
+        let target = plain_step.mul_f64(TARGET_STRETCH);
+        if elapsed > target {
+            let scale = target.as_secs_f64() / elapsed.as_secs_f64();
+            self.rows = ((rows as f64 * scale) as usize).clamp(1, rows.saturating_sub(1).max(1));
+        } else if elapsed < target.mul_f64(0.85) {
+            self.rows = (rows + (rows / 4).max(1)).min(MAX_ROWS);
         }
-        let speed = step.max_tokens as f64 / seconds;
-        self.tokens_per_second = Some(match self.tokens_per_second {
-            Some(known) => known + SMOOTHING * (speed - known),
-            None => speed,
-        });
     }
 }
 
@@ -87,30 +100,52 @@ impl StepTime {
 mod tests {
     use super::*;
 
+    const PLAIN: Duration = Duration::from_millis(20);
+
     #[test]
-    fn pieces_follow_the_measured_speed_within_bounds() {
-        let mut pace = EncodePace::default();
-        assert_eq!(pace.step(None), IDLE_STEP);
-        let first = pace.step(Some(Duration::from_millis(50)));
-        assert_eq!(first.max_tokens, MIN_TOKENS);
-        assert!(first.pass_tokens <= first.max_tokens);
-        // 8 tokens in 20 ms: 400 tok/s, so 50 ms hold 20 tokens.
-        pace.observe(first, Duration::from_millis(20));
-        assert_eq!(pace.step(Some(Duration::from_millis(50))).max_tokens, 20);
-        assert_eq!(
-            pace.step(Some(Duration::from_secs(10))).max_tokens,
-            IDLE_STEP.max_tokens
-        );
-        // Slower pieces shrink the next ones, never below the least.
-        for _ in 0..20 {
-            pace.observe(
-                pace.step(Some(Duration::from_millis(50))),
-                Duration::from_secs(1),
-            );
+    fn joined_rows_grow_while_a_step_stays_short_and_shrink_when_it_does_not() {
+        let mut pace = JoinedPace::default();
+        assert_eq!(pace.rows(None), None, "nothing measured without rows yet");
+        let first = pace
+            .rows(Some(PLAIN))
+            .expect("rows once a plain step is known");
+        assert_eq!(first, FIRST_ROWS);
+        // Cheap rows: they grow, never past the most a pass takes.
+        for _ in 0..40 {
+            let rows = pace.rows(Some(PLAIN)).or(Some(0));
+            pace.observe(rows, PLAIN + Duration::from_millis(1), PLAIN);
         }
-        assert_eq!(
-            pace.step(Some(Duration::from_millis(50))).max_tokens,
-            MIN_TOKENS
-        );
+        assert_eq!(pace.rows(Some(PLAIN)), Some(MAX_ROWS));
+        // 1 ms a row: 10 ms of rows fit the 1.5× target.
+        for _ in 0..40 {
+            let rows = pace.rows(Some(PLAIN));
+            let cost = Duration::from_millis(rows.unwrap_or(0) as u64);
+            pace.observe(rows, PLAIN + cost, PLAIN);
+        }
+        let settled = pace.rows(Some(PLAIN)).unwrap_or(pace.rows);
+        assert!((6..=10).contains(&settled), "{settled} rows");
+        // Slow rows shrink to one, never none.
+        for _ in 0..40 {
+            let rows = pace.rows(Some(PLAIN));
+            pace.observe(rows, Duration::from_secs(1), PLAIN);
+        }
+        assert_eq!(pace.rows, 1);
+    }
+
+    #[test]
+    fn every_so_many_joined_steps_one_runs_without() {
+        let mut pace = JoinedPace::default();
+        let joined = (0..PLAIN_EVERY)
+            .map(|_| {
+                let rows = pace.rows(Some(PLAIN));
+                pace.observe(rows, PLAIN, PLAIN);
+                rows
+            })
+            .filter(Option::is_some)
+            .count();
+        assert_eq!(joined, PLAIN_EVERY as usize);
+        assert_eq!(pace.rows(Some(PLAIN)), None);
+        pace.observe(None, PLAIN, PLAIN);
+        assert!(pace.rows(Some(PLAIN)).is_some());
     }
 }

@@ -3,8 +3,8 @@
 //!
 //! - [`schemas`]: uploaded schemas and their compile progress, readable without the engine.
 //! - [`schema_compile`]: laying uploaded schemas out and encoding them, one per engine step.
-//! - [`encode_pace`]: how much of an encoding one step does (pieces sized by time while
-//!   completions decode).
+//! - [`encode_pace`]: how much of an encoding one step does (passes of its own when idle, rows
+//!   joining the step's pass while completions run).
 //! - [`admission`]: completions waiting for room in the batch, and the ones refused instead.
 //! - [`scheduler`]: the engine loop — one forward pass a step for decoding tokens and prompt
 //!   chunks of a step's tokens, admission within the KV pool, timeouts and cancellation.

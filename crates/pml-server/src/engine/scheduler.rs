@@ -1,7 +1,8 @@
 //! The engine loop, a bounded step (llama.cpp's `update_slots`, vLLM's scheduler with chunked
 //! prefill). Each turn: take every request that arrived (blocking only when idle); drop
 //! sequences — waiting, prefilling or decoding — whose client left or whose deadline passed;
-//! encode one uploaded schema; admit waiting completions while the batch has room and their KV
+//! encode one uploaded schema (in passes of its own when nothing else runs, else its next rows
+//! join the step's pass); admit waiting completions while the batch has room and their KV
 //! reservations fit the KV pool (what is cached is spliced: a plain prompt's prefix, a PML
 //! prompt's modules; a `blend` PML prompt is prefilled whole, its computed tokens counted
 //! against the step's [`PREFILL_CHUNK_TOKENS`]); let plain prompts part way through catch up on
@@ -45,8 +46,18 @@ use crate::metrics::{Metrics, Outcome};
 /// prompts cannot starve a long one.
 const OLDEST_SHARE: usize = 32;
 
-/// The time a piece of an encoding may take before a completion's step has been timed.
-const FIRST_STEP_GUESS: std::time::Duration = std::time::Duration::from_millis(50);
+/// The rows of a step's batched pass.
+#[derive(Clone, Copy, Debug, Default)]
+struct PassRows {
+    /// Whether a pass ran.
+    ran: bool,
+    /// Decoding sequences' tokens.
+    decoding: usize,
+    /// Prompts' chunk tokens.
+    prompt: usize,
+    /// A schema's encoding's tokens, if any joined.
+    joined: Option<usize>,
+}
 
 /// What the scheduler takes from [`crate::ServerConfig`] (its fields' docs say what each does).
 #[derive(Clone, Copy, Debug)]
@@ -155,23 +166,45 @@ impl<'r> Scheduler<'r> {
                 self.wind_down(deadline);
             }
             self.retire_cancelled_and_late();
-            // Beside completions, a piece of an encoding half as long as one of their steps: a
-            // token then waits half a step more, whatever a piece's own overheads add.
+            // Beside completions, an encoding's rows join their step's pass (one read of the
+            // weights for both); alone, it runs passes of its own.
             let serving = !(self.active.is_empty() && self.prefilling.is_empty());
-            let budget = serving.then(|| self.step_time.get().unwrap_or(FIRST_STEP_GUESS) / 2);
-            if self.schemas.encode_next(self.runtime, budget) {
+            let encoded = if serving {
+                self.schemas.prepare_joined(self.runtime)
+            } else {
+                self.schemas.encode_next(self.runtime)
+            };
+            if encoded {
                 self.publish_store_stats();
             }
             let spent = self.admit();
             let stepped = Instant::now();
-            self.step(PREFILL_CHUNK_TOKENS.saturating_sub(spent).max(OLDEST_SHARE));
-            if !(self.active.is_empty() && self.prefilling.is_empty()) {
-                self.step_time.observe(stepped.elapsed());
-            }
+            let rows = self.step(PREFILL_CHUNK_TOKENS.saturating_sub(spent).max(OLDEST_SHARE));
+            self.after_step(rows, stepped.elapsed());
             self.metrics
                 .active_sequences
                 .store(self.active.len(), Ordering::Relaxed);
             self.publish_kv();
+        }
+    }
+
+    /// Times a step that decoded and computed no prompt rows — the wait between a stream's
+    /// tokens — with and without an encoding's rows in it, which paces those rows.
+    fn after_step(&mut self, rows: PassRows, elapsed: std::time::Duration) {
+        if let Some(joined) = rows.joined {
+            self.schemas.chunk_ran();
+            self.metrics
+                .encode_joined_tokens
+                .fetch_add(joined as u64, Ordering::Relaxed);
+        }
+        if rows.decoding == 0 || rows.prompt > 0 {
+            return;
+        }
+        if rows.joined.is_none() {
+            self.step_time.observe(elapsed);
+        }
+        if let Some(plain) = self.step_time.get() {
+            self.schemas.pace(rows.joined, elapsed, plain);
         }
     }
 
@@ -428,8 +461,9 @@ impl<'r> Scheduler<'r> {
     /// One step: a single forward pass over every decoding sequence's next token and every
     /// prompt's chunk (the weights read once for all of them); only sequences under a KV budget
     /// run passes of their own after it, since each of those observes its attention. Counts the
-    /// step and its passes (`pml_engine_steps_total`, `pml_forward_passes_total`).
-    fn step(&mut self, step_tokens: usize) {
+    /// step and its passes (`pml_engine_steps_total`, `pml_forward_passes_total`). The rows the
+    /// batched pass computed.
+    fn step(&mut self, step_tokens: usize) -> PassRows {
         for prefill in &mut self.prefilling {
             prefill.catch_up(self.runtime, &self.prefix_cache);
         }
@@ -447,7 +481,8 @@ impl<'r> Scheduler<'r> {
             .into_iter()
             .partition(Sequence::is_budgeted);
         self.active = batched_decodes;
-        let mut passes = u64::from(self.batched_pass(batched));
+        let rows = self.batched_pass(batched);
+        let mut passes = u64::from(rows.ran);
         let (runtime, prefix_cache) = (self.runtime, &self.prefix_cache);
         let mut keep =
             |tokens: &[u32], kv: &KvCache| keep_answer(runtime, prefix_cache, tokens, kv);
@@ -463,6 +498,7 @@ impl<'r> Scheduler<'r> {
             self.take_advance(advanced);
         }
         self.metrics.count_step(passes);
+        rows
     }
 
     fn take_advance(&mut self, advanced: Advance) {
@@ -542,11 +578,13 @@ impl<'r> Scheduler<'r> {
             .fetch_max(resident, Ordering::Relaxed);
     }
 
-    /// One forward pass for the next token of every active sequence and the granted chunk of
-    /// each of `prefills`, whose rows follow the decoding ones; whether a pass ran.
-    fn batched_pass(&mut self, mut prefills: Vec<(PendingPrefill, usize)>) -> bool {
-        if self.active.is_empty() && prefills.is_empty() {
-            return false;
+    /// One forward pass for the next token of every active sequence, the granted chunk of each
+    /// of `prefills`, whose rows follow the decoding ones, and the next rows of a schema's
+    /// encoding, last; the rows it computed.
+    fn batched_pass(&mut self, mut prefills: Vec<(PendingPrefill, usize)>) -> PassRows {
+        let mut encoding = self.schemas.joined_chunk(self.step_time.get());
+        if self.active.is_empty() && prefills.is_empty() && encoding.is_none() {
+            return PassRows::default();
         }
         let start = Instant::now();
         let decoding: Vec<([u32; 1], [u32; 1])> = self
@@ -572,11 +610,22 @@ impl<'r> Scheduler<'r> {
                 positions: &chunk.positions[..],
                 kv: &mut *chunk.kv,
             }))
+            .chain(encoding.as_mut().map(|chunk| BatchSlot {
+                tokens: chunk.tokens,
+                positions: chunk.positions,
+                kv: &mut *chunk.kv,
+            }))
             .collect();
         let n_decoding = decoding.len();
         let logits = self.runtime.model().forward_batch(&mut slots);
         drop(slots);
         drop(chunks);
+        let computed = PassRows {
+            ran: true,
+            decoding: decoding.len(),
+            prompt: prefills.iter().map(|(_, grant)| grant).sum(),
+            joined: encoding.map(|chunk| chunk.tokens.len()),
+        };
         let elapsed = start.elapsed();
         let rows = logits.and_then(|logits| {
             let decoded = logits
@@ -600,7 +649,13 @@ impl<'r> Scheduler<'r> {
                         &self.metrics,
                     );
                 }
-                return true;
+                if computed.joined.is_some() {
+                    self.schemas.joined_failed(&incident);
+                }
+                return PassRows {
+                    joined: None,
+                    ..computed
+                };
             }
         };
         let active = std::mem::take(&mut self.active);
@@ -627,7 +682,7 @@ impl<'r> Scheduler<'r> {
             };
             self.take_advance(advanced);
         }
-        true
+        computed
     }
 
     fn publish_store_stats(&self) {

@@ -1,19 +1,19 @@
 //! Uploaded schemas on the engine's side. An upload is laid out at once, so its client hears of
 //! errors in the answer; encoding its modules into the store can take minutes, so it waits in a
-//! queue and the engine loop encodes a bounded piece of one schema per step, between the steps
-//! of the completions it serves (as it prefills their prompts in chunks), reporting progress to
-//! the [`SchemaRegistry`] the HTTP layer reads.
+//! queue and the engine loop encodes a bounded piece of one schema per step — while it serves
+//! completions, a few of a module's tokens in their step's pass (as it prefills their prompts in
+//! chunks) — reporting progress to the [`SchemaRegistry`] the HTTP layer reads.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use pml_compiler::{FsSourceLoader, RefuseSources};
-use pml_runtime::encode::{EncodeEvent, EncodeRun};
+use pml_runtime::encode::{EncodeError, EncodeEvent, EncodeReport, EncodeRun, UnitChunk};
 use pml_runtime::inference::{LaidOutSchema, Runtime};
 
 use super::JobError;
-use super::encode_pace::EncodePace;
+use super::encode_pace::{IDLE_STEP, JoinedPace};
 use super::schemas::{SchemaInfo, SchemaLayoutView, SchemaRegistry, SchemaStatus};
 use super::sequence::runtime_error;
 use crate::incident::{Incident, error_chain};
@@ -26,7 +26,7 @@ pub struct SchemaCompiler {
     to_encode: VecDeque<String>,
     /// `ServerConfig::max_schema_units`.
     max_units: usize,
-    pace: EncodePace,
+    pace: JoinedPace,
 }
 
 impl SchemaCompiler {
@@ -37,7 +37,7 @@ impl SchemaCompiler {
             laid_out: HashMap::new(),
             encoding: None,
             to_encode: VecDeque::new(),
-            pace: EncodePace::default(),
+            pace: JoinedPace::default(),
         }
     }
 
@@ -142,43 +142,120 @@ impl SchemaCompiler {
         self.to_encode.clear();
     }
 
-    /// Encodes the next piece of the schema being encoded, or of the next queued one, reporting
-    /// progress: a piece that takes about `budget` (the engine's step while completions decode,
-    /// [`EncodePace`]), or with `None` the most a step takes. Whether it did anything (the
-    /// store's counters moved).
-    pub fn encode_next(&mut self, runtime: &Runtime, budget: Option<std::time::Duration>) -> bool {
+    /// The schema being encoded, or the next queued one, begun.
+    fn take_encoding(&mut self, runtime: &Runtime) -> Option<(String, EncodeRun)> {
+        if let Some(encoding) = self.encoding.take() {
+            return Some(encoding);
+        }
         let registry = &self.registry;
-        let (name, mut run) = match self.encoding.take() {
-            Some(encoding) => encoding,
-            None => {
-                let Some(name) = self.to_encode.pop_front() else {
-                    return false;
-                };
-                let Some(schema) = self.laid_out.get(&name) else {
-                    return false; // deleted while queued
-                };
-                registry.update(&name, |info| info.status = SchemaStatus::Compiling);
-                let run = runtime.begin_encode(&schema.layout, &mut |event| {
-                    progress(registry, &name, event)
-                });
-                (name, run)
-            }
+        while let Some(name) = self.to_encode.pop_front() {
+            let Some(schema) = self.laid_out.get(&name) else {
+                continue; // deleted while queued
+            };
+            registry.update(&name, |info| info.status = SchemaStatus::Compiling);
+            let run = runtime.begin_encode(&schema.layout, &mut |event| {
+                progress(registry, &name, event)
+            });
+            return Some((name, run));
+        }
+        None
+    }
+
+    /// Encodes the next piece of the schema being encoded, or of the next queued one, in passes
+    /// of its own ([`IDLE_STEP`]: the engine has nothing else to do), reporting progress.
+    /// Whether it did anything (the store's counters moved).
+    pub fn encode_next(&mut self, runtime: &Runtime) -> bool {
+        let Some((name, mut run)) = self.take_encoding(runtime) else {
+            return false;
         };
         let Some(schema) = self.laid_out.get(&name) else {
             return false;
         };
         let (started, first) = (std::time::Instant::now(), run.units_done());
-        let piece = self.pace.step(budget);
-        let step = runtime.encode_step(&mut run, &schema.layout, piece, &mut |event| {
+        let registry = &self.registry;
+        let step = runtime.encode_step(&mut run, &schema.layout, IDLE_STEP, &mut |event| {
             progress(registry, &name, event)
         });
-        self.pace.observe(piece, started.elapsed());
         tracing::debug!(
-            "schema `{name}`: units {first}..{} encoded in {:.1} ms (a piece of {} tokens)",
+            "schema `{name}`: units {first}..{} encoded in {:.1} ms",
             run.units_done(),
             started.elapsed().as_secs_f64() * 1e3,
-            piece.max_tokens
         );
+        self.settle(name, run, step);
+        true
+    }
+
+    /// Readies the encoding's rows for a step that serves completions: stores the unit the
+    /// steps before computed, visits the units the store holds and begins the next one to
+    /// compute, whose next chunk then joins the step's pass ([`Self::joined_chunk`]). Whether it
+    /// did anything (the store's counters moved).
+    pub fn prepare_joined(&mut self, runtime: &Runtime) -> bool {
+        let Some((name, mut run)) = self.take_encoding(runtime) else {
+            return false;
+        };
+        let Some(schema) = self.laid_out.get(&name) else {
+            return false;
+        };
+        let registry = &self.registry;
+        let step = runtime.encode_to_chunk(
+            &mut run,
+            &schema.layout,
+            IDLE_STEP.max_units,
+            &mut |event| progress(registry, &name, event),
+        );
+        self.settle(name, run, step);
+        true
+    }
+
+    /// The encoding's rows for this step's pass, as many as the pace gives for a step that takes
+    /// `plain_step` without them; `None` when none join it.
+    pub fn joined_chunk(
+        &mut self,
+        plain_step: Option<std::time::Duration>,
+    ) -> Option<UnitChunk<'_>> {
+        let rows = self.pace.rows(plain_step)?;
+        let (name, run) = self.encoding.as_mut()?;
+        let layout = &self.laid_out.get(name.as_str())?.layout;
+        run.pending_chunk(layout, rows)
+    }
+
+    /// The step's pass computed the rows [`Self::joined_chunk`] gave: they are in the unit's
+    /// cache.
+    pub fn chunk_ran(&mut self) {
+        if let Some((_, run)) = self.encoding.as_mut() {
+            run.chunk_computed();
+        }
+    }
+
+    /// A decoding step took `elapsed` with `joined` rows of the encoding in it (`None`: without)
+    /// where one without takes `plain_step`: the next steps' rows follow.
+    pub fn pace(
+        &mut self,
+        joined: Option<usize>,
+        elapsed: std::time::Duration,
+        plain_step: std::time::Duration,
+    ) {
+        self.pace.observe(joined, elapsed, plain_step);
+    }
+
+    /// The step's pass, with the encoding's rows in it, failed: the encoding stops there.
+    pub fn joined_failed(&mut self, incident: &Incident) {
+        if let Some((name, _)) = self.encoding.take() {
+            self.registry.update(&name, |info| {
+                info.status = SchemaStatus::Failed;
+                info.error = Some(incident.public_message());
+            });
+        }
+    }
+
+    /// Keeps `run` for the next step, or records how the schema's encoding ended.
+    fn settle(
+        &mut self,
+        name: String,
+        run: EncodeRun,
+        step: Result<Option<EncodeReport>, EncodeError>,
+    ) {
+        let registry = &self.registry;
         match step {
             Ok(None) => self.encoding = Some((name, run)),
             Ok(Some(report)) => {
@@ -221,7 +298,6 @@ impl SchemaCompiler {
                 });
             }
         }
-        true
     }
 }
 
