@@ -12,6 +12,7 @@ pub mod bind;
 pub mod chat_template;
 pub mod check;
 pub mod conversation;
+pub mod decoding_schema;
 pub mod json_bounds;
 pub mod layout;
 pub mod lazy_tool_grammar;

@@ -7,7 +7,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::chat_template::ChatTemplate;
-use crate::json_bounds::bounded_numbers;
+use crate::decoding_schema::decoding_schema;
 
 /// The tool-call syntax a template teaches its model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,8 +65,8 @@ impl ToolCallFormat {
         }
     }
 
-    /// The JSON Schema of one call object of one of `tools` in this format (its numbers
-    /// bounded, [`bounded_numbers`]).
+    /// The JSON Schema of one call object of one of `tools` in this format (its arguments' as
+    /// constrained decoding takes it, [`decoding_schema`]).
     pub(crate) fn call_schema(self, tools: &[ToolSpec]) -> Value {
         let key = self.arguments_key();
         let alternatives: Vec<Value> = tools
@@ -74,7 +74,7 @@ impl ToolCallFormat {
             .map(|tool| {
                 let mut properties = Map::new();
                 properties.insert("name".into(), json!({"const": tool.name}));
-                properties.insert(key.into(), bounded_numbers(&tool.parameters));
+                properties.insert(key.into(), decoding_schema(&tool.parameters));
                 json!({
                     "type": "object",
                     "properties": properties,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use llguidance::{Matcher, ParserFactory};
-use pml_compiler::json_bounds::bounded_numbers;
+use pml_compiler::decoding_schema::decoding_schema;
 use pml_compiler::lazy_tool_grammar::LazyToolGrammar;
 use pml_engine::Tokenizer;
 use pml_engine::tokenizer::TokenBytes;
@@ -102,7 +102,7 @@ impl Grammars {
                 TopLevelGrammar::from_json_schema(json!({"type": "object"}))
             }
             ResponseFormat::JsonSchema(schema) => {
-                TopLevelGrammar::from_json_schema(bounded_numbers(schema))
+                TopLevelGrammar::from_json_schema(decoding_schema(schema))
             }
             ResponseFormat::ToolCall(lark) => TopLevelGrammar::from_lark(lark.clone()),
             ResponseFormat::LazyToolCall(lazy) => {
@@ -372,6 +372,30 @@ mod tests {
             refused,
             Err("Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"".into())
         );
+    }
+
+    /// `llm -T llm_version`: a tool without parameters takes `{}` and nothing under a key of
+    /// the model's own.
+    #[test]
+    fn a_tool_without_parameters_takes_no_arguments() {
+        let grammars = Grammars::new(&Bytes).expect("grammars");
+        let version = ToolSpec {
+            name: "llm_version".to_string(),
+            parameters: json!({"type": "object", "properties": {}}),
+        };
+        let format = ResponseFormat::LazyToolCall(LazyToolGrammar::new(
+            ToolCallFormat::Hermes,
+            &[version],
+            false,
+        ));
+        let mut call = grammars.constraint(&format).expect("a constraint");
+        write(
+            &mut call,
+            "<tool_call>\n{\"name\": \"llm_version\", \"arguments\": {",
+        )
+        .expect("the call's start");
+        assert!(!allows(&mut call, b'"'), "a key of the model's own");
+        write(&mut call, "}}").expect("no arguments");
     }
 
     #[test]
