@@ -110,7 +110,7 @@ impl GgufTokenizer {
             || token_bytes::vocab_token_bytes(vocab),
         );
         let (mut inner, default_add_bos, default_space_prefix) = built?;
-        register_added_tokens(&mut inner, vocab);
+        register_added_tokens(&mut inner, vocab)?;
         let spm = match vocab.model.as_str() {
             "llama" => Some((
                 SpmEncoder::new(vocab, |piece| inner.get_model().token_to_id(piece))?,
@@ -282,7 +282,10 @@ fn vocab_map(vocab: &GgufVocab) -> Result<tokenizers::models::bpe::Vocab, Tokeni
 /// Registers control tokens as special added tokens (decoded as their spelling, never produced
 /// from text by `inner`) and user-defined tokens as ordinary added tokens (always kept whole, as
 /// llama.cpp does), both matched on the raw text.
-fn register_added_tokens(tokenizer: &mut HfTokenizer, vocab: &GgufVocab) {
+fn register_added_tokens(
+    tokenizer: &mut HfTokenizer,
+    vocab: &GgufVocab,
+) -> Result<(), TokenizerError> {
     let mut special = Vec::new();
     let mut user_defined = Vec::new();
     for (index, token) in vocab.tokens.iter().enumerate() {
@@ -296,7 +299,9 @@ fn register_added_tokens(tokenizer: &mut HfTokenizer, vocab: &GgufVocab) {
             TokenType::Normal | TokenType::Unused | TokenType::Byte => {}
         }
     }
-    tokenizer.add_special_tokens(&special);
-    tokenizer.add_tokens(&user_defined);
+    let build = |error: tokenizers::Error| TokenizerError::Build(error.to_string());
+    tokenizer.add_special_tokens(special).map_err(build)?;
+    tokenizer.add_tokens(user_defined).map_err(build)?;
     tokenizer.set_encode_special_tokens(true);
+    Ok(())
 }
