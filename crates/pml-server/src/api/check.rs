@@ -210,3 +210,23 @@ impl SchemaResolver for SentSchema {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_past_the_waiting_bound_are_refused_until_one_ends() {
+        let slots = CheckSlots::default();
+        // One running and MAX_WAITING waiting are admitted; the next is refused at once.
+        let mut held: Vec<_> = (0..=MAX_WAITING)
+            .map(|_| slots.admit().expect("admitted"))
+            .collect();
+        let refused = slots.admit().err().expect("refused");
+        assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+        // A refused check holds no place: once one admitted check ends, one more is let in.
+        held.pop();
+        held.push(slots.admit().expect("admitted once one ended"));
+        assert!(slots.admit().is_err());
+    }
+}
