@@ -34,5 +34,10 @@ export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
 # rounding with f32 accumulation; on aarch64 candle's CPU matmul (gemm's NEON fp16 kernel)
 # accumulates in f16, 0.0087 off at 300 keys where x86 and CUDA stay under 0.004. PML's CPU KV
 # cache is f32 unless `--cache-type f16` is asked for.
-cargo test --target "$TARGET" -p pml-kernels --lib -- --skip half_precision_products_stay_near_f32
-cargo test --target "$TARGET" -p pml-engine --test engine_tiny --test backends -- --skip real_models
+# Both commands name the same two packages, so cargo resolves one feature set and compiles each
+# dependency once (alone, `-p pml-kernels` resolves candle-core and tokenizers with other features
+# than pml-engine's tests need, and both were compiled twice); the first also runs the engine's
+# own unit tests.
+packages=(-p pml-kernels -p pml-engine)
+cargo test --target "$TARGET" "${packages[@]}" --lib -- --skip half_precision_products_stay_near_f32
+cargo test --target "$TARGET" "${packages[@]}" --test engine_tiny --test backends -- --skip real_models
