@@ -7,7 +7,7 @@
 //! instead of `{}`. Objects that compose (`allOf`, `$ref`, pattern or unevaluated properties)
 //! are left as written, since closing one part would refuse the keys of another.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::json_bounds::bounded_numbers;
 
@@ -77,13 +77,9 @@ fn close(schema: &mut Value, in_all_of: bool) {
         } else if SCHEMA_MAP.contains(&key)
             && let Value::Object(named) = value
         {
-            close_each(named);
+            named.values_mut().for_each(|schema| close(schema, false));
         }
     }
-}
-
-fn close_each(named: &mut Map<String, Value>) {
-    named.values_mut().for_each(|schema| close(schema, false));
 }
 
 #[cfg(test)]

@@ -312,6 +312,14 @@ impl EncodeRun {
         self.pending.as_mut()?.next_chunk(layout, max_tokens)
     }
 
+    /// Whether a unit is begun with tokens left to compute: until a pass has computed them,
+    /// [`Self::advance_to_chunk`] has nothing to do.
+    pub fn computing(&self, layout: &SchemaLayout) -> bool {
+        self.pending
+            .as_ref()
+            .is_some_and(|partial| !partial.is_computed(layout))
+    }
+
     /// A pass has appended the chunk [`Self::pending_chunk`] gave to its cache.
     pub fn chunk_computed(&mut self) {
         if let Some(partial) = self.pending.as_mut() {

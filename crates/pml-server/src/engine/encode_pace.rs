@@ -28,7 +28,7 @@ const MAX_ROWS: usize = 64;
 const TARGET_STRETCH: f64 = 1.5;
 
 /// How many steps join the encoding before one runs without it, to measure a step without.
-pub const PLAIN_EVERY: u32 = 16;
+const PLAIN_EVERY: u32 = 16;
 
 /// How much each new measurement moves a smoothed step time.
 const SMOOTHING: f64 = 0.3;

@@ -8,6 +8,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use pml_compiler::plan::SchemaLayout;
 use pml_compiler::{FsSourceLoader, RefuseSources};
 use pml_runtime::encode::{EncodeError, EncodeEvent, EncodeReport, EncodeRun, UnitChunk};
 use pml_runtime::inference::{LaidOutSchema, Runtime};
@@ -165,31 +166,47 @@ impl SchemaCompiler {
     /// of its own ([`IDLE_STEP`]: the engine has nothing else to do), reporting progress.
     /// Whether it did anything (the store's counters moved).
     pub fn encode_next(&mut self, runtime: &Runtime) -> bool {
-        let Some((name, mut run)) = self.take_encoding(runtime) else {
-            return false;
-        };
-        let Some(schema) = self.laid_out.get(&name) else {
-            return false;
-        };
-        let (started, first) = (std::time::Instant::now(), run.units_done());
-        let registry = &self.registry;
-        let step = runtime.encode_step(&mut run, &schema.layout, IDLE_STEP, &mut |event| {
-            progress(registry, &name, event)
-        });
-        tracing::debug!(
-            "schema `{name}`: units {first}..{} encoded in {:.1} ms",
-            run.units_done(),
-            started.elapsed().as_secs_f64() * 1e3,
-        );
-        self.settle(name, run, step);
-        true
+        self.advance(runtime, |name, run, layout, progress| {
+            let (started, first) = (std::time::Instant::now(), run.units_done());
+            let step = runtime.encode_step(run, layout, IDLE_STEP, progress);
+            tracing::debug!(
+                "schema `{name}`: units {first}..{} encoded in {:.1} ms",
+                run.units_done(),
+                started.elapsed().as_secs_f64() * 1e3,
+            );
+            step
+        })
     }
 
     /// Readies the encoding's rows for a step that serves completions: stores the unit the
     /// steps before computed, visits the units the store holds and begins the next one to
-    /// compute, whose next chunk then joins the step's pass ([`Self::joined_chunk`]). Whether it
-    /// did anything (the store's counters moved).
+    /// compute, whose next chunk then joins the step's pass ([`Self::joined_chunk`]); nothing
+    /// while the unit begun still has tokens to compute. Whether it did anything (the store's
+    /// counters moved).
     pub fn prepare_joined(&mut self, runtime: &Runtime) -> bool {
+        if let Some((name, run)) = &self.encoding
+            && let Some(schema) = self.laid_out.get(name)
+            && run.computing(&schema.layout)
+        {
+            return false;
+        }
+        self.advance(runtime, |_, run, layout, progress| {
+            runtime.encode_to_chunk(run, layout, IDLE_STEP.max_units, progress)
+        })
+    }
+
+    /// Runs `piece` on the schema being encoded, or the next queued one, with its layout and a
+    /// progress reporter, and keeps or settles the run; whether there was one.
+    fn advance(
+        &mut self,
+        runtime: &Runtime,
+        piece: impl FnOnce(
+            &str,
+            &mut EncodeRun,
+            &SchemaLayout,
+            &mut dyn FnMut(EncodeEvent<'_>),
+        ) -> Result<Option<EncodeReport>, EncodeError>,
+    ) -> bool {
         let Some((name, mut run)) = self.take_encoding(runtime) else {
             return false;
         };
@@ -197,12 +214,9 @@ impl SchemaCompiler {
             return false;
         };
         let registry = &self.registry;
-        let step = runtime.encode_to_chunk(
-            &mut run,
-            &schema.layout,
-            IDLE_STEP.max_units,
-            &mut |event| progress(registry, &name, event),
-        );
+        let step = piece(&name, &mut run, &schema.layout, &mut |event| {
+            progress(registry, &name, event)
+        });
         self.settle(name, run, step);
         true
     }
