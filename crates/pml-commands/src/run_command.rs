@@ -114,6 +114,11 @@ pub struct RunJson {
     pub units_encoded_on_the_fly: Vec<String>,
     pub tokens_generated: usize,
     pub decode_ms_per_token: Option<f64>,
+    /// Tokens drafted ahead of the model (`--speculative`) and the ones it accepted.
+    #[serde(default)]
+    pub tokens_drafted: usize,
+    #[serde(default)]
+    pub tokens_accepted: usize,
     /// With `--kv-budget` (and a prompt and answer that could exceed it): slots evicted.
     #[serde(default)]
     pub tokens_evicted: Option<usize>,
@@ -158,6 +163,8 @@ impl RunJson {
             units_encoded_on_the_fly: prefill.units_encoded_on_the_fly.clone(),
             tokens_generated: stats.tokens_generated,
             decode_ms_per_token: stats.decode_ms_per_token,
+            tokens_drafted: stats.speculation.drafted,
+            tokens_accepted: stats.speculation.accepted,
             tokens_evicted: stats.kv_budget.map(|report| report.evicted),
             estimated_fidelity: prefill.blend_estimate().map(|estimate| estimate.fidelity()),
             first_token_changed: prefill

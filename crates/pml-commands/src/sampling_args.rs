@@ -1,7 +1,7 @@
 //! Sampling flags shared by the commands that generate (`pml generate`, `pml run`).
 
-use clap::Args;
-use pml_engine::generation::SamplingParams;
+use clap::{Args, ValueEnum};
+use pml_engine::generation::{SamplingParams, Speculation};
 
 #[derive(Args, Clone, Debug)]
 pub struct SamplingArgs {
@@ -26,6 +26,28 @@ pub struct SamplingArgs {
     /// Stop when this string appears (repeatable); the text before it is kept.
     #[arg(long = "stop")]
     pub stop: Vec<String>,
+    /// How tokens are drafted ahead of the model: `ngram` looks the answer's last tokens up in
+    /// the prompt (its modules included) and the answer so far, and verifies what followed them
+    /// in the step's pass; the answer is the same either way.
+    #[arg(long, value_enum, default_value_t = SpeculativeArg::Ngram)]
+    pub speculative: SpeculativeArg,
+    /// Most drafted tokens verified in one pass (the pace picks fewer where they do not pay).
+    #[arg(long, default_value_t = default_draft_max())]
+    pub draft_max: usize,
+}
+
+/// `--speculative`'s values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SpeculativeArg {
+    Ngram,
+    Off,
+}
+
+fn default_draft_max() -> usize {
+    match Speculation::default() {
+        Speculation::Ngram { max_draft, .. } => max_draft,
+        Speculation::Off => 8,
+    }
 }
 
 impl SamplingArgs {
@@ -38,6 +60,13 @@ impl SamplingArgs {
             seed: self.seed,
             max_tokens: self.max_tokens,
             stop: self.stop.clone(),
+            speculation: match self.speculative {
+                SpeculativeArg::Off => Speculation::Off,
+                SpeculativeArg::Ngram => Speculation::Ngram {
+                    max_draft: self.draft_max,
+                    min_match: 1,
+                },
+            },
             ..SamplingParams::default()
         }
     }

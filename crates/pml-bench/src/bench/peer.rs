@@ -544,6 +544,8 @@ mod tests {
             units_encoded_on_the_fly: Vec::new(),
             tokens_generated: 1,
             decode_ms_per_token: None,
+            tokens_drafted: 0,
+            tokens_accepted: 0,
             tokens_evicted: None,
             estimated_fidelity: None,
             first_token_changed: None,

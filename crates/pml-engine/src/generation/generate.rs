@@ -10,9 +10,10 @@ use candle_core::{DType, Tensor};
 
 use super::error::GenerateError;
 use super::sampling::SamplingParams;
+use super::speculative::{Drafter, SpeculationStats};
 use super::step::{DecodeState, DecodeStep, FinishReason};
 use crate::kv_cache::KvCache;
-use crate::model::Model;
+use crate::model::{ForwardContext, ForwardOptions, LogitRows, Model};
 
 /// A prompt as the model receives it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +80,8 @@ pub struct Generation {
     pub token_ids: Vec<u32>,
     pub finish_reason: FinishReason,
     pub timings: GenerationTimings,
+    /// Drafted and accepted tokens (all zero without speculation).
+    pub speculation: SpeculationStats,
 }
 
 /// Runs generation with one model and its tokenizer.
@@ -121,8 +124,9 @@ impl<'a> Generator<'a> {
 
     /// Decodes after a prefill of the caller's making: `prefill` fills `kv` with the whole prompt
     /// and returns the last prompt token's logits `(vocab,)`; it is timed as the prefill.
-    /// Decoding continues at one past the highest position in `kv`. `prompt_tokens` is every
-    /// prompt token in position order (see [`PromptInput::all_tokens`]).
+    /// Decoding continues at one past the highest position in `kv`, with the model's own passes
+    /// (drafted tokens verified beside each step's token, as `params.speculation` says).
+    /// `prompt_tokens` is every prompt token in position order (see [`PromptInput::all_tokens`]).
     pub fn generate_after(
         &self,
         kv: &mut KvCache,
@@ -131,20 +135,20 @@ impl<'a> Generator<'a> {
         on_text: &mut dyn FnMut(&str),
         prefill: impl FnOnce(&mut KvCache) -> Result<Tensor, GenerateError>,
     ) -> Result<Generation, GenerateError> {
-        let model = self.model;
-        self.generate_stepped(
+        self.decode(
             kv,
             prompt_tokens,
             params,
             on_text,
             prefill,
-            |kv, token, position| Ok(model.forward(&[token], &[position], kv)?),
+            DecodePass::Model,
         )
     }
 
     /// [`Self::generate_after`] with each decoding step's pass of the caller's making too: `decode`
     /// runs `token` at `position` after what `kv` holds and returns its logits `(vocab,)` (a KV
-    /// budget watches the attention and evicts slots there).
+    /// budget watches the attention and evicts slots there). One token per pass: nothing is
+    /// drafted.
     pub fn generate_stepped(
         &self,
         kv: &mut KvCache,
@@ -154,17 +158,36 @@ impl<'a> Generator<'a> {
         prefill: impl FnOnce(&mut KvCache) -> Result<Tensor, GenerateError>,
         mut decode: impl FnMut(&mut KvCache, u32, u32) -> Result<Tensor, GenerateError>,
     ) -> Result<Generation, GenerateError> {
+        self.decode(
+            kv,
+            prompt_tokens,
+            params,
+            on_text,
+            prefill,
+            DecodePass::Stepped(&mut decode),
+        )
+    }
+
+    /// The decoding loop: each pass runs the step's token (and any drafts after it), then the
+    /// sequence's state takes the rows' logits in order while they agree with the drafts.
+    fn decode(
+        &self,
+        kv: &mut KvCache,
+        prompt_tokens: &[u32],
+        params: &SamplingParams,
+        on_text: &mut dyn FnMut(&str),
+        prefill: impl FnOnce(&mut KvCache) -> Result<Tensor, GenerateError>,
+        mut pass: DecodePass<'_>,
+    ) -> Result<Generation, GenerateError> {
         let mut output = StreamedOutput {
             text: String::new(),
             on_text,
         };
+        let mut emit = |piece: &str| output.emit(piece);
 
         let prefill_start = Instant::now();
-        let mut logits = logits_to_vec(&prefill(kv)?)?;
-        let mut timings = GenerationTimings {
-            prefill: prefill_start.elapsed(),
-            ..GenerationTimings::default()
-        };
+        let logits = logits_to_vec(&prefill(kv)?)?;
+        let prefill_time = prefill_start.elapsed();
         let next_position = kv
             .positions()
             .iter()
@@ -174,24 +197,70 @@ impl<'a> Generator<'a> {
                 GenerateError::InvalidPrompt("the prefill left the KV cache empty".into())
             })?;
         let mut state = DecodeState::new(self.tokenizer, prompt_tokens, params, next_position)?;
+        let mut drafter = match pass {
+            DecodePass::Model => Drafter::new(params.speculation, prompt_tokens),
+            DecodePass::Stepped(_) => None,
+        };
+        let mut speculation = SpeculationStats::default();
 
-        let mut step_start = prefill_start;
-        let mut sampled = 0usize;
+        let mut step = state.accept(&logits, &mut emit)?;
+        let mut timings = GenerationTimings {
+            prefill: prefill_time,
+            time_to_first_token: prefill_start.elapsed(),
+            ..GenerationTimings::default()
+        };
         let finish_reason = loop {
-            let step = state.accept(&logits, &mut |piece| output.emit(piece))?;
-            if sampled == 0 {
-                timings.time_to_first_token = step_start.elapsed();
-            } else {
-                timings.decode_steps.push(step_start.elapsed());
-            }
-            sampled += 1;
-            match step {
+            let (token, position) = match step {
                 DecodeStep::Finished(reason) => break reason,
-                DecodeStep::Continue { token, position } => {
-                    step_start = Instant::now();
-                    logits = logits_to_vec(&decode(kv, token, position)?)?;
+                DecodeStep::Continue { token, position } => (token, position),
+            };
+            let pass_start = Instant::now();
+            // Rows the answer's length limit leaves after this step's own.
+            let room = params
+                .max_tokens
+                .saturating_sub(state.token_ids().len() + 1);
+            let drafts = drafter.as_mut().map_or_else(Vec::new, |drafter| {
+                drafter.push(token);
+                drafter.draft(room)
+            });
+            let first_slot = kv.len();
+            let rows = match &mut pass {
+                DecodePass::Model if drafts.is_empty() => {
+                    vec![logits_to_vec(&self.model.forward(
+                        &[token],
+                        &[position],
+                        kv,
+                    )?)?]
+                }
+                DecodePass::Model => self.verify_pass(kv, token, position, &drafts)?,
+                DecodePass::Stepped(decode) => vec![logits_to_vec(&decode(kv, token, position)?)?],
+            };
+            if let Some(drafter) = &mut drafter {
+                drafter.record_pass(rows.len(), pass_start.elapsed().as_secs_f64());
+            }
+
+            let verified = state.accept_drafted(&rows, &drafts, &mut emit)?;
+            step = verified.step;
+            if let Some(drafter) = &mut drafter {
+                for &token in &drafts[..verified.accepted] {
+                    drafter.push(token);
+                }
+                if !drafts.is_empty() {
+                    drafter.record_verdict(verified.accepted, verified.rejected(drafts.len()));
                 }
             }
+            if !drafts.is_empty() {
+                // The step's token and the accepted drafts keep their slots.
+                kv.rollback(first_slot + 1 + verified.accepted);
+            }
+            let (accepted, sampled) = (verified.accepted, verified.sampled);
+            speculation.passes += 1;
+            speculation.drafted += drafts.len();
+            speculation.accepted += accepted;
+            let per_token = pass_start.elapsed() / sampled as u32;
+            timings
+                .decode_steps
+                .extend(std::iter::repeat_n(per_token, sampled));
         };
         let token_ids = state.into_token_ids();
         Ok(Generation {
@@ -199,8 +268,43 @@ impl<'a> Generator<'a> {
             token_ids,
             finish_reason,
             timings,
+            speculation,
         })
     }
+
+    /// One pass over the step's `token` at `position` and `drafts` after it; the logits of
+    /// every row, f32.
+    fn verify_pass(
+        &self,
+        kv: &mut KvCache,
+        token: u32,
+        position: u32,
+        drafts: &[u32],
+    ) -> Result<Vec<Vec<f32>>, GenerateError> {
+        let mut tokens = Vec::with_capacity(drafts.len() + 1);
+        tokens.push(token);
+        tokens.extend_from_slice(drafts);
+        let positions: Vec<u32> = (position..position + tokens.len() as u32).collect();
+        let context = ForwardContext::appending(positions, kv);
+        let options = ForwardOptions {
+            logits: LogitRows::All,
+            ..ForwardOptions::default()
+        };
+        let logits = self
+            .model
+            .forward_with(&tokens, &context, kv, &options)?
+            .logits
+            .ok_or_else(|| GenerateError::InvalidPrompt("a pass returned no logits".into()))?;
+        Ok(logits.to_dtype(DType::F32)?.to_vec2::<f32>()?)
+    }
+}
+
+/// How a decoding step's pass runs.
+enum DecodePass<'f> {
+    /// The model's own forward, over the step's token and any drafts.
+    Model,
+    /// The caller's pass of one token.
+    Stepped(&'f mut dyn FnMut(&mut KvCache, u32, u32) -> Result<Tensor, GenerateError>),
 }
 
 /// Text sent to the caller's callback, and kept.

@@ -1,12 +1,14 @@
 //! Text generation: sampling the next token ([`sampling`]), incremental detokenization
 //! ([`detokenizer`]), stop strings ([`stop`]), and the prefill-then-decode loop that streams text
-//! and measures time to first token ([`generate`]), built on one sequence's per-token state
+//! and measures time to first token ([`generate`]), drafting tokens ahead of the model
+//! ([`speculative`]), built on one sequence's per-token state
 //! ([`step`]), which a server's batched scheduler drives as well.
 
 pub mod detokenizer;
 mod error;
 pub mod generate;
 pub mod sampling;
+pub mod speculative;
 pub mod step;
 pub mod stop;
 #[cfg(test)]
@@ -16,5 +18,6 @@ pub use detokenizer::IncrementalDetokenizer;
 pub use error::GenerateError;
 pub use generate::{Generation, GenerationTimings, Generator, PromptInput, logits_to_vec};
 pub use sampling::{Sampler, SamplingError, SamplingParams};
-pub use step::{DecodeState, DecodeStep, FinishReason};
+pub use speculative::{Speculation, SpeculationStats};
+pub use step::{DecodeState, DecodeStep, FinishReason, Verified};
 pub use stop::{StopScan, StopStringMatcher};

@@ -8,6 +8,8 @@ use std::cmp::Ordering;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::speculative::Speculation;
+
 /// How the next token is chosen and when generation ends.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
@@ -27,6 +29,9 @@ pub struct SamplingParams {
     pub max_tokens: usize,
     /// Strings that end generation; the text before the first one found is kept, nothing after.
     pub stop: Vec<String>,
+    /// How tokens are drafted ahead of the model and verified; the answer's distribution (and,
+    /// for a given seed, its tokens) is the same either way.
+    pub speculation: Speculation,
 }
 
 impl Default for SamplingParams {
@@ -40,6 +45,7 @@ impl Default for SamplingParams {
             seed: 0,
             max_tokens: 256,
             stop: Vec::new(),
+            speculation: Speculation::default(),
         }
     }
 }
@@ -68,6 +74,9 @@ impl SamplingParams {
                 self.repetition_penalty
             ));
         }
+        self.speculation
+            .validate()
+            .map_err(SamplingError::InvalidParams)?;
         Ok(())
     }
 }

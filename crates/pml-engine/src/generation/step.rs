@@ -40,6 +40,24 @@ pub enum DecodeStep {
     Finished(FinishReason),
 }
 
+/// What [`DecodeState::accept_drafted`] made of a pass's rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verified {
+    /// The step after the last row taken: the token to run next, or the end.
+    pub step: DecodeStep,
+    /// Drafts kept: the first `accepted` of them are the answer's next tokens.
+    pub accepted: usize,
+    /// Rows sampled (tokens decided): `accepted + 1` unless the answer ended on a kept draft.
+    pub sampled: usize,
+}
+
+impl Verified {
+    /// Whether a draft was refused (rather than the answer ending before its verdict).
+    pub fn rejected(&self, drafted: usize) -> bool {
+        self.accepted < drafted && matches!(self.step, DecodeStep::Continue { .. })
+    }
+}
+
 /// Sampling, stopping and detokenizing state of one sequence between forward passes.
 pub struct DecodeState<'t> {
     sampler: Sampler,
@@ -110,6 +128,35 @@ impl<'t> DecodeState<'t> {
         let position = self.next_position;
         self.next_position += 1;
         Ok(DecodeStep::Continue { token, position })
+    }
+
+    /// Takes the logits rows of a pass over a step's token and `drafts` after it (row `i` is the
+    /// model's next-token distribution after `drafts[..i]`): samples from each row in turn,
+    /// keeping a draft while the token drawn from its row equals it. A draft of probability one
+    /// kept when the draw equals it is speculative sampling's `min(1, p/q)` acceptance with its
+    /// `(p − q)+` resampling in a single draw, so the answer's distribution is the model's.
+    pub fn accept_drafted(
+        &mut self,
+        rows: &[Vec<f32>],
+        drafts: &[u32],
+        emit: &mut dyn FnMut(&str),
+    ) -> Result<Verified, GenerateError> {
+        let mut verified = Verified {
+            step: DecodeStep::Finished(FinishReason::Length),
+            accepted: 0,
+            sampled: 0,
+        };
+        for (row, logits) in rows.iter().enumerate() {
+            verified.step = self.accept(logits, emit)?;
+            verified.sampled += 1;
+            match (verified.step, drafts.get(row)) {
+                (DecodeStep::Continue { token, .. }, Some(&draft)) if token == draft => {
+                    verified.accepted += 1;
+                }
+                _ => break,
+            }
+        }
+        Ok(verified)
     }
 
     /// Flushes bytes of an unfinished character and text held back as a possible stop string.

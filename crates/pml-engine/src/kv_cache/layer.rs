@@ -465,6 +465,17 @@ impl LayerKv {
         Ok(())
     }
 
+    /// [`Self::truncate`] of slots this layer's own buffer holds past every shared row, when no
+    /// view of their rows outlives the call: later appends write over them in place.
+    pub(super) fn rollback(&mut self, len: usize) {
+        let first_owned = self.first_held + self.shared_rows();
+        if len >= first_owned && len < self.len() && self.exposed_rows <= len - first_owned {
+            self.positions.truncate(len);
+        } else {
+            self.truncate(len);
+        }
+    }
+
     pub(super) fn truncate(&mut self, len: usize) {
         if len < self.len() {
             // Views of the dropped rows may still be alive; never append over them in place.

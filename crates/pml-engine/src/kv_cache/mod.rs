@@ -514,6 +514,15 @@ impl KvCache {
         }
     }
 
+    /// [`Self::truncate`] of slots the last pass appended (a verification pass's rejected
+    /// drafts), for a caller that holds no view of their rows: later appends write over them in
+    /// place instead of copying every layer's buffer first.
+    pub fn rollback(&mut self, len: usize) {
+        for layer in &mut self.layers {
+            layer.rollback(len);
+        }
+    }
+
     /// Bytes of the live K and V rows held.
     pub fn size_in_bytes(&self) -> usize {
         let row_bytes =

@@ -225,22 +225,25 @@ pub fn generate(
     let mut prefill_stats = None;
     let mut kv = model.new_kv_cache()?;
     let mut hitters: Option<HeavyHitters> = None;
-    let generated = Generator::new(model, tokenizer).generate_stepped(
-        &mut kv,
-        &plan.all_tokens,
-        params,
-        on_text,
-        |kv| {
-            let reserve = decode_reserve(plan, params, budget);
-            let prefill = prefill(model, encoder, plan, mode, reserve)
-                .map_err(|error| GenerateError::Prefill(Box::new(error)))?;
-            *kv = prefill.kv;
-            prefill_stats = Some(prefill.stats);
-            Ok(prefill.logits)
-        },
-        |kv, token, position| match budget {
-            None => Ok(model.forward(&[token], &[position], kv)?),
-            Some(budget) => {
+    let generator = Generator::new(model, tokenizer);
+    let prefill_step = |kv: &mut KvCache| {
+        let reserve = decode_reserve(plan, params, budget);
+        let prefill = prefill(model, encoder, plan, mode, reserve)
+            .map_err(|error| GenerateError::Prefill(Box::new(error)))?;
+        *kv = prefill.kv;
+        prefill_stats = Some(prefill.stats);
+        Ok(prefill.logits)
+    };
+    // Within a KV budget each step is the budget's own pass of one token, so nothing is drafted.
+    let generated = match budget {
+        None => generator.generate_after(&mut kv, &plan.all_tokens, params, on_text, prefill_step),
+        Some(budget) => generator.generate_stepped(
+            &mut kv,
+            &plan.all_tokens,
+            params,
+            on_text,
+            prefill_step,
+            |kv, token, position| {
                 let hitters = match &mut hitters {
                     Some(hitters) => hitters,
                     empty => empty.insert(budgeted_decode::hitters_after_prefill(
@@ -248,9 +251,9 @@ pub fn generate(
                     )?),
                 };
                 Ok(hitters.step(model, token, kv)?)
-            }
-        },
-    );
+            },
+        ),
+    };
     let generation = match generated {
         Ok(generation) => generation,
         Err(GenerateError::Prefill(error)) => {
@@ -279,6 +282,7 @@ pub fn generate(
         time_to_first_token: generation.timings.time_to_first_token,
         tokens_generated: generation.token_ids.len(),
         decode_ms_per_token: generation.timings.decode_ms_per_token(),
+        speculation: generation.speculation,
     };
     Ok((generation, stats))
 }

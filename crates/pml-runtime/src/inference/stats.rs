@@ -6,6 +6,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use pml_engine::generation::SpeculationStats;
+
 use super::InferenceMode;
 use super::controller::{RatioChoice, Shortcut};
 use super::fidelity::{FidelityEstimate, GuardFired};
@@ -121,6 +123,8 @@ pub struct RunStats {
     pub tokens_generated: usize,
     /// Mean decode time per token after the first, if any were decoded.
     pub decode_ms_per_token: Option<f64>,
+    /// Tokens drafted ahead of the model and accepted.
+    pub speculation: SpeculationStats,
 }
 
 impl fmt::Display for RunStats {
@@ -173,6 +177,9 @@ impl fmt::Display for RunStats {
         }
         if let Some(ms) = self.decode_ms_per_token {
             write!(f, " | decode {ms:.1} ms/token")?;
+        }
+        if self.speculation.drafted > 0 {
+            write!(f, " | {}", self.speculation)?;
         }
         if let Some(report) = &self.kv_budget {
             let budget = report.budget;

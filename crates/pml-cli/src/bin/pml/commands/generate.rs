@@ -154,9 +154,14 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
         ),
         None => String::new(),
     };
+    let speculation = &generation.speculation;
+    let drafted = match speculation.drafted {
+        0 => String::new(),
+        _ => format!(" | {speculation}"),
+    };
     eprintln!(
         "model {} | prompt {} tokens | generated {} tokens | TTFT {:.0} ms (prefill {:.0} ms) | \
-         decode {decode} | finish {}{budget}",
+         decode {decode}{drafted} | finish {}{budget}",
         id,
         n_prompt_tokens,
         generation.token_ids.len(),

@@ -1,0 +1,134 @@
+//! Drafts taken from the sequence itself (prompt lookup decoding; llama.cpp's `ngram` drafts):
+//! the tokens that followed the latest earlier occurrence of the sequence's last n tokens. A
+//! PML prompt holds its imported modules' tokens (documents, source files, examples), so an
+//! answer that quotes or edits them finds its continuation there before the model computes it.
+
+use std::collections::HashMap;
+
+/// The longest n-gram looked up; longer matches are rarer and add little certainty.
+pub const MAX_NGRAM: usize = 4;
+
+/// A match found for the sequence's end: the tokens that followed an earlier occurrence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NgramDraft {
+    /// How many of the sequence's last tokens matched (1..=[`MAX_NGRAM`]).
+    pub matched: usize,
+    pub tokens: Vec<u32>,
+}
+
+/// Every n-gram (n = 1..=[`MAX_NGRAM`]) of a growing token sequence, each mapped to the index of
+/// the token after its latest occurrence whose continuation is known.
+#[derive(Clone, Debug, Default)]
+pub struct NgramIndex {
+    tokens: Vec<u32>,
+    /// `latest[n - 1]`: n-gram → index of the token that followed it last.
+    latest: Vec<HashMap<u128, usize>>,
+}
+
+/// The n-gram ending at `tokens[end]` (inclusive), packed; `n` tokens of 32 bits fit in 128.
+fn key(tokens: &[u32], end: usize, n: usize) -> u128 {
+    tokens[end + 1 - n..=end]
+        .iter()
+        .fold(0u128, |packed, &token| (packed << 32) | u128::from(token))
+}
+
+impl NgramIndex {
+    /// The index of `tokens` (a prompt, every token in position order).
+    pub fn new(tokens: &[u32]) -> Self {
+        let mut index = NgramIndex {
+            tokens: Vec::with_capacity(tokens.len()),
+            latest: vec![HashMap::new(); MAX_NGRAM],
+        };
+        for &token in tokens {
+            index.push(token);
+        }
+        index
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Appends a token: the n-grams ending just before it now have a known continuation.
+    pub fn push(&mut self, token: u32) {
+        self.tokens.push(token);
+        let next = self.tokens.len() - 1;
+        if let Some(end) = next.checked_sub(1) {
+            for n in 1..=MAX_NGRAM.min(end + 1) {
+                self.latest[n - 1].insert(key(&self.tokens, end, n), next);
+            }
+        }
+    }
+
+    /// Up to `max_tokens` tokens that followed the latest earlier occurrence of the longest
+    /// n-gram (at least `min_ngram` long) the sequence ends with; `None` when nothing matches.
+    pub fn draft(&self, min_ngram: usize, max_tokens: usize) -> Option<NgramDraft> {
+        let len = self.tokens.len();
+        if max_tokens == 0 || len == 0 {
+            return None;
+        }
+        let end = len - 1;
+        (min_ngram.max(1)..=MAX_NGRAM.min(len)).rev().find_map(|n| {
+            let start = *self.latest[n - 1].get(&key(&self.tokens, end, n))?;
+            let stop = (start + max_tokens).min(len);
+            Some(NgramDraft {
+                matched: n,
+                tokens: self.tokens[start..stop].to_vec(),
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_match_drafts_what_followed_it_last() {
+        // "1 2 3 4 9 | 7 2 3 5 | 2 3": the 3-gram "5 2 3" never occurred before the end, the
+        // suffix "2 3" last continued with 5, so the 2-gram wins.
+        let index = NgramIndex::new(&[1, 2, 3, 4, 9, 7, 2, 3, 5, 2, 3]);
+        assert_eq!(
+            index.draft(1, 3),
+            Some(NgramDraft {
+                matched: 2,
+                tokens: vec![5, 2, 3]
+            })
+        );
+        // A longer match beats a later shorter one.
+        let index = NgramIndex::new(&[8, 1, 2, 3, 4, 5, 6, 2, 3, 7, 1, 2, 3]);
+        let draft = index.draft(1, 2).expect("a match");
+        assert_eq!((draft.matched, draft.tokens), (3, vec![4, 5]));
+    }
+
+    #[test]
+    fn a_draft_stops_at_the_sequence_end_and_needs_its_minimum_match() {
+        let mut index = NgramIndex::new(&[5, 6, 5]);
+        // "5" followed by 6 once; the draft may run into the sequence's own end.
+        assert_eq!(index.draft(1, 8).map(|d| d.tokens), Some(vec![6, 5]));
+        assert_eq!(index.draft(2, 8), None);
+        index.push(6);
+        // "5 6" now matches at the start: its continuation is the last 5 and 6.
+        assert_eq!(
+            index.draft(2, 8),
+            Some(NgramDraft {
+                matched: 2,
+                tokens: vec![5, 6]
+            })
+        );
+        assert_eq!(index.draft(1, 0), None);
+        assert_eq!(NgramIndex::new(&[]).draft(1, 4), None);
+        assert_eq!(NgramIndex::new(&[1, 2, 3]).draft(1, 4), None);
+    }
+
+    #[test]
+    fn large_token_ids_do_not_collide() {
+        let index = NgramIndex::new(&[u32::MAX, 0, 1, 0, u32::MAX, 0]);
+        // The 2-gram (MAX, 0) continued with 1; (0, MAX) is a different key.
+        assert_eq!(index.draft(2, 1).map(|d| d.tokens), Some(vec![1]));
+    }
+}
