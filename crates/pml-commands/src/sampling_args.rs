@@ -26,6 +26,13 @@ pub struct SamplingArgs {
     /// Stop when this string appears (repeatable); the text before it is kept.
     #[arg(long = "stop")]
     pub stop: Vec<String>,
+    #[command(flatten)]
+    pub speculation: SpeculationArgs,
+}
+
+/// Drafting flags, shared by the commands that generate and `pml serve`.
+#[derive(Args, Clone, Debug)]
+pub struct SpeculationArgs {
     /// How tokens are drafted ahead of the model: `ngram` looks the answer's last tokens up in
     /// the prompt (its modules included) and the answer so far, and verifies what followed them
     /// in the step's pass; the answer is the same either way.
@@ -34,6 +41,18 @@ pub struct SamplingArgs {
     /// Most drafted tokens verified in one pass (the pace picks fewer where they do not pay).
     #[arg(long, default_value_t = default_draft_max())]
     pub draft_max: usize,
+}
+
+impl SpeculationArgs {
+    pub fn speculation(&self) -> Speculation {
+        match self.speculative {
+            SpeculativeArg::Off => Speculation::Off,
+            SpeculativeArg::Ngram => Speculation::Ngram {
+                max_draft: self.draft_max,
+                min_match: 1,
+            },
+        }
+    }
 }
 
 /// `--speculative`'s values.
@@ -60,13 +79,7 @@ impl SamplingArgs {
             seed: self.seed,
             max_tokens: self.max_tokens,
             stop: self.stop.clone(),
-            speculation: match self.speculative {
-                SpeculativeArg::Off => Speculation::Off,
-                SpeculativeArg::Ngram => Speculation::Ngram {
-                    max_draft: self.draft_max,
-                    min_match: 1,
-                },
-            },
+            speculation: self.speculation.speculation(),
             ..SamplingParams::default()
         }
     }

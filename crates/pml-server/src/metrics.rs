@@ -133,6 +133,9 @@ pub struct Metrics {
     pub forward_passes: AtomicU64,
     /// Tokens of uploaded schemas' modules computed in completions' steps, in their one pass.
     pub encode_joined_tokens: AtomicU64,
+    /// Drafted tokens verified in decoding steps, and those accepted.
+    pub spec_draft_tokens: AtomicU64,
+    pub spec_accepted_tokens: AtomicU64,
     outcomes: [AtomicU64; Outcome::ALL.len()],
     store: Mutex<Vec<TierHits>>,
 }
@@ -294,6 +297,26 @@ impl Metrics {
                 "pml_encode_joined_tokens_total",
                 "Tokens of uploaded schemas' modules computed inside completions' engine steps, in the step's one forward pass.",
                 &self.encode_joined_tokens,
+            ),
+            (
+                "pml_spec_draft_tokens_total",
+                "Drafted tokens (n-gram lookup over the prompt and the answer) verified in decoding steps.",
+                &self.spec_draft_tokens,
+            ),
+            (
+                "pml_spec_accepted_tokens_total",
+                "Drafted tokens the model accepted (each a decoding step saved).",
+                &self.spec_accepted_tokens,
+            ),
+            (
+                "vllm:spec_decode_num_draft_tokens_total",
+                "Drafted tokens verified (vLLM's name for pml_spec_draft_tokens_total).",
+                &self.spec_draft_tokens,
+            ),
+            (
+                "vllm:spec_decode_num_accepted_tokens_total",
+                "Drafted tokens accepted (vLLM's name for pml_spec_accepted_tokens_total).",
+                &self.spec_accepted_tokens,
             ),
         ] {
             let _ = writeln!(

@@ -54,8 +54,37 @@ impl Model {
     /// slot's last token, `(batch.len(), vocab_size)`, row `i` for `batch[i]`. Equal (to float
     /// tolerance) to calling [`Model::forward`] on each sequence alone.
     pub fn forward_batch(&self, batch: &mut [BatchSlot<'_>]) -> Result<Tensor, EngineError> {
+        let last_only = vec![1; batch.len()];
+        self.forward_batch_rows(batch, &last_only)
+    }
+
+    /// [`Self::forward_batch`] returning the logits of the last `logit_rows[i]` tokens of
+    /// `batch[i]` (1 to all of them), stacked in slot order: a decoding sequence's drafted
+    /// tokens are verified by the rows of its own token and the drafts before each.
+    pub fn forward_batch_rows(
+        &self,
+        batch: &mut [BatchSlot<'_>],
+        logit_rows: &[usize],
+    ) -> Result<Tensor, EngineError> {
         if batch.is_empty() {
             return Err(EngineError::InvalidInput("an empty batch".to_string()));
+        }
+        if logit_rows.len() != batch.len() {
+            return Err(EngineError::InvalidInput(format!(
+                "logit rows for {} of {} batch slots",
+                logit_rows.len(),
+                batch.len()
+            )));
+        }
+        if let Some((slot, &rows)) = batch
+            .iter()
+            .zip(logit_rows)
+            .find(|(slot, rows)| **rows == 0 || **rows > slot.tokens.len())
+        {
+            return Err(EngineError::InvalidInput(format!(
+                "{rows} logit rows of a batch slot of {} tokens",
+                slot.tokens.len()
+            )));
         }
         let mut contexts = Vec::with_capacity(batch.len());
         let mut tokens = Vec::new();
@@ -77,14 +106,13 @@ impl Model {
         for (layer_idx, block) in self.blocks.iter().enumerate() {
             hidden = block.forward_batch(&hidden, layer_idx, batch, &contexts)?;
         }
-        let last_rows: Vec<usize> = batch
-            .iter()
-            .scan(0, |end, slot| {
-                *end += slot.tokens.len();
-                Some(*end - 1)
-            })
-            .collect();
-        self.logits(&hidden, &last_rows)
+        let mut rows = Vec::with_capacity(logit_rows.iter().sum());
+        let mut end = 0;
+        for (slot, &wanted) in batch.iter().zip(logit_rows) {
+            end += slot.tokens.len();
+            rows.extend(end - wanted..end);
+        }
+        self.logits(&hidden, &rows)
     }
 }
 

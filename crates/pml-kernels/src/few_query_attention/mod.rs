@@ -204,19 +204,19 @@ fn attend_cut(
 }
 
 /// The items of every (query, KV head): its visible keys in each segment cut into runs of
-/// `keys_per_item`, or, by default, into enough runs for [`ITEMS_PER_THREAD`] items per pool
-/// thread, none shorter than [`MIN_KEYS_PER_ITEM`]. Items of one (query, KV head) are
-/// consecutive.
+/// `keys_per_item`, or, by default, into the runs a call for that query alone would cut: enough
+/// for [`ITEMS_PER_THREAD`] items per pool thread, none shorter than [`MIN_KEYS_PER_ITEM`]. So a
+/// query's sums run in the same order whatever other queries share the call (a pass verifying
+/// drafted tokens gives each row the very result of a decode step of that row alone). Items of
+/// one (query, KV head) are consecutive.
 fn plan_items(visible: &[Visible], n_kv_heads: usize, keys_per_item: Option<usize>) -> Vec<Item> {
-    let keys_per_item = keys_per_item.unwrap_or_else(|| {
-        let threads = candle_core::utils::get_num_threads().max(1);
-        let runs = (threads * ITEMS_PER_THREAD).div_ceil((visible.len() * n_kv_heads).max(1));
-        let longest = visible.iter().map(|row| row.keys.len()).max().unwrap_or(0);
-        longest.div_ceil(runs).max(MIN_KEYS_PER_ITEM)
-    });
-    let keys_per_item = keys_per_item.max(1);
+    let threads = candle_core::utils::get_num_threads().max(1);
+    let runs = (threads * ITEMS_PER_THREAD).div_ceil(n_kv_heads.max(1));
     let mut items = Vec::new();
     for (row, seen) in visible.iter().enumerate() {
+        let keys_per_item = keys_per_item
+            .unwrap_or_else(|| seen.keys.len().div_ceil(runs).max(MIN_KEYS_PER_ITEM))
+            .max(1);
         for kv_head in 0..n_kv_heads {
             for (segment, keys) in seen.by_segment.iter().enumerate() {
                 for start in keys.clone().step_by(keys_per_item) {

@@ -4,7 +4,7 @@
 
 use pml_compiler::conversation::Conversation;
 use pml_compiler::tool_calls::ToolCallFormat;
-use pml_engine::generation::SamplingParams;
+use pml_engine::generation::{SamplingParams, Speculation};
 use pml_runtime::inference::{InferenceMode, Ratio};
 use pml_runtime::kv_budget::{DEFAULT_SINKS, KvBudget};
 use pml_syntax::ast::Role;
@@ -81,9 +81,20 @@ pub struct GenerationFields {
     /// PML: report a PML prompt's tokens and how each was obtained (reused, recomputed, new) in
     /// `usage.prompt_token_kinds`.
     pub prompt_token_kinds: Option<bool>,
+    /// PML: `"off"` decodes one token per step; `"ngram"` (the server's default unless started
+    /// with `--speculative off`) verifies tokens drafted from the prompt and the answer.
+    pub speculative: Option<SpeculativeField>,
     /// Everything else the body holds, refused unless null.
     #[serde(flatten)]
     pub other: Map<String, Value>,
+}
+
+/// The request field `speculative`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpeculativeField {
+    Ngram,
+    Off,
 }
 
 /// `POST /v1/completions`.
@@ -250,7 +261,14 @@ impl GenerationFields {
                 "stream_options applies to streamed requests only (`stream: true`)",
             ));
         }
-        let defaults = SamplingParams::default();
+        let defaults = SamplingParams {
+            speculation: match (self.speculative, config.speculation) {
+                (Some(SpeculativeField::Off), _) => Speculation::Off,
+                (Some(SpeculativeField::Ngram), Speculation::Off) => Speculation::default(),
+                (_, configured) => configured,
+            },
+            ..SamplingParams::default()
+        };
         let params = SamplingParams {
             temperature: self.temperature.unwrap_or(defaults.temperature),
             top_p: self.top_p.unwrap_or(defaults.top_p),

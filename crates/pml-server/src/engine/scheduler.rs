@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use candle_core::DType;
 use pml_engine::Tokenizer;
+use pml_engine::generation::speculative::pace::{DraftOffer, PassCosts, draft_lengths};
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::BatchSlot;
 use pml_runtime::inference::prefix_edit::edit_blend_options;
@@ -112,6 +113,8 @@ pub struct Scheduler<'r> {
     deferred: Option<Prepared>,
     /// How long the steps with completions in them take: the time an encoding's piece may take.
     step_time: StepTime,
+    /// What passes of each number of rows cost: how many drafted tokens a step verifies.
+    pass_costs: PassCosts,
 }
 
 impl<'r> Scheduler<'r> {
@@ -138,6 +141,7 @@ impl<'r> Scheduler<'r> {
             prefilling: Vec::new(),
             active: Vec::new(),
             step_time: StepTime::default(),
+            pass_costs: PassCosts::new(MAX_COSTED_ROWS),
         }
     }
 
@@ -587,11 +591,10 @@ impl<'r> Scheduler<'r> {
             return PassRows::default();
         }
         let start = Instant::now();
-        let decoding: Vec<([u32; 1], [u32; 1])> = self
-            .active
-            .iter()
-            .map(|sequence| ([sequence.next_token], [sequence.next_position]))
-            .collect();
+        let base_rows = self.active.len()
+            + prefills.iter().map(|(_, grant)| grant).sum::<usize>()
+            + encoding.as_ref().map_or(0, |chunk| chunk.tokens.len());
+        let decoding = decoding_rows(&mut self.active, &self.pass_costs, &self.metrics, base_rows);
         let mut chunks: Vec<PromptChunk<'_>> = prefills
             .iter_mut()
             .filter_map(|(prefill, grant)| prefill.chunk(*grant))
@@ -600,9 +603,9 @@ impl<'r> Scheduler<'r> {
             .active
             .iter_mut()
             .zip(&decoding)
-            .map(|(sequence, (token, position))| BatchSlot {
-                tokens: token,
-                positions: position,
+            .map(|(sequence, rows)| BatchSlot {
+                tokens: &rows.tokens,
+                positions: &rows.positions,
                 kv: &mut sequence.kv,
             })
             .chain(chunks.iter_mut().map(|chunk| BatchSlot {
@@ -616,8 +619,23 @@ impl<'r> Scheduler<'r> {
                 kv: &mut *chunk.kv,
             }))
             .collect();
-        let n_decoding = decoding.len();
-        let logits = self.runtime.model().forward_batch(&mut slots);
+        let n_decoding: usize = decoding.iter().map(|rows| rows.tokens.len()).sum();
+        let logit_rows: Vec<usize> = slots
+            .iter()
+            .enumerate()
+            .map(|(slot, batch)| {
+                if slot < decoding.len() {
+                    batch.tokens.len()
+                } else {
+                    1
+                }
+            })
+            .collect();
+        let pass_rows: usize = slots.iter().map(|slot| slot.tokens.len()).sum();
+        let logits = self
+            .runtime
+            .model()
+            .forward_batch_rows(&mut slots, &logit_rows);
         drop(slots);
         drop(chunks);
         let computed = PassRows {
@@ -627,6 +645,7 @@ impl<'r> Scheduler<'r> {
             joined: encoding.map(|chunk| chunk.tokens.len()),
         };
         let elapsed = start.elapsed();
+        self.pass_costs.record(pass_rows, elapsed.as_secs_f64());
         let rows = logits.and_then(|logits| {
             let decoded = logits
                 .narrow(0, 0, n_decoding)?
@@ -663,9 +682,13 @@ impl<'r> Scheduler<'r> {
         let (runtime, prefix_cache) = (self.runtime, &self.prefix_cache);
         let mut keep =
             |tokens: &[u32], kv: &KvCache| keep_answer(runtime, prefix_cache, tokens, kv);
-        for (sequence, mut row) in active.into_iter().zip(decoded) {
+        let mut decoded = decoded.into_iter();
+        for (sequence, rows) in active.into_iter().zip(decoding) {
             metrics.inter_token_latency.observe(elapsed);
-            if let Some(sequence) = sequence.accept(&mut row, metrics, &mut keep) {
+            let logits: Vec<Vec<f32>> = decoded.by_ref().take(rows.tokens.len()).collect();
+            if let Some(sequence) =
+                sequence.accept_drafted(logits, &rows.tokens[1..], metrics, &mut keep)
+            {
                 self.active.push(sequence);
             }
         }
@@ -688,6 +711,56 @@ impl<'r> Scheduler<'r> {
     fn publish_store_stats(&self) {
         self.metrics.set_store(&self.runtime.store().stats());
     }
+}
+
+/// Each decoding sequence's rows of a step: its next token, and the drafted tokens after it that
+/// the passes' measured `costs` and the drafts' acceptance say pay, given the `base_rows` the
+/// step runs anyway (every sequence's token, prompts' chunks and joined encoding rows).
+fn decoding_rows(
+    active: &mut [Sequence<'_>],
+    costs: &PassCosts,
+    metrics: &Metrics,
+    base_rows: usize,
+) -> Vec<DecodingRows> {
+    let offers: Vec<Option<(Vec<u32>, DraftOffer)>> =
+        active.iter_mut().map(Sequence::offer).collect();
+    let none = DraftOffer {
+        alpha: 0.0,
+        available: 0,
+    };
+    let terms: Vec<DraftOffer> = offers
+        .iter()
+        .map(|offer| offer.as_ref().map_or(none, |(_, offer)| *offer))
+        .collect();
+    let lengths = draft_lengths(costs, base_rows, active.len() as f64, &terms);
+    let mut drafted = 0;
+    let rows = active
+        .iter()
+        .zip(offers)
+        .zip(lengths)
+        .map(|((sequence, offer), length)| {
+            let mut tokens = vec![sequence.next_token];
+            if let Some((drafts, _)) = offer {
+                tokens.extend_from_slice(&drafts[..length]);
+            }
+            drafted += tokens.len() - 1;
+            let positions = (sequence.next_position..).take(tokens.len()).collect();
+            DecodingRows { tokens, positions }
+        })
+        .collect();
+    metrics
+        .spec_draft_tokens
+        .fetch_add(drafted as u64, Ordering::Relaxed);
+    rows
+}
+
+/// The most rows whose pass cost is kept apart; larger passes are estimated from the largest.
+const MAX_COSTED_ROWS: usize = 2 * PREFILL_CHUNK_TOKENS;
+
+/// A decoding sequence's tokens in a step: the one it must run, then drafts; their positions.
+struct DecodingRows {
+    tokens: Vec<u32>,
+    positions: Vec<u32>,
 }
 
 /// Keeps a finished answer's full blocks (after its prompt's) in the prefix cache: the next

@@ -7,6 +7,8 @@ use std::time::Instant;
 use candle_core::{DType, Tensor};
 use pml_compiler::PlanError;
 use pml_engine::Tokenizer;
+use pml_engine::generation::speculative::Drafter;
+use pml_engine::generation::speculative::pace::DraftOffer;
 use pml_engine::generation::{DecodeState, DecodeStep};
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::Model;
@@ -46,6 +48,11 @@ pub struct Sequence<'r> {
     /// Within a KV budget: the heavy-hitter scores, and the passes of its own each step runs
     /// (they observe the attention; the batched pass does not).
     hitters: Option<Box<HeavyHitters>>,
+    /// Drafts by n-gram lookup over the prompt and the answer (`None`: speculation off, or a
+    /// KV budget's passes of one token).
+    drafter: Option<Drafter>,
+    /// Slots at the cache's end that hold drafts not yet verified, during a step's rows.
+    unverified: usize,
 }
 
 /// Where a finished answer goes: its tokens (the prompt's, then the answer's) and their KV, for
@@ -148,6 +155,10 @@ impl<'r> Sequence<'r> {
             return None;
         }
         let hitters = prefilled.hitters;
+        let drafter = match hitters {
+            None => Drafter::new(job.params.speculation, &prefilled.all_tokens),
+            Some(_) => None,
+        };
         let plain_prompt = (!matches!(job.prompt, PromptSource::Pml { .. })
             && hitters.is_none()
             && prefilled.exact)
@@ -170,6 +181,8 @@ impl<'r> Sequence<'r> {
             next_position,
             plain_prompt,
             hitters,
+            drafter,
+            unverified: 0,
         };
         match logits_row(&prefilled.logits) {
             Ok(mut logits) => {
@@ -233,6 +246,9 @@ impl<'r> Sequence<'r> {
             }
             Err(error) => self.fail(JobError::internal(error), metrics),
             Ok(DecodeStep::Finished(reason)) => {
+                // Drafts after the last token taken are not the answer's.
+                let answered = self.kv.len() - self.unverified;
+                self.kv.rollback(answered);
                 if let Some(prompt) = &self.plain_prompt {
                     // The KV holds every token but the last one sampled; `keep` takes the
                     // full blocks the KV covers.
@@ -244,11 +260,62 @@ impl<'r> Sequence<'r> {
             }
             Ok(DecodeStep::Continue { token, position }) => {
                 metrics.tokens_generated.fetch_add(1, Ordering::Relaxed);
+                if let Some(drafter) = &mut self.drafter {
+                    drafter.push(token);
+                }
                 self.next_token = token;
                 self.next_position = position;
                 Some(self)
             }
         }
+    }
+
+    /// Tokens that may follow the next one, as many as the answer's length limit and the
+    /// sequence's reserved slots leave room for, and the chance each is accepted.
+    pub fn offer(&mut self) -> Option<(Vec<u32>, DraftOffer)> {
+        let drafter = self.drafter.as_mut()?;
+        // Rows after the next token's own: sampled tokens left, and slots left.
+        let tokens_left = self
+            .job
+            .params
+            .max_tokens
+            .saturating_sub(self.state.token_ids().len() + 1);
+        let slots_left = self.reserved_slots.saturating_sub(self.kv.len() + 1);
+        drafter.offer(tokens_left.min(slots_left))
+    }
+
+    /// Takes the step's rows for this sequence: row 0 after its next token, row `i` after
+    /// `drafts[..i]` too. Accepts ([`Self::accept`]) row after row while the token drawn is the
+    /// draft that the next row assumed; the rejected drafts' slots are dropped.
+    pub fn accept_drafted(
+        mut self,
+        rows: Vec<Vec<f32>>,
+        drafts: &[u32],
+        metrics: &Metrics,
+        keep: &mut KeepAnswer<'_>,
+    ) -> Progress<'r> {
+        let first_slot = self.kv.len() - rows.len();
+        let mut accepted = 0;
+        let n_rows = rows.len();
+        for (row, mut logits) in rows.into_iter().enumerate() {
+            self.unverified = n_rows - 1 - row;
+            self = self.accept(&mut logits, metrics, keep)?;
+            match drafts.get(row) {
+                Some(&draft) if self.next_token == draft => {
+                    accepted += 1;
+                    metrics.spec_accepted_tokens.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => break,
+            }
+        }
+        self.unverified = 0;
+        if !drafts.is_empty() {
+            self.kv.rollback(first_slot + 1 + accepted);
+            if let Some(drafter) = &mut self.drafter {
+                drafter.record_verdict(accepted, accepted < drafts.len());
+            }
+        }
+        Some(self)
     }
 
     /// Whether the sequence decodes within a KV budget, in passes of its own ([`Self::step_alone`]).

@@ -9,8 +9,9 @@
 //! from the model's row equals it: for a draft of probability one this is speculative sampling's
 //! rule (accept with `min(1, p/q)`, else resample from `(p − q)+`) exactly, and it draws the
 //! same random numbers in the same order as decoding without drafts, so greedy and seeded
-//! answers are the same tokens either way (up to the float noise between a pass of several rows
-//! and one of one).
+//! answers are the same tokens either way: a pass of up to [`MAX_DRAFT`] drafts computes each
+//! row bit for bit as a decode step would (on the CPU's own kernels; candle's, as on CUDA, may
+//! round a pass of several rows differently).
 
 pub mod ngram;
 pub mod pace;
@@ -18,7 +19,7 @@ pub mod pace;
 mod tests;
 
 use ngram::{MAX_NGRAM, NgramIndex};
-use pace::DraftPace;
+use pace::{Acceptance, DraftOffer, PassCosts, draft_lengths};
 
 /// How the decoding loop proposes tokens ahead of the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,14 +35,17 @@ pub enum Speculation {
     },
 }
 
-/// The most drafted tokens a pass may verify: passes of more rows than this cost too much on
-/// every device measured to pay for themselves.
-pub const MAX_DRAFT: usize = 16;
+/// The most drafted tokens a pass may verify: with the step's own token, the most rows whose
+/// attention runs the decode step's kernel (`pml_kernels`' few-query loops), so that every row
+/// of the pass is computed exactly as a decode step of it alone would be, bit for bit, and the
+/// answer is the same tokens. (Passes of more rows also cost more than they save on the CPUs
+/// measured.)
+pub const MAX_DRAFT: usize = 7;
 
 impl Default for Speculation {
     fn default() -> Self {
         Speculation::Ngram {
-            max_draft: 8,
+            max_draft: MAX_DRAFT,
             min_match: 1,
         }
     }
@@ -104,10 +108,13 @@ impl std::fmt::Display for SpeculationStats {
     }
 }
 
-/// One sequence's drafting state: the n-gram index of everything so far and the pace.
+/// One sequence's drafting state: the n-gram index of everything so far, its drafts'
+/// acceptance, and (for a sequence decoded alone) what its passes cost.
 pub struct Drafter {
     index: NgramIndex,
-    pace: DraftPace,
+    acceptance: Acceptance,
+    costs: PassCosts,
+    max_draft: usize,
     min_match: usize,
     /// The match length behind the draft under verification.
     pending_match: usize,
@@ -123,7 +130,9 @@ impl Drafter {
                 min_match,
             } => Some(Drafter {
                 index: NgramIndex::new(tokens),
-                pace: DraftPace::new(max_draft, MAX_NGRAM),
+                acceptance: Acceptance::new(MAX_NGRAM),
+                costs: PassCosts::new(max_draft + 1),
+                max_draft,
                 min_match,
                 pending_match: 0,
             }),
@@ -135,31 +144,37 @@ impl Drafter {
         self.index.push(token);
     }
 
-    /// Tokens to verify after the sequence's last one, at most `room` (what the answer's length
-    /// limit leaves); empty for a plain step.
+    /// Tokens that may follow the sequence's last one, at most `room` (what the answer's length
+    /// limit and cache leave), and the chance that each is accepted; `None` when nothing matches.
+    pub fn offer(&mut self, room: usize) -> Option<(Vec<u32>, DraftOffer)> {
+        let found = self.index.draft(self.min_match, room.min(self.max_draft))?;
+        self.pending_match = found.matched;
+        let offer = DraftOffer {
+            alpha: self.acceptance.rate(found.matched),
+            available: found.tokens.len(),
+        };
+        Some((found.tokens, offer))
+    }
+
+    /// The tokens to verify after the sequence's last one when it is decoded alone, as many of
+    /// [`Self::offer`]'s as its own passes' costs say pay; empty for a plain step.
     pub fn draft(&mut self, room: usize) -> Vec<u32> {
-        let Some(found) = self
-            .index
-            .draft(self.min_match, room.min(self.pace.max_draft()))
-        else {
+        let Some((mut tokens, offer)) = self.offer(room) else {
             return Vec::new();
         };
-        let len = self.pace.draft_len(found.matched, found.tokens.len());
-        self.pending_match = found.matched;
-        let mut tokens = found.tokens;
-        tokens.truncate(len);
+        tokens.truncate(draft_lengths(&self.costs, 1, 1.0, &[offer])[0]);
         tokens
     }
 
-    /// Records a pass of `rows` rows that took `seconds`.
+    /// Records a pass of this sequence alone, of `rows` rows, that took `seconds`.
     pub fn record_pass(&mut self, rows: usize, seconds: f64) {
-        self.pace.record_pass(rows, seconds);
+        self.costs.record(rows, seconds);
     }
 
     /// Records the verdict on the last draft: `accepted` of its tokens kept, and whether the
     /// next was refused (rather than the answer ending first).
     pub fn record_verdict(&mut self, accepted: usize, rejected: bool) {
-        self.pace
-            .record_verdict(self.pending_match, accepted, rejected);
+        self.acceptance
+            .record(self.pending_match, accepted, rejected);
     }
 }

@@ -4,11 +4,13 @@
 //! A pass over `r` rows reads the weights once, so on a GPU or a wide CPU a few more rows cost
 //! little; but the products' row tiles make the cost a staircase (on two Zen 4 cores a 0.5B
 //! step is ~22 ms at 1 row, ~30 ms at 4, ~49 ms at 5), and a rejected draft's rows are wasted.
-//! The pace picks the `k` that maximises expected tokens per second:
+//! The pace picks the rows that maximise expected tokens per second: for one sequence
 //! `(1 + α + … + α^k) / cost(k + 1)`, `α` the acceptance of a drafted token given the ones
-//! before it were accepted. A row count not yet measured is assumed to cost what the nearest
-//! smaller measured one did (optimistic, so it is tried once and then known); `k = 0` is a plain
-//! step, so where drafts do not pay the loop decodes as it would without them.
+//! before it were accepted; for several sharing a pass, the drafts of highest expected value
+//! across them, as many as raise the pass's expected tokens per second. A row count not yet
+//! measured is assumed to cost what the nearest smaller measured one did (optimistic, so it is
+//! tried once and then known); no drafts is a plain step, so where drafts do not pay the loop
+//! decodes as it would without them.
 
 /// Weight of one new observation in a pass cost's running mean.
 const COST_WEIGHT: f64 = 0.25;
@@ -19,31 +21,23 @@ const ACCEPTANCE_DECAY: f64 = 0.9;
 const PRIOR_ACCEPTED: f64 = 1.0;
 const PRIOR_TRIED: f64 = 2.0;
 
-/// Running estimates behind the draft length, one per decoding sequence.
+/// Mean seconds of a pass by its number of rows, measured.
 #[derive(Clone, Debug)]
-pub struct DraftPace {
-    /// Mean seconds of a pass of `r` rows at `cost[r - 1]`, `None` until one ran.
+pub struct PassCosts {
+    /// The mean of a pass of `r` rows at `r - 1`, `None` until one ran.
     cost: Vec<Option<f64>>,
-    /// Per match length `n` at `n - 1`: (accepted, tried) drafted tokens, decayed.
-    acceptance: Vec<(f64, f64)>,
 }
 
-impl DraftPace {
-    /// A pace for drafts of at most `max_draft` tokens found by matches of up to `max_match`.
-    pub fn new(max_draft: usize, max_match: usize) -> Self {
-        DraftPace {
-            cost: vec![None; max_draft + 1],
-            acceptance: vec![(0.0, 0.0); max_match.max(1)],
+impl PassCosts {
+    /// Costs of passes of up to `max_rows` rows (larger ones are estimated from these).
+    pub fn new(max_rows: usize) -> Self {
+        PassCosts {
+            cost: vec![None; max_rows.max(1)],
         }
     }
 
-    /// The most drafted tokens this pace can ask for.
-    pub fn max_draft(&self) -> usize {
-        self.cost.len() - 1
-    }
-
     /// Records a pass of `rows` rows that took `seconds`.
-    pub fn record_pass(&mut self, rows: usize, seconds: f64) {
+    pub fn record(&mut self, rows: usize, seconds: f64) {
         if let Some(slot) = rows.checked_sub(1).and_then(|at| self.cost.get_mut(at)) {
             *slot = Some(match *slot {
                 Some(mean) => mean + COST_WEIGHT * (seconds - mean),
@@ -52,28 +46,11 @@ impl DraftPace {
         }
     }
 
-    /// Records that of `drafted` tokens from a match of length `matched`, the first `accepted`
-    /// were accepted; `rejected` says whether the next one was refused (a stop or the token
-    /// limit ends a run with no verdict on the rest).
-    pub fn record_verdict(&mut self, matched: usize, accepted: usize, rejected: bool) {
-        let at = matched.clamp(1, self.acceptance.len()) - 1;
-        let (kept, tried) = &mut self.acceptance[at];
-        *kept = *kept * ACCEPTANCE_DECAY + accepted as f64;
-        *tried = *tried * ACCEPTANCE_DECAY + (accepted + usize::from(rejected)) as f64;
-    }
-
-    /// The estimated chance that a drafted token from a match of length `matched` is accepted
-    /// once the ones before it were.
-    pub fn acceptance(&self, matched: usize) -> f64 {
-        let (kept, tried) = self.acceptance[matched.clamp(1, self.acceptance.len()) - 1];
-        (kept + PRIOR_ACCEPTED) / (tried + PRIOR_TRIED)
-    }
-
     /// The estimated cost of a pass of `rows` rows: its measured mean, else the nearest smaller
     /// measured one (passes never get cheaper with more rows), else that of any larger measured
     /// one if it is cheaper still; 1 when nothing was measured.
-    fn estimated_cost(&self, rows: usize) -> f64 {
-        let at = rows - 1;
+    pub fn estimate(&self, rows: usize) -> f64 {
+        let at = rows.clamp(1, self.cost.len()) - 1;
         let below = self.cost[..=at].iter().rev().find_map(|cost| *cost);
         let above = self.cost[at..]
             .iter()
@@ -85,82 +62,182 @@ impl DraftPace {
             (None, None) => 1.0,
         }
     }
+}
 
-    /// How many of `available` drafted tokens (from a match of length `matched`) to verify:
-    /// the count with the most expected tokens per second, 0 when a plain step is best.
-    pub fn draft_len(&self, matched: usize, available: usize) -> usize {
-        let alpha = self.acceptance(matched);
-        let mut expected = 1.0;
-        let mut reach = 1.0;
-        let mut best = (0, expected / self.estimated_cost(1));
-        for k in 1..=available.min(self.max_draft()) {
-            reach *= alpha;
-            expected += reach;
-            let rate = expected / self.estimated_cost(k + 1);
-            if rate > best.1 {
-                best = (k, rate);
-            }
+/// How often one sequence's drafts were accepted, per match length.
+#[derive(Clone, Debug)]
+pub struct Acceptance {
+    /// Per match length `n` at `n - 1`: (accepted, tried) drafted tokens, decayed.
+    by_match: Vec<(f64, f64)>,
+}
+
+impl Acceptance {
+    /// Acceptance of drafts found by matches of up to `max_match` tokens.
+    pub fn new(max_match: usize) -> Self {
+        Acceptance {
+            by_match: vec![(0.0, 0.0); max_match.max(1)],
         }
-        best.0
     }
+
+    /// Records that of the tokens drafted from a match of length `matched`, the first
+    /// `accepted` were accepted; `rejected` says whether the next one was refused (a stop or the
+    /// token limit ends a run with no verdict on the rest).
+    pub fn record(&mut self, matched: usize, accepted: usize, rejected: bool) {
+        let at = matched.clamp(1, self.by_match.len()) - 1;
+        let (kept, tried) = &mut self.by_match[at];
+        *kept = *kept * ACCEPTANCE_DECAY + accepted as f64;
+        *tried = *tried * ACCEPTANCE_DECAY + (accepted + usize::from(rejected)) as f64;
+    }
+
+    /// The estimated chance that a drafted token from a match of length `matched` is accepted
+    /// once the ones before it were.
+    pub fn rate(&self, matched: usize) -> f64 {
+        let (kept, tried) = self.by_match[matched.clamp(1, self.by_match.len()) - 1];
+        (kept + PRIOR_ACCEPTED) / (tried + PRIOR_TRIED)
+    }
+}
+
+/// One sequence's offer to a pass: drafted tokens `available` after its own, each accepted with
+/// chance `alpha` once the ones before it were.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DraftOffer {
+    pub alpha: f64,
+    pub available: usize,
+}
+
+/// How many of each offer's drafts a pass should verify: `base_rows` rows run anyway and
+/// decide `base_tokens` tokens (a decoding sequence's own row decides one); a draft adds a row
+/// and, with the chance that it and the drafts before it are accepted, a token. Takes the
+/// drafts of highest chance first, as many as give the most expected tokens per second.
+pub fn draft_lengths(
+    costs: &PassCosts,
+    base_rows: usize,
+    base_tokens: f64,
+    offers: &[DraftOffer],
+) -> Vec<usize> {
+    // Each offer's j-th draft is worth alpha^j: the lists are decreasing, so a prefix of the
+    // merged order holds a prefix of every offer.
+    let mut drafts: Vec<(f64, usize)> = offers
+        .iter()
+        .enumerate()
+        .flat_map(|(offer_index, offer)| {
+            (1..=offer.available).scan(1.0, move |reach, _| {
+                *reach *= offer.alpha;
+                Some((*reach, offer_index))
+            })
+        })
+        .collect();
+    drafts.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut expected = base_tokens;
+    let mut best = (0, expected / costs.estimate(base_rows));
+    for (taken, &(worth, _)) in drafts.iter().enumerate() {
+        expected += worth;
+        let rate = expected / costs.estimate(base_rows + taken + 1);
+        if rate > best.1 {
+            best = (taken + 1, rate);
+        }
+    }
+    let mut lengths = vec![0; offers.len()];
+    for &(_, offer_index) in &drafts[..best.0] {
+        lengths[offer_index] += 1;
+    }
+    lengths
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn one(costs: &PassCosts, alpha: f64, available: usize) -> usize {
+        draft_lengths(costs, 1, 1.0, &[DraftOffer { alpha, available }])[0]
+    }
+
     #[test]
     fn cheap_rows_and_accepted_drafts_lengthen_the_draft() {
-        let mut pace = DraftPace::new(8, 4);
+        let mut costs = PassCosts::new(9);
+        let mut acceptance = Acceptance::new(4);
         // Nothing measured: every length looks free, so the prior acceptance decides.
-        assert_eq!(pace.draft_len(3, 8), 8);
+        assert_eq!(one(&costs, acceptance.rate(3), 8), 8);
         // A pass of 9 rows costs 3 steps, of 4 rows barely more than one.
-        pace.record_pass(1, 0.020);
-        pace.record_pass(4, 0.022);
-        pace.record_pass(9, 0.060);
+        costs.record(1, 0.020);
+        costs.record(4, 0.022);
+        costs.record(9, 0.060);
         for _ in 0..10 {
-            pace.record_verdict(3, 8, false);
+            acceptance.record(3, 8, false);
         }
-        assert!(pace.acceptance(3) > 0.9);
+        let alpha = acceptance.rate(3);
+        assert!(alpha > 0.9);
         // Unmeasured 5..8 rows are assumed to cost what 4 did: tried, then known.
-        assert_eq!(pace.draft_len(3, 8), 7);
+        assert_eq!(one(&costs, alpha, 8), 7);
         for rows in 5..=8 {
-            pace.record_pass(rows, 0.050);
+            costs.record(rows, 0.050);
         }
-        assert_eq!(pace.draft_len(3, 8), 3);
-        assert_eq!(pace.draft_len(3, 2), 2);
+        assert_eq!(one(&costs, alpha, 8), 3);
+        assert_eq!(one(&costs, alpha, 2), 2);
     }
 
     #[test]
     fn rejected_drafts_and_costly_rows_fall_back_to_plain_steps() {
-        let mut pace = DraftPace::new(4, 4);
-        pace.record_pass(1, 0.020);
-        pace.record_pass(2, 0.030);
+        let mut costs = PassCosts::new(5);
+        let mut acceptance = Acceptance::new(4);
+        costs.record(1, 0.020);
+        costs.record(2, 0.030);
         for _ in 0..10 {
-            pace.record_verdict(1, 0, true);
+            acceptance.record(1, 0, true);
         }
         // Matches of one token never held: no draft is worth a pass 1.5 times as long.
-        assert!(pace.acceptance(1) < 0.2);
-        assert_eq!(pace.draft_len(1, 4), 0);
+        assert!(acceptance.rate(1) < 0.2);
+        assert_eq!(one(&costs, acceptance.rate(1), 4), 0);
         // Longer matches keep their own record, still the prior.
-        assert_eq!(pace.acceptance(4), 0.5);
+        assert_eq!(acceptance.rate(4), 0.5);
         // Acceptance follows the answer: after a run of accepted drafts, drafting resumes.
         for _ in 0..20 {
-            pace.record_verdict(1, 4, false);
+            acceptance.record(1, 4, false);
         }
-        assert!(pace.draft_len(1, 4) > 0);
+        assert!(one(&costs, acceptance.rate(1), 4) > 0);
+    }
+
+    #[test]
+    fn a_shared_pass_takes_the_likeliest_drafts_and_backs_off_when_rows_cost() {
+        let mut costs = PassCosts::new(64);
+        let likely = DraftOffer {
+            alpha: 0.9,
+            available: 4,
+        };
+        let unlikely = DraftOffer {
+            alpha: 0.2,
+            available: 4,
+        };
+        // Rows up to 8 cost what one does (a memory-bound pass), more cost in proportion.
+        for rows in 1..=8 {
+            costs.record(rows, 0.020);
+        }
+        for rows in 9..=64 {
+            costs.record(rows, 0.020 * rows as f64 / 8.0);
+        }
+        // Two sequences, 2 rows of their own: 6 free rows go to the likelier drafts first.
+        let lengths = draft_lengths(&costs, 2, 2.0, &[likely, unlikely]);
+        assert_eq!(lengths, vec![4, 2]);
+        // Eight sequences already fill the free rows: nothing is worth a costlier pass.
+        assert_eq!(
+            draft_lengths(&costs, 8, 8.0, &[likely; 8]),
+            vec![0; 8],
+            "a compute-bound pass drafts nothing"
+        );
     }
 
     #[test]
     fn a_pass_cost_is_a_running_mean() {
-        let mut pace = DraftPace::new(2, 1);
-        pace.record_pass(2, 0.040);
-        pace.record_pass(2, 0.080);
-        assert!((pace.estimated_cost(2) - 0.050).abs() < 1e-12);
+        let mut costs = PassCosts::new(3);
+        costs.record(2, 0.040);
+        costs.record(2, 0.080);
+        assert!((costs.estimate(2) - 0.050).abs() < 1e-12);
         // Larger measured passes bound smaller unmeasured ones from above.
-        assert!((pace.estimated_cost(1) - 0.050).abs() < 1e-12);
-        pace.record_pass(0, 1.0);
-        pace.record_pass(9, 1.0);
-        assert!((pace.estimated_cost(3) - 0.050).abs() < 1e-12);
+        assert!((costs.estimate(1) - 0.050).abs() < 1e-12);
+        costs.record(0, 1.0);
+        costs.record(9, 1.0);
+        assert!((costs.estimate(3) - 0.050).abs() < 1e-12);
+        // Past the table, the largest row count's estimate.
+        assert!((costs.estimate(100) - 0.050).abs() < 1e-12);
     }
 }

@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use pml_commands::failure::Failure;
 use pml_commands::pipeline::{RuntimeArgs, open_runtime, store_config};
+use pml_commands::sampling_args::SpeculationArgs;
 use pml_runtime::kv_budget::KvBudget;
 use pml_runtime::store::TierConfig;
 use pml_server::{CorsOrigins, ServerConfig, ServerError, ServerHandle};
@@ -91,6 +92,8 @@ pub struct ServeArgs {
     /// Serve no playground page at `/` (the API alone).
     #[arg(long)]
     no_ui: bool,
+    #[command(flatten)]
+    speculation: SpeculationArgs,
 }
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
@@ -147,6 +150,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         kv_budget,
         kv_pressure_budget,
         edit_reuse: !args.no_edit_reuse,
+        speculation: args.speculation.speculation(),
         ui: !args.no_ui,
         prefix_cache_bytes: args.prefix_cache_mib << 20,
         prefix_cache_redis,

@@ -1,0 +1,88 @@
+//! Drafted decoding in the server, on the tiny random model: answers equal to the ones decoded a
+//! token per step, alone and batched, the drafts counted in `/metrics`, one pass per step.
+
+mod support;
+
+use pml_server::ServerConfig;
+use serde_json::{Value, json};
+use support::TestServer;
+
+/// Plain prompts the tiny model's greedy answers partly repeat (it loops), so drafts of the
+/// answer's own text are accepted.
+fn prompts() -> Vec<String> {
+    (0..4)
+        .map(|i| {
+            format!(
+                "{} the end {i}",
+                "one two three four five six ".repeat(3 + i)
+            )
+        })
+        .collect()
+}
+
+fn body(prompt: &str, speculative: &str) -> Value {
+    json!({"prompt": prompt, "max_tokens": 40, "temperature": 0, "speculative": speculative})
+}
+
+fn text(answer: &Value) -> String {
+    answer["choices"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {answer}"))
+        .to_owned()
+}
+
+#[test]
+fn drafted_answers_equal_plain_ones_alone_and_batched() {
+    let server = TestServer::tiny(ServerConfig::default());
+    let plain: Vec<String> = prompts()
+        .iter()
+        .map(|prompt| {
+            let (status, answer) = server.complete(&body(prompt, "off"));
+            assert_eq!(status, 200, "{answer}");
+            text(&answer)
+        })
+        .collect();
+    assert_eq!(server.metric("pml_spec_draft_tokens_total"), 0.0);
+    let alone: Vec<String> = prompts()
+        .iter()
+        .map(|prompt| text(&server.complete(&body(prompt, "ngram")).1))
+        .collect();
+    assert_eq!(alone, plain, "drafting changed an answer");
+    let together: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = prompts()
+            .into_iter()
+            .map(|prompt| {
+                let server = &server;
+                scope.spawn(move || text(&server.complete(&body(&prompt, "ngram")).1))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().expect("client"))
+            .collect()
+    });
+    assert_eq!(together, plain, "drafting in a batch changed an answer");
+    let drafted = server.metric("pml_spec_draft_tokens_total");
+    let accepted = server.metric("pml_spec_accepted_tokens_total");
+    assert!(
+        accepted > 0.0,
+        "no draft accepted of {drafted}: the test proves nothing"
+    );
+    assert!(accepted <= drafted);
+    assert_eq!(
+        server.metric("vllm:spec_decode_num_draft_tokens_total"),
+        drafted
+    );
+    assert_eq!(
+        server.metric("vllm:spec_decode_num_accepted_tokens_total"),
+        accepted
+    );
+    // The drafts ride in the step's one pass.
+    assert_eq!(
+        server.metric("pml_forward_passes_total"),
+        server.metric("pml_engine_steps_total")
+    );
+    // A value the field does not know is refused, not ignored.
+    let (status, refused) = server.complete(&json!({"prompt": "x", "speculative": "sometimes"}));
+    assert_eq!(status, 400, "{refused}");
+}
