@@ -7,7 +7,8 @@ Usage:
       [--clients 8] [--requests 2] [--threads 2] [--max-tokens 32] [--also-pml LABEL=PATH ...]
 
 `--also-pml` runs another `pml` build on the same workload in the same run (a before/after
-comparison beside the peer).
+comparison beside the peer); `--also-pml "off=target/release/pml --speculative off"` the same
+build with flags of its own.
 
 Workloads (`--workload`), each client sending its requests one after the other, all clients at
 once, streaming, temperature 0:
@@ -18,6 +19,8 @@ once, streaming, temperature 0:
   the schema's assistant turn, the question).
 - "mix": even clients send "rag" requests, odd ones "chat" requests: PML prompts beside plain
   chats in the same steps.
+- "copy": an edit of schemas/codegen/src/utils.py (rename a parameter, return the whole file):
+  answers copied from the prompt, where drafted tokens are accepted.
 - "long": clients 0 and 1 send a ~3,000-token document to summarise, the others short questions;
   the short requests' TTFT is reported apart (a long prompt must not stall them).
 llama-server runs with its defaults for prompt caching (`cache_prompt`) and `-np` = clients;
@@ -103,6 +106,20 @@ def request(kind, client, index, rag):
                                                  {"role": "user", "content": question(client, index)}]}
 
 
+UTILS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schemas", "codegen", "src",
+                     "utils.py")
+RENAMES = [("position", "cell"), ("flags", "mask"), ("width", "columns"), ("value", "number")]
+
+
+def copy_request(client, index):
+    """An edit that returns a source file again: nearly every answer token is in the prompt."""
+    old, new = RENAMES[(client + index) % len(RENAMES)]
+    content = (f"Here is utils.py:\n```python\n{open(UTILS).read()}```\nRename the parameter "
+               f"`{old}` to `{new}` in every function that takes it and update its uses. Return "
+               "the complete new utils.py in one Python code block and nothing else.")
+    return "/v1/chat/completions", {"messages": [{"role": "user", "content": content}]}
+
+
 def long_request(client, index):
     if client < 2:
         content = f"Document {client}-{index}. {LONG}\nSummarise the document in one sentence."
@@ -186,6 +203,8 @@ def run_workload(port, kind, workload, clients, requests, max_tokens):
             try:
                 if workload == "long":
                     path, fields = long_request(number, index)
+                elif workload == "copy":
+                    path, fields = copy_request(number, index)
                 else:
                     sends_rag = workload == "rag" or (workload == "mix" and number % 2 == 0)
                     path, fields = request(kind, number, index, rag if sends_rag else None)
@@ -222,7 +241,7 @@ def main():
     parser.add_argument("--requests", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--workload", choices=["chat", "rag", "mix", "long"], default="chat")
+    parser.add_argument("--workload", choices=["chat", "rag", "mix", "long", "copy"], default="chat")
     parser.add_argument("--also-pml", action="append", default=[], metavar="LABEL=PATH")
     args = parser.parse_args()
     servers = {}
@@ -234,7 +253,10 @@ def main():
     servers["pml serve"] = [args.pml, "serve", "--model", args.model, "--port", "18202"]
     for offset, also in enumerate(args.also_pml):
         label, path = also.split("=", 1)
+        # "LABEL=PATH --flag value": flags of that server's own (`--speculative off`).
+        path, *flags = path.split()
         servers[label] = [path, "serve", "--model", args.model, "--port", str(18203 + offset)]
+        servers[label] += flags
     # Each PML server on a store of its own: the uploaded schema is compiled afresh and
     # nothing is left in the user's store.
     scratch = tempfile.mkdtemp(prefix="serve-load-bench-")

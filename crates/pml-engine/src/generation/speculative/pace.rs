@@ -9,17 +9,21 @@
 //! before it were accepted; for several sharing a pass, the drafts of highest expected value
 //! across them, as many as raise the pass's expected tokens per second. A row count not yet
 //! measured is assumed to cost what the nearest smaller measured one did (optimistic, so it is
-//! tried once and then known); no drafts is a plain step, so where drafts do not pay the loop
-//! decodes as it would without them.
+//! tried once and then known), up to twice the largest measured; no drafts is a plain step, so
+//! where drafts do not pay the loop decodes as it would without them.
 
 /// Weight of one new observation in a pass cost's running mean.
 const COST_WEIGHT: f64 = 0.25;
 /// Each verdict discounts older ones by this much, so acceptance follows the answer's phase
 /// (quoting a module, then explaining in its own words).
 const ACCEPTANCE_DECAY: f64 = 0.9;
-/// Prior acceptance counts: one accepted of two tried, weak enough that two verdicts outweigh it.
-const PRIOR_ACCEPTED: f64 = 1.0;
-const PRIOR_TRIED: f64 = 2.0;
+/// Prior acceptance of a draft from a match of `n` tokens, as counts: `n` accepted of `n + 2`
+/// tried (a third for one matching token, two thirds for four), weak enough that a few verdicts
+/// outweigh it. A lone matching token predicts little; a short answer must not pay to learn so.
+fn prior(matched: usize) -> (f64, f64) {
+    let n = matched as f64;
+    (n, n + 2.0)
+}
 
 /// Mean seconds of a pass by its number of rows, measured.
 #[derive(Clone, Debug)]
@@ -44,6 +48,16 @@ impl PassCosts {
                 None => seconds,
             });
         }
+    }
+
+    /// The most rows a pass may have before larger ones are measured: twice the largest measured
+    /// (1, a plain step, before any), so the costs are learnt at 2, 4, 8 rows rather than by a
+    /// first pass of every row at once, which a short answer would not win back.
+    pub fn explorable(&self) -> usize {
+        self.cost
+            .iter()
+            .rposition(Option::is_some)
+            .map_or(1, |at| 2 * (at + 1))
     }
 
     /// The estimated cost of a pass of `rows` rows: its measured mean, else the nearest smaller
@@ -92,8 +106,10 @@ impl Acceptance {
     /// The estimated chance that a drafted token from a match of length `matched` is accepted
     /// once the ones before it were.
     pub fn rate(&self, matched: usize) -> f64 {
-        let (kept, tried) = self.by_match[matched.clamp(1, self.by_match.len()) - 1];
-        (kept + PRIOR_ACCEPTED) / (tried + PRIOR_TRIED)
+        let at = matched.clamp(1, self.by_match.len()) - 1;
+        let (kept, tried) = self.by_match[at];
+        let (prior_kept, prior_tried) = prior(at + 1);
+        (kept + prior_kept) / (tried + prior_tried)
     }
 }
 
@@ -130,7 +146,8 @@ pub fn draft_lengths(
     drafts.sort_by(|a, b| b.0.total_cmp(&a.0));
     let mut expected = base_tokens;
     let mut best = (0, expected / costs.estimate(base_rows));
-    for (taken, &(worth, _)) in drafts.iter().enumerate() {
+    let explorable = costs.explorable().saturating_sub(base_rows);
+    for (taken, &(worth, _)) in drafts.iter().take(explorable).enumerate() {
         expected += worth;
         let rate = expected / costs.estimate(base_rows + taken + 1);
         if rate > best.1 {
@@ -156,8 +173,13 @@ mod tests {
     fn cheap_rows_and_accepted_drafts_lengthen_the_draft() {
         let mut costs = PassCosts::new(9);
         let mut acceptance = Acceptance::new(4);
-        // Nothing measured: every length looks free, so the prior acceptance decides.
-        assert_eq!(one(&costs, acceptance.rate(3), 8), 8);
+        // Nothing measured: a plain step first, then passes of twice the rows measured.
+        assert_eq!(one(&costs, acceptance.rate(3), 8), 0);
+        costs.record(1, 0.020);
+        assert_eq!(one(&costs, acceptance.rate(3), 8), 1);
+        costs.record(2, 0.021);
+        assert_eq!(costs.explorable(), 4);
+        assert_eq!(one(&costs, acceptance.rate(3), 8), 3);
         // A pass of 9 rows costs 3 steps, of 4 rows barely more than one.
         costs.record(1, 0.020);
         costs.record(4, 0.022);
@@ -189,7 +211,7 @@ mod tests {
         assert!(acceptance.rate(1) < 0.2);
         assert_eq!(one(&costs, acceptance.rate(1), 4), 0);
         // Longer matches keep their own record, still the prior.
-        assert_eq!(acceptance.rate(4), 0.5);
+        assert!((acceptance.rate(4) - 4.0 / 6.0).abs() < 1e-12);
         // Acceptance follows the answer: after a run of accepted drafts, drafting resumes.
         for _ in 0..20 {
             acceptance.record(1, 4, false);
