@@ -35,17 +35,19 @@ pub struct SamplingArgs {
 pub struct SpeculationArgs {
     /// How tokens are drafted ahead of the model: `ngram` looks the answer's last tokens up in
     /// the prompt (its modules included) and the answer so far, and verifies what followed them
-    /// in the step's pass; the answer is the same either way.
-    #[arg(long, value_enum, default_value_t = SpeculativeArg::Ngram)]
-    pub speculative: SpeculativeArg,
+    /// in the step's pass; the answer is the same either way. Default: `ngram`, but `off` for
+    /// `pml serve` (with 8 clients its steps are compute-bound and drafts measured slower).
+    #[arg(long, value_enum)]
+    pub speculative: Option<SpeculativeArg>,
     /// Most drafted tokens verified in one pass (the pace picks fewer where they do not pay).
     #[arg(long, default_value_t = default_draft_max())]
     pub draft_max: usize,
 }
 
 impl SpeculationArgs {
-    pub fn speculation(&self) -> Speculation {
-        match self.speculative {
+    /// The flags' speculation, `default` when `--speculative` is not given.
+    pub fn speculation(&self, default: SpeculativeArg) -> Speculation {
+        match self.speculative.unwrap_or(default) {
             SpeculativeArg::Off => Speculation::Off,
             SpeculativeArg::Ngram => Speculation::Ngram {
                 max_draft: self.draft_max,
@@ -79,7 +81,7 @@ impl SamplingArgs {
             seed: self.seed,
             max_tokens: self.max_tokens,
             stop: self.stop.clone(),
-            speculation: self.speculation.speculation(),
+            speculation: self.speculation.speculation(SpeculativeArg::Ngram),
             ..SamplingParams::default()
         }
     }

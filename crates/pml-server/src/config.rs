@@ -76,8 +76,9 @@ pub struct ServerConfig {
     pub handle_signals: bool,
     /// Serve the playground page at `/` (`--no-ui` turns it off).
     pub ui: bool,
-    /// How answers draft tokens ahead of the model (`--speculative`, `--draft-max`); a
-    /// request's `speculative: "off"` turns it off for that request.
+    /// How answers draft tokens ahead of the model (`--speculative`, `--draft-max`; off by
+    /// default: with many clients the steps are compute-bound); a request's `speculative`
+    /// turns it on or off for that request.
     pub speculation: pml_engine::generation::Speculation,
 }
 
@@ -110,7 +111,7 @@ impl Default for ServerConfig {
             saved_schemas: None,
             handle_signals: false,
             ui: true,
-            speculation: pml_engine::generation::Speculation::default(),
+            speculation: pml_engine::generation::Speculation::Off,
         }
     }
 }

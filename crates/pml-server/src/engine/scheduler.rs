@@ -591,10 +591,14 @@ impl<'r> Scheduler<'r> {
             return PassRows::default();
         }
         let start = Instant::now();
-        let base_rows = self.active.len()
-            + prefills.iter().map(|(_, grant)| grant).sum::<usize>()
-            + encoding.as_ref().map_or(0, |chunk| chunk.tokens.len());
-        let decoding = decoding_rows(&mut self.active, &self.pass_costs, &self.metrics, base_rows);
+        // A step that computes a prompt's chunk or an encoding's rows is compute-bound already:
+        // drafts would only delay that prompt's first token, so it verifies none.
+        let computes_prompts = !prefills.is_empty() || encoding.is_some();
+        let decoding = if computes_prompts {
+            plain_rows(&self.active)
+        } else {
+            decoding_rows(&mut self.active, &self.pass_costs, &self.metrics)
+        };
         let mut chunks: Vec<PromptChunk<'_>> = prefills
             .iter_mut()
             .filter_map(|(prefill, grant)| prefill.chunk(*grant))
@@ -713,15 +717,26 @@ impl<'r> Scheduler<'r> {
     }
 }
 
-/// Each decoding sequence's rows of a step: its next token, and the drafted tokens after it that
-/// the passes' measured `costs` and the drafts' acceptance say pay, given the `base_rows` the
-/// step runs anyway (every sequence's token, prompts' chunks and joined encoding rows).
+/// Each decoding sequence's next token alone.
+fn plain_rows(active: &[Sequence<'_>]) -> Vec<DecodingRows> {
+    active
+        .iter()
+        .map(|sequence| DecodingRows {
+            tokens: vec![sequence.next_token],
+            positions: vec![sequence.next_position],
+        })
+        .collect()
+}
+
+/// Each decoding sequence's rows of a step of decoding alone: its next token, and the drafted
+/// tokens after it that the passes' measured `costs` and the drafts' acceptance say pay, given
+/// the sequences' own rows.
 fn decoding_rows(
     active: &mut [Sequence<'_>],
     costs: &PassCosts,
     metrics: &Metrics,
-    base_rows: usize,
 ) -> Vec<DecodingRows> {
+    let base_rows = active.len();
     let offers: Vec<Option<(Vec<u32>, DraftOffer)>> =
         active.iter_mut().map(Sequence::offer).collect();
     let none = DraftOffer {

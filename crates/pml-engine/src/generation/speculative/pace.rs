@@ -60,19 +60,28 @@ impl PassCosts {
             .map_or(1, |at| 2 * (at + 1))
     }
 
-    /// The estimated cost of a pass of `rows` rows: its measured mean, else the nearest smaller
-    /// measured one (passes never get cheaper with more rows), else that of any larger measured
-    /// one if it is cheaper still; 1 when nothing was measured.
+    /// The estimated cost of a pass of `rows` rows: its measured mean; between two measured
+    /// row counts, the straight line between their means (the products' cost rises in steps of
+    /// row tiles, so this errs high between a cheap few-row pass and a long prefill chunk);
+    /// above every measured count, the largest one's (an optimistic guess, tried once within
+    /// [`Self::explorable`] and then known); below every one, the smallest's; 1 before any.
     pub fn estimate(&self, rows: usize) -> f64 {
         let at = rows.clamp(1, self.cost.len()) - 1;
-        let below = self.cost[..=at].iter().rev().find_map(|cost| *cost);
+        let below = self.cost[..=at]
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(index, cost)| cost.map(|cost| (index, cost)));
         let above = self.cost[at..]
             .iter()
-            .filter_map(|cost| *cost)
-            .reduce(f64::min);
+            .enumerate()
+            .find_map(|(offset, cost)| cost.map(|cost| (at + offset, cost)));
         match (below, above) {
-            (Some(below), Some(above)) => below.min(above),
-            (Some(cost), None) | (None, Some(cost)) => cost,
+            (Some((low, low_cost)), Some((high, high_cost))) if high > low => {
+                let share = (at - low) as f64 / (high - low) as f64;
+                low_cost + share * (high_cost - low_cost)
+            }
+            (Some((_, cost)), _) | (None, Some((_, cost))) => cost,
             (None, None) => 1.0,
         }
     }
@@ -189,10 +198,18 @@ mod tests {
         }
         let alpha = acceptance.rate(3);
         assert!(alpha > 0.9);
-        // Unmeasured 5..8 rows are assumed to cost what 4 did: tried, then known.
+        // Unmeasured 5..8 rows cost the line from 4 rows to 9: 4 rows win.
+        assert!((costs.estimate(8) - (0.022 + 0.038 * 4.0 / 5.0)).abs() < 1e-12);
+        assert_eq!(one(&costs, alpha, 8), 3);
+        // Measured cheaper than the line said, 8 rows win.
+        for rows in 5..=8 {
+            costs.record(rows, 0.023);
+        }
         assert_eq!(one(&costs, alpha, 8), 7);
         for rows in 5..=8 {
-            costs.record(rows, 0.050);
+            for _ in 0..20 {
+                costs.record(rows, 0.050);
+            }
         }
         assert_eq!(one(&costs, alpha, 8), 3);
         assert_eq!(one(&costs, alpha, 2), 2);

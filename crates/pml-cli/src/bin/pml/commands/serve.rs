@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use pml_commands::failure::Failure;
 use pml_commands::pipeline::{RuntimeArgs, open_runtime, store_config};
-use pml_commands::sampling_args::SpeculationArgs;
+use pml_commands::sampling_args::{SpeculationArgs, SpeculativeArg};
 use pml_runtime::kv_budget::KvBudget;
 use pml_runtime::store::TierConfig;
 use pml_server::{CorsOrigins, ServerConfig, ServerError, ServerHandle};
@@ -150,7 +150,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         kv_budget,
         kv_pressure_budget,
         edit_reuse: !args.no_edit_reuse,
-        speculation: args.speculation.speculation(),
+        speculation: args.speculation.speculation(SpeculativeArg::Off),
         ui: !args.no_ui,
         prefix_cache_bytes: args.prefix_cache_mib << 20,
         prefix_cache_redis,
