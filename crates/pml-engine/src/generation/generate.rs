@@ -332,26 +332,10 @@ pub fn logits_to_vec(logits: &Tensor) -> Result<Vec<f32>, GenerateError> {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::Device;
-
     use super::*;
-    use crate::generation::test_tokenizer::ByteTokenizer;
-    use crate::model::tiny::random_model;
-    use crate::model::{Arch, WeightFormat};
+    use crate::generation::test_tokenizer::{ByteTokenizer, letter_tokenizer, tiny_model};
 
     const PROMPT: [u32; 6] = [3, 141, 59, 26, 53, 58];
-
-    fn tiny_model() -> Model {
-        random_model(Arch::Qwen2, 42, WeightFormat::default(), &Device::Cpu).expect("tiny model")
-    }
-
-    /// One ASCII letter per id of the tiny model's 256-token vocabulary, so every generated
-    /// sequence has readable text for stop strings.
-    fn letter_tokenizer() -> ByteTokenizer {
-        let letters: Vec<[u8; 1]> = (0..256u32).map(|id| [b'a' + (id % 26) as u8]).collect();
-        let token_bytes: Vec<&[u8]> = letters.iter().map(|letter| letter.as_slice()).collect();
-        ByteTokenizer::new(&token_bytes)
-    }
 
     fn greedy(max_tokens: usize) -> SamplingParams {
         SamplingParams {

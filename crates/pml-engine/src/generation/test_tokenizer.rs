@@ -30,6 +30,25 @@ impl ByteTokenizer {
     }
 }
 
+/// One ASCII letter per id of the tiny models' 256-token vocabulary, so every generated
+/// sequence has readable text for stop strings.
+pub fn letter_tokenizer() -> ByteTokenizer {
+    let letters: Vec<[u8; 1]> = (0..256u32).map(|id| [b'a' + (id % 26) as u8]).collect();
+    let token_bytes: Vec<&[u8]> = letters.iter().map(|letter| letter.as_slice()).collect();
+    ByteTokenizer::new(&token_bytes)
+}
+
+/// The tiny seeded Qwen2 the generation tests decode with.
+pub fn tiny_model() -> crate::model::Model {
+    crate::model::tiny::random_model(
+        crate::model::Arch::Qwen2,
+        42,
+        crate::model::WeightFormat::default(),
+        &candle_core::Device::Cpu,
+    )
+    .expect("tiny model")
+}
+
 impl Tokenizer for ByteTokenizer {
     /// Greedy longest match; enough for tests that build their vocabulary to fit.
     fn encode(&self, text: &str, _allow_special: bool) -> Result<Vec<u32>, TokenizeError> {

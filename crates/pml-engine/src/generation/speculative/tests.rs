@@ -4,7 +4,7 @@
 use candle_core::Device;
 
 use super::Speculation;
-use crate::generation::test_tokenizer::ByteTokenizer;
+use crate::generation::test_tokenizer::{letter_tokenizer, tiny_model};
 use crate::generation::{
     DecodeState, Generation, Generator, PromptInput, SamplingParams, logits_to_vec,
 };
@@ -17,17 +17,6 @@ const DRAFTS: Speculation = Speculation::Ngram {
     max_draft: 6,
     min_match: 1,
 };
-
-fn tiny_model() -> Model {
-    random_model(Arch::Qwen2, 42, WeightFormat::default(), &Device::Cpu).expect("tiny model")
-}
-
-/// A token per id, text of letters, so stop strings have something to match.
-fn letter_tokenizer() -> ByteTokenizer {
-    let letters: Vec<[u8; 1]> = (0..256u32).map(|id| [b'a' + (id % 26) as u8]).collect();
-    let token_bytes: Vec<&[u8]> = letters.iter().map(|letter| letter.as_slice()).collect();
-    ByteTokenizer::new(&token_bytes)
-}
 
 /// Prompts whose answers the tiny model partly repeats from them (and from themselves).
 fn prompts() -> Vec<Vec<u32>> {
