@@ -1,6 +1,7 @@
 //! Sampling flags shared by the commands that generate (`pml generate`, `pml run`).
 
 use clap::{Args, ValueEnum};
+use pml_engine::generation::speculative::MAX_DRAFT;
 use pml_engine::generation::{SamplingParams, Speculation};
 
 #[derive(Args, Clone, Debug)]
@@ -40,7 +41,7 @@ pub struct SpeculationArgs {
     #[arg(long, value_enum)]
     pub speculative: Option<SpeculativeArg>,
     /// Most drafted tokens verified in one pass (the pace picks fewer where they do not pay).
-    #[arg(long, default_value_t = default_draft_max())]
+    #[arg(long, default_value_t = MAX_DRAFT)]
     pub draft_max: usize,
 }
 
@@ -62,13 +63,6 @@ impl SpeculationArgs {
 pub enum SpeculativeArg {
     Ngram,
     Off,
-}
-
-fn default_draft_max() -> usize {
-    match Speculation::default() {
-        Speculation::Ngram { max_draft, .. } => max_draft,
-        Speculation::Off => 8,
-    }
 }
 
 impl SamplingArgs {
