@@ -20,7 +20,10 @@ use pml_runtime::store::KeepFraction;
 use crate::check_command::ColorChoice;
 use crate::encode_progress::EncodeProgress;
 use crate::failure::Failure;
-use crate::pipeline::{CheckedFile, RuntimeArgs, SourceText, check, lay_out, open_runtime};
+use crate::pipeline::{
+    CheckedFile, RuntimeArgs, SourceText, check, lay_out, open_draft_model, open_runtime,
+};
+use crate::sampling_args::DraftModelArgs;
 
 #[derive(Args, Clone, Debug)]
 pub struct CompileArgs {
@@ -35,6 +38,8 @@ pub struct CompileArgs {
     pub keep: Option<KeepFraction>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
+    #[command(flatten)]
+    pub draft: DraftModelArgs,
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
 }
@@ -81,11 +86,20 @@ fn compile_files(args: &CompileArgs) -> Result<(), Failure> {
         return Err(Failure::Reported(reported));
     }
     let mut opened = open_runtime(&args.runtime)?;
+    let draft_id = match &args.draft.draft_model {
+        Some(draft) => Some(open_draft_model(&args.runtime, draft, &mut opened)?),
+        None => None,
+    };
     opened.runtime.set_keep(args.keep);
     for file in &schemas {
         let laid_out = lay_out(&opened.runtime, file, color)?;
         let summary = compile_schema(&opened.runtime, &laid_out.layout, file)?;
         eprintln!("{summary} for {}", opened.id);
+        // The draft model's states are whole: it only proposes tokens.
+        if let (Some(draft), Some(draft_id)) = (opened.runtime.draft_model(), &draft_id) {
+            let summary = compile_schema(draft, &laid_out.layout, file)?;
+            eprintln!("{summary} for {draft_id} (the draft model)");
+        }
     }
     Ok(())
 }

@@ -327,6 +327,26 @@ pub fn open_runtime(args: &RuntimeArgs) -> Result<OpenRuntime, Failure> {
     Ok(OpenRuntime { model, id, runtime })
 }
 
+/// Loads `draft` (an id or a GGUF path, fetched if absent) as [`open_runtime`] loads the model,
+/// with the same device, weights, encoding and store, and attaches it to `target` to draft
+/// for it; a draft of another vocabulary is a usage error. Returns its id.
+pub fn open_draft_model(
+    args: &RuntimeArgs,
+    draft: &str,
+    target: &mut OpenRuntime,
+) -> Result<String, Failure> {
+    let args = RuntimeArgs {
+        model: Some(draft.to_owned()),
+        ..args.clone()
+    };
+    let opened = open_runtime(&args)?;
+    target
+        .runtime
+        .attach_draft_model(opened.runtime)
+        .map_err(|error| Failure::usage(format!("--draft-model {}: {error}", opened.id)))?;
+    Ok(opened.id)
+}
+
 /// The store `--store SPEC` names (parsed by [`StoreConfig::parse`]), else `$PML_STORE`'s, else
 /// the default; a spec that does not parse is a usage error.
 pub fn store_config(spec: Option<&str>) -> Result<StoreConfig, Failure> {

@@ -27,7 +27,7 @@ use crate::compile_command::{compile_schema_if_writable, units_missing};
 use crate::failure::Failure;
 use crate::pipeline::{
     CheckedFile, OpenRuntime, RuntimeArgs, SourceText, bind, check, context_failure, lay_out,
-    open_runtime, read_prompt,
+    open_draft_model, open_runtime, read_prompt,
 };
 use crate::plan_view::describe_plan;
 use crate::sampling_args::SamplingArgs;
@@ -214,9 +214,39 @@ impl RunArgs {
     /// milliseconds the load took.
     pub fn open(&self) -> Result<(OpenRuntime, f64), Failure> {
         let started = Instant::now();
-        let opened = open_runtime(&self.runtime)?;
+        let mut opened = open_runtime(&self.runtime)?;
+        if let Some(draft) = &self.sampling.speculation.draft.draft_model {
+            open_draft_model(&self.runtime, draft, &mut opened)?;
+        }
         Ok((opened, started.elapsed().as_secs_f64() * 1e3))
     }
+}
+
+/// Compiles what the draft model's store lacks of `layout`, so that its prefill splices its
+/// own states as the model's does.
+fn compile_draft_first(
+    draft: &pml_runtime::inference::Runtime,
+    layout: &pml_compiler::plan::SchemaLayout,
+    schema: &SourceText,
+    notice: &mut dyn FnMut(&str),
+) -> Result<(), Failure> {
+    let missing = units_missing(draft, layout)?;
+    if missing == 0 {
+        return Ok(());
+    }
+    notice(&format!(
+        "schema `{}` is not compiled for the draft model ({missing} units missing from the \
+         store): compiling it first",
+        layout.schema_name
+    ));
+    match compile_schema_if_writable(draft, layout, schema)? {
+        Ok(summary) => notice(&summary.to_string()),
+        Err(unstored) => notice(&format!(
+            "schema `{}` is computed for the draft model for this run only: {unstored}",
+            layout.schema_name
+        )),
+    }
+    Ok(())
 }
 
 /// Runs `args.prompt`: checks it and finds its schema (diagnostics rendered to stderr), opens
@@ -231,6 +261,7 @@ pub fn run_prompt<'o>(
 ) -> Result<RunOutcome, Failure> {
     let color = args.color.enabled();
     // Checked before the model loads.
+    args.sampling.speculation.check().map_err(Failure::usage)?;
     let kv_budget = args
         .kv_budget
         .map(|slots| KvBudget::h2o(slots, args.kv_recent))
@@ -316,6 +347,9 @@ pub fn run_prompt<'o>(
                     laid_out.layout.schema_name
                 )),
             }
+        }
+        if let Some(draft) = runtime.draft_model() {
+            compile_draft_first(draft, &laid_out.layout, &schema, notice)?;
         }
     }
     let (layout, bound, plan) = match &previous {

@@ -180,7 +180,7 @@ fn progress(round: usize, rounds: usize, size: usize, engine: &str, measured: &M
 
 /// Ordinary-text token ids valid in both models' vocabularies (away from the control tokens at
 /// either end); speed does not depend on which tokens they are.
-fn bench_tokens(n: usize) -> Vec<u32> {
+pub(super) fn bench_tokens(n: usize) -> Vec<u32> {
     (0..n as u32).map(|i| 1000 + (i * 7919) % 20_000).collect()
 }
 

@@ -3,7 +3,8 @@
 //! against llama.cpp; `store` times restoring a unit's state from each store tier as KV, hidden
 //! states, recompute and the restore planner's mix; `pipeline` times mode `blend` from disk with
 //! the cached layers spliced up front against streamed during the recompute. `cache --peer
-//! llama-cpp` compares PML's cached TTFT with llama.cpp's prompt cache.
+//! llama-cpp` compares PML's cached TTFT with llama.cpp's prompt cache. `passes` times passes
+//! of several tokens against a decode step, the cost curve of speculative decoding.
 
 pub mod cache;
 pub mod cases;
@@ -14,6 +15,7 @@ pub mod load_average;
 pub mod peer;
 pub mod peer_report;
 pub mod peer_rounds;
+pub mod passes;
 pub mod pipeline;
 pub mod report;
 pub mod store;
@@ -42,6 +44,9 @@ enum BenchCommand {
     /// Time to first token of mode `blend` from a disk store, cached layers spliced before the
     /// recompute against streamed during it, and with `--recompute auto`.
     Pipeline(pipeline::PipelineArgs),
+    /// The time of a pass over k tokens after a context, against one decode step (what decides
+    /// how many drafts a pass verifies), and the speedup it projects per acceptance rate.
+    Passes(passes::PassesArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<(), Failure> {
@@ -50,6 +55,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         BenchCommand::Engine(args) => engine::run(args),
         BenchCommand::Store(args) => store::run(args),
         BenchCommand::Pipeline(args) => pipeline::run(args),
+        BenchCommand::Passes(args) => passes::run(args),
     }
 }
 

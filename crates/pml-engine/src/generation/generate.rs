@@ -10,7 +10,7 @@ use candle_core::{DType, Tensor};
 
 use super::error::GenerateError;
 use super::sampling::SamplingParams;
-use super::speculative::{Drafter, SpeculationStats};
+use super::speculative::{DraftModel, Proposer, SpeculationStats};
 use super::step::{DecodeState, DecodeStep, FinishReason};
 use crate::kv_cache::KvCache;
 use crate::model::{ForwardContext, ForwardOptions, LogitRows, Model};
@@ -122,6 +122,41 @@ impl<'a> Generator<'a> {
         })
     }
 
+    /// [`Self::generate`] of a prompt computed in full (nothing cached), drafting with
+    /// `draft_model` as `params.speculation` says (its own cache prefilled with the prompt).
+    pub fn generate_with_draft_model(
+        &self,
+        kv: &mut KvCache,
+        prompt: &PromptInput,
+        params: &SamplingParams,
+        on_text: &mut dyn FnMut(&str),
+        draft_model: &Model,
+    ) -> Result<Generation, GenerateError> {
+        if !kv.is_empty() || prompt.new_tokens.len() != prompt.all_tokens.len() {
+            return Err(GenerateError::InvalidPrompt(
+                "a draft model prefills the whole prompt: the cache must start empty".into(),
+            ));
+        }
+        let model = self.model;
+        let draft = DraftModel {
+            model: draft_model,
+            prefill: Box::new(|| {
+                let mut draft_kv = draft_model.new_kv_cache()?;
+                draft_model.forward(&prompt.new_tokens, &prompt.new_positions, &mut draft_kv)?;
+                Ok(draft_kv)
+            }),
+        };
+        self.decode(
+            kv,
+            &prompt.all_tokens,
+            params,
+            on_text,
+            |kv| Ok(model.forward(&prompt.new_tokens, &prompt.new_positions, kv)?),
+            DecodePass::Model,
+            Some(draft),
+        )
+    }
+
     /// Decodes after a prefill of the caller's making: `prefill` fills `kv` with the whole prompt
     /// and returns the last prompt token's logits `(vocab,)`; it is timed as the prefill.
     /// Decoding continues at one past the highest position in `kv`, with the model's own passes
@@ -142,6 +177,29 @@ impl<'a> Generator<'a> {
             on_text,
             prefill,
             DecodePass::Model,
+            None,
+        )
+    }
+
+    /// [`Self::generate_after`] drafting with `draft` where `params.speculation` asks for a
+    /// draft model (its prefill runs at the first draft, after the first token).
+    pub fn generate_after_with_draft(
+        &self,
+        kv: &mut KvCache,
+        prompt_tokens: &[u32],
+        params: &SamplingParams,
+        on_text: &mut dyn FnMut(&str),
+        prefill: impl FnOnce(&mut KvCache) -> Result<Tensor, GenerateError>,
+        draft: DraftModel<'_>,
+    ) -> Result<Generation, GenerateError> {
+        self.decode(
+            kv,
+            prompt_tokens,
+            params,
+            on_text,
+            prefill,
+            DecodePass::Model,
+            Some(draft),
         )
     }
 
@@ -165,11 +223,13 @@ impl<'a> Generator<'a> {
             on_text,
             prefill,
             DecodePass::Stepped(&mut decode),
+            None,
         )
     }
 
     /// The decoding loop: each pass runs the step's token (and any drafts after it), then the
     /// sequence's state takes the rows' logits in order while they agree with the drafts.
+    #[allow(clippy::too_many_arguments)]
     fn decode(
         &self,
         kv: &mut KvCache,
@@ -178,6 +238,7 @@ impl<'a> Generator<'a> {
         on_text: &mut dyn FnMut(&str),
         prefill: impl FnOnce(&mut KvCache) -> Result<Tensor, GenerateError>,
         mut pass: DecodePass<'_>,
+        draft: Option<DraftModel<'_>>,
     ) -> Result<Generation, GenerateError> {
         let mut output = StreamedOutput {
             text: String::new(),
@@ -187,6 +248,15 @@ impl<'a> Generator<'a> {
 
         let prefill_start = Instant::now();
         let logits = logits_to_vec(&prefill(kv)?)?;
+        let mut proposer = match pass {
+            DecodePass::Model => Proposer::new(
+                params.speculation,
+                prompt_tokens,
+                draft,
+                self.tokenizer.vocab_size(),
+            )?,
+            DecodePass::Stepped(_) => None,
+        };
         let prefill_time = prefill_start.elapsed();
         let next_position = kv
             .positions()
@@ -197,10 +267,6 @@ impl<'a> Generator<'a> {
                 GenerateError::InvalidPrompt("the prefill left the KV cache empty".into())
             })?;
         let mut state = DecodeState::new(self.tokenizer, prompt_tokens, params, next_position)?;
-        let mut drafter = match pass {
-            DecodePass::Model => Drafter::new(params.speculation, prompt_tokens),
-            DecodePass::Stepped(_) => None,
-        };
         let mut speculation = SpeculationStats::default();
 
         let mut step = state.accept(&logits, &mut emit)?;
@@ -219,10 +285,13 @@ impl<'a> Generator<'a> {
             let room = params
                 .max_tokens
                 .saturating_sub(state.token_ids().len() + 1);
-            let drafts = drafter.as_mut().map_or_else(Vec::new, |drafter| {
-                drafter.push(token);
-                drafter.draft(room)
-            });
+            let drafts = match &mut proposer {
+                Some(proposer) => {
+                    proposer.push(token, position);
+                    proposer.draft(room)?
+                }
+                None => Vec::new(),
+            };
             let first_slot = kv.len();
             let rows = match &mut pass {
                 DecodePass::Model if drafts.is_empty() => {
@@ -235,19 +304,14 @@ impl<'a> Generator<'a> {
                 DecodePass::Model => self.verify_pass(kv, token, position, &drafts)?,
                 DecodePass::Stepped(decode) => vec![logits_to_vec(&decode(kv, token, position)?)?],
             };
-            if let Some(drafter) = &mut drafter {
-                drafter.record_pass(rows.len(), pass_start.elapsed().as_secs_f64());
+            if let Some(proposer) = &mut proposer {
+                proposer.record_pass(rows.len(), pass_start.elapsed().as_secs_f64());
             }
 
             let verified = state.accept_drafted(&rows, &drafts, &mut emit)?;
             step = verified.step;
-            if let Some(drafter) = &mut drafter {
-                for &token in &drafts[..verified.accepted] {
-                    drafter.push(token);
-                }
-                if !drafts.is_empty() {
-                    drafter.record_verdict(verified.accepted, verified.rejected(drafts.len()));
-                }
+            if let Some(proposer) = &mut proposer {
+                proposer.verdict(&drafts, verified.accepted, verified.rejected(drafts.len()));
             }
             if !drafts.is_empty() {
                 // The step's token and the accepted drafts keep their slots.

@@ -41,6 +41,7 @@ use candle_core::Tensor;
 
 use crate::encode::{EncodeError, UnitEncoder};
 use crate::layer_stream::LayerError;
+use pml_engine::generation::speculative::DraftModel;
 use pml_engine::generation::{GenerateError, Generation, Generator, SamplingParams};
 use pml_engine::kv_cache::{KvCache, KvCacheError};
 use pml_engine::model::{EngineError, Model};
@@ -207,6 +208,13 @@ pub(super) fn cache_slots(
     (plan.all_tokens.len() + reserve, plan.all_tokens.len())
 }
 
+/// A draft model and the encoder of its own module states: its prefill of a prompt splices
+/// them as the target's does.
+pub struct DraftPrefill<'a> {
+    pub model: &'a Model,
+    pub encoder: UnitEncoder<'a>,
+}
+
 /// Runs `plan` (a bound prompt resolved against the encoder's layout) in `mode` and generates
 /// the answer, streaming text to `on_text`. Decoding continues at one past the prompt's highest
 /// position; with `budget`, within that many KV slots ([`budgeted_decode`]).
@@ -219,6 +227,7 @@ pub fn generate(
     mode: InferenceMode,
     params: &SamplingParams,
     budget: Option<KvBudget>,
+    draft: Option<DraftPrefill<'_>>,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<(Generation, RunStats), InferenceError> {
     let budget = acting_budget(plan, params, budget);
@@ -235,9 +244,36 @@ pub fn generate(
         Ok(prefill.logits)
     };
     // Within a KV budget each step is the budget's own pass of one token, so nothing is drafted.
-    let generated = match budget {
-        None => generator.generate_after(&mut kv, &plan.all_tokens, params, on_text, prefill_step),
-        Some(budget) => generator.generate_stepped(
+    let generated = match (budget, draft) {
+        (None, None) => {
+            generator.generate_after(&mut kv, &plan.all_tokens, params, on_text, prefill_step)
+        }
+        (
+            None,
+            Some(DraftPrefill {
+                model: draft,
+                mut encoder,
+            }),
+        ) => {
+            let reserve = decode_reserve(plan, params, None);
+            let draft = DraftModel {
+                model: draft,
+                prefill: Box::new(move || {
+                    Ok(prefill(draft, &mut encoder, plan, mode, reserve)
+                        .map_err(|error| GenerateError::Prefill(Box::new(error)))?
+                        .kv)
+                }),
+            };
+            generator.generate_after_with_draft(
+                &mut kv,
+                &plan.all_tokens,
+                params,
+                on_text,
+                prefill_step,
+                draft,
+            )
+        }
+        (Some(budget), _) => generator.generate_stepped(
             &mut kv,
             &plan.all_tokens,
             params,

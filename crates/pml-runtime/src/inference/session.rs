@@ -32,7 +32,7 @@ use crate::kv_budget::KvBudget;
 use crate::store::{KeepFraction, ModuleStore, StateSpec, StoreConfig, StoreError};
 use crate::tokenizer::PmlTokenizer;
 use pml_engine::device::{BackendChoice, DeviceError, select_backend};
-use pml_engine::generation::{Generation, SamplingParams};
+use pml_engine::generation::{Generation, SamplingParams, Speculation};
 use pml_engine::gguf::{GgufError, GgufFile};
 use pml_engine::kv_cache::{KvCache, ParallelScaling};
 use pml_engine::model::{EngineError, Model, WeightFormat};
@@ -66,6 +66,9 @@ pub enum RuntimeError {
     Encode(#[from] EncodeError),
     #[error(transparent)]
     Inference(#[from] InferenceError),
+    /// A draft model that cannot draft for this model.
+    #[error("the draft model cannot draft for this model: {0}")]
+    DraftModel(String),
 }
 
 /// How a runtime computes and where its store lives.
@@ -105,6 +108,9 @@ pub struct Runtime {
     /// Answers decode within this many KV slots (`pml run --kv-budget`; `None`: unbounded).
     kv_budget: Option<KvBudget>,
     max_positions: u32,
+    /// A smaller model of the same vocabulary, with its own module store, that drafts tokens
+    /// for this one (`--draft-model`).
+    draft: Option<Box<Runtime>>,
 }
 
 impl Runtime {
@@ -149,7 +155,27 @@ impl Runtime {
             parallel_scaling: None,
             kv_budget: None,
             max_positions,
+            draft: None,
         }
+    }
+
+    /// Drafts with `draft` where an answer's speculation asks for a draft model; refused when
+    /// its vocabulary is not this model's. Its module states are its own (its store's spec
+    /// names its fingerprint): compile a schema for it too ([`Self::draft_model`]'s
+    /// [`Self::encode`]), or its units are encoded on first use.
+    pub fn attach_draft_model(&mut self, draft: Runtime) -> Result<(), RuntimeError> {
+        pml_engine::generation::speculative::draft_model::check_vocabularies(
+            &self.tokenizer,
+            &draft.tokenizer,
+        )
+        .map_err(RuntimeError::DraftModel)?;
+        self.draft = Some(Box::new(draft));
+        Ok(())
+    }
+
+    /// The draft model's runtime, when one is attached.
+    pub fn draft_model(&self) -> Option<&Runtime> {
+        self.draft.as_deref()
     }
 
     pub fn model(&self) -> &Model {
@@ -399,6 +425,13 @@ impl Runtime {
         let plan = SplicePlan::new(layout, bound)?;
         self.check_context(&plan, params.max_tokens)?;
         let mut encoder = self.encoder(layout)?;
+        let draft = match (params.speculation, self.draft_model()) {
+            (Speculation::Draft { .. }, Some(draft)) => Some(super::DraftPrefill {
+                model: &draft.model,
+                encoder: draft.encoder(layout)?,
+            }),
+            _ => None,
+        };
         super::generate(
             &self.model,
             &self.tokenizer,
@@ -407,6 +440,7 @@ impl Runtime {
             mode,
             params,
             self.kv_budget,
+            draft,
             on_text,
         )
     }

@@ -4,8 +4,9 @@
 //! decode step whose weight traffic was saved.
 //!
 //! Drafts come from n-gram lookup over the prompt (the imported modules' tokens included) and
-//! the answer so far ([`ngram`]); how many to verify is decided per pass from measured pass
-//! costs and acceptance ([`pace`]). A drafted token is accepted when the token the sampler draws
+//! the answer so far ([`ngram`]), how many to verify decided per pass from measured pass costs
+//! and acceptance ([`pace`]); or from a smaller model of the same vocabulary decoding greedily
+//! ahead in its own cache until its confidence drops ([`draft_model`]). A drafted token is accepted when the token the sampler draws
 //! from the model's row equals it: for a draft of probability one this is speculative sampling's
 //! rule (accept with `min(1, p/q)`, else resample from `(p − q)+`) exactly, and it draws the
 //! same random numbers in the same order as decoding without drafts, so greedy and seeded
@@ -13,16 +14,20 @@
 //! row bit for bit as a decode step would (on the CPU's own kernels; candle's, as on CUDA, may
 //! round a pass of several rows differently).
 
+pub mod draft_model;
+#[cfg(test)]
+mod draft_tests;
 pub mod ngram;
 pub mod pace;
 #[cfg(test)]
 mod tests;
 
+pub use draft_model::{DraftModel, ModelDrafter};
 use ngram::{MAX_NGRAM, NgramIndex};
 use pace::{Acceptance, DraftOffer, PassCosts, draft_lengths};
 
 /// How the decoding loop proposes tokens ahead of the model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Speculation {
     /// One forward pass per token.
     Off,
@@ -33,7 +38,17 @@ pub enum Speculation {
         /// Shortest match of the sequence's end that proposes a draft.
         min_match: usize,
     },
+    /// Drafts by a smaller model of the same vocabulary (the caller's [`DraftModel`]).
+    Draft {
+        /// Most drafted tokens verified in one pass.
+        max_draft: usize,
+        /// The draft stops before a token the draft model gives less than this probability.
+        p_min: f32,
+    },
 }
+
+/// `--draft-p-min`'s default: llama.cpp's.
+pub const DEFAULT_DRAFT_P_MIN: f32 = 0.75;
 
 /// The most drafted tokens a pass may verify: with the step's own token, the most rows whose
 /// attention runs the decode step's kernel (`pml_kernels`' few-query loops), so that every row
@@ -60,11 +75,7 @@ impl Speculation {
                 max_draft,
                 min_match,
             } => {
-                if max_draft == 0 || max_draft > MAX_DRAFT {
-                    return Err(format!(
-                        "the draft length must be 1 to {MAX_DRAFT}, got {max_draft}"
-                    ));
-                }
+                check_draft_length(max_draft)?;
                 if min_match == 0 || min_match > MAX_NGRAM {
                     return Err(format!(
                         "the shortest n-gram match must be 1 to {MAX_NGRAM}, got {min_match}"
@@ -72,8 +83,24 @@ impl Speculation {
                 }
                 Ok(())
             }
+            Speculation::Draft { max_draft, p_min } => {
+                check_draft_length(max_draft)?;
+                if !(0.0..=1.0).contains(&p_min) {
+                    return Err(format!("the draft's p-min must be 0 to 1, got {p_min}"));
+                }
+                Ok(())
+            }
         }
     }
+}
+
+fn check_draft_length(max_draft: usize) -> Result<(), String> {
+    if max_draft == 0 || max_draft > MAX_DRAFT {
+        return Err(format!(
+            "the draft length must be 1 to {MAX_DRAFT}, got {max_draft}"
+        ));
+    }
+    Ok(())
 }
 
 /// What speculation did for one answer.
@@ -124,7 +151,7 @@ impl Drafter {
     /// A drafter for a sequence of `tokens` so far (the prompt); `None` when speculation is off.
     pub fn new(speculation: Speculation, tokens: &[u32]) -> Option<Self> {
         match speculation {
-            Speculation::Off => None,
+            Speculation::Off | Speculation::Draft { .. } => None,
             Speculation::Ngram {
                 max_draft,
                 min_match,
@@ -171,10 +198,146 @@ impl Drafter {
         self.costs.record(rows, seconds);
     }
 
+    /// What this sequence's passes cost, by their rows.
+    pub fn costs(&self) -> &PassCosts {
+        &self.costs
+    }
+
     /// Records the verdict on the last draft: `accepted` of its tokens kept, and whether the
     /// next was refused (rather than the answer ending first).
     pub fn record_verdict(&mut self, accepted: usize, rejected: bool) {
         self.acceptance
             .record(self.pending_match, accepted, rejected);
+    }
+}
+
+/// Where a sequence decoded alone gets its drafts: the n-gram lookup where it has a match
+/// worth verifying (free to draft), else the draft model, when there is one.
+pub struct Proposer<'m> {
+    ngram: Option<Drafter>,
+    model: Option<ModelDrafter<'m>>,
+    /// Whether the drafts under verification are the draft model's.
+    modelled: bool,
+    /// Tokens per second of the passes the draft model drafted for (its drafting included),
+    /// a running mean: asked again only while it beats plain steps, or to look again.
+    model_rate: Option<f64>,
+    /// Passes since the draft model was last asked.
+    since_model: usize,
+    /// The last pass's seconds.
+    pass_seconds: f64,
+}
+
+/// A draft model slower than plain steps is asked again after this many passes, in case the
+/// answer reached text it predicts better.
+const MODEL_RETRY_PASSES: usize = 16;
+
+impl<'m> Proposer<'m> {
+    /// The proposer `speculation` asks for over a sequence of `tokens` so far (the prompt),
+    /// `draft` its draft model; `None` when speculation is off.
+    pub fn new(
+        speculation: Speculation,
+        tokens: &[u32],
+        draft: Option<DraftModel<'m>>,
+        target_vocab: usize,
+    ) -> Result<Option<Self>, super::GenerateError> {
+        let (ngram, model) = match (speculation, draft) {
+            (Speculation::Off, _) => return Ok(None),
+            (Speculation::Ngram { .. }, _) => (Drafter::new(speculation, tokens), None),
+            (Speculation::Draft { max_draft, p_min }, Some(draft)) => {
+                let lookup = Speculation::Ngram {
+                    max_draft,
+                    min_match: 1,
+                };
+                (
+                    Drafter::new(lookup, tokens),
+                    Some(ModelDrafter::new(draft, max_draft, p_min, target_vocab)),
+                )
+            }
+            (Speculation::Draft { .. }, None) => {
+                return Err(super::GenerateError::InvalidPrompt(
+                    "speculation `draft` needs a draft model".into(),
+                ));
+            }
+        };
+        Ok(Some(Self {
+            ngram,
+            model,
+            modelled: false,
+            model_rate: None,
+            since_model: 0,
+            pass_seconds: 0.0,
+        }))
+    }
+
+    /// The step's token joined the sequence at `position`.
+    pub fn push(&mut self, token: u32, position: u32) {
+        if let Some(ngram) = &mut self.ngram {
+            ngram.push(token);
+        }
+        if let Some(model) = &mut self.model {
+            model.push(token, position);
+        }
+    }
+
+    /// The tokens to verify after the step's, at most `room`; empty for a plain step.
+    pub fn draft(&mut self, room: usize) -> Result<Vec<u32>, super::GenerateError> {
+        self.modelled = false;
+        if let Some(ngram) = &mut self.ngram {
+            let drafts = ngram.draft(room);
+            if !drafts.is_empty() || self.model.is_none() {
+                return Ok(drafts);
+            }
+        }
+        let (Some(model), Some(ngram)) = (&mut self.model, &self.ngram) else {
+            return Ok(Vec::new());
+        };
+        let plain_rate = 1.0 / ngram.costs().estimate(1);
+        self.since_model += 1;
+        let pays = self.model_rate.is_none_or(|rate| rate > plain_rate);
+        if !pays && self.since_model < MODEL_RETRY_PASSES {
+            return Ok(Vec::new());
+        }
+        self.modelled = true;
+        self.since_model = 0;
+        model.draft(room, ngram.costs())
+    }
+
+    /// Records a pass of `rows` rows that took `seconds`, drafting included: the costs of
+    /// verification, the draft model's drafting taken out.
+    pub fn record_pass(&mut self, rows: usize, seconds: f64) {
+        let drafting = match (&self.model, self.modelled) {
+            (Some(model), true) => model.drafting_seconds(),
+            _ => 0.0,
+        };
+        if let Some(ngram) = &mut self.ngram {
+            ngram.record_pass(rows, (seconds - drafting).max(0.0));
+        }
+        self.pass_seconds = seconds;
+    }
+
+    /// The pass kept the first `accepted` of `drafts`; `rejected`: it refused the next one
+    /// (rather than the answer ending first).
+    pub fn verdict(&mut self, drafts: &[u32], accepted: usize, rejected: bool) {
+        if let Some(ngram) = &mut self.ngram {
+            for &token in &drafts[..accepted] {
+                ngram.push(token);
+            }
+            if !drafts.is_empty() && !self.modelled {
+                ngram.record_verdict(accepted, rejected);
+            }
+        }
+        if let Some(model) = &mut self.model {
+            match self.modelled {
+                true => model.verdict(drafts, accepted),
+                false => model.accepted_elsewhere(&drafts[..accepted]),
+            }
+        }
+        if self.modelled && self.pass_seconds > 0.0 {
+            let rate = (accepted + 1) as f64 / self.pass_seconds;
+            self.model_rate = Some(match self.model_rate {
+                Some(mean) => mean + pace::COST_WEIGHT * (rate - mean),
+                None => rate,
+            });
+        }
     }
 }

@@ -13,7 +13,7 @@
 //! where drafts do not pay the loop decodes as it would without them.
 
 /// Weight of one new observation in a pass cost's running mean.
-const COST_WEIGHT: f64 = 0.25;
+pub const COST_WEIGHT: f64 = 0.25;
 /// Each verdict discounts older ones by this much, so acceptance follows the answer's phase
 /// (quoting a module, then explaining in its own words).
 const ACCEPTANCE_DECAY: f64 = 0.9;

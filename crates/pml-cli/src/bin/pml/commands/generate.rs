@@ -14,9 +14,11 @@ use pml_commands::model_fetch::{model_file, resolve_model};
 use pml_commands::pipeline::{BackendArgs, WeightsArg, context_failure};
 use pml_compiler::chat_template::ChatTemplate;
 use pml_engine::Tokenizer;
-use pml_engine::device::{BackendChoice, select_backend};
+use pml_engine::device::{Backend, BackendChoice, select_backend};
+use pml_engine::generation::speculative::draft_model::check_vocabularies;
 use pml_engine::generation::{Generator, PromptInput};
 use pml_engine::gguf::GgufFile;
+use pml_engine::model::{Model, WeightFormat};
 use pml_engine::tokenizer::GgufTokenizer;
 use pml_runtime::chat::model_chat_template;
 use pml_runtime::inference::context_limit::check_positions;
@@ -70,6 +72,10 @@ pub fn run(args: GenerateArgs) -> Result<(), Failure> {
 
 fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     // Checked before the model loads.
+    args.sampling
+        .speculation
+        .check()
+        .map_err(anyhow::Error::msg)?;
     let budget = args
         .kv_budget
         .map(|slots| KvBudget::h2o(slots, args.kv_recent))
@@ -84,6 +90,10 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     let gguf = GgufFile::open(&path)?;
     let (model, tokenizer) = load_model_and_tokenizer(&gguf, format, &backend)
         .with_context(|| format!("loading {id} from {}", path.display()))?;
+    let draft_model = match &args.sampling.speculation.draft.draft_model {
+        Some(draft) => Some(load_draft_model(draft, format, &backend, &tokenizer)?),
+        None => None,
+    };
     let context = u32::try_from(gguf.context_length()?).unwrap_or(u32::MAX);
     PromptByteLimit {
         context,
@@ -110,7 +120,16 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
         None => {
             let mut kv = model.new_kv_cache()?;
             let prompt = PromptInput::uncached(prompt_tokens);
-            let generation = generator.generate(&mut kv, &prompt, &params, &mut on_text)?;
+            let generation = match &draft_model {
+                Some(draft) => generator.generate_with_draft_model(
+                    &mut kv,
+                    &prompt,
+                    &params,
+                    &mut on_text,
+                    draft,
+                )?,
+                None => generator.generate(&mut kv, &prompt, &params, &mut on_text)?,
+            };
             (generation, None)
         }
         Some(budget) => {
@@ -170,6 +189,34 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
         generation.finish_reason,
     );
     Ok(())
+}
+
+/// The model `--draft-model` names, loaded as the model is; refused when its vocabulary is not
+/// `tokenizer`'s.
+fn load_draft_model(
+    name: &str,
+    format: WeightFormat,
+    backend: &Backend,
+    tokenizer: &dyn Tokenizer,
+) -> anyhow::Result<Model> {
+    let choice = resolve_model(Some(name))?;
+    let path = model_file(&choice)?;
+    let gguf = GgufFile::open(&path)?;
+    let (model, draft_tokenizer) =
+        load_model_and_tokenizer(&gguf, format, backend).with_context(|| {
+            format!(
+                "loading the draft model {} from {}",
+                choice.id(),
+                path.display()
+            )
+        })?;
+    check_vocabularies(tokenizer, &draft_tokenizer).map_err(|error| {
+        anyhow::anyhow!(
+            "--draft-model {}: the draft model cannot draft for this model: {error}",
+            choice.id()
+        )
+    })?;
+    Ok(model)
 }
 
 /// BOS, the system turn (or the template's default preamble), the user turn and the generation

@@ -12,6 +12,7 @@ use clap::Args;
 use pml_commands::failure::Failure;
 use pml_commands::pipeline::{RuntimeArgs, open_runtime, store_config};
 use pml_commands::sampling_args::{SpeculationArgs, SpeculativeArg};
+use pml_engine::generation::Speculation;
 use pml_runtime::kv_budget::KvBudget;
 use pml_runtime::store::TierConfig;
 use pml_server::{CorsOrigins, ServerConfig, ServerError, ServerHandle};
@@ -118,6 +119,13 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         .map_err(|error| Failure::usage(format!("--cors-origins: {error}")))?;
     if args.max_connections == 0 {
         return Err(Failure::usage("--max-connections must be at least 1"));
+    }
+    args.speculation.check().map_err(Failure::usage)?;
+    if let Speculation::Draft { .. } = args.speculation.speculation(SpeculativeArg::Off) {
+        return Err(Failure::usage(
+            "`pml serve` does not draft with a draft model (`pml run` and `pml generate` do); \
+             `--speculative ngram` drafts from the prompts and earlier tokens",
+        ));
     }
     let opened = open_runtime(&args.runtime)?;
     let store = store_config(args.runtime.store.as_deref())?;
