@@ -80,7 +80,7 @@ def llama_round(python, pml, model, prompts, max_tokens, threads, lookup):
         "prompts": [
             {
                 "name": prompt,
-                "tokens": run(pml, model, prompt, "off", 1, ["--mode", "full"])["new_token_ids"],
+                "tokens": run(pml, model, prompt, "off", 1, ["--mode", "full"])["prompt_token_ids"],
             }
             for prompt in prompts
         ],

@@ -111,6 +111,10 @@ pub struct RunJson {
     pub tokens_not_kept: usize,
     /// The new tokens in position order: what was computed after the spliced states.
     pub new_token_ids: Vec<u32>,
+    /// Every prompt token in position order, the modules' included: what another engine is
+    /// given to answer the same prompt.
+    #[serde(default)]
+    pub prompt_token_ids: Vec<u32>,
     pub units_encoded_on_the_fly: Vec<String>,
     pub tokens_generated: usize,
     pub decode_ms_per_token: Option<f64>,
@@ -160,6 +164,7 @@ impl RunJson {
             tokens_new: prefill.tokens_new,
             tokens_not_kept: prefill.tokens_dropped,
             new_token_ids: plan.new_tokens.clone(),
+            prompt_token_ids: plan.all_tokens.clone(),
             units_encoded_on_the_fly: prefill.units_encoded_on_the_fly.clone(),
             tokens_generated: stats.tokens_generated,
             decode_ms_per_token: stats.decode_ms_per_token,

@@ -61,7 +61,8 @@ pub fn run(args: PassesArgs) -> Result<(), Failure> {
     let path = model_file(&choice)?;
     let backend_choice = args.backend.choice()?;
     let format = args.weights.format_for(&backend_choice);
-    let backend = select_backend(backend_choice).map_err(|error| Failure::usage(error.to_string()))?;
+    let backend =
+        select_backend(backend_choice).map_err(|error| Failure::usage(error.to_string()))?;
     let gguf = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
     let config = ModelConfig::from_gguf(&gguf).context("reading the model configuration")?;
     let model = Model::from_source_on(config, &mut &gguf, format, &backend)

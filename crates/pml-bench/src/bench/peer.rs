@@ -541,6 +541,7 @@ mod tests {
             tokens_new: new_token_ids.len(),
             tokens_not_kept: 0,
             new_token_ids,
+            prompt_token_ids: Vec::new(),
             units_encoded_on_the_fly: Vec::new(),
             tokens_generated: 1,
             decode_ms_per_token: None,

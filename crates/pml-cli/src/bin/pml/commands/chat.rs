@@ -90,10 +90,7 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
     if args.ctx_size == Some(0) {
         return Err(Failure::usage("--ctx-size must be at least 1"));
     }
-    args.sampling
-        .speculation
-        .check()
-        .map_err(Failure::usage)?;
+    args.sampling.speculation.check().map_err(Failure::usage)?;
     if args.sampling.speculation.draft.draft_model.is_some() {
         return Err(Failure::usage(
             "`pml chat` does not draft with a draft model (`pml run` and `pml generate` do); \
