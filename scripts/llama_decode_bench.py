@@ -65,7 +65,7 @@ def main():
     configs = [("plain", plain)]
     for n in job.get("lookup", []):
         speculative = llama_cpp.Llama(
-            **common, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=n)
+            **common, logits_all=True, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=n)
         )
         configs.append((f"lookup-{n}", speculative))
     for prompt in job["prompts"]:
