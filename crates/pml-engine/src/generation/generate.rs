@@ -170,15 +170,7 @@ impl<'a> Generator<'a> {
         on_text: &mut dyn FnMut(&str),
         prefill: impl FnOnce(&mut KvCache) -> Result<Tensor, GenerateError>,
     ) -> Result<Generation, GenerateError> {
-        self.decode(
-            kv,
-            prompt_tokens,
-            params,
-            on_text,
-            prefill,
-            DecodePass::Model,
-            None,
-        )
+        self.generate_after_with_draft(kv, prompt_tokens, params, on_text, prefill, None)
     }
 
     /// [`Self::generate_after`] drafting with `draft` where `params.speculation` asks for a
@@ -190,7 +182,7 @@ impl<'a> Generator<'a> {
         params: &SamplingParams,
         on_text: &mut dyn FnMut(&str),
         prefill: impl FnOnce(&mut KvCache) -> Result<Tensor, GenerateError>,
-        draft: DraftModel<'_>,
+        draft: Option<DraftModel<'_>>,
     ) -> Result<Generation, GenerateError> {
         self.decode(
             kv,
@@ -199,7 +191,7 @@ impl<'a> Generator<'a> {
             on_text,
             prefill,
             DecodePass::Model,
-            Some(draft),
+            draft,
         )
     }
 

@@ -270,7 +270,7 @@ pub fn generate(
                 params,
                 on_text,
                 prefill_step,
-                draft,
+                Some(draft),
             )
         }
         (Some(budget), _) => generator.generate_stepped(
