@@ -104,22 +104,7 @@ impl<'a> Generator<'a> {
         params: &SamplingParams,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation, GenerateError> {
-        if prompt.new_tokens.is_empty() {
-            return Err(GenerateError::InvalidPrompt(
-                "no new tokens: the last prompt token must be computed to get its logits".into(),
-            ));
-        }
-        if prompt.new_tokens.len() != prompt.new_positions.len() {
-            return Err(GenerateError::InvalidPrompt(format!(
-                "{} new tokens with {} positions",
-                prompt.new_tokens.len(),
-                prompt.new_positions.len()
-            )));
-        }
-        let model = self.model;
-        self.generate_after(kv, &prompt.all_tokens, params, on_text, |kv| {
-            Ok(model.forward(&prompt.new_tokens, &prompt.new_positions, kv)?)
-        })
+        self.generate_prompt(kv, prompt, params, on_text, None)
     }
 
     /// [`Self::generate`] of a prompt computed in full (nothing cached), drafting with
@@ -137,23 +122,48 @@ impl<'a> Generator<'a> {
                 "a draft model prefills the whole prompt: the cache must start empty".into(),
             ));
         }
-        let model = self.model;
-        let draft = DraftModel {
+        self.generate_prompt(kv, prompt, params, on_text, Some(draft_model))
+    }
+
+    fn generate_prompt(
+        &self,
+        kv: &mut KvCache,
+        prompt: &PromptInput,
+        params: &SamplingParams,
+        on_text: &mut dyn FnMut(&str),
+        draft_model: Option<&Model>,
+    ) -> Result<Generation, GenerateError> {
+        if prompt.new_tokens.is_empty() {
+            return Err(GenerateError::InvalidPrompt(
+                "no new tokens: the last prompt token must be computed to get its logits".into(),
+            ));
+        }
+        if prompt.new_tokens.len() != prompt.new_positions.len() {
+            return Err(GenerateError::InvalidPrompt(format!(
+                "{} new tokens with {} positions",
+                prompt.new_tokens.len(),
+                prompt.new_positions.len()
+            )));
+        }
+        let forward = |model: &Model, kv: &mut KvCache| {
+            Ok(model.forward(&prompt.new_tokens, &prompt.new_positions, kv)?)
+        };
+        let draft = draft_model.map(|draft_model| DraftModel {
             model: draft_model,
-            prefill: Box::new(|| {
+            prefill: Box::new(move || {
                 let mut draft_kv = draft_model.new_kv_cache()?;
-                draft_model.forward(&prompt.new_tokens, &prompt.new_positions, &mut draft_kv)?;
+                forward(draft_model, &mut draft_kv)?;
                 Ok(draft_kv)
             }),
-        };
-        self.decode(
+        });
+        let model = self.model;
+        self.generate_after_with_draft(
             kv,
             &prompt.all_tokens,
             params,
             on_text,
-            |kv| Ok(model.forward(&prompt.new_tokens, &prompt.new_positions, kv)?),
-            DecodePass::Model,
-            Some(draft),
+            |kv| forward(model, kv),
+            draft,
         )
     }
 
@@ -240,15 +250,6 @@ impl<'a> Generator<'a> {
 
         let prefill_start = Instant::now();
         let logits = logits_to_vec(&prefill(kv)?)?;
-        let mut proposer = match pass {
-            DecodePass::Model => Proposer::new(
-                params.speculation,
-                prompt_tokens,
-                draft,
-                self.tokenizer.vocab_size(),
-            )?,
-            DecodePass::Stepped(_) => None,
-        };
         let prefill_time = prefill_start.elapsed();
         let next_position = kv
             .positions()
@@ -259,6 +260,15 @@ impl<'a> Generator<'a> {
                 GenerateError::InvalidPrompt("the prefill left the KV cache empty".into())
             })?;
         let mut state = DecodeState::new(self.tokenizer, prompt_tokens, params, next_position)?;
+        let mut proposer = match pass {
+            DecodePass::Model => Proposer::new(
+                params.speculation,
+                prompt_tokens,
+                draft,
+                self.tokenizer.vocab_size(),
+            )?,
+            DecodePass::Stepped(_) => None,
+        };
         let mut speculation = SpeculationStats::default();
 
         let mut step = state.accept(&logits, &mut emit)?;

@@ -22,7 +22,7 @@ use crate::tokenizer::Tokenizer;
 
 use super::super::error::GenerateError;
 use super::super::generate::logits_to_vec;
-use super::pace::{COST_WEIGHT, PassCosts};
+use super::pace::{PassCosts, update_mean};
 
 /// The most tokens two vocabularies may differ by and still draft for each other (llama.cpp's
 /// `SPEC_VOCAB_MAX_SIZE_DIFFERENCE`): models of one family pad their vocabularies differently.
@@ -188,10 +188,7 @@ impl<'m> ModelDrafter<'m> {
             let step_started = Instant::now();
             logits = self.model.forward(&[token], &[position], kv)?;
             let seconds = step_started.elapsed().as_secs_f64();
-            self.step_seconds = Some(match self.step_seconds {
-                Some(mean) => mean + COST_WEIGHT * (seconds - mean),
-                None => seconds,
-            });
+            update_mean(&mut self.step_seconds, seconds);
             self.drafts_run += 1;
         }
         Ok(drafts)

@@ -334,10 +334,7 @@ impl<'m> Proposer<'m> {
         }
         if self.modelled && self.pass_seconds > 0.0 {
             let rate = (accepted + 1) as f64 / self.pass_seconds;
-            self.model_rate = Some(match self.model_rate {
-                Some(mean) => mean + pace::COST_WEIGHT * (rate - mean),
-                None => rate,
-            });
+            pace::update_mean(&mut self.model_rate, rate);
         }
     }
 }

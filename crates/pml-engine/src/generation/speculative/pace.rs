@@ -13,7 +13,7 @@
 //! where drafts do not pay the loop decodes as it would without them.
 
 /// Weight of one new observation in a pass cost's running mean.
-pub const COST_WEIGHT: f64 = 0.25;
+const COST_WEIGHT: f64 = 0.25;
 /// Each verdict discounts older ones by this much, so acceptance follows the answer's phase
 /// (quoting a module, then explaining in its own words).
 const ACCEPTANCE_DECAY: f64 = 0.9;
@@ -23,6 +23,14 @@ const ACCEPTANCE_DECAY: f64 = 0.9;
 fn prior(matched: usize) -> (f64, f64) {
     let n = matched as f64;
     (n, n + 2.0)
+}
+
+/// Moves the running mean `mean` toward `value` by [`COST_WEIGHT`] (the first value starts it).
+pub fn update_mean(mean: &mut Option<f64>, value: f64) {
+    *mean = Some(match *mean {
+        Some(mean) => mean + COST_WEIGHT * (value - mean),
+        None => value,
+    });
 }
 
 /// Mean seconds of a pass by its number of rows, measured.
@@ -43,10 +51,7 @@ impl PassCosts {
     /// Records a pass of `rows` rows that took `seconds`.
     pub fn record(&mut self, rows: usize, seconds: f64) {
         if let Some(slot) = rows.checked_sub(1).and_then(|at| self.cost.get_mut(at)) {
-            *slot = Some(match *slot {
-                Some(mean) => mean + COST_WEIGHT * (seconds - mean),
-                None => seconds,
-            });
+            update_mean(slot, seconds);
         }
     }
 
