@@ -9,6 +9,7 @@ use crate::tokenizer::Tokenizer;
 use candle_core::{DType, Tensor};
 
 use super::error::GenerateError;
+use super::logits::logits_to_vec;
 use super::sampling::SamplingParams;
 use super::speculative::{DraftModel, Proposer, SpeculationStats};
 use super::step::{DecodeState, DecodeStep, FinishReason};
@@ -386,14 +387,6 @@ impl StreamedOutput<'_> {
             (self.on_text)(piece);
         }
     }
-}
-
-/// The logits of one token as f32 values.
-pub fn logits_to_vec(logits: &Tensor) -> Result<Vec<f32>, GenerateError> {
-    Ok(logits
-        .flatten_all()?
-        .to_dtype(DType::F32)?
-        .to_vec1::<f32>()?)
 }
 
 #[cfg(test)]

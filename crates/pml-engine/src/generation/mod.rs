@@ -7,6 +7,7 @@
 pub mod detokenizer;
 mod error;
 pub mod generate;
+mod logits;
 pub mod sampling;
 pub mod speculative;
 pub mod step;
@@ -15,9 +16,10 @@ pub mod stop;
 mod test_tokenizer;
 
 pub use detokenizer::IncrementalDetokenizer;
-pub use error::GenerateError;
-pub use generate::{Generation, GenerationTimings, Generator, PromptInput, logits_to_vec};
-pub use sampling::{Sampler, SamplingError, SamplingParams};
+pub use error::{GenerateError, SamplingError};
+pub use generate::{Generation, GenerationTimings, Generator, PromptInput};
+pub use logits::logits_to_vec;
+pub use sampling::{Sampler, SamplingParams};
 pub use speculative::{Speculation, SpeculationStats};
 pub use step::{DecodeState, DecodeStep, FinishReason, Verified};
 pub use stop::{StopScan, StopStringMatcher};

@@ -8,6 +8,7 @@ use std::cmp::Ordering;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::error::SamplingError;
 use super::speculative::Speculation;
 
 /// How the next token is chosen and when generation ends.
@@ -79,23 +80,6 @@ impl SamplingParams {
             .map_err(SamplingError::InvalidParams)?;
         Ok(())
     }
-}
-
-/// Why no token could be chosen.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum SamplingError {
-    #[error("invalid sampling parameters: {0}")]
-    InvalidParams(String),
-    #[error("the logits vector is empty")]
-    EmptyLogits,
-    /// A NaN or +inf logit means the forward pass went wrong; sampling from it would hide that.
-    #[error("logit of token {token_id} is {value}, not a finite number")]
-    NonFiniteLogit { token_id: usize, value: f32 },
-    #[error("token {token_id} in the repetition window is outside the vocabulary of {vocab_size}")]
-    TokenOutOfRange { token_id: u32, vocab_size: usize },
-    /// Every token was masked out (-inf): a constraint allows nothing next.
-    #[error("every token is masked out: nothing may come next")]
-    EverythingMasked,
 }
 
 /// A token still in the running, with its temperature-scaled logit and later its unnormalised

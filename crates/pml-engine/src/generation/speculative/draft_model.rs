@@ -21,7 +21,7 @@ use crate::model::Model;
 use crate::tokenizer::Tokenizer;
 
 use super::super::error::GenerateError;
-use super::super::generate::logits_to_vec;
+use super::super::logits::logits_to_vec;
 use super::pace::{PassCosts, update_mean};
 
 /// The most tokens two vocabularies may differ by and still draft for each other (llama.cpp's
