@@ -1,11 +1,12 @@
 //! Drafted decoding in the server, on the tiny random model: answers equal to the ones decoded a
-//! token per step, alone and batched, the drafts counted in `/metrics`, one pass per step.
+//! token per step, alone and batched, the drafts counted in each answer's `usage` and in
+//! `/metrics`, one pass per step.
 
 mod support;
 
 use pml_server::ServerConfig;
 use serde_json::{Value, json};
-use support::TestServer;
+use support::{TestServer, captured_log};
 
 /// Plain prompts the tiny model's greedy answers partly repeat (it loops), so drafts of the
 /// answer's own text are accepted.
@@ -24,6 +25,20 @@ fn body(prompt: &str, speculative: &str) -> Value {
     json!({"prompt": prompt, "max_tokens": 40, "temperature": 0, "speculative": speculative})
 }
 
+/// `usage.completion_tokens_details`' accepted and rejected drafts.
+fn drafts(answer: &Value) -> (f64, f64) {
+    let details = &answer["usage"]["completion_tokens_details"];
+    let count = |field: &str| {
+        details[field]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no {field} in {answer}"))
+    };
+    (
+        count("accepted_prediction_tokens"),
+        count("rejected_prediction_tokens"),
+    )
+}
+
 fn text(answer: &Value) -> String {
     answer["choices"][0]["text"]
         .as_str()
@@ -33,27 +48,33 @@ fn text(answer: &Value) -> String {
 
 #[test]
 fn drafted_answers_equal_plain_ones_alone_and_batched() {
+    let log = captured_log();
     let server = TestServer::tiny(ServerConfig::default());
     let plain: Vec<String> = prompts()
         .iter()
         .map(|prompt| {
             let (status, answer) = server.complete(&body(prompt, "off"));
             assert_eq!(status, 200, "{answer}");
+            assert_eq!(drafts(&answer), (0.0, 0.0));
             text(&answer)
         })
         .collect();
     assert_eq!(server.metric("pml_spec_draft_tokens_total"), 0.0);
-    let alone: Vec<String> = prompts()
+    let alone: Vec<Value> = prompts()
         .iter()
-        .map(|prompt| text(&server.complete(&body(prompt, "ngram")).1))
+        .map(|prompt| server.complete(&body(prompt, "ngram")).1)
         .collect();
-    assert_eq!(alone, plain, "drafting changed an answer");
-    let together: Vec<String> = std::thread::scope(|scope| {
+    assert_eq!(
+        alone.iter().map(text).collect::<Vec<_>>(),
+        plain,
+        "drafting changed an answer"
+    );
+    let together: Vec<Value> = std::thread::scope(|scope| {
         let handles: Vec<_> = prompts()
             .into_iter()
             .map(|prompt| {
                 let server = &server;
-                scope.spawn(move || text(&server.complete(&body(&prompt, "ngram")).1))
+                scope.spawn(move || server.complete(&body(&prompt, "ngram")).1)
             })
             .collect();
         handles
@@ -61,9 +82,34 @@ fn drafted_answers_equal_plain_ones_alone_and_batched() {
             .map(|handle| handle.join().expect("client"))
             .collect()
     });
-    assert_eq!(together, plain, "drafting in a batch changed an answer");
+    assert_eq!(
+        together.iter().map(text).collect::<Vec<_>>(),
+        plain,
+        "drafting in a batch changed an answer"
+    );
     let drafted = server.metric("pml_spec_draft_tokens_total");
     let accepted = server.metric("pml_spec_accepted_tokens_total");
+    // Every answer's usage counts its own drafts: together, the server's.
+    let (kept, dropped) = alone
+        .iter()
+        .chain(&together)
+        .map(drafts)
+        .fold((0.0, 0.0), |(a, r), (accepted, rejected)| {
+            (a + accepted, r + rejected)
+        });
+    assert_eq!((kept, kept + dropped), (accepted, drafted));
+    // And its request's log line.
+    assert!(alone.iter().any(|answer| drafts(answer).0 > 0.0));
+    let log = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+    for answer in alone.iter().filter(|answer| drafts(answer) != (0.0, 0.0)) {
+        let (accepted, rejected) = drafts(answer);
+        let counts = format!(
+            "completion_tokens={} drafted_tokens={} accepted_tokens={accepted}",
+            answer["usage"]["completion_tokens"],
+            accepted + rejected
+        );
+        assert!(log.contains(&counts), "no line has {counts}:\n{log}");
+    }
     assert!(
         accepted > 0.0,
         "no draft accepted of {drafted}: the test proves nothing"

@@ -29,7 +29,8 @@ use super::request_log::TokenCounts;
 use super::tools::{AnswerPiece, ToolReader, ToolUse, call_json};
 use crate::engine::structured::ResponseFormat;
 use crate::engine::{
-    CompletionJob, EventSink, JobEnd, JobEvent, PromptSource, PromptUsage, Sibling, TokenLogprob,
+    CompletionJob, DraftCounts, EventSink, JobEnd, JobEvent, PromptSource, PromptUsage, Sibling,
+    TokenLogprob,
 };
 
 pub async fn completion(
@@ -130,7 +131,6 @@ async fn answer(
             choices: (0..generation.n).map(|_| StreamChoice::default()).collect(),
             readers,
             running: generation.n,
-            completion_tokens: 0,
             ready: VecDeque::new(),
             phase: StreamPhase::Open,
             usage: generation.include_usage.then_some(usage),
@@ -147,9 +147,15 @@ pub struct Answers {
     receiver: UnboundedReceiver<(usize, JobEvent)>,
     tokens: TokenCounts,
     completion_tokens: usize,
+    drafts: DraftCounts,
 }
 
 impl Answers {
+    /// Every finished choice's tokens and drafts.
+    fn counted(&self) -> (usize, DraftCounts) {
+        (self.completion_tokens, self.drafts)
+    }
+
     /// The next event that is not another choice's `Started` (only the first one's counts).
     pub async fn next(&mut self) -> Option<(usize, JobEvent)> {
         loop {
@@ -159,12 +165,15 @@ impl Answers {
                     if let (
                         _,
                         JobEvent::Done {
-                            completion_tokens, ..
+                            completion_tokens,
+                            drafts,
+                            ..
                         },
                     ) = &event
                     {
                         self.completion_tokens += completion_tokens;
-                        self.tokens.completion(self.completion_tokens);
+                        self.drafts += *drafts;
+                        self.tokens.completion(self.completion_tokens, self.drafts);
                     }
                     return Some(event);
                 }
@@ -242,6 +251,7 @@ pub async fn start(
         receiver,
         tokens,
         completion_tokens: 0,
+        drafts: DraftCounts::default(),
     };
     Ok((usage, answers))
 }
@@ -262,7 +272,6 @@ async fn collect_answer(
         n
     ];
     let mut running = n;
-    let mut completion_tokens = 0;
     while running > 0 {
         let Some((index, event)) = answers.next().await else {
             return Err(engine_gone());
@@ -279,12 +288,8 @@ async fn collect_answer(
                 end: JobEnd::TimedOut,
                 ..
             } => return Err(ended_early(JobEnd::TimedOut)),
-            JobEvent::Done {
-                end,
-                completion_tokens: tokens,
-            } => {
+            JobEvent::Done { end, .. } => {
                 choice.end = Some(end);
-                completion_tokens += tokens;
                 running -= 1;
             }
             JobEvent::Failed(error) => return Err(error.into()),
@@ -306,7 +311,8 @@ async fn collect_answer(
             }
         }
     }
-    let usage = Usage::new(usage, n, completion_tokens);
+    let (completion_tokens, drafts) = answers.counted();
+    let usage = Usage::new(usage, n, completion_tokens, drafts);
     Ok(Json(meta.response(&choices, &usage)).into_response())
 }
 
@@ -316,7 +322,6 @@ struct StreamState {
     choices: Vec<StreamChoice>,
     readers: Vec<ToolReader>,
     running: usize,
-    completion_tokens: usize,
     /// Events made from one engine event, sent one by one.
     ready: VecDeque<Event>,
     phase: StreamPhase,
@@ -390,13 +395,7 @@ impl StreamState {
                 };
                 self.queue(meta, index, pieces);
             }
-            Some((
-                index,
-                JobEvent::Done {
-                    end,
-                    completion_tokens,
-                },
-            )) => {
+            Some((index, JobEvent::Done { end, .. })) => {
                 let (pieces, called) = match self.readers.get_mut(index) {
                     Some(reader) => (reader.finish(), reader.called()),
                     None => (Vec::new(), false),
@@ -410,7 +409,6 @@ impl StreamState {
                 let chunk = meta.chunk(index, ChunkPiece::End { end, called }, &logprobs, 0);
                 self.ready.push_back(json_event(&chunk));
                 self.running -= 1;
-                self.completion_tokens += completion_tokens;
                 if self.running == 0 {
                     self.phase = StreamPhase::Finishing;
                 }
@@ -447,8 +445,9 @@ fn stream_answer(
                     StreamPhase::Closed => return None,
                     StreamPhase::Finishing => {
                         if let Some(usage) = state.usage.take() {
+                            let (completion_tokens, drafts) = state.answers.counted();
                             let usage =
-                                Usage::new(usage, state.choices.len(), state.completion_tokens);
+                                Usage::new(usage, state.choices.len(), completion_tokens, drafts);
                             state.ready.push_back(json_event(&meta.usage_chunk(&usage)));
                         }
                         state.finish_with_done();

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 use pml_runtime::inference::Ratio;
 
 use crate::engine::prompt_rows::PromptToken;
-use crate::engine::{JobEnd, PromptUsage, TokenLogprob, TokenText};
+use crate::engine::{DraftCounts, JobEnd, PromptUsage, TokenLogprob, TokenText};
 
 /// `usage`: OpenAI's counts plus where the prompt tokens came from.
 #[derive(Clone, Debug, Serialize)]
@@ -22,6 +22,7 @@ pub struct Usage {
     pub completion_tokens: usize,
     pub total_tokens: usize,
     pub prompt_tokens_details: PromptTokensDetails,
+    pub completion_tokens_details: CompletionTokensDetails,
     /// Prompt tokens spliced from stored modules.
     pub cached_tokens: usize,
     pub recomputed_tokens: usize,
@@ -61,15 +62,33 @@ pub struct PromptTokensDetails {
     pub cached_tokens: usize,
 }
 
+/// OpenAI's counts of predicted tokens, here the drafted ones of speculative decoding: those
+/// the answer kept, and those verified and dropped (which, unlike OpenAI's, `completion_tokens`
+/// does not count).
+#[derive(Clone, Debug, Serialize)]
+pub struct CompletionTokensDetails {
+    pub accepted_prediction_tokens: usize,
+    pub rejected_prediction_tokens: usize,
+}
+
 impl Usage {
-    /// The prompt's counts (once, however many `choices`) and every choice's tokens.
-    pub fn new(prompt: PromptUsage, choices: usize, completion_tokens: usize) -> Self {
+    /// The prompt's counts (once, however many `choices`) and every choice's tokens and drafts.
+    pub fn new(
+        prompt: PromptUsage,
+        choices: usize,
+        completion_tokens: usize,
+        drafts: DraftCounts,
+    ) -> Self {
         Self {
             prompt_tokens: prompt.prompt_tokens,
             completion_tokens,
             total_tokens: prompt.prompt_tokens + completion_tokens,
             prompt_tokens_details: PromptTokensDetails {
                 cached_tokens: prompt.cached_tokens,
+            },
+            completion_tokens_details: CompletionTokensDetails {
+                accepted_prediction_tokens: drafts.accepted,
+                rejected_prediction_tokens: drafts.drafted - drafts.accepted,
             },
             cached_tokens: prompt.cached_tokens,
             recomputed_tokens: prompt.recomputed_tokens,

@@ -18,6 +18,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 use http_body::{Frame, SizeHint};
 
+use crate::engine::DraftCounts;
+
 /// The tokens a completion handler counted for its request's log line; handlers find it among
 /// the request's extensions (absent where the router runs without this layer, as in tests).
 #[derive(Clone, Debug, Default)]
@@ -29,6 +31,8 @@ struct Counts {
     prompt: AtomicUsize,
     cached: AtomicUsize,
     completion: AtomicUsize,
+    drafted: AtomicUsize,
+    accepted: AtomicUsize,
 }
 
 impl TokenCounts {
@@ -39,18 +43,31 @@ impl TokenCounts {
         self.0.counted.store(true, Ordering::Relaxed);
     }
 
-    /// The answer's tokens so far (every choice's).
-    pub fn completion(&self, completion_tokens: usize) {
-        self.0
+    /// The answer's tokens and drafts so far (every choice's).
+    pub fn completion(&self, completion_tokens: usize, drafts: DraftCounts) {
+        let counts = &self.0;
+        counts
             .completion
             .store(completion_tokens, Ordering::Relaxed);
+        counts.drafted.store(drafts.drafted, Ordering::Relaxed);
+        counts.accepted.store(drafts.accepted, Ordering::Relaxed);
     }
 
     fn describe(&self) -> Option<String> {
         let counts = &self.0;
         counts.counted.load(Ordering::Relaxed).then(|| {
+            let drafted = counts.drafted.load(Ordering::Relaxed);
+            // Only answers that speculated say so: most lines stay as llama.cpp's.
+            let drafts = if drafted > 0 {
+                format!(
+                    " drafted_tokens={drafted} accepted_tokens={}",
+                    counts.accepted.load(Ordering::Relaxed)
+                )
+            } else {
+                String::new()
+            };
             format!(
-                " prompt_tokens={} cached_tokens={} completion_tokens={}",
+                " prompt_tokens={} cached_tokens={} completion_tokens={}{drafts}",
                 counts.prompt.load(Ordering::Relaxed),
                 counts.cached.load(Ordering::Relaxed),
                 counts.completion.load(Ordering::Relaxed)

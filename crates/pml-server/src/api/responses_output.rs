@@ -136,6 +136,7 @@ impl ResponseRun {
                 JobEvent::Done {
                     end,
                     completion_tokens,
+                    ..
                 },
             )) => {
                 if end == JobEnd::TimedOut {

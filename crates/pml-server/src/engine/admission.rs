@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::{CompletionJob, JobEnd, JobError, JobEvent};
+use super::{CompletionJob, DraftCounts, JobEnd, JobError, JobEvent};
 use crate::metrics::{Metrics, Outcome};
 
 /// The completions waiting for room in the batch, oldest first.
@@ -83,6 +83,7 @@ pub fn still_wanted(job: &CompletionJob, now: Instant, metrics: &Metrics) -> boo
         job.events.send(JobEvent::Done {
             end: JobEnd::TimedOut,
             completion_tokens: 0,
+            drafts: DraftCounts::default(),
         });
         return false;
     }

@@ -188,6 +188,21 @@ pub struct PromptUsage {
     pub prompt_token_kinds: Option<Arc<[PromptToken]>>,
 }
 
+/// A completion's drafted tokens (speculative decoding): those verified, and those the model
+/// agreed with (each one a decode step saved).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DraftCounts {
+    pub drafted: usize,
+    pub accepted: usize,
+}
+
+impl std::ops::AddAssign for DraftCounts {
+    fn add_assign(&mut self, other: Self) {
+        self.drafted += other.drafted;
+        self.accepted += other.accepted;
+    }
+}
+
 /// How a completion ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JobEnd {
@@ -209,6 +224,7 @@ pub enum JobEvent {
     Done {
         end: JobEnd,
         completion_tokens: usize,
+        drafts: DraftCounts,
     },
     Failed(JobError),
 }

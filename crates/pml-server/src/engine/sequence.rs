@@ -22,7 +22,8 @@ use pml_syntax::{DEFAULT_MAX_SHOWN, first_shown};
 use super::prompt_rows::{RowKind, spelled};
 use super::structured::Constraint;
 use super::{
-    CompletionJob, JobEnd, JobError, JobEvent, PromptSource, PromptUsage, TokenLogprob, TokenText,
+    CompletionJob, DraftCounts, JobEnd, JobError, JobEvent, PromptSource, PromptUsage,
+    TokenLogprob, TokenText,
 };
 use crate::incident::Incident;
 use crate::metrics::{Metrics, Outcome};
@@ -53,6 +54,8 @@ pub struct Sequence<'r> {
     drafter: Option<Drafter>,
     /// Slots at the cache's end that hold drafts not yet verified, during a step's rows.
     unverified: usize,
+    /// The answer's drafts so far, for its `usage`.
+    drafts: DraftCounts,
 }
 
 /// Where a finished answer goes: its tokens (the prompt's, then the answer's) and their KV, for
@@ -183,6 +186,7 @@ impl<'r> Sequence<'r> {
             hitters,
             drafter,
             unverified: 0,
+            drafts: DraftCounts::default(),
         };
         match logits_row(&prefilled.logits) {
             Ok(mut logits) => {
@@ -295,6 +299,8 @@ impl<'r> Sequence<'r> {
         keep: &mut KeepAnswer<'_>,
     ) -> Progress<'r> {
         let first_slot = self.kv.len() - rows.len();
+        // Counted before a row can end the answer, so its `usage` has this pass's drafts too.
+        self.drafts.drafted += drafts.len();
         let mut accepted = 0;
         let n_rows = rows.len();
         for (row, mut logits) in rows.into_iter().enumerate() {
@@ -303,6 +309,7 @@ impl<'r> Sequence<'r> {
             match drafts.get(row) {
                 Some(&draft) if self.next_token == draft => {
                     accepted += 1;
+                    self.drafts.accepted += 1;
                     metrics.spec_accepted_tokens.fetch_add(1, Ordering::Relaxed);
                 }
                 _ => break,
@@ -384,6 +391,7 @@ impl<'r> Sequence<'r> {
         self.job.events.send(JobEvent::Done {
             end,
             completion_tokens,
+            drafts: self.drafts,
         });
         None
     }
