@@ -25,7 +25,9 @@ once, streaming, temperature 0:
   the short requests' TTFT is reported apart (a long prompt must not stall them).
 llama-server runs with its defaults for prompt caching (`cache_prompt`) and `-np` = clients;
 `pml serve` with its automatic prefix caching. Prints TTFT p50 / p95 (first streamed content)
-and output tokens/s (completion tokens over the workload's wall time) for each, with `uptime`
+output tokens/s (completion tokens over the workload's wall time) and TPOT p50 (vLLM's time per
+output token: a request's time after its first token over the tokens after it, prefill left out)
+for each, with `uptime`
 and the CPU flags that matter beside them; for each `pml serve`, the most KV its sequences held
 at once (`pml_kv_resident_peak_bytes`, every shared buffer counted once) and the forward passes
 per engine step (`pml_forward_passes_total` / `pml_engine_steps_total`; builds without them: "-").
@@ -148,7 +150,10 @@ def stream_request(port, path, fields, max_tokens):
                     ttft = time.perf_counter() - start
         if chunk.get("usage"):
             tokens = chunk["usage"].get("completion_tokens")
-    return ttft, tokens if tokens is not None else pieces, "".join(text)
+    count = tokens if tokens is not None else pieces
+    decode = time.perf_counter() - start - ttft if ttft is not None else 0.0
+    tpot = decode / (count - 1) if count > 1 else None
+    return ttft, count, "".join(text), tpot
 
 
 def wait_ready(port, process, seconds=600):
@@ -189,8 +194,8 @@ def upload_docqa(port, schema):
 
 def run_workload(port, kind, workload, clients, requests, max_tokens):
     """Every client's requests; returns the TTFTs (the short requests' only in "long"), the
-    completion tokens, errors and wall time."""
-    ttfts, tokens, errors = [], [], []
+    completion tokens, the TPOTs, errors and wall time."""
+    ttfts, tokens, tpots, errors = [], [], [], []
     lock = threading.Lock()
     barrier = threading.Barrier(clients)
     rag = docqa() if workload in ("rag", "mix") else None
@@ -208,11 +213,13 @@ def run_workload(port, kind, workload, clients, requests, max_tokens):
                 else:
                     sends_rag = workload == "rag" or (workload == "mix" and number % 2 == 0)
                     path, fields = request(kind, number, index, rag if sends_rag else None)
-                ttft, count, _ = stream_request(port, path, fields, max_tokens)
+                ttft, count, _, tpot = stream_request(port, path, fields, max_tokens)
                 with lock:
                     if workload != "long" or number >= 2:
                         ttfts.append(ttft)
                     tokens.append(count)
+                    if tpot is not None:
+                        tpots.append(tpot)
             except Exception as error:  # reported below, never silently dropped
                 with lock:
                     errors.append(repr(error))
@@ -224,7 +231,7 @@ def run_workload(port, kind, workload, clients, requests, max_tokens):
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - start
-    return ttfts, tokens, errors, wall
+    return ttfts, tokens, tpots, errors, wall
 
 
 def percentile(values, share):
@@ -275,7 +282,7 @@ def main():
             wait_ready(port, process)
             load = open("/proc/loadavg").read().split()[0]
             kind = "llama" if name == "llama-server" else "pml"
-            ttfts, tokens, errors, wall = run_workload(port, kind, args.workload, args.clients,
+            ttfts, tokens, tpots, errors, wall = run_workload(port, kind, args.workload, args.clients,
                                                        args.requests, args.max_tokens)
             kv_peak = pml_metrics.kv_peak_mib(port) if kind == "pml" else None
             per_step = pml_metrics.passes_per_step(port) if kind == "pml" else None
@@ -285,18 +292,20 @@ def main():
         if errors:
             print(f"{name}: {len(errors)} failed requests, first: {errors[0]}")
         rows.append((name, percentile(ttfts, 0.5), percentile(ttfts, 0.95),
-                     sum(tokens) / wall, len(ttfts), load, kv_peak, per_step))
+                     sum(tokens) / wall, percentile(tpots, 0.5) if tpots else None, len(ttfts),
+                     load, kv_peak, per_step))
     shutil.rmtree(scratch, ignore_errors=True)
     short = " (TTFT of the short requests)" if args.workload == "long" else ""
     print(f"{args.workload} workload{short}: {args.clients} clients x {args.requests} requests, {args.threads} "
           f"threads each, max_tokens {args.max_tokens}; CPU: {simd}")
-    print(f"{'server':14} {'TTFT p50 s':>10} {'TTFT p95 s':>10} {'out tok/s':>9} {'done':>5} "
-          f"{'load':>5} {'KV peak MiB':>11} {'passes/step':>11}")
-    for name, p50, p95, rate, done, load, kv_peak, per_step in rows:
+    print(f"{'server':14} {'TTFT p50 s':>10} {'TTFT p95 s':>10} {'out tok/s':>9} "
+          f"{'TPOT p50 ms':>11} {'done':>5} {'load':>5} {'KV peak MiB':>11} {'passes/step':>11}")
+    for name, p50, p95, rate, tpot, done, load, kv_peak, per_step in rows:
         peak = "-" if kv_peak is None else f"{kv_peak:.1f}"
         passes = "-" if per_step is None else f"{per_step:.3f}"
-        print(f"{name:14} {p50:10.2f} {p95:10.2f} {rate:9.1f} {done:5d} {load:>5} {peak:>11} "
-              f"{passes:>11}")
+        per_token = "-" if tpot is None else f"{tpot * 1e3:.1f}"
+        print(f"{name:14} {p50:10.2f} {p95:10.2f} {rate:9.1f} {per_token:>11} {done:5d} {load:>5} "
+              f"{peak:>11} {passes:>11}")
 
 
 if __name__ == "__main__":

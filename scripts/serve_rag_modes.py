@@ -33,7 +33,7 @@ def answers(port, kind, fields_extra, rag, clients, requests, max_tokens):
         for index in range(requests):
             try:
                 path, fields = bench.request(kind, number, index, rag)
-                ttft, _, text = bench.stream_request(port, path, dict(fields, **fields_extra),
+                ttft, _, text, _ = bench.stream_request(port, path, dict(fields, **fields_extra),
                                                      max_tokens)
                 with lock:
                     results[(number, index)] = (ttft, text)

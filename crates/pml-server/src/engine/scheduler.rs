@@ -23,7 +23,8 @@ use std::time::Instant;
 
 use candle_core::DType;
 use pml_engine::Tokenizer;
-use pml_engine::generation::speculative::pace::{DraftOffer, PassCosts, draft_lengths};
+use pml_engine::generation::speculative::ngram::MAX_NGRAM;
+use pml_engine::generation::speculative::pace::{Acceptance, DraftOffer, PassCosts, draft_lengths};
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::BatchSlot;
 use pml_runtime::inference::prefix_edit::edit_blend_options;
@@ -115,6 +116,9 @@ pub struct Scheduler<'r> {
     step_time: StepTime,
     /// What passes of each number of rows cost: how many drafted tokens a step verifies.
     pass_costs: PassCosts,
+    /// How often the answers' drafts were accepted, by match length: where a new answer's
+    /// pacing starts (answers of a workload draft alike, and a short one cannot learn alone).
+    learnt: Acceptance,
 }
 
 impl<'r> Scheduler<'r> {
@@ -142,6 +146,7 @@ impl<'r> Scheduler<'r> {
             active: Vec::new(),
             step_time: StepTime::default(),
             pass_costs: PassCosts::new(MAX_COSTED_ROWS),
+            learnt: Acceptance::new(MAX_NGRAM),
         }
     }
 
@@ -419,6 +424,7 @@ impl<'r> Scheduler<'r> {
             job,
             prefilled,
             constraint,
+            &self.learnt,
             &self.metrics,
             &mut |tokens, kv| keep_answer(self.runtime, &self.prefix_cache, tokens, kv),
         ) {
@@ -690,9 +696,13 @@ impl<'r> Scheduler<'r> {
         for (sequence, rows) in active.into_iter().zip(decoding) {
             metrics.inter_token_latency.observe(elapsed);
             let logits: Vec<Vec<f32>> = decoded.by_ref().take(rows.tokens.len()).collect();
-            if let Some(sequence) =
-                sequence.accept_drafted(logits, &rows.tokens[1..], metrics, &mut keep)
-            {
+            if let Some(sequence) = sequence.accept_drafted(
+                logits,
+                &rows.tokens[1..],
+                &mut self.learnt,
+                metrics,
+                &mut keep,
+            ) {
                 self.active.push(sequence);
             }
         }

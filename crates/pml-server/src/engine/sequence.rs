@@ -8,7 +8,7 @@ use candle_core::{DType, Tensor};
 use pml_compiler::PlanError;
 use pml_engine::Tokenizer;
 use pml_engine::generation::speculative::Drafter;
-use pml_engine::generation::speculative::pace::DraftOffer;
+use pml_engine::generation::speculative::pace::{Acceptance, DraftOffer};
 use pml_engine::generation::{DecodeState, DecodeStep};
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::Model;
@@ -112,6 +112,7 @@ impl<'r> Sequence<'r> {
         job: CompletionJob,
         prefilled: Prefilled,
         constraint: Option<Constraint>,
+        learnt: &Acceptance,
         metrics: &Metrics,
         keep: &mut KeepAnswer<'_>,
     ) -> Progress<'r> {
@@ -159,7 +160,12 @@ impl<'r> Sequence<'r> {
         }
         let hitters = prefilled.hitters;
         let drafter = match hitters {
-            None => Drafter::new(job.params.speculation, &prefilled.all_tokens),
+            None => {
+                Drafter::new(job.params.speculation, &prefilled.all_tokens).map(|mut drafter| {
+                    drafter.start_from(learnt);
+                    drafter
+                })
+            }
             Some(_) => None,
         };
         let plain_prompt = (!matches!(job.prompt, PromptSource::Pml { .. })
@@ -295,6 +301,7 @@ impl<'r> Sequence<'r> {
         mut self,
         rows: Vec<Vec<f32>>,
         drafts: &[u32],
+        learnt: &mut Acceptance,
         metrics: &Metrics,
         keep: &mut KeepAnswer<'_>,
     ) -> Progress<'r> {
@@ -319,7 +326,7 @@ impl<'r> Sequence<'r> {
         if !drafts.is_empty() {
             self.kv.rollback(first_slot + 1 + accepted);
             if let Some(drafter) = &mut self.drafter {
-                drafter.record_verdict(accepted, accepted < drafts.len());
+                drafter.share_verdict(accepted, accepted < drafts.len(), learnt);
             }
         }
         Some(self)

@@ -209,6 +209,19 @@ impl Drafter {
         self.acceptance
             .record(self.pending_match, accepted, rejected);
     }
+
+    /// Starts this sequence's acceptance from `learnt`, earlier answers' record (a server's):
+    /// a short answer is not paced by the prior alone.
+    pub fn start_from(&mut self, learnt: &Acceptance) {
+        self.acceptance = learnt.seeded();
+    }
+
+    /// [`Self::record_verdict`], and the same verdict into `learnt`, the record later answers
+    /// start from.
+    pub fn share_verdict(&mut self, accepted: usize, rejected: bool, learnt: &mut Acceptance) {
+        self.record_verdict(accepted, rejected);
+        learnt.record(self.pending_match, accepted, rejected);
+    }
 }
 
 /// Where a sequence decoded alone gets its drafts: the n-gram lookup where it has a match

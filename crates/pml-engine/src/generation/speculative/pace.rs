@@ -17,6 +17,10 @@ const COST_WEIGHT: f64 = 0.25;
 /// Each verdict discounts older ones by this much, so acceptance follows the answer's phase
 /// (quoting a module, then explaining in its own words).
 const ACCEPTANCE_DECAY: f64 = 0.9;
+/// Most tried drafts per match length that a new answer takes from earlier answers' record
+/// ([`Acceptance::seeded`]): enough that a server's measured rate replaces the prior for short
+/// answers, few enough that an answer's own verdicts outweigh it within a few passes.
+const LEARNT_WEIGHT: f64 = 8.0;
 /// Prior acceptance of a draft from a match of `n` tokens, as counts: `n` accepted of `n + 2`
 /// tried (a third for one matching token, two thirds for four), weak enough that a few verdicts
 /// outweigh it. A lone matching token predicts little; a short answer must not pay to learn so.
@@ -115,6 +119,20 @@ impl Acceptance {
         let (kept, tried) = &mut self.by_match[at];
         *kept = *kept * ACCEPTANCE_DECAY + accepted as f64;
         *tried = *tried * ACCEPTANCE_DECAY + (accepted + usize::from(rejected)) as f64;
+    }
+
+    /// A new answer's acceptance that starts from this record of earlier answers' (a server's,
+    /// over its workload), each match length's counts scaled to at most [`LEARNT_WEIGHT`] tried.
+    pub fn seeded(&self) -> Acceptance {
+        let by_match = self
+            .by_match
+            .iter()
+            .map(|&(kept, tried)| {
+                let scale = (LEARNT_WEIGHT / tried.max(f64::MIN_POSITIVE)).min(1.0);
+                (kept * scale, tried * scale)
+            })
+            .collect();
+        Acceptance { by_match }
     }
 
     /// The estimated chance that a drafted token from a match of length `matched` is accepted
@@ -218,6 +236,27 @@ mod tests {
         }
         assert_eq!(one(&costs, alpha, 8), 3);
         assert_eq!(one(&costs, alpha, 2), 2);
+    }
+
+    #[test]
+    fn a_new_answer_starts_from_earlier_answers_rate_and_soon_follows_its_own() {
+        let mut learnt = Acceptance::new(4);
+        for _ in 0..40 {
+            learnt.record(4, 0, true);
+        }
+        let fresh = Acceptance::new(4);
+        let mut seeded = learnt.seeded();
+        // Earlier answers refused every draft of a 4-token match: the prior's two thirds is
+        // gone from the start, without the earlier answers' whole weight.
+        assert!(fresh.rate(4) > 0.6);
+        assert!(seeded.rate(4) < 0.3, "{}", seeded.rate(4));
+        assert!((seeded.by_match[3].1 - LEARNT_WEIGHT).abs() < 1e-9);
+        // Untried lengths keep the prior.
+        assert_eq!(seeded.rate(2), fresh.rate(2));
+        for _ in 0..6 {
+            seeded.record(4, 8, false);
+        }
+        assert!(seeded.rate(4) > 0.8, "{}", seeded.rate(4));
     }
 
     #[test]
