@@ -28,3 +28,13 @@ def passes_per_step(port):
     if not steps:
         return None
     return values.get("pml_forward_passes_total", 0.0) / steps
+
+
+def drafts(port):
+    """(drafted, accepted) tokens of speculative decoding (`pml_spec_draft_tokens_total`,
+    `pml_spec_accepted_tokens_total`); None for a build that does not count them."""
+    values = read(port, ("pml_spec_draft_tokens_total", "pml_spec_accepted_tokens_total"))
+    if "pml_spec_draft_tokens_total" not in values:
+        return None
+    return (int(values["pml_spec_draft_tokens_total"]),
+            int(values.get("pml_spec_accepted_tokens_total", 0)))

@@ -286,6 +286,7 @@ def main():
                                                        args.requests, args.max_tokens)
             kv_peak = pml_metrics.kv_peak_mib(port) if kind == "pml" else None
             per_step = pml_metrics.passes_per_step(port) if kind == "pml" else None
+            drafts = pml_metrics.drafts(port) if kind == "pml" else None
         finally:
             process.terminate()
             process.wait(timeout=60)
@@ -293,19 +294,21 @@ def main():
             print(f"{name}: {len(errors)} failed requests, first: {errors[0]}")
         rows.append((name, percentile(ttfts, 0.5), percentile(ttfts, 0.95),
                      sum(tokens) / wall, percentile(tpots, 0.5) if tpots else None, len(ttfts),
-                     load, kv_peak, per_step))
+                     load, kv_peak, per_step, drafts))
     shutil.rmtree(scratch, ignore_errors=True)
     short = " (TTFT of the short requests)" if args.workload == "long" else ""
     print(f"{args.workload} workload{short}: {args.clients} clients x {args.requests} requests, {args.threads} "
           f"threads each, max_tokens {args.max_tokens}; CPU: {simd}")
     print(f"{'server':14} {'TTFT p50 s':>10} {'TTFT p95 s':>10} {'out tok/s':>9} "
-          f"{'TPOT p50 ms':>11} {'done':>5} {'load':>5} {'KV peak MiB':>11} {'passes/step':>11}")
-    for name, p50, p95, rate, tpot, done, load, kv_peak, per_step in rows:
+          f"{'TPOT p50 ms':>11} {'done':>5} {'load':>5} {'KV peak MiB':>11} {'passes/step':>11} "
+          f"{'drafted/accepted':>16}")
+    for name, p50, p95, rate, tpot, done, load, kv_peak, per_step, drafts in rows:
         peak = "-" if kv_peak is None else f"{kv_peak:.1f}"
         passes = "-" if per_step is None else f"{per_step:.3f}"
         per_token = "-" if tpot is None else f"{tpot * 1e3:.1f}"
+        spec = "-" if drafts is None else f"{drafts[0]}/{drafts[1]}"
         print(f"{name:14} {p50:10.2f} {p95:10.2f} {rate:9.1f} {per_token:>11} {done:5d} {load:>5} "
-              f"{peak:>11} {passes:>11}")
+              f"{peak:>11} {passes:>11} {spec:>16}")
 
 
 if __name__ == "__main__":

@@ -116,8 +116,9 @@ pub struct Scheduler<'r> {
     step_time: StepTime,
     /// What passes of each number of rows cost: how many drafted tokens a step verifies.
     pass_costs: PassCosts,
-    /// How often the answers' drafts were accepted, by match length: where a new answer's
-    /// pacing starts (answers of a workload draft alike, and a short one cannot learn alone).
+    /// How often the answers' drafts were accepted, by match length: every answer's pace reads
+    /// it (answers of a workload draft alike; a short one, or a batch's first pass, cannot
+    /// learn alone).
     learnt: Acceptance,
 }
 
@@ -424,7 +425,6 @@ impl<'r> Scheduler<'r> {
             job,
             prefilled,
             constraint,
-            &self.learnt,
             &self.metrics,
             &mut |tokens, kv| keep_answer(self.runtime, &self.prefix_cache, tokens, kv),
         ) {
@@ -603,7 +603,12 @@ impl<'r> Scheduler<'r> {
         let decoding = if computes_prompts {
             plain_rows(&self.active)
         } else {
-            decoding_rows(&mut self.active, &self.pass_costs, &self.metrics)
+            decoding_rows(
+                &mut self.active,
+                &self.pass_costs,
+                &self.learnt,
+                &self.metrics,
+            )
         };
         let mut chunks: Vec<PromptChunk<'_>> = prefills
             .iter_mut()
@@ -744,11 +749,14 @@ fn plain_rows(active: &[Sequence<'_>]) -> Vec<DecodingRows> {
 fn decoding_rows(
     active: &mut [Sequence<'_>],
     costs: &PassCosts,
+    learnt: &Acceptance,
     metrics: &Metrics,
 ) -> Vec<DecodingRows> {
     let base_rows = active.len();
-    let offers: Vec<Option<(Vec<u32>, DraftOffer)>> =
-        active.iter_mut().map(Sequence::offer).collect();
+    let offers: Vec<Option<(Vec<u32>, DraftOffer)>> = active
+        .iter_mut()
+        .map(|sequence| sequence.offer(learnt))
+        .collect();
     let none = DraftOffer {
         alpha: 0.0,
         available: 0,
@@ -758,6 +766,20 @@ fn decoding_rows(
         .map(|offer| offer.as_ref().map_or(none, |(_, offer)| *offer))
         .collect();
     let lengths = draft_lengths(costs, base_rows, active.len() as f64, &terms);
+    if tracing::enabled!(tracing::Level::DEBUG) && terms.iter().any(|term| term.available > 0) {
+        let alphas: Vec<String> = terms
+            .iter()
+            .zip(&lengths)
+            .map(|(term, length)| format!("{:.2}x{}>{length}", term.alpha, term.available))
+            .collect();
+        tracing::debug!(
+            rows = base_rows,
+            base_cost_ms = costs.estimate(base_rows) * 1e3,
+            more_cost_ms = costs.estimate(2 * base_rows) * 1e3,
+            "drafts (alpha x available > taken): {}",
+            alphas.join(" ")
+        );
+    }
     let mut drafted = 0;
     let rows = active
         .iter()

@@ -112,7 +112,6 @@ impl<'r> Sequence<'r> {
         job: CompletionJob,
         prefilled: Prefilled,
         constraint: Option<Constraint>,
-        learnt: &Acceptance,
         metrics: &Metrics,
         keep: &mut KeepAnswer<'_>,
     ) -> Progress<'r> {
@@ -160,12 +159,7 @@ impl<'r> Sequence<'r> {
         }
         let hitters = prefilled.hitters;
         let drafter = match hitters {
-            None => {
-                Drafter::new(job.params.speculation, &prefilled.all_tokens).map(|mut drafter| {
-                    drafter.start_from(learnt);
-                    drafter
-                })
-            }
+            None => Drafter::new(job.params.speculation, &prefilled.all_tokens),
             Some(_) => None,
         };
         let plain_prompt = (!matches!(job.prompt, PromptSource::Pml { .. })
@@ -281,8 +275,9 @@ impl<'r> Sequence<'r> {
     }
 
     /// Tokens that may follow the next one, as many as the answer's length limit and the
-    /// sequence's reserved slots leave room for, and the chance each is accepted.
-    pub fn offer(&mut self) -> Option<(Vec<u32>, DraftOffer)> {
+    /// sequence's reserved slots leave room for, and the chance each is accepted (`learnt`: the
+    /// server's record of its answers' drafts).
+    pub fn offer(&mut self, learnt: &Acceptance) -> Option<(Vec<u32>, DraftOffer)> {
         let drafter = self.drafter.as_mut()?;
         // Rows after the next token's own: sampled tokens left, and slots left.
         let tokens_left = self
@@ -291,7 +286,7 @@ impl<'r> Sequence<'r> {
             .max_tokens
             .saturating_sub(self.state.token_ids().len() + 1);
         let slots_left = self.reserved_slots.saturating_sub(self.kv.len() + 1);
-        drafter.offer(tokens_left.min(slots_left))
+        drafter.offer(tokens_left.min(slots_left), Some(learnt))
     }
 
     /// Takes the step's rows for this sequence: row 0 after its next token, row `i` after

@@ -173,11 +173,16 @@ impl Drafter {
 
     /// Tokens that may follow the sequence's last one, at most `room` (what the answer's length
     /// limit and cache leave), and the chance that each is accepted; `None` when nothing matches.
-    pub fn offer(&mut self, room: usize) -> Option<(Vec<u32>, DraftOffer)> {
+    /// `shared`: the record of a server's answers ([`Acceptance::rate_with`]), where there is one.
+    pub fn offer(
+        &mut self,
+        room: usize,
+        shared: Option<&Acceptance>,
+    ) -> Option<(Vec<u32>, DraftOffer)> {
         let found = self.index.draft(self.min_match, room.min(self.max_draft))?;
         self.pending_match = found.matched;
         let offer = DraftOffer {
-            alpha: self.acceptance.rate(found.matched),
+            alpha: self.acceptance.rate_with(found.matched, shared),
             available: found.tokens.len(),
         };
         Some((found.tokens, offer))
@@ -186,7 +191,7 @@ impl Drafter {
     /// The tokens to verify after the sequence's last one when it is decoded alone, as many of
     /// [`Self::offer`]'s as its own passes' costs say pay; empty for a plain step.
     pub fn draft(&mut self, room: usize) -> Vec<u32> {
-        let Some((mut tokens, offer)) = self.offer(room) else {
+        let Some((mut tokens, offer)) = self.offer(room, None) else {
             return Vec::new();
         };
         tokens.truncate(draft_lengths(&self.costs, 1, 1.0, &[offer])[0]);
@@ -210,14 +215,7 @@ impl Drafter {
             .record(self.pending_match, accepted, rejected);
     }
 
-    /// Starts this sequence's acceptance from `learnt`, earlier answers' record (a server's):
-    /// a short answer is not paced by the prior alone.
-    pub fn start_from(&mut self, learnt: &Acceptance) {
-        self.acceptance = learnt.seeded();
-    }
-
-    /// [`Self::record_verdict`], and the same verdict into `learnt`, the record later answers
-    /// start from.
+    /// [`Self::record_verdict`], and the same verdict into `learnt`, the server's shared record.
     pub fn share_verdict(&mut self, accepted: usize, rejected: bool, learnt: &mut Acceptance) {
         self.record_verdict(accepted, rejected);
         learnt.record(self.pending_match, accepted, rejected);

@@ -17,9 +17,9 @@ const COST_WEIGHT: f64 = 0.25;
 /// Each verdict discounts older ones by this much, so acceptance follows the answer's phase
 /// (quoting a module, then explaining in its own words).
 const ACCEPTANCE_DECAY: f64 = 0.9;
-/// Most tried drafts per match length that a new answer takes from earlier answers' record
-/// ([`Acceptance::seeded`]): enough that a server's measured rate replaces the prior for short
-/// answers, few enough that an answer's own verdicts outweigh it within a few passes.
+/// Most tried drafts per match length that an answer's pace takes from the server's shared
+/// record ([`Acceptance::rate_with`]): enough that the workload's measured rate outweighs the
+/// prior, few enough that an answer's own verdicts outweigh it within a few passes.
 const LEARNT_WEIGHT: f64 = 8.0;
 /// Prior acceptance of a draft from a match of `n` tokens, as counts: `n` accepted of `n + 2`
 /// tried (a third for one matching token, two thirds for four), weak enough that a few verdicts
@@ -67,6 +67,13 @@ impl PassCosts {
             .iter()
             .rposition(Option::is_some)
             .map_or(1, |at| 2 * (at + 1))
+    }
+
+    /// Whether a pass of `rows` rows ran (within the table).
+    pub fn measured(&self, rows: usize) -> bool {
+        rows.checked_sub(1)
+            .and_then(|at| self.cost.get(at))
+            .is_some_and(Option::is_some)
     }
 
     /// The estimated cost of a pass of `rows` rows: its measured mean; between two measured
@@ -121,27 +128,25 @@ impl Acceptance {
         *tried = *tried * ACCEPTANCE_DECAY + (accepted + usize::from(rejected)) as f64;
     }
 
-    /// A new answer's acceptance that starts from this record of earlier answers' (a server's,
-    /// over its workload), each match length's counts scaled to at most [`LEARNT_WEIGHT`] tried.
-    pub fn seeded(&self) -> Acceptance {
-        let by_match = self
-            .by_match
-            .iter()
-            .map(|&(kept, tried)| {
-                let scale = (LEARNT_WEIGHT / tried.max(f64::MIN_POSITIVE)).min(1.0);
-                (kept * scale, tried * scale)
-            })
-            .collect();
-        Acceptance { by_match }
-    }
-
     /// The estimated chance that a drafted token from a match of length `matched` is accepted
     /// once the ones before it were.
     pub fn rate(&self, matched: usize) -> f64 {
+        self.rate_with(matched, None)
+    }
+
+    /// [`Self::rate`], with `shared`'s counts (the record of every answer a server decodes,
+    /// this one's included) added at a weight of at most [`LEARNT_WEIGHT`] tried: answers of a
+    /// workload draft alike, so a short answer, and each sequence of a batch after its first
+    /// verdicts, is paced by what the workload's drafts measured rather than the prior alone.
+    pub fn rate_with(&self, matched: usize, shared: Option<&Acceptance>) -> f64 {
         let at = matched.clamp(1, self.by_match.len()) - 1;
         let (kept, tried) = self.by_match[at];
+        let (shared_kept, shared_tried) = shared
+            .and_then(|shared| shared.by_match.get(at).copied())
+            .unwrap_or((0.0, 0.0));
+        let scale = (LEARNT_WEIGHT / shared_tried.max(f64::MIN_POSITIVE)).min(1.0);
         let (prior_kept, prior_tried) = prior(at + 1);
-        (kept + prior_kept) / (tried + prior_tried)
+        (kept + shared_kept * scale + prior_kept) / (tried + shared_tried * scale + prior_tried)
     }
 }
 
@@ -156,13 +161,19 @@ pub struct DraftOffer {
 /// How many of each offer's drafts a pass should verify: `base_rows` rows run anyway and
 /// decide `base_tokens` tokens (a decoding sequence's own row decides one); a draft adds a row
 /// and, with the chance that it and the drafts before it are accepted, a token. Takes the
-/// drafts of highest chance first, as many as give the most expected tokens per second.
+/// drafts of highest chance first, as many as give the most expected tokens per second. Until
+/// a pass of `base_rows` alone was measured, none: a plain pass priced from a larger one (a
+/// prefill chunk's, or one that verified drafts) would make every draft look free, and would
+/// never be measured.
 pub fn draft_lengths(
     costs: &PassCosts,
     base_rows: usize,
     base_tokens: f64,
     offers: &[DraftOffer],
 ) -> Vec<usize> {
+    if !costs.measured(base_rows) {
+        return vec![0; offers.len()];
+    }
     // Each offer's j-th draft is worth alpha^j: the lists are decreasing, so a prefix of the
     // merged order holds a prefix of every offer.
     let mut drafts: Vec<(f64, usize)> = offers
@@ -239,24 +250,22 @@ mod tests {
     }
 
     #[test]
-    fn a_new_answer_starts_from_earlier_answers_rate_and_soon_follows_its_own() {
-        let mut learnt = Acceptance::new(4);
+    fn a_shared_record_paces_an_answer_until_its_own_verdicts_outweigh_it() {
+        let mut shared = Acceptance::new(4);
         for _ in 0..40 {
-            learnt.record(4, 0, true);
+            shared.record(4, 0, true);
         }
-        let fresh = Acceptance::new(4);
-        let mut seeded = learnt.seeded();
-        // Earlier answers refused every draft of a 4-token match: the prior's two thirds is
-        // gone from the start, without the earlier answers' whole weight.
-        assert!(fresh.rate(4) > 0.6);
-        assert!(seeded.rate(4) < 0.3, "{}", seeded.rate(4));
-        assert!((seeded.by_match[3].1 - LEARNT_WEIGHT).abs() < 1e-9);
+        let mut own = Acceptance::new(4);
+        // The workload refused every draft of a 4-token match: the prior's two thirds is gone
+        // from the first pass, without the record's whole weight.
+        assert!(own.rate(4) > 0.6);
+        assert!(own.rate_with(4, Some(&shared)) < 0.3);
         // Untried lengths keep the prior.
-        assert_eq!(seeded.rate(2), fresh.rate(2));
+        assert_eq!(own.rate_with(2, Some(&shared)), own.rate(2));
         for _ in 0..6 {
-            seeded.record(4, 8, false);
+            own.record(4, 8, false);
         }
-        assert!(seeded.rate(4) > 0.8, "{}", seeded.rate(4));
+        assert!(own.rate_with(4, Some(&shared)) > 0.8);
     }
 
     #[test]
@@ -301,6 +310,18 @@ mod tests {
         // Two sequences, 2 rows of their own: 6 free rows go to the likelier drafts first.
         let lengths = draft_lengths(&costs, 2, 2.0, &[likely, unlikely]);
         assert_eq!(lengths, vec![4, 2]);
+        // Until a pass of their own rows alone ran, the rows above are not priced against it.
+        let mut unmeasured = PassCosts::new(64);
+        unmeasured.record(16, 0.040);
+        assert_eq!(
+            draft_lengths(&unmeasured, 2, 2.0, &[likely, unlikely]),
+            vec![0, 0]
+        );
+        unmeasured.record(2, 0.020);
+        assert_eq!(
+            draft_lengths(&unmeasured, 2, 2.0, &[likely, unlikely]),
+            vec![4, 0]
+        );
         // Eight sequences already fill the free rows: nothing is worth a costlier pass.
         assert_eq!(
             draft_lengths(&costs, 8, 8.0, &[likely; 8]),
