@@ -8,7 +8,8 @@ Usage:
 
 `--also-pml` runs another `pml` build on the same workload in the same run (a before/after
 comparison beside the peer); `--also-pml "off=target/release/pml --speculative off"` the same
-build with flags of its own.
+build with flags of its own. `--also-llama "LABEL=FLAGS"` runs `--llama-server` again with flags
+of its own (`--also-llama "llama draft=-md DRAFT.gguf --draft-max 8"`: its speculative modes).
 
 Workloads (`--workload`), each client sending its requests one after the other, all clients at
 once, streaming, temperature 0:
@@ -250,13 +251,19 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--workload", choices=["chat", "rag", "mix", "long", "copy"], default="chat")
     parser.add_argument("--also-pml", action="append", default=[], metavar="LABEL=PATH")
+    parser.add_argument("--also-llama", action="append", default=[], metavar="LABEL=FLAGS")
     args = parser.parse_args()
+    if args.also_llama and not args.llama_server:
+        parser.error("--also-llama needs --llama-server")
     servers = {}
-    if args.llama_server:
-        servers["llama-server"] = [
-            args.llama_server, "-m", args.model, "--port", "18201", "-t", str(args.threads),
-            "-np", str(args.clients),
-            "-c", str(args.clients * (4096 if args.workload == "long" else 2048))]
+    llamas = set()
+    for offset, also in enumerate([""] + args.also_llama if args.llama_server else []):
+        label, flags = also.split("=", 1) if also else ("llama-server", "")
+        llamas.add(label)
+        servers[label] = [
+            args.llama_server, "-m", args.model, "--port", str(18201 - offset), "-t",
+            str(args.threads), "-np", str(args.clients),
+            "-c", str(args.clients * (4096 if args.workload == "long" else 2048))] + flags.split()
     servers["pml serve"] = [args.pml, "serve", "--model", args.model, "--port", "18202"]
     for offset, also in enumerate(args.also_pml):
         label, path = also.split("=", 1)
@@ -268,7 +275,7 @@ def main():
     # nothing is left in the user's store.
     scratch = tempfile.mkdtemp(prefix="serve-load-bench-")
     for name, command in servers.items():
-        if name != "llama-server":
+        if name not in llamas:
             command += ["--store", os.path.join(scratch, str(len(command)) + name.replace(" ", "-"))]
     env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads))
     flags = open("/proc/cpuinfo").read().split("flags")[1].split("\n")[0].split()
@@ -281,7 +288,7 @@ def main():
         try:
             wait_ready(port, process)
             load = open("/proc/loadavg").read().split()[0]
-            kind = "llama" if name == "llama-server" else "pml"
+            kind = "llama" if name in llamas else "pml"
             ttfts, tokens, tpots, errors, wall = run_workload(port, kind, args.workload, args.clients,
                                                        args.requests, args.max_tokens)
             kv_peak = pml_metrics.kv_peak_mib(port) if kind == "pml" else None

@@ -37,8 +37,9 @@ pub struct SpeculationArgs {
     /// How tokens are drafted ahead of the model, to verify several in one pass; the answer is
     /// the same either way. `ngram` looks the answer's last tokens up in the prompt (its
     /// modules included) and the answer so far; `draft` has `--draft-model` decode ahead.
-    /// Default: `draft` with a `--draft-model`, else `ngram`, but `off` for `pml serve` (with 8
-    /// clients its steps are compute-bound and drafts measured slower).
+    /// Default: `draft` with a `--draft-model`, else `ngram`, but `off` for `pml serve` (as
+    /// llama-server's and vLLM's: with 8 clients its steps are compute-bound and drafts measured
+    /// no faster).
     #[arg(long, value_enum)]
     pub speculative: Option<SpeculativeArg>,
     /// Most drafted tokens verified in one pass (the pace picks fewer where they do not pay).
