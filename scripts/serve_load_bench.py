@@ -9,7 +9,8 @@ Usage:
 `--also-pml` runs another `pml` build on the same workload in the same run (a before/after
 comparison beside the peer); `--also-pml "off=target/release/pml --speculative off"` the same
 build with flags of its own. `--also-llama "LABEL=FLAGS"` runs `--llama-server` again with flags
-of its own (`--also-llama "llama draft=-md DRAFT.gguf --draft-max 8"`: its speculative modes).
+of its own, for its speculative modes (`--also-llama "llama draft=-md DRAFT.gguf --spec-type
+draft-simple --spec-draft-n-max 8"`: `-md` alone drafts nothing in llama.cpp of 0.3.36).
 
 Workloads (`--workload`), each client sending its requests one after the other, all clients at
 once, streaming, temperature 0:
