@@ -2,7 +2,9 @@
 # Sourced, not run: what the scripts that build or unpack llama.cpp share.
 #
 #   llama_cmake_args        CMake flags for a CPU-only llama.cpp with exactly this machine's SIMD
-#                           levels (from /proc/cpuinfo), no AMX, no GPU backends
+#                           levels (from /proc/cpuinfo), no AMX, no GPU backends; with
+#                           PML_NO_AVX512=1, none of AVX-512 either (the peer of PML's AVX2
+#                           paths on an AVX-512 machine)
 #   llama_unpack ROOT PART  downloads the llama-cpp-python sdist (which vendors llama.cpp whole)
 #                           and unpacks its vendor/llama.cpp/PART (all of it for "") into a
 #                           scratch folder under ROOT, removed when the script exits; sets
@@ -24,7 +26,10 @@ PYTHON="${PYTHON:-python3}"
 llama_cmake_args() {
     local cpu_flags
     cpu_flags="$(grep -m1 '^flags' /proc/cpuinfo || true)"
-    has() { case " ${cpu_flags#*:} " in *" $1 "*) echo ON ;; *) echo OFF ;; esac; }
+    has() {
+        case "${PML_NO_AVX512:-}:$1" in 1:avx512*) echo OFF; return ;; esac
+        case " ${cpu_flags#*:} " in *" $1 "*) echo ON ;; *) echo OFF ;; esac
+    }
     echo "-DGGML_NATIVE=OFF \
 -DGGML_AVX=$(has avx) -DGGML_AVX2=$(has avx2) -DGGML_FMA=$(has fma) -DGGML_F16C=$(has f16c) \
 -DGGML_AVX512=$(has avx512f) -DGGML_AVX512_VBMI=$(has avx512vbmi) \

@@ -10,12 +10,15 @@
 #
 # Environment:
 #   PML_HOME            cache root (default ~/.cache/pml); the venv is $PML_HOME/venv-llama-cpp
+#   PML_NO_AVX512       1: built without AVX-512 (beside PML's AVX2 paths, `PML_NO_AVX512=1`),
+#                       into $PML_HOME/venv-llama-cpp-no512
 #   LLAMA_CPP_VERSION   llama-cpp-python version to build (default 0.3.36)
 #   PYTHON              interpreter used to create the venv (default python3)
 set -euo pipefail
 
 PML_HOME="${PML_HOME:-$HOME/.cache/pml}"
 VENV="$PML_HOME/venv-llama-cpp"
+if [ "${PML_NO_AVX512:-}" = 1 ]; then VENV="$VENV-no512"; fi
 VERSION="${LLAMA_CPP_VERSION:-0.3.36}"
 PYTHON="${PYTHON:-python3}"
 

@@ -1,7 +1,8 @@
 //! `pml chat` and the model's context, on the default model (skipped with a notice when it is
 //! not fetched, unless `PML_REQUIRE_MODELS=1`): with `--kv-budget` a conversation run past its
 //! context (`-c`) keeps answering, never holding more slots than the budget; without one the
-//! turn that does not fit is refused, naming the flag.
+//! turn that does not fit is refused, naming the flag; with a draft model the answers are the
+//! ones without.
 // The test reports what it measured or skipped.
 #![allow(clippy::print_stderr)]
 
@@ -13,6 +14,11 @@ const TURNS: &str = "What is the capital of France?\nAnd of Italy?\nAnd of Spain
     And of Germany?\nAnd of Portugal?\nAnd of Austria?\nAnd of Japan?\nAnd of Egypt?\n";
 
 fn chat(extra: &[&str]) -> std::process::Output {
+    chat_within("128", extra)
+}
+
+/// [`chat`] with a context of `ctx_size` positions.
+fn chat_within(ctx_size: &str, extra: &[&str]) -> std::process::Output {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = format!("disk:{}", dir.path().join("store").display());
     let mut args = vec![
@@ -24,7 +30,7 @@ fn chat(extra: &[&str]) -> std::process::Output {
         "--temperature",
         "0",
         "-c",
-        "128",
+        ctx_size,
     ];
     args.extend(extra);
     run(env!("CARGO_BIN_EXE_pml"), &args, Some(TURNS), dir.path())
@@ -109,4 +115,39 @@ fn a_budget_past_the_context_is_refused() {
         stderr.contains("does not fit a context of 128 positions"),
         "{stderr}"
     );
+}
+
+/// The default model drafting for itself (the same vocabulary): the answers are the ones
+/// without drafts, and each turn's line counts what was drafted.
+#[test]
+fn a_chat_with_a_draft_model_answers_as_without_one() {
+    if fetched_model(DEFAULT_MODEL_ID).is_none() {
+        return;
+    }
+    let plain = chat_within("1024", &["--speculative", "off"]);
+    assert_ok(&plain, "pml chat --speculative off");
+    let drafted = chat_within("1024", &["--draft-model", DEFAULT_MODEL_ID]);
+    assert_ok(&drafted, "pml chat --draft-model");
+    let stderr = text(&drafted.stderr);
+    assert_eq!(text(&drafted.stdout), text(&plain.stdout), "{stderr}");
+    let counted = stderr
+        .lines()
+        .filter(|line| line.starts_with("turn ") && line.contains(" | drafted "))
+        .count();
+    assert!(counted > 0, "{stderr}");
+}
+
+/// Within a KV budget each step is a pass of one token: a draft model is refused before any
+/// model loads.
+#[test]
+fn a_draft_model_within_a_kv_budget_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = run(
+        env!("CARGO_BIN_EXE_pml"),
+        &["chat", "--kv-budget", "96", "--draft-model", "qwen2.5-0.5b"],
+        Some(""),
+        dir.path(),
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("--kv-budget"));
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use pml_commands::compile_command::{checked_schema, compile_schema};
 use pml_commands::failure::Failure;
-use pml_commands::pipeline::{OpenRuntime, RuntimeArgs, lay_out, open_runtime};
+use pml_commands::pipeline::{OpenRuntime, RuntimeArgs, lay_out, open_draft_model, open_runtime};
 use pml_commands::run_command::{RunArgs, run_prompt};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -39,21 +39,30 @@ struct RunFlags {
     run: RunArgs,
 }
 
-/// An open model and module store.
+/// An open model and module store, and the draft model when one is given.
 #[pyclass(name = "Runtime", module = "pml", unsendable)]
 struct Runtime {
     opened: OpenRuntime,
-    /// `--model` and `--store` as given, passed on to every run.
+    /// The draft model's id, when one drafts for the model.
+    draft_id: Option<String>,
+    /// `--model`, `--store` and `--draft-model` as given, passed on to every run.
     flags: Vec<String>,
 }
 
 #[pymethods]
 impl Runtime {
     /// Opens `model` (a registered id, fetched when absent, or a GGUF path; default: the
-    /// default model) with the module store `store` (default: `$PML_HOME/store`).
+    /// default model) with the module store `store` (default: `$PML_HOME/store`), and
+    /// `draft_model` (an id or a GGUF path of the model's tokenizer, `pml run --draft-model`)
+    /// to draft tokens for it: every run then drafts with it unless its `options` say
+    /// otherwise (`["--speculative", "ngram"]`).
     #[new]
-    #[pyo3(signature = (model=None, store=None))]
-    fn new(model: Option<String>, store: Option<String>) -> PyResult<Self> {
+    #[pyo3(signature = (model=None, store=None, *, draft_model=None))]
+    fn new(
+        model: Option<String>,
+        store: Option<String>,
+        draft_model: Option<String>,
+    ) -> PyResult<Self> {
         let mut flags = Vec::new();
         if let Some(model) = model {
             flags.extend(["--model".to_string(), model]);
@@ -64,8 +73,21 @@ impl Runtime {
         let parsed =
             RuntimeFlags::try_parse_from(std::iter::once("pml".to_string()).chain(flags.clone()))
                 .map_err(|error| PmlError::new_err(error.to_string()))?;
-        let opened = open_runtime(&parsed.runtime).map_err(failure_error)?;
-        Ok(Self { opened, flags })
+        let mut opened = open_runtime(&parsed.runtime).map_err(failure_error)?;
+        let draft_id = match draft_model {
+            Some(draft) => {
+                let id = open_draft_model(&parsed.runtime, &draft, &mut opened)
+                    .map_err(failure_error)?;
+                flags.extend(["--draft-model".to_string(), draft]);
+                Some(id)
+            }
+            None => None,
+        };
+        Ok(Self {
+            opened,
+            draft_id,
+            flags,
+        })
     }
 
     /// The model's id: its registry id, or its file's stem.
@@ -74,14 +96,26 @@ impl Runtime {
         self.opened.id.clone()
     }
 
+    /// The draft model's id, when one drafts for the model.
+    #[getter]
+    fn draft_model_id(&self) -> Option<String> {
+        self.draft_id.clone()
+    }
+
     /// Compiles the schema file `schema` (what `pmlc compile` does): encodes every module the
-    /// store lacks; returns the summary line.
+    /// store lacks, for the draft model too when there is one; returns the summary line (one
+    /// per model).
     fn compile(&mut self, schema: PathBuf) -> PyResult<String> {
         let file = checked_schema(&schema, false).map_err(failure_error)?;
-        let laid_out = lay_out(&self.opened.runtime, &file, false).map_err(failure_error)?;
-        let summary =
-            compile_schema(&self.opened.runtime, &laid_out.layout, &file).map_err(failure_error)?;
-        Ok(format!("{summary} for {}", self.opened.id))
+        let runtime = &self.opened.runtime;
+        let laid_out = lay_out(runtime, &file, false).map_err(failure_error)?;
+        let summary = compile_schema(runtime, &laid_out.layout, &file).map_err(failure_error)?;
+        let mut summary = format!("{summary} for {}", self.opened.id);
+        if let (Some(draft), Some(draft_id)) = (runtime.draft_model(), &self.draft_id) {
+            let drafted = compile_schema(draft, &laid_out.layout, &file).map_err(failure_error)?;
+            summary.push_str(&format!("\n{drafted} for {draft_id} (the draft model)"));
+        }
+        Ok(summary)
     }
 
     /// Runs the prompt file `prompt` as `pml run PROMPT --mode MODE ...` does (its schema
@@ -160,6 +194,8 @@ impl Runtime {
             tokens_recomputed: report.tokens_recomputed,
             tokens_new: report.tokens_new,
             tokens_generated: report.tokens_generated,
+            tokens_drafted: report.tokens_drafted,
+            tokens_accepted: report.tokens_accepted,
             decode_ms_per_token: report.decode_ms_per_token,
             estimated_fidelity: report.estimated_fidelity,
             fidelity_guard_fired: report.fidelity_guard_fired,
@@ -168,7 +204,13 @@ impl Runtime {
     }
 
     fn __repr__(&self) -> String {
-        format!("pml.Runtime(model={:?})", self.opened.id)
+        match &self.draft_id {
+            Some(draft) => format!(
+                "pml.Runtime(model={:?}, draft_model={draft:?})",
+                self.opened.id
+            ),
+            None => format!("pml.Runtime(model={:?})", self.opened.id),
+        }
     }
 }
 
@@ -187,6 +229,9 @@ struct RunResult {
     tokens_recomputed: usize,
     tokens_new: usize,
     tokens_generated: usize,
+    /// Tokens drafted ahead of the model and the ones it accepted.
+    tokens_drafted: usize,
+    tokens_accepted: usize,
     decode_ms_per_token: Option<f64>,
     estimated_fidelity: Option<f32>,
     fidelity_guard_fired: bool,

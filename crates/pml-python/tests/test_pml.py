@@ -108,3 +108,16 @@ def test_pmlc_is_installed_too():
         [str(BIN / "pmlc"), "check", str(SCHEMA)], capture_output=True, text=True
     )
     assert checked.returncode == 0, checked.stderr
+
+
+def test_a_draft_model_drafts_and_the_answer_is_the_same(runtime):
+    # The default model drafting for itself: the same vocabulary, every draft its own token.
+    drafted = pml.Runtime(draft_model=runtime.model_id)
+    assert drafted.draft_model_id == runtime.model_id
+    assert "(the draft model)" in drafted.compile(SCHEMA)
+    plain = runtime.run(PROMPT, options=["--speculative", "off"])
+    result = drafted.run(PROMPT)
+    assert result.answer == plain.answer == ANSWER
+    report = json.loads(result.json)
+    assert report["tokens_drafted"] == result.tokens_drafted
+    assert result.tokens_accepted <= result.tokens_drafted

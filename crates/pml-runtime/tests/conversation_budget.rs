@@ -17,6 +17,7 @@ fn parts(runtime: &Runtime, max_positions: u32) -> ChatParts<'_> {
         template: runtime.template(),
         store: runtime.store(),
         max_positions,
+        draft: None,
     }
 }
 

@@ -347,6 +347,7 @@ fn chat_parts<'a>(
         template,
         store,
         max_positions: 256,
+        draft: None,
     }
 }
 

@@ -151,11 +151,12 @@ impl<'a> Generator<'a> {
         };
         let draft = draft_model.map(|draft_model| DraftModel {
             model: draft_model,
-            prefill: Box::new(move || {
+            prefill: Box::new(move |_| {
                 let mut draft_kv = draft_model.new_kv_cache()?;
                 forward(draft_model, &mut draft_kv)?;
                 Ok(draft_kv)
             }),
+            kept: None,
         });
         let model = self.model;
         self.generate_after_with_draft(

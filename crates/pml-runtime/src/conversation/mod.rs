@@ -17,6 +17,7 @@
 //! them after the answer is out (the decoding loop does not keep layer inputs); with the
 //! quantized decode kernels they differ from the decoded rows by the kernels' rounding.
 
+mod draft;
 pub mod session;
 
 use std::time::{Duration, Instant};
@@ -31,7 +32,9 @@ use crate::restore::{
     save_unit,
 };
 use crate::store::{ContextHash, ModuleStore};
-use pml_engine::generation::{FinishReason, GenerateError, Generation, Generator, SamplingParams};
+use pml_engine::generation::{
+    FinishReason, GenerateError, Generation, Generator, SamplingParams, Speculation,
+};
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::{EngineError, ForwardContext, ForwardOptions, LogitRows, Model};
 
@@ -88,6 +91,9 @@ pub struct ChatParts<'a> {
     /// Positions the model may use (its context, or less): past it a conversation needs a KV
     /// budget.
     pub max_positions: u32,
+    /// A smaller model of the same vocabulary that drafts for it where the turn's speculation
+    /// asks for one (not within a KV budget, whose steps draft nothing).
+    pub draft: Option<&'a Model>,
 }
 
 /// One turn's account.
@@ -144,6 +150,9 @@ pub struct Conversation {
     pending: Vec<u32>,
     system: Option<String>,
     kv: Option<KvCache>,
+    /// The draft model's cache of the conversation, a prefix of `kv`'s rows (`None` until it
+    /// drafts, and after a failed turn).
+    draft_kv: Option<KvCache>,
     /// Within a KV budget: its state for the cache in `kv` (`None` while `kv` is), and a fresh
     /// one to start over with.
     hitters: Option<HeavyHitters>,
@@ -158,6 +167,7 @@ impl Conversation {
             pending: Vec::new(),
             system,
             kv: None,
+            draft_kv: None,
             hitters: None,
             budget: None,
         }
@@ -177,6 +187,7 @@ impl Conversation {
             pending: session.pending.clone(),
             system: session.system.clone(),
             kv: None,
+            draft_kv: None,
             hitters: None,
             budget: None,
         }
@@ -288,21 +299,36 @@ impl Conversation {
         };
         let prefill_start = Instant::now();
         let mut prompt_inputs = Vec::new();
+        let mut draft_kv = self.draft_kv.take();
+        let draft = match (parts.draft, params.speculation) {
+            (Some(draft), Speculation::Draft { .. }) => {
+                Some(draft::turn_draft(draft, turn, &mut draft_kv))
+            }
+            _ => None,
+        };
         let generation = Generator::new(model, parts.tokenizer)
-            .generate_after(&mut kv, turn.all_tokens, &params, on_text, |kv| {
-                let context = ForwardContext::appending(turn.prompt_positions.to_vec(), kv);
-                let options = ForwardOptions {
-                    logits: LogitRows::Last,
-                    keep_layer_inputs: turn.keep_layer_inputs,
-                };
-                let output = model.forward_with(turn.prompt, &context, kv, &options)?;
-                prompt_inputs = output.layer_inputs;
-                let logits = output
-                    .logits
-                    .ok_or_else(|| GenerateError::InvalidPrompt("the turn has no tokens".into()))?;
-                Ok(logits.squeeze(0)?)
-            })
+            .generate_after_with_draft(
+                &mut kv,
+                turn.all_tokens,
+                &params,
+                on_text,
+                |kv| {
+                    let context = ForwardContext::appending(turn.prompt_positions.to_vec(), kv);
+                    let options = ForwardOptions {
+                        logits: LogitRows::Last,
+                        keep_layer_inputs: turn.keep_layer_inputs,
+                    };
+                    let output = model.forward_with(turn.prompt, &context, kv, &options)?;
+                    prompt_inputs = output.layer_inputs;
+                    let logits = output.logits.ok_or_else(|| {
+                        GenerateError::InvalidPrompt("the turn has no tokens".into())
+                    })?;
+                    Ok(logits.squeeze(0)?)
+                },
+                draft,
+            )
             .map_err(|error| ConversationError::Generate(Box::new(error)))?;
+        self.draft_kv = draft_kv;
         Ok(Answered {
             kv,
             generation,

@@ -258,11 +258,12 @@ pub fn generate(
             let reserve = decode_reserve(plan, params, None);
             let draft = DraftModel {
                 model: draft,
-                prefill: Box::new(move || {
+                prefill: Box::new(move |_| {
                     Ok(prefill(draft, &mut encoder, plan, mode, reserve)
                         .map_err(|error| GenerateError::Prefill(Box::new(error)))?
                         .kv)
                 }),
+                kept: None,
             };
             generator.generate_after_with_draft(
                 &mut kv,

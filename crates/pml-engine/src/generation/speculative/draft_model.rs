@@ -71,8 +71,14 @@ pub struct DraftModel<'m> {
     /// Fills the draft model's cache with the whole prompt, at the positions the target's
     /// cache holds it (spliced from the draft model's own module states where the prompt has
     /// modules). It runs at the first draft, after the first token, as llama.cpp's server
-    /// prefills its draft context: its time is the first decode step's.
+    /// prefills its draft context: its time is the first decode step's. It is handed the
+    /// cache `kept` holds, to go on from.
     pub prefill: PrefillFn<'m>,
+    /// The draft model's cache from before, for a caller that goes on with the sequence (a
+    /// conversation's next turn), and where the cache is left after the answer: its rows are
+    /// then a prefix of the sequence (drafts the model refused rolled back), perhaps shorter
+    /// than the model's. Left as it was when nothing was drafted.
+    pub kept: Option<&'m mut Option<KvCache>>,
 }
 
 /// One sequence's drafting state with a draft model.
@@ -82,6 +88,7 @@ pub struct ModelDrafter<'m> {
     /// token does not wait for the draft model.
     kv: Option<KvCache>,
     prefill: Option<PrefillFn<'m>>,
+    kept: Option<&'m mut Option<KvCache>>,
     /// Tokens of the sequence (with their positions) the draft's cache lacks.
     pending: Vec<(u32, u32)>,
     max_draft: usize,
@@ -99,8 +106,8 @@ pub struct ModelDrafter<'m> {
     drafting_seconds: f64,
 }
 
-/// A draft model's prefill of the prompt.
-pub type PrefillFn<'m> = Box<dyn FnOnce() -> Result<KvCache, GenerateError> + 'm>;
+/// A draft model's prefill of the prompt, after the cache it is handed (empty when `None`).
+pub type PrefillFn<'m> = Box<dyn FnOnce(Option<KvCache>) -> Result<KvCache, GenerateError> + 'm>;
 
 impl<'m> ModelDrafter<'m> {
     /// A drafter with `draft`'s model, drafting at most `max_draft` tokens a pass.
@@ -109,6 +116,7 @@ impl<'m> ModelDrafter<'m> {
             model: draft.model,
             kv: None,
             prefill: Some(draft.prefill),
+            kept: draft.kept,
             pending: Vec::new(),
             max_draft,
             p_min,
@@ -151,7 +159,10 @@ impl<'m> ModelDrafter<'m> {
         self.drafts_run = 0;
         let kv = match (&mut self.kv, self.prefill.take()) {
             (Some(kv), _) => kv,
-            (None, Some(prefill)) => self.kv.insert(prefill()?),
+            (None, Some(prefill)) => {
+                let earlier = self.kept.as_mut().and_then(|kept| kept.take());
+                self.kv.insert(prefill(earlier)?)
+            }
             (None, None) => {
                 return Err(GenerateError::InvalidPrompt(
                     "the draft model's prefill failed before".into(),
@@ -214,6 +225,14 @@ impl<'m> ModelDrafter<'m> {
         for &token in tokens {
             self.last_position += 1;
             self.pending.push((token, self.last_position));
+        }
+    }
+}
+
+impl Drop for ModelDrafter<'_> {
+    fn drop(&mut self) {
+        if let (Some(kept), Some(kv)) = (self.kept.take(), self.kv.take()) {
+            *kept = Some(kv);
         }
     }
 }

@@ -3,13 +3,15 @@
 
 use candle_core::Device;
 
+use super::draft_model::DraftModel;
 use super::draft_model::check_vocabularies;
-use super::{DEFAULT_DRAFT_P_MIN, Speculation};
+use super::{DEFAULT_DRAFT_P_MIN, Proposer, Speculation};
 use crate::generation::test_tokenizer::{ByteTokenizer, letter_tokenizer, tiny_model};
 use crate::generation::{GenerateError, Generation, Generator, PromptInput, SamplingParams};
 use crate::kv_cache::KvCache;
 use crate::model::tiny::random_model;
 use crate::model::{Arch, Model, WeightFormat};
+use crate::tokenizer::Tokenizer;
 
 fn drafting(p_min: f32) -> Speculation {
     Speculation::Draft {
@@ -60,11 +62,99 @@ fn the_model_drafting_for_itself_has_every_draft_accepted() {
     let (drafted, drafted_kv) = generate(&model, Some(&model), &greedy(), drafting(0.0));
     assert_eq!(drafted.token_ids, plain.token_ids);
     assert_eq!(drafted_kv.positions(), plain_kv.positions());
+    // How often the draft model is asked depends on this machine's pass times (see the next
+    // test for that, on given times); that it drafts, and what, does not.
     let stats = drafted.speculation;
-    assert!(stats.drafted > 10, "{stats}");
+    assert!(stats.drafted > 0, "{stats}");
     // Its own greedy tokens, computed bit for bit as the verification rows are.
     assert_eq!(stats.accepted, stats.drafted, "{stats}");
-    assert!(stats.passes < plain.token_ids.len() / 2, "{stats}");
+}
+
+/// What [`propose_along`] saw: its passes, and the tokens the draft model drafted and of
+/// those the answer kept.
+struct Proposed {
+    passes: usize,
+    model_drafted: usize,
+    model_accepted: usize,
+}
+
+/// Drives a proposer drafting with `model` for itself over its greedy `answer`, as the decode
+/// loop would, every pass of `rows` rows taking `seconds(rows)`: a draft's accepted prefix is
+/// its common prefix with the answer.
+fn propose_along(model: &Model, answer: &[u32], seconds: impl Fn(usize) -> f64) -> Proposed {
+    let prompt = prompt();
+    let positions: Vec<u32> = (0..prompt.len() as u32).collect();
+    let prefill_tokens = prompt.clone();
+    let draft = DraftModel {
+        model,
+        prefill: Box::new(move |_| {
+            let mut kv = model.new_kv_cache()?;
+            model.forward(&prefill_tokens, &positions, &mut kv)?;
+            Ok(kv)
+        }),
+        kept: None,
+    };
+    let vocab = letter_tokenizer().vocab_size();
+    let mut proposer = Proposer::new(drafting(0.0), &prompt, Some(draft), vocab)
+        .unwrap()
+        .unwrap();
+    let mut proposed = Proposed {
+        passes: 0,
+        model_drafted: 0,
+        model_accepted: 0,
+    };
+    let mut at = 0;
+    while at < answer.len() {
+        let room = answer.len() - at - 1;
+        proposer.push(answer[at], (prompt.len() + at) as u32);
+        let drafts = proposer.draft(room).unwrap();
+        let accepted = drafts
+            .iter()
+            .zip(&answer[at + 1..])
+            .take_while(|(draft, token)| draft == token)
+            .count();
+        proposer.record_pass(drafts.len() + 1, seconds(drafts.len() + 1));
+        if proposer.modelled() {
+            proposed.model_drafted += drafts.len();
+            proposed.model_accepted += accepted;
+        }
+        proposer.verdict(&drafts, accepted, accepted < drafts.len());
+        proposed.passes += 1;
+        at += accepted + 1;
+    }
+    proposed
+}
+
+#[test]
+fn the_draft_model_is_asked_while_its_passes_beat_plain_steps() {
+    // A tiny Gemma-3's answer breaks its runs of one token now and then, where the n-gram
+    // lookup has nothing and the draft model is asked.
+    let model = random_model(Arch::Gemma3, 7, WeightFormat::default(), &Device::Cpu).unwrap();
+    let (plain, _) = generate(&model, None, &greedy(), Speculation::Off);
+    let answer = plain.token_ids;
+    // Passes of a few rows cost little more than one, as on a model whose weights dominate;
+    // the tiny model's drafting takes microseconds beside these.
+    let fast = propose_along(&model, &answer, |rows| 0.100 + 0.005 * rows as f64);
+    assert!(fast.model_drafted > 0);
+    assert_eq!(fast.model_accepted, fast.model_drafted);
+    let length = answer.len();
+    assert!(
+        fast.passes < length / 3,
+        "{} passes for {length}",
+        fast.passes
+    );
+    // Every pass that verifies drafts costing ten plain steps: none pays, from the lookup or
+    // the draft model.
+    let slow = propose_along(&model, &answer, |rows| match rows {
+        1 => 0.100,
+        _ => 1.000,
+    });
+    assert_eq!(slow.model_drafted, 0);
+    assert!(
+        slow.passes > length - 3,
+        "{} passes for {length}",
+        slow.passes
+    );
 }
 
 #[test]

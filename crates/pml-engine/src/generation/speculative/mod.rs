@@ -302,6 +302,11 @@ impl<'m> Proposer<'m> {
         let (Some(model), Some(ngram)) = (&mut self.model, &self.ngram) else {
             return Ok(Vec::new());
         };
+        if !ngram.costs().measured(1) {
+            // A plain step first: drafting's passes are weighed against it, and one never run
+            // would be guessed from the drafted passes themselves.
+            return Ok(Vec::new());
+        }
         let plain_rate = 1.0 / ngram.costs().estimate(1);
         self.since_model += 1;
         let pays = self.model_rate.is_none_or(|rate| rate > plain_rate);
@@ -311,6 +316,12 @@ impl<'m> Proposer<'m> {
         self.modelled = true;
         self.since_model = 0;
         model.draft(room, ngram.costs())
+    }
+
+    /// Whether the drafts under verification are the draft model's.
+    #[cfg(test)]
+    pub(crate) fn modelled(&self) -> bool {
+        self.modelled
     }
 
     /// Records a pass of `rows` rows that took `seconds`, drafting included: the costs of

@@ -66,6 +66,10 @@ impl NgramIndex {
 
     /// Up to `max_tokens` tokens that followed the latest earlier occurrence of the longest
     /// n-gram (at least `min_ngram` long) the sequence ends with; `None` when nothing matches.
+    /// A continuation that reaches the sequence's end goes on as the lookup would over the
+    /// sequence with its drafts appended: the last `p` tokens repeat, `p` the distance back to
+    /// the occurrence (a run of one token, a repeated line), rather than ending the draft where
+    /// the sequence ends.
     pub fn draft(&self, min_ngram: usize, max_tokens: usize) -> Option<NgramDraft> {
         let len = self.tokens.len();
         if max_tokens == 0 || len == 0 {
@@ -74,10 +78,12 @@ impl NgramIndex {
         let end = len - 1;
         (min_ngram.max(1)..=MAX_NGRAM.min(len)).rev().find_map(|n| {
             let start = *self.latest[n - 1].get(&key(&self.tokens, end, n))?;
-            let stop = (start + max_tokens).min(len);
+            let period = len - start;
             Some(NgramDraft {
                 matched: n,
-                tokens: self.tokens[start..stop].to_vec(),
+                tokens: (0..max_tokens)
+                    .map(|at| self.tokens[start + at % period])
+                    .collect(),
             })
         })
     }
@@ -106,20 +112,28 @@ mod tests {
     }
 
     #[test]
-    fn a_draft_stops_at_the_sequence_end_and_needs_its_minimum_match() {
+    fn a_draft_past_the_sequence_end_repeats_it_and_needs_its_minimum_match() {
         let mut index = NgramIndex::new(&[5, 6, 5]);
-        // "5" followed by 6 once; the draft may run into the sequence's own end.
-        assert_eq!(index.draft(1, 8).map(|d| d.tokens), Some(vec![6, 5]));
+        // "5" followed by 6 once; the draft runs into the sequence's own end, and the "6 5"
+        // since the occurrence repeats.
+        assert_eq!(
+            index.draft(1, 5).map(|d| d.tokens),
+            Some(vec![6, 5, 6, 5, 6])
+        );
         assert_eq!(index.draft(2, 8), None);
         index.push(6);
-        // "5 6" now matches at the start: its continuation is the last 5 and 6.
+        // "5 6" now matches at the start: its continuation is the last 5 and 6, repeated.
         assert_eq!(
-            index.draft(2, 8),
+            index.draft(2, 3),
             Some(NgramDraft {
                 matched: 2,
-                tokens: vec![5, 6]
+                tokens: vec![5, 6, 5]
             })
         );
+        // A run of one token drafts more of it.
+        let index = NgramIndex::new(&[4, 9, 9, 9]);
+        let draft = index.draft(1, 4).expect("a match");
+        assert_eq!((draft.matched, draft.tokens), (2, vec![9, 9, 9, 9]));
         assert_eq!(index.draft(1, 0), None);
         assert_eq!(NgramIndex::new(&[]).draft(1, 4), None);
         assert_eq!(NgramIndex::new(&[1, 2, 3]).draft(1, 4), None);

@@ -13,7 +13,7 @@ use anyhow::Context;
 use clap::Args;
 use pml_commands::check_command::ColorChoice;
 use pml_commands::failure::Failure;
-use pml_commands::pipeline::{RuntimeArgs, open_runtime, store_config};
+use pml_commands::pipeline::{RuntimeArgs, open_draft_model, open_runtime, store_config};
 use pml_runtime::conversation::{ChatParts, Conversation, SessionStore, TurnReport};
 use pml_runtime::kv_budget::{HeavyHitters, KvBudget};
 use pml_runtime::restore::{CostCache, LayerForm, RestorePlan, plan_restore};
@@ -91,13 +91,17 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
         return Err(Failure::usage("--ctx-size must be at least 1"));
     }
     args.sampling.speculation.check().map_err(Failure::usage)?;
-    if args.sampling.speculation.draft.draft_model.is_some() {
+    let draft_model = args.sampling.speculation.draft.draft_model.as_deref();
+    if draft_model.is_some() && args.kv_budget.is_some() {
         return Err(Failure::usage(
-            "`pml chat` does not draft with a draft model (`pml run` and `pml generate` do); \
-             `--speculative ngram` drafts from the conversation",
+            "`--draft-model` does not draft within a `--kv-budget` (each step is the budget's \
+             own pass of one token): drop one of them",
         ));
     }
-    let opened = open_runtime(&args.runtime)?;
+    let mut opened = open_runtime(&args.runtime)?;
+    if let Some(draft) = draft_model {
+        open_draft_model(&args.runtime, draft, &mut opened)?;
+    }
     let runtime = &opened.runtime;
     let context = runtime.max_positions();
     let max_positions = args.ctx_size.map_or(context, |size| size.min(context));
@@ -122,6 +126,7 @@ pub fn run(args: ChatArgs) -> Result<(), Failure> {
         template: runtime.template(),
         store: runtime.store(),
         max_positions,
+        draft: runtime.draft_model().map(|draft| draft.model()),
     };
     let fingerprint = runtime.store().spec().model_fingerprint.clone();
     let mut conversation = start_conversation(&args, &sessions, &fingerprint, paint)?;
@@ -257,8 +262,13 @@ fn turn_status(turns: usize, report: &TurnReport, budget: Option<KvBudget>) -> S
         ),
         None => String::new(),
     };
+    let speculation = &report.generation.speculation;
+    let drafted = match speculation.drafted {
+        0 => String::new(),
+        _ => format!(" | {speculation}"),
+    };
     format!(
-        "turn {turns} | history {} tokens{restored}{kv} | prefill {} tokens | TTFT {:.1} ms | {} tokens, finish {}{saved}",
+        "turn {turns} | history {} tokens{restored}{kv} | prefill {} tokens | TTFT {:.1} ms | {} tokens, finish {}{drafted}{saved}",
         report.history_tokens,
         report.prefill_tokens,
         report.time_to_first_token.as_secs_f64() * 1e3,
