@@ -80,6 +80,9 @@ pub struct ServerConfig {
     /// default: with many clients the steps are compute-bound); a request's `speculative`
     /// turns it on or off for that request.
     pub speculation: pml_engine::generation::Speculation,
+    /// Tokens of earlier answers held for drafting (`--draft-answers`): an answer's n-gram
+    /// drafts come from its prompt, its answer so far and these; 0 holds none.
+    pub answer_draft_tokens: usize,
 }
 
 impl Default for ServerConfig {
@@ -91,6 +94,8 @@ impl Default for ServerConfig {
             max_tokens_limit: 4096,
             default_max_tokens: 16,
             max_schema_units: 4096,
+            answer_draft_tokens:
+                pml_engine::generation::speculative::earlier::DEFAULT_ANSWER_TOKENS,
             queue_capacity: 64,
             max_batch: 16,
             header_read_timeout: Duration::from_secs(30),

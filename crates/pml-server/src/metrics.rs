@@ -136,6 +136,9 @@ pub struct Metrics {
     /// Drafted tokens verified in decoding steps, and those accepted.
     pub spec_draft_tokens: AtomicU64,
     pub spec_accepted_tokens: AtomicU64,
+    /// Of those, the ones found in earlier answers (`--draft-answers`).
+    pub spec_answer_draft_tokens: AtomicU64,
+    pub spec_answer_accepted_tokens: AtomicU64,
     outcomes: [AtomicU64; Outcome::ALL.len()],
     store: Mutex<Vec<TierHits>>,
 }
@@ -307,6 +310,16 @@ impl Metrics {
                 "pml_spec_accepted_tokens_total",
                 "Drafted tokens the model accepted (each a decoding step saved).",
                 &self.spec_accepted_tokens,
+            ),
+            (
+                "pml_spec_answer_draft_tokens_total",
+                "Drafted tokens found in earlier answers (--draft-answers) verified in decoding steps.",
+                &self.spec_answer_draft_tokens,
+            ),
+            (
+                "pml_spec_answer_accepted_tokens_total",
+                "Drafted tokens found in earlier answers that the model accepted.",
+                &self.spec_answer_accepted_tokens,
             ),
             (
                 "vllm:spec_decode_num_draft_tokens_total",

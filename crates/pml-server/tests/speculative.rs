@@ -1,9 +1,11 @@
 //! Drafted decoding in the server, on the tiny random model: answers equal to the ones decoded a
 //! token per step, alone and batched, the drafts counted in each answer's `usage` and in
-//! `/metrics`, one pass per step.
+//! `/metrics`, one pass per step; an answer given before drafted from the earlier one.
 
 mod support;
 
+use pml_engine::model::Arch;
+use pml_runtime::testing::tiny_runtime;
 use pml_server::ServerConfig;
 use serde_json::{Value, json};
 use support::{TestServer, captured_log};
@@ -131,4 +133,34 @@ fn drafted_answers_equal_plain_ones_alone_and_batched() {
     // A value the field does not know is refused, not ignored.
     let (status, refused) = server.complete(&json!({"prompt": "x", "speculative": "sometimes"}));
     assert_eq!(status, 400, "{refused}");
+}
+
+/// The same question twice: the second answer is drafted from the first, every such draft
+/// accepted (it follows the earlier answer where the answer's own repeats would mislead a
+/// lookup), unless the server holds no earlier answers.
+#[test]
+fn an_answer_given_before_is_drafted_from_the_earlier_one() {
+    for held in [1 << 16, 0] {
+        let (runtime, _manifests) = tiny_runtime(Arch::Gemma3, 7);
+        let config = ServerConfig {
+            answer_draft_tokens: held,
+            ..ServerConfig::default()
+        };
+        let server = TestServer::with_runtime(runtime, config);
+        let question = "a question nobody asked before";
+        let (_, first) = server.complete(&body(question, "ngram"));
+        assert_eq!(server.metric("pml_spec_answer_draft_tokens_total"), 0.0);
+        let (status, second) = server.complete(&body(question, "ngram"));
+        assert_eq!(status, 200, "{second}");
+        assert_eq!(text(&second), text(&first));
+        let from_answers = server.metric("pml_spec_answer_draft_tokens_total");
+        let accepted = server.metric("pml_spec_answer_accepted_tokens_total");
+        if held == 0 {
+            assert_eq!(from_answers, 0.0);
+            continue;
+        }
+        assert!(from_answers > 0.0, "nothing drafted from the first answer");
+        // The same greedy answer: every token drafted from it is the model's.
+        assert_eq!(accepted, from_answers, "{first}\n{second}");
+    }
 }

@@ -23,8 +23,8 @@ use std::time::Instant;
 
 use candle_core::DType;
 use pml_engine::Tokenizer;
-use pml_engine::generation::speculative::ngram::MAX_NGRAM;
-use pml_engine::generation::speculative::pace::{Acceptance, DraftOffer, PassCosts, draft_lengths};
+use pml_engine::generation::speculative::Learnt;
+use pml_engine::generation::speculative::pace::{DraftOffer, PassCosts, draft_lengths};
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::BatchSlot;
 use pml_runtime::inference::prefix_edit::edit_blend_options;
@@ -38,7 +38,7 @@ use super::encode_pace::StepTime;
 use super::prefill::{Advance, PREFILL_CHUNK_TOKENS, PendingPrefill, Prepared, PromptChunk};
 use super::schema_compile::SchemaCompiler;
 use super::schemas::SchemaRegistry;
-use super::sequence::{Prefilled, Sequence, prompt_tokens};
+use super::sequence::{Finish, Prefilled, Sequence, prompt_tokens};
 use super::structured::{Constraint, Grammars, ResponseFormat};
 use super::{CompletionJob, EngineRequest, JobEnd, JobError, PromptSource, Shutdown};
 use crate::incident::{Incident, error_chain};
@@ -74,6 +74,8 @@ pub struct SchedulerSettings {
     pub edit_reuse: bool,
     /// `ServerConfig::max_schema_units`.
     pub max_schema_units: usize,
+    /// `ServerConfig::answer_draft_tokens`.
+    pub answer_tokens: usize,
 }
 
 impl SchedulerSettings {
@@ -85,6 +87,7 @@ impl SchedulerSettings {
             kv_pressure_budget: config.kv_pressure_budget,
             edit_reuse: config.edit_reuse,
             max_schema_units: config.max_schema_units,
+            answer_tokens: config.answer_draft_tokens,
         }
     }
 }
@@ -118,8 +121,8 @@ pub struct Scheduler<'r> {
     pass_costs: PassCosts,
     /// How often the answers' drafts were accepted, by match length: every answer's pace reads
     /// it (answers of a workload draft alike; a short one, or a batch's first pass, cannot
-    /// learn alone).
-    learnt: Acceptance,
+    /// learn alone); and the earlier answers, which later ones draft from.
+    learnt: Learnt,
 }
 
 impl<'r> Scheduler<'r> {
@@ -147,7 +150,7 @@ impl<'r> Scheduler<'r> {
             active: Vec::new(),
             step_time: StepTime::default(),
             pass_costs: PassCosts::new(MAX_COSTED_ROWS),
-            learnt: Acceptance::new(MAX_NGRAM),
+            learnt: Learnt::new(settings.answer_tokens),
         }
     }
 
@@ -426,7 +429,10 @@ impl<'r> Scheduler<'r> {
             prefilled,
             constraint,
             &self.metrics,
-            &mut |tokens, kv| keep_answer(self.runtime, &self.prefix_cache, tokens, kv),
+            &mut Finish {
+                keep: &mut |tokens, kv| keep_answer(self.runtime, &self.prefix_cache, tokens, kv),
+                learnt: &mut self.learnt,
+            },
         ) {
             self.active.push(sequence);
         }
@@ -496,9 +502,14 @@ impl<'r> Scheduler<'r> {
         let (runtime, prefix_cache) = (self.runtime, &self.prefix_cache);
         let mut keep =
             |tokens: &[u32], kv: &KvCache| keep_answer(runtime, prefix_cache, tokens, kv);
+        let mut finish = Finish {
+            keep: &mut keep,
+            learnt: &mut self.learnt,
+        };
         for sequence in budgeted {
             passes += 1;
-            if let Some(sequence) = sequence.step_alone(runtime.model(), &self.metrics, &mut keep) {
+            if let Some(sequence) = sequence.step_alone(runtime.model(), &self.metrics, &mut finish)
+            {
                 self.active.push(sequence);
             }
         }
@@ -697,17 +708,17 @@ impl<'r> Scheduler<'r> {
         let (runtime, prefix_cache) = (self.runtime, &self.prefix_cache);
         let mut keep =
             |tokens: &[u32], kv: &KvCache| keep_answer(runtime, prefix_cache, tokens, kv);
+        let mut finish = Finish {
+            keep: &mut keep,
+            learnt: &mut self.learnt,
+        };
         let mut decoded = decoded.into_iter();
         for (sequence, rows) in active.into_iter().zip(decoding) {
             metrics.inter_token_latency.observe(elapsed);
             let logits: Vec<Vec<f32>> = decoded.by_ref().take(rows.tokens.len()).collect();
-            if let Some(sequence) = sequence.accept_drafted(
-                logits,
-                &rows.tokens[1..],
-                &mut self.learnt,
-                metrics,
-                &mut keep,
-            ) {
+            if let Some(sequence) =
+                sequence.accept_drafted(logits, &rows.tokens[1..], metrics, &mut finish)
+            {
                 self.active.push(sequence);
             }
         }
@@ -749,7 +760,7 @@ fn plain_rows(active: &[Sequence<'_>]) -> Vec<DecodingRows> {
 fn decoding_rows(
     active: &mut [Sequence<'_>],
     costs: &PassCosts,
-    learnt: &Acceptance,
+    learnt: &Learnt,
     metrics: &Metrics,
 ) -> Vec<DecodingRows> {
     let base_rows = active.len();

@@ -8,7 +8,8 @@ use candle_core::{DType, Tensor};
 use pml_compiler::PlanError;
 use pml_engine::Tokenizer;
 use pml_engine::generation::speculative::Drafter;
-use pml_engine::generation::speculative::pace::{Acceptance, DraftOffer};
+use pml_engine::generation::speculative::Learnt;
+use pml_engine::generation::speculative::pace::DraftOffer;
 use pml_engine::generation::{DecodeState, DecodeStep};
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::Model;
@@ -58,9 +59,15 @@ pub struct Sequence<'r> {
     drafts: DraftCounts,
 }
 
-/// Where a finished answer goes: its tokens (the prompt's, then the answer's) and their KV, for
-/// the prefix cache, so the next turn of a chat reuses the answer too.
-pub type KeepAnswer<'a> = dyn FnMut(&[u32], &KvCache) + 'a;
+/// Where a finished answer goes.
+pub struct Finish<'a> {
+    /// A plain prompt's tokens, then the answer's, and their KV: for the prefix cache, so the
+    /// next turn of a chat reuses the answer too.
+    pub keep: &'a mut dyn FnMut(&[u32], &KvCache),
+    /// What the server learnt from its answers' drafts; a drafted answer joins the earlier
+    /// answers that later ones draft from.
+    pub learnt: &'a mut Learnt,
+}
 
 /// A prefilled prompt: its cache, the last token's logits, every prompt token and the counts.
 pub struct Prefilled {
@@ -113,7 +120,7 @@ impl<'r> Sequence<'r> {
         prefilled: Prefilled,
         constraint: Option<Constraint>,
         metrics: &Metrics,
-        keep: &mut KeepAnswer<'_>,
+        finish: &mut Finish<'_>,
     ) -> Progress<'r> {
         let arrived = job.arrived;
         let usage = prefilled.usage;
@@ -190,7 +197,7 @@ impl<'r> Sequence<'r> {
         };
         match logits_row(&prefilled.logits) {
             Ok(mut logits) => {
-                let progress = sequence.accept(&mut logits, metrics, keep);
+                let progress = sequence.accept(&mut logits, metrics, finish);
                 metrics.time_to_first_token.observe(arrived.elapsed());
                 progress
             }
@@ -199,13 +206,13 @@ impl<'r> Sequence<'r> {
     }
 
     /// Samples from this sequence's row of a step's logits and streams the text (with the
-    /// token's log-probability when the job asked for it); a finished answer of a plain prompt
-    /// goes to `keep` before its client hears that it is done.
+    /// token's log-probability when the job asked for it); a finished answer goes to `finish`
+    /// before its client hears that it is done.
     pub fn accept(
         mut self,
         logits: &mut [f32],
         metrics: &Metrics,
-        keep: &mut KeepAnswer<'_>,
+        finish: &mut Finish<'_>,
     ) -> Progress<'r> {
         let generated = self.state.token_ids().len();
         // Log-probabilities are the model's own, before the grammar's mask.
@@ -258,7 +265,10 @@ impl<'r> Sequence<'r> {
                     // full blocks the KV covers.
                     let mut tokens = prompt.clone();
                     tokens.extend_from_slice(self.state.token_ids());
-                    keep(&tokens, &self.kv);
+                    (finish.keep)(&tokens, &self.kv);
+                }
+                if let Some(drafter) = &self.drafter {
+                    (finish.learnt.answers).add(drafter.prompt_tail(), self.state.token_ids());
                 }
                 self.end(JobEnd::Finished(reason), metrics)
             }
@@ -276,8 +286,8 @@ impl<'r> Sequence<'r> {
 
     /// Tokens that may follow the next one, as many as the answer's length limit and the
     /// sequence's reserved slots leave room for, and the chance each is accepted (`learnt`: the
-    /// server's record of its answers' drafts).
-    pub fn offer(&mut self, learnt: &Acceptance) -> Option<(Vec<u32>, DraftOffer)> {
+    /// server's record of its answers and their drafts).
+    pub fn offer(&mut self, learnt: &Learnt) -> Option<(Vec<u32>, DraftOffer)> {
         let drafter = self.drafter.as_mut()?;
         // Rows after the next token's own: sampled tokens left, and slots left.
         let tokens_left = self
@@ -296,9 +306,8 @@ impl<'r> Sequence<'r> {
         mut self,
         rows: Vec<Vec<f32>>,
         drafts: &[u32],
-        learnt: &mut Acceptance,
         metrics: &Metrics,
-        keep: &mut KeepAnswer<'_>,
+        finish: &mut Finish<'_>,
     ) -> Progress<'r> {
         let first_slot = self.kv.len() - rows.len();
         // Counted before a row can end the answer, so its `usage` has this pass's drafts too.
@@ -307,7 +316,7 @@ impl<'r> Sequence<'r> {
         let n_rows = rows.len();
         for (row, mut logits) in rows.into_iter().enumerate() {
             self.unverified = n_rows - 1 - row;
-            self = self.accept(&mut logits, metrics, keep)?;
+            self = self.accept(&mut logits, metrics, finish)?;
             match drafts.get(row) {
                 Some(&draft) if self.next_token == draft => {
                     accepted += 1;
@@ -321,7 +330,13 @@ impl<'r> Sequence<'r> {
         if !drafts.is_empty() {
             self.kv.rollback(first_slot + 1 + accepted);
             if let Some(drafter) = &mut self.drafter {
-                drafter.share_verdict(accepted, accepted < drafts.len(), learnt);
+                if drafter.drafting_from_answers() {
+                    (metrics.spec_answer_draft_tokens)
+                        .fetch_add(drafts.len() as u64, Ordering::Relaxed);
+                    (metrics.spec_answer_accepted_tokens)
+                        .fetch_add(accepted as u64, Ordering::Relaxed);
+                }
+                drafter.share_verdict(accepted, accepted < drafts.len(), finish.learnt);
             }
         }
         Some(self)
@@ -338,7 +353,7 @@ impl<'r> Sequence<'r> {
         mut self,
         model: &Model,
         metrics: &Metrics,
-        keep: &mut KeepAnswer<'_>,
+        finish: &mut Finish<'_>,
     ) -> Progress<'r> {
         let Some(hitters) = &mut self.hitters else {
             return self.fail(
@@ -359,7 +374,7 @@ impl<'r> Sequence<'r> {
         match row {
             Ok(mut row) => {
                 metrics.inter_token_latency.observe(started.elapsed());
-                self.accept(&mut row, metrics, keep)
+                self.accept(&mut row, metrics, finish)
             }
             Err(error) => self.fail(error, metrics),
         }

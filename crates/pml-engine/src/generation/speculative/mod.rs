@@ -17,13 +17,16 @@
 pub mod draft_model;
 #[cfg(test)]
 mod draft_tests;
+pub mod earlier;
 pub mod ngram;
 pub mod pace;
 #[cfg(test)]
 mod tests;
 
 pub use draft_model::{DraftModel, ModelDrafter};
-use ngram::{MAX_NGRAM, NgramIndex};
+use earlier::AnswerAt;
+pub use earlier::{EarlierAnswers, Learnt};
+use ngram::{MAX_NGRAM, NgramDraft, NgramIndex};
 use pace::{Acceptance, DraftOffer, PassCosts, draft_lengths};
 
 /// How the decoding loop proposes tokens ahead of the model.
@@ -136,15 +139,23 @@ impl std::fmt::Display for SpeculationStats {
 }
 
 /// One sequence's drafting state: the n-gram index of everything so far, its drafts'
-/// acceptance, and (for a sequence decoded alone) what its passes cost.
+/// acceptance (of those found in itself, and in a server's earlier answers), and (for a
+/// sequence decoded alone) what its passes cost.
 pub struct Drafter {
     index: NgramIndex,
+    /// Tokens of the prompt, at the index's start.
+    prompt_len: usize,
     acceptance: Acceptance,
+    earlier_acceptance: Acceptance,
     costs: PassCosts,
     max_draft: usize,
     min_match: usize,
-    /// The match length behind the draft under verification.
+    /// The match length behind the draft under verification, and where it was found.
     pending_match: usize,
+    pending_earlier: bool,
+    /// The place in an earlier answer the last offer drafted from, and the sequence's length
+    /// then: while the sequence goes on as that answer did, it drafts the answer's next tokens.
+    following: Option<(AnswerAt, usize)>,
 }
 
 impl Drafter {
@@ -157,11 +168,15 @@ impl Drafter {
                 min_match,
             } => Some(Drafter {
                 index: NgramIndex::new(tokens),
+                prompt_len: tokens.len(),
                 acceptance: Acceptance::new(MAX_NGRAM),
+                earlier_acceptance: Acceptance::new(MAX_NGRAM),
                 costs: PassCosts::new(max_draft + 1),
                 max_draft,
                 min_match,
                 pending_match: 0,
+                pending_earlier: false,
+                following: None,
             }),
         }
     }
@@ -173,19 +188,63 @@ impl Drafter {
 
     /// Tokens that may follow the sequence's last one, at most `room` (what the answer's length
     /// limit and cache leave), and the chance that each is accepted; `None` when nothing matches.
-    /// `shared`: the record of a server's answers ([`Acceptance::rate_with`]), where there is one.
+    /// `shared`: what a server learnt from its answers, where there is one: their drafts'
+    /// acceptance ([`Acceptance::rate_with`]), and the answers, where a longer match than the
+    /// sequence's own is drafted from.
     pub fn offer(
         &mut self,
         room: usize,
-        shared: Option<&Acceptance>,
+        shared: Option<&Learnt>,
     ) -> Option<(Vec<u32>, DraftOffer)> {
-        let found = self.index.draft(self.min_match, room.min(self.max_draft))?;
+        let room = room.min(self.max_draft);
+        let answers = shared.map(|learnt| &learnt.answers);
+        let followed = match (answers, self.following.take()) {
+            (Some(answers), Some((at, seen))) => {
+                answers.follow(at, &self.index.tokens()[seen..], room)
+            }
+            _ => None,
+        };
+        let (found, at): (NgramDraft, Option<AnswerAt>) = match followed {
+            Some((found, at)) => (found, Some(at)),
+            None => {
+                let own = self.index.draft(self.min_match, room);
+                let earlier = answers
+                    .and_then(|answers| answers.draft(self.index.tail(), self.min_match, room));
+                match (own, earlier) {
+                    (Some(own), Some((earlier, at))) if earlier.matched > own.matched => {
+                        (earlier, Some(at))
+                    }
+                    (Some(own), _) => (own, None),
+                    (None, Some((earlier, at))) => (earlier, Some(at)),
+                    (None, None) => return None,
+                }
+            }
+        };
+        let earlier = at.is_some();
+        self.following = at.map(|at| (at, self.index.len()));
         self.pending_match = found.matched;
+        self.pending_earlier = earlier;
+        let alpha = match earlier {
+            false => (self.acceptance).rate_with(found.matched, shared.map(|learnt| &learnt.own)),
+            true => (self.earlier_acceptance)
+                .rate_with(found.matched, shared.map(|learnt| &learnt.earlier)),
+        };
         let offer = DraftOffer {
-            alpha: self.acceptance.rate_with(found.matched, shared),
+            alpha,
             available: found.tokens.len(),
         };
         Some((found.tokens, offer))
+    }
+
+    /// Whether the draft under verification was found in a server's earlier answers.
+    pub fn drafting_from_answers(&self) -> bool {
+        self.pending_earlier
+    }
+
+    /// The prompt's last tokens, as many as a match may take: an answer is held after them
+    /// among a server's earlier answers.
+    pub fn prompt_tail(&self) -> &[u32] {
+        &self.index.tokens()[self.prompt_len.saturating_sub(MAX_NGRAM)..self.prompt_len]
     }
 
     /// The tokens to verify after the sequence's last one when it is decoded alone, as many of
@@ -211,14 +270,21 @@ impl Drafter {
     /// Records the verdict on the last draft: `accepted` of its tokens kept, and whether the
     /// next was refused (rather than the answer ending first).
     pub fn record_verdict(&mut self, accepted: usize, rejected: bool) {
-        self.acceptance
-            .record(self.pending_match, accepted, rejected);
+        let acceptance = match self.pending_earlier {
+            false => &mut self.acceptance,
+            true => &mut self.earlier_acceptance,
+        };
+        acceptance.record(self.pending_match, accepted, rejected);
     }
 
     /// [`Self::record_verdict`], and the same verdict into `learnt`, the server's shared record.
-    pub fn share_verdict(&mut self, accepted: usize, rejected: bool, learnt: &mut Acceptance) {
+    pub fn share_verdict(&mut self, accepted: usize, rejected: bool, learnt: &mut Learnt) {
         self.record_verdict(accepted, rejected);
-        learnt.record(self.pending_match, accepted, rejected);
+        let shared = match self.pending_earlier {
+            false => &mut learnt.own,
+            true => &mut learnt.earlier,
+        };
+        shared.record(self.pending_match, accepted, rejected);
     }
 }
 

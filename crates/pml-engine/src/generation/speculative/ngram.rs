@@ -26,7 +26,7 @@ pub struct NgramIndex {
 }
 
 /// The n-gram ending at `tokens[end]` (inclusive), packed; `n` tokens of 32 bits fit in 128.
-fn key(tokens: &[u32], end: usize, n: usize) -> u128 {
+pub(super) fn key(tokens: &[u32], end: usize, n: usize) -> u128 {
     tokens[end + 1 - n..=end]
         .iter()
         .fold(0u128, |packed, &token| (packed << 32) | u128::from(token))
@@ -51,6 +51,16 @@ impl NgramIndex {
 
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
+    }
+
+    /// The sequence so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// The sequence's last tokens, as many as a match may take.
+    pub fn tail(&self) -> &[u32] {
+        &self.tokens[self.tokens.len().saturating_sub(MAX_NGRAM)..]
     }
 
     /// Appends a token: the n-grams ending just before it now have a known continuation.

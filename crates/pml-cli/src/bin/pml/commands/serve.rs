@@ -13,6 +13,7 @@ use pml_commands::failure::Failure;
 use pml_commands::pipeline::{RuntimeArgs, open_runtime, store_config};
 use pml_commands::sampling_args::{SpeculationArgs, SpeculativeArg};
 use pml_engine::generation::Speculation;
+use pml_engine::generation::speculative::earlier::DEFAULT_ANSWER_TOKENS;
 use pml_runtime::kv_budget::KvBudget;
 use pml_runtime::store::TierConfig;
 use pml_server::{CorsOrigins, ServerConfig, ServerError, ServerHandle};
@@ -95,6 +96,12 @@ pub struct ServeArgs {
     no_ui: bool,
     #[command(flatten)]
     speculation: SpeculationArgs,
+    /// With n-gram drafts: tokens of earlier answers held, in which an answer's last tokens are
+    /// looked up too (REST's datastore, llama.cpp's dynamic lookup cache), so an answer that
+    /// repeats an earlier one is drafted from it; 0 holds none (a server whose speed should not
+    /// depend on what it answered others).
+    #[arg(long, value_name = "TOKENS", default_value_t = DEFAULT_ANSWER_TOKENS)]
+    draft_answers: usize,
 }
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
@@ -159,6 +166,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         kv_pressure_budget,
         edit_reuse: !args.no_edit_reuse,
         speculation: args.speculation.speculation(SpeculativeArg::Off),
+        answer_draft_tokens: args.draft_answers,
         ui: !args.no_ui,
         prefix_cache_bytes: args.prefix_cache_mib << 20,
         prefix_cache_redis,

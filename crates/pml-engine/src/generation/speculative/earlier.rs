@@ -1,0 +1,267 @@
+//! Drafts from a server's earlier answers (REST's datastore; llama.cpp's dynamic lookup cache):
+//! answers to a workload's prompts repeat one another (the same question asked again, the same
+//! phrasing around different facts), so the tokens that followed the sequence's last n tokens
+//! in an earlier answer are drafts a sequence's own lookup cannot find in its prompt.
+//!
+//! Each answer is held with the last prompt tokens before it, so an answer's first tokens are
+//! found after the generation prompt they followed. The store holds at most a budget of
+//! tokens: past it the oldest answers go (and the index is rebuilt, over what is left).
+//! Drafts only change how fast an answer comes, never which tokens it has; they do make a
+//! server's speed depend on what it answered before, which is why a server can turn them off.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::ngram::{MAX_NGRAM, NgramDraft, key};
+use super::pace::Acceptance;
+
+/// `pml serve --draft-answers`' default: tokens of earlier answers held (about 13 MB of index).
+pub const DEFAULT_ANSWER_TOKENS: usize = 1 << 16;
+
+/// A place in an earlier answer: the token at `next` is the one after the sequence's end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AnswerAt {
+    id: u64,
+    next: usize,
+}
+
+/// Earlier answers and the index of their n-grams.
+#[derive(Clone, Debug)]
+pub struct EarlierAnswers {
+    /// Each answer after the prompt tokens it followed, and how many those are; `answers[0]`
+    /// has id `first_id`.
+    answers: VecDeque<(Vec<u32>, usize)>,
+    first_id: u64,
+    /// Tokens held, and the most that may be.
+    held: usize,
+    budget: usize,
+    /// `latest[n - 1]`: n-gram → the answer and index of the token that followed it last.
+    latest: Vec<HashMap<u128, (u64, usize)>>,
+}
+
+impl EarlierAnswers {
+    /// A store of at most `budget` tokens (0 holds nothing).
+    pub fn new(budget: usize) -> Self {
+        Self {
+            answers: VecDeque::new(),
+            first_id: 0,
+            held: 0,
+            budget,
+            latest: vec![HashMap::new(); MAX_NGRAM],
+        }
+    }
+
+    /// Tokens held.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Adds an answer, `answer`, that followed `prompt` (only its last tokens are kept).
+    pub fn add(&mut self, prompt: &[u32], answer: &[u32]) {
+        let context = &prompt[prompt.len().saturating_sub(MAX_NGRAM)..];
+        let length = context.len() + answer.len();
+        if answer.is_empty() || length > self.budget {
+            return;
+        }
+        let mut tokens = Vec::with_capacity(length);
+        tokens.extend_from_slice(context);
+        tokens.extend_from_slice(answer);
+        if self.held + length > self.budget {
+            // Down to three quarters, so the rebuild runs once per many answers.
+            while self.held + length > self.budget * 3 / 4 {
+                let Some((oldest, _)) = self.answers.pop_front() else {
+                    break;
+                };
+                self.held -= oldest.len();
+                self.first_id += 1;
+            }
+            self.reindex();
+        }
+        let id = self.first_id + self.answers.len() as u64;
+        self.index(id, &tokens, context.len());
+        self.held += length;
+        self.answers.push_back((tokens, context.len()));
+    }
+
+    /// Up to `max_tokens` tokens that followed the latest occurrence in an earlier answer of
+    /// the longest n-gram (at least `min_ngram` long) that `tail` ends with, up to that
+    /// answer's end, and where they start; `None` when nothing matches.
+    pub fn draft(
+        &self,
+        tail: &[u32],
+        min_ngram: usize,
+        max_tokens: usize,
+    ) -> Option<(NgramDraft, AnswerAt)> {
+        if max_tokens == 0 || tail.is_empty() {
+            return None;
+        }
+        let end = tail.len() - 1;
+        (min_ngram.max(1)..=MAX_NGRAM.min(tail.len()))
+            .rev()
+            .find_map(|n| {
+                let &(id, next) = self.latest[n - 1].get(&key(tail, end, n))?;
+                let at = AnswerAt { id, next };
+                Some((self.continuation(at, n, max_tokens)?, at))
+            })
+    }
+
+    /// Where a sequence that went on from `at` with the tokens `since` (those drafted from
+    /// there that were accepted, and the model's own) is, if it still follows that answer: up
+    /// to `max_tokens` tokens after, as a match of [`MAX_NGRAM`] tokens (the sequence has
+    /// followed the answer for more than that), and where they start. `None` once the sequence
+    /// left the answer, or reached its end.
+    pub fn follow(
+        &self,
+        at: AnswerAt,
+        since: &[u32],
+        max_tokens: usize,
+    ) -> Option<(NgramDraft, AnswerAt)> {
+        let answer = self.answer(at.id)?;
+        if !answer.get(at.next..)?.starts_with(since) {
+            return None;
+        }
+        let at = AnswerAt {
+            next: at.next + since.len(),
+            ..at
+        };
+        Some((self.continuation(at, MAX_NGRAM, max_tokens)?, at))
+    }
+
+    /// Up to `max_tokens` of the answer's tokens from `at`, found by a match of `matched`.
+    fn continuation(&self, at: AnswerAt, matched: usize, max_tokens: usize) -> Option<NgramDraft> {
+        let answer = self.answer(at.id)?;
+        let stop = (at.next + max_tokens).min(answer.len());
+        (stop > at.next).then(|| NgramDraft {
+            matched,
+            tokens: answer[at.next..stop].to_vec(),
+        })
+    }
+
+    fn answer(&self, id: u64) -> Option<&[u32]> {
+        let index = usize::try_from(id.checked_sub(self.first_id)?).ok()?;
+        self.answers.get(index).map(|(tokens, _)| tokens.as_slice())
+    }
+
+    /// Indexes the n-grams of answer `id`'s `tokens` whose next token is the answer's (from
+    /// `context` on: the prompt tokens before it are only looked up after).
+    fn index(&mut self, id: u64, tokens: &[u32], context: usize) {
+        for next in context.max(1)..tokens.len() {
+            let end = next - 1;
+            for n in 1..=MAX_NGRAM.min(end + 1) {
+                self.latest[n - 1].insert(key(tokens, end, n), (id, next));
+            }
+        }
+    }
+
+    fn reindex(&mut self) {
+        self.latest = vec![HashMap::new(); MAX_NGRAM];
+        let answers = std::mem::take(&mut self.answers);
+        for (offset, (tokens, context)) in answers.iter().enumerate() {
+            self.index(self.first_id + offset as u64, tokens, *context);
+        }
+        self.answers = answers;
+    }
+}
+
+/// What a server learns from every answer's drafts, shared by the answers it decodes: how often
+/// drafts were accepted, by where they came from, and the earlier answers themselves.
+#[derive(Clone, Debug)]
+pub struct Learnt {
+    /// Drafts found in the sequence itself (its prompt, its answer so far).
+    pub own: Acceptance,
+    /// Drafts found in earlier answers.
+    pub earlier: Acceptance,
+    pub answers: EarlierAnswers,
+}
+
+impl Learnt {
+    /// A record with room for `answer_tokens` tokens of earlier answers.
+    pub fn new(answer_tokens: usize) -> Self {
+        Self {
+            own: Acceptance::new(MAX_NGRAM),
+            earlier: Acceptance::new(MAX_NGRAM),
+            answers: EarlierAnswers::new(answer_tokens),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Drafter, Speculation};
+    use super::*;
+
+    #[test]
+    fn a_sequence_drafts_an_earlier_answer_after_the_same_prompt_end_and_learns_it_apart() {
+        let mut learnt = Learnt::new(1000);
+        learnt.answers.add(&[1, 2, 3, 4, 5], &[40, 41, 42, 43]);
+        let speculation = Speculation::Ngram {
+            max_draft: 7,
+            min_match: 1,
+        };
+        let mut drafter = Drafter::new(speculation, &[9, 9, 3, 4, 5]).unwrap();
+        assert_eq!(drafter.prompt_tail(), &[9, 3, 4, 5]);
+        // The answer's first token, as the earlier answer's: its prompt lacks it.
+        drafter.push(40);
+        assert_eq!(drafter.offer(8, None), None);
+        let (tokens, offer) = drafter.offer(8, Some(&learnt)).expect("an earlier answer");
+        assert_eq!((tokens, offer.available), (vec![41, 42, 43], 3));
+        assert!(drafter.drafting_from_answers());
+        let prior = Acceptance::new(MAX_NGRAM).rate(4);
+        drafter.share_verdict(3, false, &mut learnt);
+        assert!(learnt.earlier.rate(4) > prior);
+        assert_eq!(learnt.own.rate(4), prior);
+        // A longer match of the sequence's own goes first.
+        let mut drafter = Drafter::new(speculation, &[3, 4, 5, 40, 7, 3, 4, 5]).unwrap();
+        drafter.push(40);
+        let (tokens, _) = drafter.offer(8, Some(&learnt)).unwrap();
+        assert!(!drafter.drafting_from_answers());
+        assert_eq!(tokens[0], 7);
+    }
+
+    #[test]
+    fn an_answer_is_found_after_its_prompt_and_drafted_to_its_end() {
+        let mut store = EarlierAnswers::new(1000);
+        store.add(&[1, 2, 8, 9], &[10, 11, 12, 13]);
+        // The same generation prompt again: the answer from its first token.
+        let (draft, at) = store.draft(&[5, 6, 8, 9], 1, 8).expect("a match");
+        assert_eq!((draft.matched, draft.tokens), (2, vec![10, 11, 12, 13]));
+        // Inside the answer, at most `max_tokens`, never past its end.
+        let (draft, _) = store.draft(&[7, 11], 1, 2).expect("a match");
+        assert_eq!((draft.matched, draft.tokens), (1, vec![12, 13]));
+        // A sequence that took 10 and 11 from there follows the answer on; one that took 10
+        // and then 7 has left it, and one at the answer's end has nothing to follow.
+        let (draft, _) = store.follow(at, &[10, 11], 8).expect("still the answer");
+        assert_eq!((draft.matched, draft.tokens), (MAX_NGRAM, vec![12, 13]));
+        assert_eq!(store.follow(at, &[10, 7], 8), None);
+        assert_eq!(store.follow(at, &[10, 11, 12, 13], 8), None);
+        assert_eq!(store.draft(&[12, 13], 1, 4), None);
+        assert_eq!(store.draft(&[4, 4], 1, 4), None);
+        // The prompt's tokens are context, not drafts: nothing follows "1" there.
+        assert_eq!(store.draft(&[1], 1, 4), None);
+        assert_eq!(store.draft(&[7, 11], 2, 4), None);
+    }
+
+    #[test]
+    fn the_latest_answer_wins_and_the_oldest_go_past_the_budget() {
+        let mut store = EarlierAnswers::new(20);
+        store.add(&[9], &[1, 2, 3, 4, 5]);
+        store.add(&[9], &[1, 7, 7, 7, 7]);
+        assert_eq!(store.draft(&[1], 1, 2).unwrap().0.tokens, vec![7, 7]);
+        assert_eq!(store.draft(&[3], 1, 2).unwrap().0.tokens, vec![4, 5]);
+        store.add(&[9], &[3, 6, 6, 6, 6]);
+        assert_eq!(store.draft(&[3], 1, 2).unwrap().0.tokens, vec![6, 6]);
+        assert_eq!(store.held(), 18);
+        // Past the budget the oldest answers go, down to three quarters of it.
+        store.add(&[9], &[2, 8, 8, 8, 8]);
+        assert_eq!(store.held(), 12);
+        assert_eq!(store.draft(&[2], 1, 2).unwrap().0.tokens, vec![8, 8]);
+        assert_eq!(store.draft(&[3], 1, 2).unwrap().0.tokens, vec![6, 6]);
+        assert_eq!(store.draft(&[1], 1, 2), None);
+        assert_eq!(store.draft(&[4], 1, 2), None);
+        // An answer larger than the budget is not held; a budget of 0 holds nothing.
+        store.add(&[], &[1; 40]);
+        assert_eq!(store.held(), 12);
+        let mut off = EarlierAnswers::new(0);
+        off.add(&[9], &[1, 2]);
+        assert_eq!((off.held(), off.draft(&[9], 1, 2)), (0, None));
+    }
+}
