@@ -25,6 +25,8 @@ once, streaming, temperature 0:
   answers copied from the prompt, where drafted tokens are accepted.
 - "long": clients 0 and 1 send a ~3,000-token document to summarise, the others short questions;
   the short requests' TTFT is reported apart (a long prompt must not stall them).
+`--repeat N` sends each request N times in a row: a question asked again, whose answer a server
+drafts from its earlier one (`pml serve --draft-answers`).
 llama-server runs with its defaults for prompt caching (`cache_prompt`) and `-np` = clients;
 `pml serve` with its automatic prefix caching. Prints TTFT p50 / p95 (first streamed content)
 output tokens/s (completion tokens over the workload's wall time) and TPOT p50 (vLLM's time per
@@ -194,8 +196,8 @@ def upload_docqa(port, schema):
     raise RuntimeError("the docqa schema did not compile in time")
 
 
-def run_workload(port, kind, workload, clients, requests, max_tokens):
-    """Every client's requests; returns the TTFTs (the short requests' only in "long"), the
+def run_workload(port, kind, workload, clients, requests, max_tokens, repeat=1):
+    """Every client's requests (each sent `repeat` times in a row); returns the TTFTs (the short requests' only in "long"), the
     completion tokens, the TPOTs, errors and wall time."""
     ttfts, tokens, tpots, errors = [], [], [], []
     lock = threading.Lock()
@@ -206,7 +208,8 @@ def run_workload(port, kind, workload, clients, requests, max_tokens):
 
     def client(number):
         barrier.wait()
-        for index in range(requests):
+        for sent in range(requests * repeat):
+            index = sent // repeat
             try:
                 if workload == "long":
                     path, fields = long_request(number, index)
@@ -250,6 +253,8 @@ def main():
     parser.add_argument("--requests", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="send each request this many times in a row (a question asked again)")
     parser.add_argument("--workload", choices=["chat", "rag", "mix", "long", "copy"], default="chat")
     parser.add_argument("--also-pml", action="append", default=[], metavar="LABEL=PATH")
     parser.add_argument("--also-llama", action="append", default=[], metavar="LABEL=FLAGS")
@@ -291,7 +296,7 @@ def main():
             load = open("/proc/loadavg").read().split()[0]
             kind = "llama" if name in llamas else "pml"
             ttfts, tokens, tpots, errors, wall = run_workload(port, kind, args.workload, args.clients,
-                                                       args.requests, args.max_tokens)
+                                                       args.requests, args.max_tokens, args.repeat)
             kv_peak = pml_metrics.kv_peak_mib(port) if kind == "pml" else None
             per_step = pml_metrics.passes_per_step(port) if kind == "pml" else None
             drafts = pml_metrics.drafts(port) if kind == "pml" else None
@@ -305,7 +310,8 @@ def main():
                      load, kv_peak, per_step, drafts))
     shutil.rmtree(scratch, ignore_errors=True)
     short = " (TTFT of the short requests)" if args.workload == "long" else ""
-    print(f"{args.workload} workload{short}: {args.clients} clients x {args.requests} requests, {args.threads} "
+    repeated = f" (each sent {args.repeat} times)" if args.repeat > 1 else ""
+    print(f"{args.workload} workload{short}: {args.clients} clients x {args.requests} requests{repeated}, {args.threads} "
           f"threads each, max_tokens {args.max_tokens}; CPU: {simd}")
     print(f"{'server':14} {'TTFT p50 s':>10} {'TTFT p95 s':>10} {'out tok/s':>9} "
           f"{'TPOT p50 ms':>11} {'done':>5} {'load':>5} {'KV peak MiB':>11} {'passes/step':>11} "

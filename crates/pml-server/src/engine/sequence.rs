@@ -268,7 +268,7 @@ impl<'r> Sequence<'r> {
                     (finish.keep)(&tokens, &self.kv);
                 }
                 if let Some(drafter) = &self.drafter {
-                    (finish.learnt.answers).add(drafter.prompt_tail(), self.state.token_ids());
+                    (finish.learnt.answers).add(drafter.prompt(), self.state.token_ids());
                 }
                 self.end(JobEnd::Finished(reason), metrics)
             }

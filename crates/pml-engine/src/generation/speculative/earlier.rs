@@ -4,12 +4,16 @@
 //! in an earlier answer are drafts a sequence's own lookup cannot find in its prompt.
 //!
 //! Each answer is held with the last prompt tokens before it, so an answer's first tokens are
-//! found after the generation prompt they followed. The store holds at most a budget of
+//! found after the generation prompt they followed, and under its whole prompt's key, so the
+//! same prompt again finds it whole. A sequence that drafted from an answer follows it while
+//! it goes on as the answer did, its drafts' acceptance kept by how long the two have agreed
+//! (an n-gram's length, growing as it follows, the same prompt the longest). The store holds at most a budget of
 //! tokens: past it the oldest answers go (and the index is rebuilt, over what is left).
 //! Drafts only change how fast an answer comes, never which tokens it has; they do make a
 //! server's speed depend on what it answered before, which is why a server can turn them off.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use super::ngram::{MAX_NGRAM, NgramDraft, key};
 use super::pace::Acceptance;
@@ -17,25 +21,49 @@ use super::pace::Acceptance;
 /// `pml serve --draft-answers`' default: tokens of earlier answers held (about 13 MB of index).
 pub const DEFAULT_ANSWER_TOKENS: usize = 1 << 16;
 
-/// A place in an earlier answer: the token at `next` is the one after the sequence's end.
+/// The longest run of tokens, shared by a sequence and an earlier answer, whose drafts'
+/// acceptance is kept apart: a draft after the same whole prompt counts as this long.
+pub const MAX_FOLLOWED: usize = 16;
+
+/// A place in an earlier answer: the token at `next` is the one after the sequence's end, and
+/// `matched` tokens before it are the sequence's too (at most [`MAX_FOLLOWED`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AnswerAt {
     id: u64,
     next: usize,
+    matched: usize,
+}
+
+/// An earlier answer after the last prompt tokens it followed.
+#[derive(Clone, Debug)]
+struct Held {
+    tokens: Vec<u32>,
+    /// How many of `tokens` are the prompt's.
+    context: usize,
+    /// [`prompt_key`] of the whole prompt.
+    prompt: u64,
+}
+
+/// The key of a whole prompt: an answer to the same prompt is found by it.
+pub fn prompt_key(prompt: &[u32]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    prompt.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Earlier answers and the index of their n-grams.
 #[derive(Clone, Debug)]
 pub struct EarlierAnswers {
-    /// Each answer after the prompt tokens it followed, and how many those are; `answers[0]`
-    /// has id `first_id`.
-    answers: VecDeque<(Vec<u32>, usize)>,
+    /// `answers[0]` has id `first_id`.
+    answers: VecDeque<Held>,
     first_id: u64,
     /// Tokens held, and the most that may be.
     held: usize,
     budget: usize,
     /// `latest[n - 1]`: n-gram → the answer and index of the token that followed it last.
     latest: Vec<HashMap<u128, (u64, usize)>>,
+    /// [`prompt_key`] → the latest answer to that prompt.
+    by_prompt: HashMap<u64, u64>,
 }
 
 impl EarlierAnswers {
@@ -47,6 +75,7 @@ impl EarlierAnswers {
             held: 0,
             budget,
             latest: vec![HashMap::new(); MAX_NGRAM],
+            by_prompt: HashMap::new(),
         }
     }
 
@@ -55,7 +84,8 @@ impl EarlierAnswers {
         self.held
     }
 
-    /// Adds an answer, `answer`, that followed `prompt` (only its last tokens are kept).
+    /// Adds an answer, `answer`, that followed `prompt` (only its last tokens are kept, and
+    /// its key).
     pub fn add(&mut self, prompt: &[u32], answer: &[u32]) {
         let context = &prompt[prompt.len().saturating_sub(MAX_NGRAM)..];
         let length = context.len() + answer.len();
@@ -68,18 +98,23 @@ impl EarlierAnswers {
         if self.held + length > self.budget {
             // Down to three quarters, so the rebuild runs once per many answers.
             while self.held + length > self.budget * 3 / 4 {
-                let Some((oldest, _)) = self.answers.pop_front() else {
+                let Some(oldest) = self.answers.pop_front() else {
                     break;
                 };
-                self.held -= oldest.len();
+                self.held -= oldest.tokens.len();
                 self.first_id += 1;
             }
             self.reindex();
         }
+        let held = Held {
+            tokens,
+            context: context.len(),
+            prompt: prompt_key(prompt),
+        };
         let id = self.first_id + self.answers.len() as u64;
-        self.index(id, &tokens, context.len());
+        self.index(id, &held);
         self.held += length;
-        self.answers.push_back((tokens, context.len()));
+        self.answers.push_back(held);
     }
 
     /// Up to `max_tokens` tokens that followed the latest occurrence in an earlier answer of
@@ -99,52 +134,85 @@ impl EarlierAnswers {
             .rev()
             .find_map(|n| {
                 let &(id, next) = self.latest[n - 1].get(&key(tail, end, n))?;
-                let at = AnswerAt { id, next };
-                Some((self.continuation(at, n, max_tokens)?, at))
+                self.continuation(
+                    AnswerAt {
+                        id,
+                        next,
+                        matched: n,
+                    },
+                    max_tokens,
+                )
             })
+    }
+
+    /// The latest answer to the prompt of key `prompt` (its [`prompt_key`]), when it began with
+    /// `first` as the sequence did: up to `max_tokens` of its tokens after that one, as a match
+    /// of [`MAX_FOLLOWED`] tokens, and where they start.
+    pub fn answer_to(
+        &self,
+        prompt: u64,
+        first: u32,
+        max_tokens: usize,
+    ) -> Option<(NgramDraft, AnswerAt)> {
+        let id = *self.by_prompt.get(&prompt)?;
+        let held = self.answer(id)?;
+        if held.tokens.get(held.context) != Some(&first) {
+            return None;
+        }
+        let at = AnswerAt {
+            id,
+            next: held.context + 1,
+            matched: MAX_FOLLOWED,
+        };
+        self.continuation(at, max_tokens)
     }
 
     /// Where a sequence that went on from `at` with the tokens `since` (those drafted from
     /// there that were accepted, and the model's own) is, if it still follows that answer: up
-    /// to `max_tokens` tokens after, as a match of [`MAX_NGRAM`] tokens (the sequence has
-    /// followed the answer for more than that), and where they start. `None` once the sequence
-    /// left the answer, or reached its end.
+    /// to `max_tokens` tokens after, the match grown by `since`, and where they start. `None`
+    /// once the sequence left the answer, or reached its end.
     pub fn follow(
         &self,
         at: AnswerAt,
         since: &[u32],
         max_tokens: usize,
     ) -> Option<(NgramDraft, AnswerAt)> {
-        let answer = self.answer(at.id)?;
-        if !answer.get(at.next..)?.starts_with(since) {
+        let held = self.answer(at.id)?;
+        if !held.tokens.get(at.next..)?.starts_with(since) {
             return None;
         }
         let at = AnswerAt {
             next: at.next + since.len(),
+            matched: (at.matched + since.len()).min(MAX_FOLLOWED),
             ..at
         };
-        Some((self.continuation(at, MAX_NGRAM, max_tokens)?, at))
+        self.continuation(at, max_tokens)
     }
 
-    /// Up to `max_tokens` of the answer's tokens from `at`, found by a match of `matched`.
-    fn continuation(&self, at: AnswerAt, matched: usize, max_tokens: usize) -> Option<NgramDraft> {
-        let answer = self.answer(at.id)?;
-        let stop = (at.next + max_tokens).min(answer.len());
-        (stop > at.next).then(|| NgramDraft {
-            matched,
-            tokens: answer[at.next..stop].to_vec(),
+    /// Up to `max_tokens` of the answer's tokens from `at`, and `at`.
+    fn continuation(&self, at: AnswerAt, max_tokens: usize) -> Option<(NgramDraft, AnswerAt)> {
+        let tokens = &self.answer(at.id)?.tokens;
+        let stop = (at.next + max_tokens).min(tokens.len());
+        (stop > at.next).then(|| {
+            let draft = NgramDraft {
+                matched: at.matched,
+                tokens: tokens[at.next..stop].to_vec(),
+            };
+            (draft, at)
         })
     }
 
-    fn answer(&self, id: u64) -> Option<&[u32]> {
+    fn answer(&self, id: u64) -> Option<&Held> {
         let index = usize::try_from(id.checked_sub(self.first_id)?).ok()?;
-        self.answers.get(index).map(|(tokens, _)| tokens.as_slice())
+        self.answers.get(index)
     }
 
-    /// Indexes the n-grams of answer `id`'s `tokens` whose next token is the answer's (from
-    /// `context` on: the prompt tokens before it are only looked up after).
-    fn index(&mut self, id: u64, tokens: &[u32], context: usize) {
-        for next in context.max(1)..tokens.len() {
+    /// Indexes answer `id`: its prompt's key, and the n-grams of its tokens whose next token is
+    /// the answer's (the prompt tokens before it are only looked up after).
+    fn index(&mut self, id: u64, held: &Held) {
+        self.by_prompt.insert(held.prompt, id);
+        let tokens = &held.tokens;
+        for next in held.context.max(1)..tokens.len() {
             let end = next - 1;
             for n in 1..=MAX_NGRAM.min(end + 1) {
                 self.latest[n - 1].insert(key(tokens, end, n), (id, next));
@@ -154,9 +222,10 @@ impl EarlierAnswers {
 
     fn reindex(&mut self) {
         self.latest = vec![HashMap::new(); MAX_NGRAM];
+        self.by_prompt.clear();
         let answers = std::mem::take(&mut self.answers);
-        for (offset, (tokens, context)) in answers.iter().enumerate() {
-            self.index(self.first_id + offset as u64, tokens, *context);
+        for (offset, held) in answers.iter().enumerate() {
+            self.index(self.first_id + offset as u64, held);
         }
         self.answers = answers;
     }
@@ -178,7 +247,7 @@ impl Learnt {
     pub fn new(answer_tokens: usize) -> Self {
         Self {
             own: Acceptance::new(MAX_NGRAM),
-            earlier: Acceptance::new(MAX_NGRAM),
+            earlier: Acceptance::new(MAX_FOLLOWED),
             answers: EarlierAnswers::new(answer_tokens),
         }
     }
@@ -198,17 +267,24 @@ mod tests {
             min_match: 1,
         };
         let mut drafter = Drafter::new(speculation, &[9, 9, 3, 4, 5]).unwrap();
-        assert_eq!(drafter.prompt_tail(), &[9, 3, 4, 5]);
+        assert_eq!(drafter.prompt(), &[9, 9, 3, 4, 5]);
         // The answer's first token, as the earlier answer's: its prompt lacks it.
         drafter.push(40);
         assert_eq!(drafter.offer(8, None), None);
         let (tokens, offer) = drafter.offer(8, Some(&learnt)).expect("an earlier answer");
         assert_eq!((tokens, offer.available), (vec![41, 42, 43], 3));
         assert!(drafter.drafting_from_answers());
-        let prior = Acceptance::new(MAX_NGRAM).rate(4);
+        let prior = Acceptance::new(MAX_FOLLOWED).rate(4);
         drafter.share_verdict(3, false, &mut learnt);
         assert!(learnt.earlier.rate(4) > prior);
         assert_eq!(learnt.own.rate(4), prior);
+        // The same prompt again: the earlier answer from its first token, as the longest match.
+        learnt.answers.add(&[9, 9, 3, 4, 5], &[40, 41, 42, 43, 44]);
+        let mut again = Drafter::new(speculation, &[9, 9, 3, 4, 5]).unwrap();
+        again.push(40);
+        let (tokens, _) = again.offer(8, Some(&learnt)).unwrap();
+        assert_eq!(tokens, vec![41, 42, 43, 44]);
+        assert_eq!(again.pending_match, MAX_FOLLOWED);
         // A longer match of the sequence's own goes first.
         let mut drafter = Drafter::new(speculation, &[3, 4, 5, 40, 7, 3, 4, 5]).unwrap();
         drafter.push(40);
@@ -230,9 +306,18 @@ mod tests {
         // A sequence that took 10 and 11 from there follows the answer on; one that took 10
         // and then 7 has left it, and one at the answer's end has nothing to follow.
         let (draft, _) = store.follow(at, &[10, 11], 8).expect("still the answer");
-        assert_eq!((draft.matched, draft.tokens), (MAX_NGRAM, vec![12, 13]));
+        assert_eq!((draft.matched, draft.tokens), (2 + 2, vec![12, 13]));
         assert_eq!(store.follow(at, &[10, 7], 8), None);
         assert_eq!(store.follow(at, &[10, 11, 12, 13], 8), None);
+        // The same whole prompt finds the answer that began as the sequence did.
+        let same = prompt_key(&[1, 2, 8, 9]);
+        let (draft, _) = store.answer_to(same, 10, 8).expect("the same prompt");
+        assert_eq!(
+            (draft.matched, draft.tokens),
+            (MAX_FOLLOWED, vec![11, 12, 13])
+        );
+        assert_eq!(store.answer_to(same, 7, 8), None);
+        assert_eq!(store.answer_to(prompt_key(&[5, 6, 8, 9]), 10, 8), None);
         assert_eq!(store.draft(&[12, 13], 1, 4), None);
         assert_eq!(store.draft(&[4, 4], 1, 4), None);
         // The prompt's tokens are context, not drafts: nothing follows "1" there.

@@ -143,8 +143,9 @@ impl std::fmt::Display for SpeculationStats {
 /// sequence decoded alone) what its passes cost.
 pub struct Drafter {
     index: NgramIndex,
-    /// Tokens of the prompt, at the index's start.
+    /// Tokens of the prompt, at the index's start, and its key among earlier answers' prompts.
     prompt_len: usize,
+    prompt_key: u64,
     acceptance: Acceptance,
     earlier_acceptance: Acceptance,
     costs: PassCosts,
@@ -169,8 +170,9 @@ impl Drafter {
             } => Some(Drafter {
                 index: NgramIndex::new(tokens),
                 prompt_len: tokens.len(),
+                prompt_key: earlier::prompt_key(tokens),
                 acceptance: Acceptance::new(MAX_NGRAM),
-                earlier_acceptance: Acceptance::new(MAX_NGRAM),
+                earlier_acceptance: Acceptance::new(earlier::MAX_FOLLOWED),
                 costs: PassCosts::new(max_draft + 1),
                 max_draft,
                 min_match,
@@ -198,9 +200,14 @@ impl Drafter {
     ) -> Option<(Vec<u32>, DraftOffer)> {
         let room = room.min(self.max_draft);
         let answers = shared.map(|learnt| &learnt.answers);
+        // The answer followed so far, else an answer to the same prompt after its first token.
         let followed = match (answers, self.following.take()) {
             (Some(answers), Some((at, seen))) => {
                 answers.follow(at, &self.index.tokens()[seen..], room)
+            }
+            (Some(answers), None) if self.index.len() == self.prompt_len + 1 => {
+                let first = self.index.tokens()[self.prompt_len];
+                answers.answer_to(self.prompt_key, first, room)
             }
             _ => None,
         };
@@ -241,10 +248,9 @@ impl Drafter {
         self.pending_earlier
     }
 
-    /// The prompt's last tokens, as many as a match may take: an answer is held after them
-    /// among a server's earlier answers.
-    pub fn prompt_tail(&self) -> &[u32] {
-        &self.index.tokens()[self.prompt_len.saturating_sub(MAX_NGRAM)..self.prompt_len]
+    /// The prompt: an answer is held under it among a server's earlier answers.
+    pub fn prompt(&self) -> &[u32] {
+        &self.index.tokens()[..self.prompt_len]
     }
 
     /// The tokens to verify after the sequence's last one when it is decoded alone, as many of

@@ -11,7 +11,8 @@ pub const MAX_NGRAM: usize = 4;
 /// A match found for the sequence's end: the tokens that followed an earlier occurrence.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NgramDraft {
-    /// How many of the sequence's last tokens matched (1..=[`MAX_NGRAM`]).
+    /// How many of the sequence's last tokens matched (1..=[`MAX_NGRAM`]; in an earlier
+    /// answer the sequence follows, up to [`super::earlier::MAX_FOLLOWED`]).
     pub matched: usize,
     pub tokens: Vec<u32>,
 }

@@ -9,8 +9,13 @@
 //! before it were accepted; for several sharing a pass, the drafts of highest expected value
 //! across them, as many as raise the pass's expected tokens per second. A row count not yet
 //! measured is assumed to cost what the nearest smaller measured one did (optimistic, so it is
-//! tried once and then known), up to twice the largest measured; no drafts is a plain step, so
+//! tried once and then known), up to twice that one (or twice the largest measured); no drafts
+//! is a plain step, so
 //! where drafts do not pay the loop decodes as it would without them.
+
+/// How many times more rows a measured pass may have than the measured one below it for the
+/// line between their costs to price the rows between ([`PassCosts::estimate`]).
+const FAR: usize = 4;
 
 /// Weight of one new observation in a pass cost's running mean.
 const COST_WEIGHT: f64 = 0.25;
@@ -81,6 +86,9 @@ impl PassCosts {
     /// row tiles, so this errs high between a cheap few-row pass and a long prefill chunk);
     /// above every measured count, the largest one's (an optimistic guess, tried once within
     /// [`Self::explorable`] and then known); below every one, the smallest's; 1 before any.
+    /// Where the measured count above is more than [`FAR`] times the one below (a prefill
+    /// chunk's above a decode step's), it says little of the rows between: up to twice the one
+    /// below they are guessed at its cost too, as above every count, and the line starts there.
     pub fn estimate(&self, rows: usize) -> f64 {
         let at = rows.clamp(1, self.cost.len()) - 1;
         let below = self.cost[..=at]
@@ -94,7 +102,12 @@ impl PassCosts {
             .find_map(|(offset, cost)| cost.map(|cost| (at + offset, cost)));
         match (below, above) {
             (Some((low, low_cost)), Some((high, high_cost))) if high > low => {
-                let share = (at - low) as f64 / (high - low) as f64;
+                // Indices are rows - 1.
+                let low = match high + 1 > FAR * (low + 1) {
+                    true => 2 * (low + 1) - 1,
+                    false => low,
+                };
+                let share = at.saturating_sub(low) as f64 / (high - low) as f64;
                 low_cost + share * (high_cost - low_cost)
             }
             (Some((_, cost)), _) | (None, Some((_, cost))) => cost,
@@ -247,6 +260,25 @@ mod tests {
         }
         assert_eq!(one(&costs, alpha, 8), 3);
         assert_eq!(one(&costs, alpha, 2), 2);
+    }
+
+    #[test]
+    fn a_prefill_chunks_cost_far_above_does_not_price_the_few_rows_between() {
+        let mut costs = PassCosts::new(64);
+        costs.record(1, 0.020);
+        costs.record(2, 0.021);
+        costs.record(48, 0.300);
+        // 3 and 4 rows are guessed at 2 rows' cost, to be tried; the line to 48 rows starts
+        // at 4.
+        assert_eq!(costs.estimate(4), 0.021);
+        assert!((costs.estimate(26) - (0.021 + 0.279 * 22.0 / 44.0)).abs() < 1e-12);
+        assert_eq!(one(&costs, 0.9, 7), 3);
+        costs.record(4, 0.022);
+        assert_eq!(costs.estimate(8), 0.022);
+        assert_eq!(one(&costs, 0.9, 7), 7);
+        // Measured: 8 rows cost twice 4, and 5..7 the line between.
+        costs.record(8, 0.044);
+        assert_eq!(one(&costs, 0.9, 7), 3);
     }
 
     #[test]
