@@ -88,18 +88,22 @@ fn without_a_budget_a_chat_ends_at_its_context() {
     );
 }
 
+/// `pml chat ARGS` on no input is refused as a misuse (exit 2) before any model loads, the
+/// message naming `flag`.
+fn assert_refused_naming(args: &[&str], flag: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = run(env!("CARGO_BIN_EXE_pml"), args, Some(""), dir.path());
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains(flag));
+}
+
 /// A budget that cannot hold its sinks and recent slots is refused before the model loads.
 #[test]
 fn a_budget_too_small_for_its_recent_slots_is_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let output = run(
-        env!("CARGO_BIN_EXE_pml"),
+    assert_refused_naming(
         &["chat", "--kv-budget", "8", "--kv-recent", "8"],
-        Some(""),
-        dir.path(),
+        "--kv-recent",
     );
-    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
-    assert!(text(&output.stderr).contains("--kv-recent"));
 }
 
 /// A budget larger than the context it may use is refused, naming the most it may be.
@@ -141,13 +145,8 @@ fn a_chat_with_a_draft_model_answers_as_without_one() {
 /// model loads.
 #[test]
 fn a_draft_model_within_a_kv_budget_is_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let output = run(
-        env!("CARGO_BIN_EXE_pml"),
+    assert_refused_naming(
         &["chat", "--kv-budget", "96", "--draft-model", "qwen2.5-0.5b"],
-        Some(""),
-        dir.path(),
+        "--kv-budget",
     );
-    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
-    assert!(text(&output.stderr).contains("--kv-budget"));
 }
