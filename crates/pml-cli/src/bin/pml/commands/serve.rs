@@ -130,8 +130,9 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     args.speculation.check().map_err(Failure::usage)?;
     if let Speculation::Draft { .. } = args.speculation.speculation(SpeculativeArg::Off) {
         return Err(Failure::usage(
-            "`pml serve` does not draft with a draft model (`pml run` and `pml generate` do); \
-             `--speculative ngram` drafts from the prompts and earlier tokens",
+            "`pml serve` does not draft with a draft model (`pml run`, `pml generate` and \
+             `pml chat` do); `--speculative ngram` drafts from the prompts, the answers so far \
+             and earlier answers",
         ));
     }
     let opened = open_runtime(&args.runtime)?;
