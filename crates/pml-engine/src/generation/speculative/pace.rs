@@ -88,7 +88,8 @@ impl PassCosts {
     /// [`Self::explorable`] and then known); below every one, the smallest's; 1 before any.
     /// Where the measured count above is more than [`FAR`] times the one below (a prefill
     /// chunk's above a decode step's), it says little of the rows between: up to twice the one
-    /// below they are guessed at its cost too, as above every count, and the line starts there.
+    /// below, when that is no more than one sequence's pass of [`super::MAX_DRAFT`] drafts, they
+    /// are guessed at its cost too, as above every count, and the line starts there.
     pub fn estimate(&self, rows: usize) -> f64 {
         let at = rows.clamp(1, self.cost.len()) - 1;
         let below = self.cost[..=at]
@@ -102,9 +103,11 @@ impl PassCosts {
             .find_map(|(offset, cost)| cost.map(|cost| (at + offset, cost)));
         match (below, above) {
             (Some((low, low_cost)), Some((high, high_cost))) if high > low => {
-                // Indices are rows - 1.
-                let low = match high + 1 > FAR * (low + 1) {
-                    true => 2 * (low + 1) - 1,
+                // Indices are rows - 1. Only passes of one sequence's size are guessed so: each
+                // guess is a pass tried once, and a batch's is as costly as it is large.
+                let guessed = 2 * (low + 1);
+                let low = match high + 1 > FAR * (low + 1) && guessed <= super::MAX_DRAFT + 1 {
+                    true => guessed - 1,
                     false => low,
                 };
                 let share = at.saturating_sub(low) as f64 / (high - low) as f64;
@@ -279,6 +282,12 @@ mod tests {
         // Measured: 8 rows cost twice 4, and 5..7 the line between.
         costs.record(8, 0.044);
         assert_eq!(one(&costs, 0.9, 7), 3);
+        // Past one sequence's pass the line prices the rows between again: 9..16 rows, after
+        // 8 (a batch of 8 plain rows) and 48.
+        let mut batch = PassCosts::new(64);
+        batch.record(8, 0.150);
+        batch.record(48, 0.600);
+        assert!((batch.estimate(16) - (0.150 + 0.450 * 8.0 / 40.0)).abs() < 1e-12);
     }
 
     #[test]
