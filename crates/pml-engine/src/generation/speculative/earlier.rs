@@ -7,15 +7,16 @@
 //! found after the generation prompt they followed, and under its whole prompt's key, so the
 //! same prompt again finds it whole. A sequence that drafted from an answer follows it while
 //! it goes on as the answer did, its drafts' acceptance kept by how long the two have agreed
-//! (an n-gram's length, growing as it follows, the same prompt the longest). The store holds at most a budget of
-//! tokens: past it the oldest answers go (and the index is rebuilt, over what is left).
+//! (an n-gram's length, growing as it follows, the same prompt the longest). The store holds
+//! at most a budget of tokens: past it the oldest answers go (and the index is rebuilt, over
+//! what is left).
 //! Drafts only change how fast an answer comes, never which tokens it has; they do make a
 //! server's speed depend on what it answered before, which is why a server can turn them off.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use super::ngram::{MAX_NGRAM, NgramDraft, key};
+use super::ngram::{MAX_NGRAM, NgramDraft, insert_ngrams, longest_match};
 use super::pace::Acceptance;
 
 /// `pml serve --draft-answers`' default: tokens of earlier answers held (about 13 MB of index).
@@ -126,23 +127,8 @@ impl EarlierAnswers {
         min_ngram: usize,
         max_tokens: usize,
     ) -> Option<(NgramDraft, AnswerAt)> {
-        if max_tokens == 0 || tail.is_empty() {
-            return None;
-        }
-        let end = tail.len() - 1;
-        (min_ngram.max(1)..=MAX_NGRAM.min(tail.len()))
-            .rev()
-            .find_map(|n| {
-                let &(id, next) = self.latest[n - 1].get(&key(tail, end, n))?;
-                self.continuation(
-                    AnswerAt {
-                        id,
-                        next,
-                        matched: n,
-                    },
-                    max_tokens,
-                )
-            })
+        let (matched, (id, next)) = longest_match(&self.latest, tail, min_ngram)?;
+        self.continuation(AnswerAt { id, next, matched }, max_tokens)
     }
 
     /// The latest answer to the prompt of key `prompt` (its [`prompt_key`]), when it began with
@@ -213,10 +199,7 @@ impl EarlierAnswers {
         self.by_prompt.insert(held.prompt, id);
         let tokens = &held.tokens;
         for next in held.context.max(1)..tokens.len() {
-            let end = next - 1;
-            for n in 1..=MAX_NGRAM.min(end + 1) {
-                self.latest[n - 1].insert(key(tokens, end, n), (id, next));
-            }
+            insert_ngrams(&mut self.latest, tokens, next - 1, (id, next));
         }
     }
 

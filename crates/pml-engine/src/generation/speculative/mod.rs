@@ -143,19 +143,18 @@ impl std::fmt::Display for SpeculationStats {
 /// sequence decoded alone) what its passes cost.
 pub struct Drafter {
     index: NgramIndex,
-    /// Tokens of the prompt, at the index's start, and its key among earlier answers' prompts.
+    /// Tokens of the prompt, at the index's start.
     prompt_len: usize,
-    prompt_key: u64,
     acceptance: Acceptance,
     earlier_acceptance: Acceptance,
     costs: PassCosts,
     max_draft: usize,
     min_match: usize,
-    /// The match length behind the draft under verification, and where it was found.
+    /// The match length behind the draft under verification.
     pending_match: usize,
-    pending_earlier: bool,
-    /// The place in an earlier answer the last offer drafted from, and the sequence's length
-    /// then: while the sequence goes on as that answer did, it drafts the answer's next tokens.
+    /// The place in an earlier answer the last offer drafted from (`None`: it drafted from the
+    /// sequence itself), and the sequence's length then: while the sequence goes on as that
+    /// answer did, it drafts the answer's next tokens.
     following: Option<(AnswerAt, usize)>,
 }
 
@@ -170,14 +169,12 @@ impl Drafter {
             } => Some(Drafter {
                 index: NgramIndex::new(tokens),
                 prompt_len: tokens.len(),
-                prompt_key: earlier::prompt_key(tokens),
                 acceptance: Acceptance::new(MAX_NGRAM),
                 earlier_acceptance: Acceptance::new(earlier::MAX_FOLLOWED),
                 costs: PassCosts::new(max_draft + 1),
                 max_draft,
                 min_match,
                 pending_match: 0,
-                pending_earlier: false,
                 following: None,
             }),
         }
@@ -207,7 +204,7 @@ impl Drafter {
             }
             (Some(answers), None) if self.index.len() == self.prompt_len + 1 => {
                 let first = self.index.tokens()[self.prompt_len];
-                answers.answer_to(self.prompt_key, first, room)
+                answers.answer_to(earlier::prompt_key(self.prompt()), first, room)
             }
             _ => None,
         };
@@ -227,11 +224,9 @@ impl Drafter {
                 }
             }
         };
-        let earlier = at.is_some();
         self.following = at.map(|at| (at, self.index.len()));
         self.pending_match = found.matched;
-        self.pending_earlier = earlier;
-        let alpha = match earlier {
+        let alpha = match self.drafting_from_answers() {
             false => (self.acceptance).rate_with(found.matched, shared.map(|learnt| &learnt.own)),
             true => (self.earlier_acceptance)
                 .rate_with(found.matched, shared.map(|learnt| &learnt.earlier)),
@@ -245,7 +240,7 @@ impl Drafter {
 
     /// Whether the draft under verification was found in a server's earlier answers.
     pub fn drafting_from_answers(&self) -> bool {
-        self.pending_earlier
+        self.following.is_some()
     }
 
     /// The prompt: an answer is held under it among a server's earlier answers.
@@ -276,7 +271,7 @@ impl Drafter {
     /// Records the verdict on the last draft: `accepted` of its tokens kept, and whether the
     /// next was refused (rather than the answer ending first).
     pub fn record_verdict(&mut self, accepted: usize, rejected: bool) {
-        let acceptance = match self.pending_earlier {
+        let acceptance = match self.drafting_from_answers() {
             false => &mut self.acceptance,
             true => &mut self.earlier_acceptance,
         };
@@ -286,7 +281,7 @@ impl Drafter {
     /// [`Self::record_verdict`], and the same verdict into `learnt`, the server's shared record.
     pub fn share_verdict(&mut self, accepted: usize, rejected: bool, learnt: &mut Learnt) {
         self.record_verdict(accepted, rejected);
-        let shared = match self.pending_earlier {
+        let shared = match self.drafting_from_answers() {
             false => &mut learnt.own,
             true => &mut learnt.earlier,
         };

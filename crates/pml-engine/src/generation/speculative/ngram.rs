@@ -27,10 +27,42 @@ pub struct NgramIndex {
 }
 
 /// The n-gram ending at `tokens[end]` (inclusive), packed; `n` tokens of 32 bits fit in 128.
-pub(super) fn key(tokens: &[u32], end: usize, n: usize) -> u128 {
+fn key(tokens: &[u32], end: usize, n: usize) -> u128 {
     tokens[end + 1 - n..=end]
         .iter()
         .fold(0u128, |packed, &token| (packed << 32) | u128::from(token))
+}
+
+/// Records `value` as what followed each n-gram of `tokens` that ends at `end`, in `latest`
+/// (n-grams of length `n` at `n - 1`).
+pub(super) fn insert_ngrams<V>(
+    latest: &mut [HashMap<u128, V>],
+    tokens: &[u32],
+    end: usize,
+    value: V,
+) where
+    V: Copy,
+{
+    for n in 1..=latest.len().min(end + 1) {
+        latest[n - 1].insert(key(tokens, end, n), value);
+    }
+}
+
+/// The longest n-gram, at least `min_ngram` long, that `tokens` ends with and `latest` holds:
+/// its length, and what followed it.
+pub(super) fn longest_match<V: Copy>(
+    latest: &[HashMap<u128, V>],
+    tokens: &[u32],
+    min_ngram: usize,
+) -> Option<(usize, V)> {
+    let end = tokens.len().checked_sub(1)?;
+    (min_ngram.max(1)..=latest.len().min(tokens.len()))
+        .rev()
+        .find_map(|n| {
+            latest[n - 1]
+                .get(&key(tokens, end, n))
+                .map(|&value| (n, value))
+        })
 }
 
 impl NgramIndex {
@@ -69,9 +101,7 @@ impl NgramIndex {
         self.tokens.push(token);
         let next = self.tokens.len() - 1;
         if let Some(end) = next.checked_sub(1) {
-            for n in 1..=MAX_NGRAM.min(end + 1) {
-                self.latest[n - 1].insert(key(&self.tokens, end, n), next);
-            }
+            insert_ngrams(&mut self.latest, &self.tokens, end, next);
         }
     }
 
@@ -82,20 +112,16 @@ impl NgramIndex {
     /// the occurrence (a run of one token, a repeated line), rather than ending the draft where
     /// the sequence ends.
     pub fn draft(&self, min_ngram: usize, max_tokens: usize) -> Option<NgramDraft> {
-        let len = self.tokens.len();
-        if max_tokens == 0 || len == 0 {
+        if max_tokens == 0 {
             return None;
         }
-        let end = len - 1;
-        (min_ngram.max(1)..=MAX_NGRAM.min(len)).rev().find_map(|n| {
-            let start = *self.latest[n - 1].get(&key(&self.tokens, end, n))?;
-            let period = len - start;
-            Some(NgramDraft {
-                matched: n,
-                tokens: (0..max_tokens)
-                    .map(|at| self.tokens[start + at % period])
-                    .collect(),
-            })
+        let (matched, start) = longest_match(&self.latest, &self.tokens, min_ngram)?;
+        let period = self.tokens.len() - start;
+        Some(NgramDraft {
+            matched,
+            tokens: (0..max_tokens)
+                .map(|at| self.tokens[start + at % period])
+                .collect(),
         })
     }
 }

@@ -10,8 +10,7 @@
 //! across them, as many as raise the pass's expected tokens per second. A row count not yet
 //! measured is assumed to cost what the nearest smaller measured one did (optimistic, so it is
 //! tried once and then known), up to twice that one (or twice the largest measured); no drafts
-//! is a plain step, so
-//! where drafts do not pay the loop decodes as it would without them.
+//! is a plain step, so where drafts do not pay the loop decodes as it would without them.
 
 /// How many times more rows a measured pass may have than the measured one below it for the
 /// line between their costs to price the rows between ([`PassCosts::estimate`]).
