@@ -31,10 +31,12 @@ def passes_per_step(port):
 
 
 def drafts(port):
-    """(drafted, accepted) tokens of speculative decoding (`pml_spec_draft_tokens_total`,
-    `pml_spec_accepted_tokens_total`); None for a build that does not count them."""
-    values = read(port, ("pml_spec_draft_tokens_total", "pml_spec_accepted_tokens_total"))
+    """(drafted, accepted, model drafted, model accepted) tokens of speculative decoding
+    (`pml_spec_draft_tokens_total`, `pml_spec_accepted_tokens_total`, and of those the draft
+    model's, `pml_spec_model_*`); None for a build that does not count them."""
+    names = ("pml_spec_draft_tokens_total", "pml_spec_accepted_tokens_total",
+             "pml_spec_model_draft_tokens_total", "pml_spec_model_accepted_tokens_total")
+    values = read(port, names)
     if "pml_spec_draft_tokens_total" not in values:
         return None
-    return (int(values["pml_spec_draft_tokens_total"]),
-            int(values.get("pml_spec_accepted_tokens_total", 0)))
+    return tuple(int(values.get(name, 0)) for name in names)

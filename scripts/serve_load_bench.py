@@ -321,6 +321,8 @@ def main():
         passes = "-" if per_step is None else f"{per_step:.3f}"
         per_token = "-" if tpot is None else f"{tpot * 1e3:.1f}"
         spec = "-" if drafts is None else f"{drafts[0]}/{drafts[1]}"
+        if drafts is not None and drafts[2]:
+            spec += f" (model {drafts[2]}/{drafts[3]})"
         print(f"{name:14} {p50:10.2f} {p95:10.2f} {rate:9.1f} {per_token:>11} {done:5d} {load:>5} "
               f"{peak:>11} {passes:>11} {spec:>16}")
 

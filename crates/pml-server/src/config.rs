@@ -80,6 +80,9 @@ pub struct ServerConfig {
     /// default: with many clients the steps are compute-bound); a request's `speculative`
     /// turns it on or off for that request.
     pub speculation: pml_engine::generation::Speculation,
+    /// How a request's `"speculative": "draft"` drafts: with the server's draft model
+    /// (`--draft-model`, attached to its runtime); `None` without one.
+    pub draft_speculation: Option<pml_engine::generation::Speculation>,
     /// Tokens of earlier answers held for drafting (`--draft-answers`): an answer's n-gram
     /// drafts come from its prompt, its answer so far and these; 0 holds none.
     pub answer_draft_tokens: usize,
@@ -117,6 +120,7 @@ impl Default for ServerConfig {
             handle_signals: false,
             ui: true,
             speculation: pml_engine::generation::Speculation::Off,
+            draft_speculation: None,
         }
     }
 }

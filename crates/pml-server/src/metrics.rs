@@ -139,6 +139,9 @@ pub struct Metrics {
     /// Of those, the ones found in earlier answers (`--draft-answers`).
     pub spec_answer_draft_tokens: AtomicU64,
     pub spec_answer_accepted_tokens: AtomicU64,
+    /// Of those, the ones the draft model drafted (`--draft-model`).
+    pub spec_model_draft_tokens: AtomicU64,
+    pub spec_model_accepted_tokens: AtomicU64,
     outcomes: [AtomicU64; Outcome::ALL.len()],
     store: Mutex<Vec<TierHits>>,
 }
@@ -320,6 +323,16 @@ impl Metrics {
                 "pml_spec_answer_accepted_tokens_total",
                 "Drafted tokens found in earlier answers that the model accepted.",
                 &self.spec_answer_accepted_tokens,
+            ),
+            (
+                "pml_spec_model_draft_tokens_total",
+                "Drafted tokens of the draft model (--draft-model) verified in decoding steps.",
+                &self.spec_model_draft_tokens,
+            ),
+            (
+                "pml_spec_model_accepted_tokens_total",
+                "Drafted tokens of the draft model that the model accepted.",
+                &self.spec_model_accepted_tokens,
             ),
             (
                 "vllm:spec_decode_num_draft_tokens_total",

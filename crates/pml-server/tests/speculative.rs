@@ -4,6 +4,7 @@
 
 mod support;
 
+use pml_engine::generation::Speculation;
 use pml_engine::model::Arch;
 use pml_runtime::testing::tiny_runtime;
 use pml_server::ServerConfig;
@@ -163,4 +164,60 @@ fn an_answer_given_before_is_drafted_from_the_earlier_one() {
         // The same greedy answer: every token drafted from it is the model's.
         assert_eq!(accepted, from_answers, "{first}\n{second}");
     }
+}
+
+/// A server with a draft model (here the model's own weights, so every draft it makes is the
+/// model's greedy token) answers as it does a token per step, the draft model's drafts counted
+/// apart, all accepted (how often it is asked beside the lookup depends on pass times; the
+/// engine's tests show its filled cache drafting the model's tokens); a server without one
+/// refuses a request for it.
+#[test]
+fn a_server_with_a_draft_model_answers_as_without() {
+    for (arch, seed) in [(Arch::Gemma3, 7), (Arch::Phi3, 3)] {
+        let (mut runtime, _manifests) = tiny_runtime(arch, seed);
+        let (draft, _draft_manifests) = tiny_runtime(arch, seed);
+        runtime.attach_draft_model(draft).expect("same vocabulary");
+        let config = ServerConfig {
+            draft_speculation: Some(Speculation::Draft {
+                max_draft: 5,
+                p_min: 0.0,
+            }),
+            // Drafts from earlier answers would be accepted too: kept out of the counts.
+            answer_draft_tokens: 0,
+            ..ServerConfig::default()
+        };
+        let server = TestServer::with_runtime(runtime, config);
+        // Prompts of few repeats: the lookup finds less to draft, so the draft model is asked.
+        let prompts = [
+            "Quick brown foxes jump over lazy dogs",
+            "Seven violet hammers sing at dawn",
+            "Where does the river meet the northern sea",
+        ];
+        for prompt in prompts {
+            let (status, plain) = server.complete(&body(prompt, "off"));
+            assert_eq!(status, 200, "{plain}");
+            let (status, drafted) = server.complete(&body(prompt, "draft"));
+            assert_eq!(status, 200, "{drafted}");
+            let what = format!("{arch:?}: {prompt}");
+            assert_eq!(text(&drafted), text(&plain), "{what}");
+        }
+        let model_drafted = server.metric("pml_spec_model_draft_tokens_total");
+        // Its own greedy tokens, computed bit for bit as the verification rows are.
+        assert_eq!(
+            server.metric("pml_spec_model_accepted_tokens_total"),
+            model_drafted
+        );
+        assert!(server.metric("pml_spec_draft_tokens_total") >= model_drafted);
+        assert!(
+            server.metric("pml_spec_draft_tokens_total") > 0.0,
+            "{arch:?}: nothing drafted"
+        );
+    }
+    let without = TestServer::tiny(ServerConfig::default());
+    let (status, refused) = without.complete(&body("x", "draft"));
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused.to_string().contains("--draft-model"),
+        "the refusal names the flag: {refused}"
+    );
 }

@@ -81,8 +81,9 @@ pub struct GenerationFields {
     /// PML: report a PML prompt's tokens and how each was obtained (reused, recomputed, new) in
     /// `usage.prompt_token_kinds`.
     pub prompt_token_kinds: Option<bool>,
-    /// PML: `"off"` decodes one token per step; `"ngram"` (the server's default unless started
-    /// with `--speculative off`) verifies tokens drafted from the prompt and the answer.
+    /// PML: `"off"` decodes one token per step; `"ngram"` verifies tokens drafted from the
+    /// prompt, the answer and earlier answers; `"draft"` also asks the server's draft model
+    /// (`--draft-model`). Without it, the server's `--speculative`.
     pub speculative: Option<SpeculativeField>,
     /// Everything else the body holds, refused unless null.
     #[serde(flatten)]
@@ -94,6 +95,7 @@ pub struct GenerationFields {
 #[serde(rename_all = "lowercase")]
 pub enum SpeculativeField {
     Ngram,
+    Draft,
     Off,
 }
 
@@ -263,9 +265,19 @@ impl GenerationFields {
         }
         let defaults = SamplingParams {
             speculation: match (self.speculative, config.speculation) {
+                (None, configured) => configured,
                 (Some(SpeculativeField::Off), _) => Speculation::Off,
                 (Some(SpeculativeField::Ngram), Speculation::Off) => Speculation::default(),
-                (_, configured) => configured,
+                (Some(SpeculativeField::Ngram), configured) => configured.lookup(),
+                (Some(SpeculativeField::Draft), _) => {
+                    config.draft_speculation.ok_or_else(|| {
+                        ApiError::bad_field(
+                            "speculative",
+                            "this server has no draft model (`pml serve --draft-model MODEL`): \
+                         `\"ngram\"` drafts without one",
+                        )
+                    })?
+                }
             },
             ..SamplingParams::default()
         };

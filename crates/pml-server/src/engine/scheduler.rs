@@ -76,6 +76,8 @@ pub struct SchedulerSettings {
     pub max_schema_units: usize,
     /// `ServerConfig::answer_draft_tokens`.
     pub answer_tokens: usize,
+    /// `ServerConfig::prefix_cache_bytes`: the draft model's prefix cache gets as many.
+    pub prefix_cache_bytes: u64,
 }
 
 impl SchedulerSettings {
@@ -88,6 +90,7 @@ impl SchedulerSettings {
             edit_reuse: config.edit_reuse,
             max_schema_units: config.max_schema_units,
             answer_tokens: config.answer_draft_tokens,
+            prefix_cache_bytes: config.prefix_cache_bytes,
         }
     }
 }
@@ -102,6 +105,8 @@ pub struct Scheduler<'r> {
     active: Vec<Sequence<'r>>,
     /// KV of plain prompts' full blocks, for the prompts that follow.
     prefix_cache: PrefixCache,
+    /// The same of the draft model (`--draft-model`): its cache of a sequence starts there.
+    draft_blocks: Option<PrefixCache>,
     /// Grammar parsers over the vocabulary, built at the first `response_format` request.
     grammars: Option<Grammars>,
     /// The KV pool of the sequences in bytes (`--kv-cache-mib`) and the bytes of one slot.
@@ -137,10 +142,13 @@ impl<'r> Scheduler<'r> {
         Self {
             pressure_budget: settings.kv_pressure_budget,
             edit_reuse: settings.edit_reuse.then(edit_blend_options),
+            draft_blocks: draft_prefix_cache(runtime, settings.prefix_cache_bytes),
             prefix_cache,
             grammars: None,
             kv_pool: settings.kv_cache_bytes,
-            slot_bytes: runtime.model().kv_layout().slot_bytes(),
+            // A draft model's cache of a sequence holds as many slots as the sequence's own.
+            slot_bytes: runtime.model().kv_layout().slot_bytes()
+                + (runtime.draft_model()).map_or(0, |draft| draft.model().kv_layout().slot_bytes()),
             deferred: None,
             runtime,
             schemas: SchemaCompiler::new(registry, settings.max_schema_units),
@@ -428,6 +436,7 @@ impl<'r> Scheduler<'r> {
             job,
             prefilled,
             constraint,
+            self.draft_blocks.as_ref(),
             &self.metrics,
             &mut Finish {
                 keep: &mut |tokens, kv| keep_answer(self.runtime, &self.prefix_cache, tokens, kv),
@@ -617,10 +626,13 @@ impl<'r> Scheduler<'r> {
             decoding_rows(
                 &mut self.active,
                 &self.pass_costs,
-                &self.learnt,
+                &mut self.learnt,
+                self.draft_blocks.as_ref(),
                 &self.metrics,
             )
         };
+        // Drafting's time is not the pass's: the pass costs price rows.
+        let drafted_in = start.elapsed();
         let mut chunks: Vec<PromptChunk<'_>> = prefills
             .iter_mut()
             .filter_map(|(prefill, grant)| prefill.chunk(*grant))
@@ -671,7 +683,7 @@ impl<'r> Scheduler<'r> {
             joined: encoding.map(|chunk| chunk.tokens.len()),
         };
         let elapsed = start.elapsed();
-        self.pass_costs.record(pass_rows, elapsed.as_secs_f64());
+        (self.pass_costs).record(pass_rows, (elapsed - drafted_in).as_secs_f64());
         let rows = logits.and_then(|logits| {
             let decoded = logits
                 .narrow(0, 0, n_decoding)?
@@ -716,9 +728,13 @@ impl<'r> Scheduler<'r> {
         for (sequence, rows) in active.into_iter().zip(decoding) {
             metrics.inter_token_latency.observe(elapsed);
             let logits: Vec<Vec<f32>> = decoded.by_ref().take(rows.tokens.len()).collect();
-            if let Some(sequence) =
-                sequence.accept_drafted(logits, &rows.tokens[1..], metrics, &mut finish)
-            {
+            if let Some(sequence) = sequence.accept_drafted(
+                logits,
+                &rows.tokens[1..],
+                elapsed.as_secs_f64(),
+                metrics,
+                &mut finish,
+            ) {
                 self.active.push(sequence);
             }
         }
@@ -756,17 +772,20 @@ fn plain_rows(active: &[Sequence<'_>]) -> Vec<DecodingRows> {
 
 /// Each decoding sequence's rows of a step of decoding alone: its next token, and the drafted
 /// tokens after it that the passes' measured `costs` and the drafts' acceptance say pay, given
-/// the sequences' own rows.
+/// the sequences' own rows. A sequence decoding alone whose lookup has nothing worth verifying
+/// asks its draft model, when it has one: several sequences' steps are compute-bound already,
+/// and a draft model's passes are one sequence's.
 fn decoding_rows(
     active: &mut [Sequence<'_>],
     costs: &PassCosts,
-    learnt: &Learnt,
+    learnt: &mut Learnt,
+    draft_blocks: Option<&PrefixCache>,
     metrics: &Metrics,
 ) -> Vec<DecodingRows> {
     let base_rows = active.len();
     let offers: Vec<Option<(Vec<u32>, DraftOffer)>> = active
         .iter_mut()
-        .map(|sequence| sequence.offer(learnt))
+        .map(|sequence| sequence.offer(&*learnt))
         .collect();
     let none = DraftOffer {
         alpha: 0.0,
@@ -791,15 +810,20 @@ fn decoding_rows(
             alphas.join(" ")
         );
     }
+    let alone = active.len() == 1;
     let mut drafted = 0;
     let rows = active
-        .iter()
+        .iter_mut()
         .zip(offers)
         .zip(lengths)
         .map(|((sequence, offer), length)| {
             let mut tokens = vec![sequence.next_token];
-            if let Some((drafts, _)) = offer {
-                tokens.extend_from_slice(&drafts[..length]);
+            match offer {
+                Some((drafts, _)) if length > 0 => tokens.extend_from_slice(&drafts[..length]),
+                _ if alone => {
+                    tokens.extend(sequence.model_drafts(costs, &mut learnt.model, draft_blocks));
+                }
+                _ => {}
             }
             drafted += tokens.len() - 1;
             let positions = (sequence.next_position..).take(tokens.len()).collect();
@@ -810,6 +834,16 @@ fn decoding_rows(
         .spec_draft_tokens
         .fetch_add(drafted as u64, Ordering::Relaxed);
     rows
+}
+
+/// The draft model's prefix cache, in RAM, when the runtime has a draft model and plain
+/// prompts' blocks are kept (`budget` bytes, as the model's).
+fn draft_prefix_cache(runtime: &Runtime, budget: u64) -> Option<PrefixCache> {
+    let draft = runtime.draft_model().filter(|_| budget > 0)?;
+    Some(PrefixCache::new(
+        budget,
+        draft.store().spec().model_fingerprint.clone(),
+    ))
 }
 
 /// The most rows whose pass cost is kept apart; larger passes are estimated from the largest.

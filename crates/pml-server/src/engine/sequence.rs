@@ -7,15 +7,14 @@ use std::time::Instant;
 use candle_core::{DType, Tensor};
 use pml_compiler::PlanError;
 use pml_engine::Tokenizer;
-use pml_engine::generation::speculative::Drafter;
-use pml_engine::generation::speculative::Learnt;
-use pml_engine::generation::speculative::pace::DraftOffer;
-use pml_engine::generation::{DecodeState, DecodeStep};
+use pml_engine::generation::speculative::pace::{DraftOffer, PassCosts};
+use pml_engine::generation::speculative::{Drafter, Learnt, MAX_DRAFT, ModelDrafter, ModelPace};
+use pml_engine::generation::{DecodeState, DecodeStep, Speculation};
 use pml_engine::kv_cache::KvCache;
 use pml_engine::model::Model;
 use pml_runtime::chat::{chat_prompt_tokens, conversation_tokens};
 use pml_runtime::inference::context_limit::check_positions;
-use pml_runtime::inference::{InferenceError, Runtime, RuntimeError};
+use pml_runtime::inference::{InferenceError, PrefixCache, Runtime, RuntimeError};
 use pml_runtime::kv_budget::HeavyHitters;
 use pml_syntax::json::JsonDiagnostic;
 use pml_syntax::{DEFAULT_MAX_SHOWN, first_shown};
@@ -53,6 +52,16 @@ pub struct Sequence<'r> {
     /// Drafts by n-gram lookup over the prompt and the answer (`None`: speculation off, or a
     /// KV budget's passes of one token).
     drafter: Option<Drafter>,
+    /// Drafts by the server's draft model (speculation `draft`), its cache of the sequence
+    /// filled between steps ([`Self::feed_draft_model`]).
+    model_drafter: Option<ModelDrafter<'r>>,
+    /// Whether the drafts under verification are the draft model's.
+    modelled: bool,
+    /// Whether the draft model, asked, is running the sequence it lacks before it drafts.
+    catching_up: bool,
+    /// Seconds that catching up took since the draft model last drafted: the price of its
+    /// next drafts, charged to their pass.
+    catch_up_seconds: f64,
     /// Slots at the cache's end that hold drafts not yet verified, during a step's rows.
     unverified: usize,
     /// The answer's drafts so far, for its `usage`.
@@ -119,6 +128,7 @@ impl<'r> Sequence<'r> {
         job: CompletionJob,
         prefilled: Prefilled,
         constraint: Option<Constraint>,
+        draft_blocks: Option<&PrefixCache>,
         metrics: &Metrics,
         finish: &mut Finish<'_>,
     ) -> Progress<'r> {
@@ -165,9 +175,18 @@ impl<'r> Sequence<'r> {
             return None;
         }
         let hitters = prefilled.hitters;
-        let drafter = match hitters {
-            None => Drafter::new(job.params.speculation, &prefilled.all_tokens),
-            Some(_) => None,
+        let (drafter, model_drafter) = match hitters {
+            None => (
+                Drafter::new(job.params.speculation.lookup(), &prefilled.all_tokens),
+                model_drafter(
+                    runtime,
+                    job.params.speculation,
+                    &prefilled.all_tokens,
+                    prefilled.kv.positions(),
+                    draft_blocks,
+                ),
+            ),
+            Some(_) => (None, None),
         };
         let plain_prompt = (!matches!(job.prompt, PromptSource::Pml { .. })
             && hitters.is_none()
@@ -192,12 +211,18 @@ impl<'r> Sequence<'r> {
             plain_prompt,
             hitters,
             drafter,
+            model_drafter,
+            modelled: false,
+            catching_up: false,
+            catch_up_seconds: 0.0,
             unverified: 0,
             drafts: DraftCounts::default(),
         };
         match logits_row(&prefilled.logits) {
             Ok(mut logits) => {
-                let progress = sequence.accept(&mut logits, metrics, finish);
+                let progress = sequence
+                    .accept(&mut logits, metrics, finish)
+                    .map(Sequence::next_to_draft_model);
                 metrics.time_to_first_token.observe(arrived.elapsed());
                 progress
             }
@@ -288,24 +313,126 @@ impl<'r> Sequence<'r> {
     /// sequence's reserved slots leave room for, and the chance each is accepted (`learnt`: the
     /// server's record of its answers and their drafts).
     pub fn offer(&mut self, learnt: &Learnt) -> Option<(Vec<u32>, DraftOffer)> {
-        let drafter = self.drafter.as_mut()?;
-        // Rows after the next token's own: sampled tokens left, and slots left.
+        let room = self.draft_room();
+        self.drafter.as_mut()?.offer(room, Some(learnt))
+    }
+
+    /// The draft model's tokens after the next one, as many as the passes' `costs` say pay;
+    /// empty when it has none or `pace` (the server's, of every answer's drafted passes) says
+    /// it drafts slower than plain steps (then asked again now and then).
+    /// A draft model asked while behind the sequence (a prompt it has not run, the tokens since
+    /// it was last asked) runs [`DRAFT_FEED_TOKENS`] more of it instead, in each pass the
+    /// lookup leaves to it, and drafts once it has caught up (the catching up charged to that
+    /// pass in `pace`); a plain prompt's blocks then join `draft_blocks`, its prefix cache, for
+    /// the prompts that start alike. One that fails drafts no more for this answer.
+    pub fn model_drafts(
+        &mut self,
+        costs: &PassCosts,
+        pace: &mut ModelPace,
+        draft_blocks: Option<&PrefixCache>,
+    ) -> Vec<u32> {
+        let room = self.draft_room();
+        let Some(model) = &mut self.model_drafter else {
+            return Vec::new();
+        };
+        if !costs.measured(1) {
+            return Vec::new();
+        }
+        if !self.catching_up && !pace.ask(1.0 / costs.estimate(1)) {
+            return Vec::new();
+        }
+        let unfed = model.unfed();
+        let behind = unfed > DRAFT_CATCH_UP;
+        if behind && !self.catching_up && !pace.worth_catching_up(unfed, room, costs.estimate(1)) {
+            return Vec::new();
+        }
+        let started = std::time::Instant::now();
+        let drafted = match behind {
+            true => model.feed(DRAFT_FEED_TOKENS).map(|()| None),
+            false => model.draft(room, costs).map(Some),
+        };
+        let seconds = started.elapsed().as_secs_f64();
+        if behind {
+            pace.record_catch_up(unfed.min(DRAFT_FEED_TOKENS), seconds);
+        }
+        tracing::debug!(
+            unfed,
+            drafts = drafted
+                .as_ref()
+                .map_or(0, |drafts| drafts.as_ref().map_or(0, Vec::len)),
+            ms = seconds * 1e3,
+            "draft model asked"
+        );
+        match drafted {
+            Ok(None) => {
+                self.catch_up_seconds += seconds;
+                self.catching_up = model.unfed() > DRAFT_CATCH_UP;
+                if !self.catching_up {
+                    self.keep_draft_blocks(draft_blocks);
+                }
+                Vec::new()
+            }
+            Ok(Some(drafts)) => {
+                // Asked, it took time even when it drafted nothing: the pass paces it.
+                self.modelled = true;
+                drafts
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the draft model failed; the answer goes on without it");
+                self.model_drafter = None;
+                Vec::new()
+            }
+        }
+    }
+
+    /// A plain prompt's blocks (and its answer's so far) of the draft model's cache, into its
+    /// prefix cache `draft_blocks`.
+    fn keep_draft_blocks(&self, draft_blocks: Option<&PrefixCache>) {
+        let (Some(blocks), Some(prompt), Some(model)) = (
+            draft_blocks,
+            self.plain_prompt.as_deref(),
+            &self.model_drafter,
+        ) else {
+            return;
+        };
+        let Some(kv) = model.kv() else {
+            return;
+        };
+        let mut tokens = prompt.to_vec();
+        tokens.extend_from_slice(self.state.token_ids());
+        if let Err(error) = blocks.keep(model.model(), &tokens, kv) {
+            tracing::warn!(%error, "the draft model's prefix cache could not keep blocks");
+        }
+    }
+
+    /// Rows after the next token's own: sampled tokens left, and slots left.
+    fn draft_room(&self) -> usize {
         let tokens_left = self
             .job
             .params
             .max_tokens
             .saturating_sub(self.state.token_ids().len() + 1);
         let slots_left = self.reserved_slots.saturating_sub(self.kv.len() + 1);
-        drafter.offer(tokens_left.min(slots_left), Some(learnt))
+        tokens_left.min(slots_left)
+    }
+
+    /// The next token joins what the draft model is to run.
+    fn next_to_draft_model(mut self) -> Self {
+        if let Some(model) = &mut self.model_drafter {
+            model.push(self.next_token, self.next_position);
+        }
+        self
     }
 
     /// Takes the step's rows for this sequence: row 0 after its next token, row `i` after
     /// `drafts[..i]` too. Accepts ([`Self::accept`]) row after row while the token drawn is the
-    /// draft that the next row assumed; the rejected drafts' slots are dropped.
+    /// draft that the next row assumed; the rejected drafts' slots are dropped. `pass_seconds`:
+    /// the step's time, drafting included, which paces the draft model.
     pub fn accept_drafted(
         mut self,
         rows: Vec<Vec<f32>>,
         drafts: &[u32],
+        pass_seconds: f64,
         metrics: &Metrics,
         finish: &mut Finish<'_>,
     ) -> Progress<'r> {
@@ -327,19 +454,31 @@ impl<'r> Sequence<'r> {
             }
         }
         self.unverified = 0;
-        if !drafts.is_empty() {
-            self.kv.rollback(first_slot + 1 + accepted);
-            if let Some(drafter) = &mut self.drafter {
-                if drafter.drafting_from_answers() {
-                    (metrics.spec_answer_draft_tokens)
-                        .fetch_add(drafts.len() as u64, Ordering::Relaxed);
-                    (metrics.spec_answer_accepted_tokens)
-                        .fetch_add(accepted as u64, Ordering::Relaxed);
-                }
-                drafter.share_verdict(accepted, accepted < drafts.len(), finish.learnt);
+        if let Some(model) = &mut self.model_drafter {
+            match self.modelled {
+                true => model.verdict(drafts, accepted),
+                false => model.accepted_elsewhere(&drafts[..accepted]),
             }
         }
-        Some(self)
+        if std::mem::take(&mut self.modelled) {
+            let catch_up = std::mem::take(&mut self.catch_up_seconds);
+            (finish.learnt.model).record(accepted + 1, pass_seconds + catch_up);
+            (metrics.spec_model_draft_tokens).fetch_add(drafts.len() as u64, Ordering::Relaxed);
+            (metrics.spec_model_accepted_tokens).fetch_add(accepted as u64, Ordering::Relaxed);
+        } else if !drafts.is_empty()
+            && let Some(drafter) = &mut self.drafter
+        {
+            if drafter.drafting_from_answers() {
+                (metrics.spec_answer_draft_tokens)
+                    .fetch_add(drafts.len() as u64, Ordering::Relaxed);
+                (metrics.spec_answer_accepted_tokens).fetch_add(accepted as u64, Ordering::Relaxed);
+            }
+            drafter.share_verdict(accepted, accepted < drafts.len(), finish.learnt);
+        }
+        if !drafts.is_empty() {
+            self.kv.rollback(first_slot + 1 + accepted);
+        }
+        Some(self.next_to_draft_model())
     }
 
     /// Whether the sequence decodes within a KV budget, in passes of its own ([`Self::step_alone`]).
@@ -478,6 +617,57 @@ pub fn logits_row(logits: &Tensor) -> Result<Vec<f32>, JobError> {
         .and_then(|logits| logits.to_dtype(DType::F32))
         .and_then(|logits| logits.to_vec1::<f32>())
         .map_err(JobError::internal)
+}
+
+/// Tokens a draft may still have to run first, the sequence's newest ones since its last
+/// draft: a draft model no further behind drafts at once.
+const DRAFT_CATCH_UP: usize = MAX_DRAFT + 1;
+
+/// Tokens of a sequence run through its draft model in a step when it is behind: as many as
+/// a step's prompt chunk (`PREFILL_CHUNK_TOKENS`), of a smaller model.
+const DRAFT_FEED_TOKENS: usize = 128;
+
+/// A draft model's drafter for a sequence of the prompt `tokens` (at `positions`) when `speculation` drafts with one
+/// and the server has one: its cache is filled with the prompt's tokens at the positions the
+/// sequence's cache holds them (computed, between steps; a PML prompt's modules are not spliced
+/// from the draft model's states).
+fn model_drafter<'r>(
+    runtime: &'r Runtime,
+    speculation: Speculation,
+    tokens: &[u32],
+    positions: &[u32],
+    draft_blocks: Option<&PrefixCache>,
+) -> Option<ModelDrafter<'r>> {
+    let Speculation::Draft { max_draft, p_min } = speculation else {
+        return None;
+    };
+    let draft = runtime.draft_model()?.model();
+    if positions.len() != tokens.len() {
+        tracing::debug!("the prompt's cache does not hold its tokens one a row: no draft model");
+        return None;
+    }
+    let plain = positions.iter().copied().eq(0..tokens.len() as u32);
+    let (kv, cached) = match draft_blocks.filter(|_| plain) {
+        Some(blocks) => blocks
+            .splice(draft, tokens, 0, tokens.len())
+            .map(|spliced| (spliced.kv, spliced.cached_tokens))
+            .map_err(|error| error.to_string()),
+        None => draft
+            .new_kv_cache()
+            .map(|kv| (kv, 0))
+            .map_err(|error| error.to_string()),
+    }
+    .inspect_err(|error| tracing::warn!(%error, "no draft model for this answer"))
+    .ok()?;
+    Some(ModelDrafter::filling(
+        draft,
+        kv,
+        &tokens[cached..],
+        &positions[cached..],
+        max_draft,
+        p_min,
+        runtime.tokenizer().vocab_size(),
+    ))
 }
 
 /// The tokens of a plain or chat prompt (a PML prompt's text as plain text); `add_special` puts

@@ -96,18 +96,12 @@ impl TestServer {
 
     /// Status and parsed body of a POST of `body` to `path`.
     pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let (status, text) = call("POST", &self.url(path), Some(&body.to_string()), None);
-        (status, json(&text))
+        post(&self.url(path), body)
     }
 
     /// The value of a metric line (`name{labels}` exactly as rendered).
     pub fn metric(&self, series: &str) -> f64 {
-        let (status, text) = call("GET", &self.url("/metrics"), None, None);
-        assert_eq!(status, 200);
-        text.lines()
-            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-            .and_then(|value| value.parse().ok())
-            .unwrap_or_else(|| panic!("no metric {series} in:\n{text}"))
+        metric(&self.base, series)
     }
 
     /// Polls until `series` reaches `value`.
@@ -132,6 +126,22 @@ fn agent() -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout_read(Duration::from_secs(120))
         .build()
+}
+
+/// Status and parsed body of a POST of `body` to `url`.
+pub fn post(url: &str, body: &Value) -> (u16, Value) {
+    let (status, text) = call("POST", url, Some(&body.to_string()), None);
+    (status, json(&text))
+}
+
+/// The value of a metric line (`name{labels}` exactly as rendered) of the server at `base`.
+pub fn metric(base: &str, series: &str) -> f64 {
+    let (status, text) = call("GET", &format!("{base}/metrics"), None, None);
+    assert_eq!(status, 200);
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no metric {series} in:\n{text}"))
 }
 
 /// Status and body of one request; `token` goes in as a bearer token.

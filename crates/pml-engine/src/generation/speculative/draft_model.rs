@@ -129,6 +129,73 @@ impl<'m> ModelDrafter<'m> {
         }
     }
 
+    /// A drafter whose cache `kv` (the sequence's start, perhaps empty) is filled with the rest
+    /// of the sequence, `tokens` at `positions`, a chunk at a time by [`Self::feed`] rather
+    /// than by a prefill at the first draft: a server fills a sequence's between its steps, so
+    /// no one waits for a whole prompt's draft prefill.
+    pub fn filling(
+        model: &'m Model,
+        kv: KvCache,
+        tokens: &[u32],
+        positions: &[u32],
+        max_draft: usize,
+        p_min: f32,
+        target_vocab: usize,
+    ) -> Self {
+        Self {
+            model,
+            kv: Some(kv),
+            prefill: None,
+            kept: None,
+            pending: tokens
+                .iter()
+                .copied()
+                .zip(positions.iter().copied())
+                .collect(),
+            max_draft,
+            p_min,
+            target_vocab,
+            fed: 0,
+            drafts_run: 0,
+            last_position: positions.last().copied().unwrap_or(0),
+            step_seconds: None,
+            drafting_seconds: 0.0,
+        }
+    }
+
+    /// The draft model.
+    pub fn model(&self) -> &'m Model {
+        self.model
+    }
+
+    /// The draft model's cache: rows of the sequence's first tokens, and while a draft is
+    /// verified, of its drafts after them.
+    pub fn kv(&self) -> Option<&KvCache> {
+        self.kv.as_ref()
+    }
+
+    /// Tokens of the sequence the draft model has not run yet: the next draft runs them first.
+    pub fn unfed(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Runs up to `max_tokens` of the tokens the draft's cache lacks through the draft model.
+    pub fn feed(&mut self, max_tokens: usize) -> Result<(), GenerateError> {
+        let Some(kv) = &mut self.kv else {
+            return Ok(());
+        };
+        let n = max_tokens.min(self.pending.len());
+        if n == 0 {
+            return Ok(());
+        }
+        let (tokens, positions): (Vec<u32>, Vec<u32>) = self.pending.drain(..n).unzip();
+        self.model.forward(&tokens, &positions, kv)?;
+        // No draft of its own is in the cache now: a verdict keeps every row.
+        self.fed = kv.len();
+        self.drafts_run = 0;
+        Ok(())
+    }
+
     /// Seconds the last [`Self::draft`] took: what a pass's time holds beside verification.
     pub fn drafting_seconds(&self) -> f64 {
         self.drafting_seconds
@@ -225,6 +292,82 @@ impl<'m> ModelDrafter<'m> {
         for &token in tokens {
             self.last_position += 1;
             self.pending.push((token, self.last_position));
+        }
+    }
+}
+
+/// Whether a draft model is worth asking: while the passes it drafted for deliver more tokens
+/// a second than plain steps, else again after [`MODEL_RETRY_PASSES`] passes without it, in
+/// case the answer reached text it predicts better, twice as long after each retry that did
+/// not pay (up to [`MODEL_RETRY_MAX`]): trying costs the catch-up of what it has not run.
+#[derive(Clone, Debug, Default)]
+pub struct ModelPace {
+    /// Tokens per second of the passes the draft model drafted for (its drafting included),
+    /// a running mean.
+    rate: Option<f64>,
+    /// Passes since the draft model was last asked.
+    since_asked: usize,
+    /// Retries in a row that did not pay.
+    failed_retries: u32,
+    /// Seconds the draft model took per token it caught up on, a running mean.
+    catch_up_per_token: Option<f64>,
+    /// Whether the last ask was a retry of a draft model that did not pay.
+    retrying: bool,
+}
+
+/// A draft model slower than plain steps is asked again after this many passes at first.
+pub const MODEL_RETRY_PASSES: usize = 16;
+
+/// The most passes between retries.
+pub const MODEL_RETRY_MAX: usize = 256;
+
+/// The most of an answer's remaining plain decode time a draft model may spend catching up.
+pub const CATCH_UP_SHARE: f64 = 0.25;
+
+/// Doublings of the wait that reach [`MODEL_RETRY_MAX`].
+const MAX_RETRY_DOUBLINGS: u32 = (MODEL_RETRY_MAX / MODEL_RETRY_PASSES).ilog2();
+
+impl ModelPace {
+    /// Whether to ask the draft model for this pass, plain steps delivering `plain_rate`
+    /// tokens a second.
+    pub fn ask(&mut self, plain_rate: f64) -> bool {
+        self.since_asked += 1;
+        let pays = self.rate.is_none_or(|rate| rate > plain_rate);
+        if std::mem::take(&mut self.retrying) && !pays {
+            self.failed_retries = (self.failed_retries + 1).min(MAX_RETRY_DOUBLINGS);
+        }
+        if pays {
+            self.failed_retries = 0;
+        }
+        let wait = (MODEL_RETRY_PASSES << self.failed_retries).min(MODEL_RETRY_MAX);
+        if !pays && self.since_asked < wait {
+            return false;
+        }
+        self.since_asked = 0;
+        self.retrying = !pays;
+        true
+    }
+
+    /// Whether a draft model `unfed` tokens behind is worth catching up with an answer that
+    /// has `room` tokens left, plain steps taking `plain_step` seconds: when catching up costs
+    /// at most [`CATCH_UP_SHARE`] of the plain steps left (drafts save at most about as
+    /// much), at the measured cost per token, else a guess of 1/16 of a plain step.
+    pub fn worth_catching_up(&self, unfed: usize, room: usize, plain_step: f64) -> bool {
+        let per_token = self.catch_up_per_token.unwrap_or(plain_step / 16.0);
+        unfed as f64 * per_token <= CATCH_UP_SHARE * room as f64 * plain_step
+    }
+
+    /// Catching up on `tokens` took `seconds`.
+    pub fn record_catch_up(&mut self, tokens: usize, seconds: f64) {
+        if tokens > 0 {
+            update_mean(&mut self.catch_up_per_token, seconds / tokens as f64);
+        }
+    }
+
+    /// A pass the draft model drafted for gave `tokens` in `seconds`, its drafting included.
+    pub fn record(&mut self, tokens: usize, seconds: f64) {
+        if seconds > 0.0 {
+            update_mean(&mut self.rate, tokens as f64 / seconds);
         }
     }
 }

@@ -3,8 +3,9 @@
 
 use candle_core::Device;
 
-use super::draft_model::DraftModel;
 use super::draft_model::check_vocabularies;
+use super::draft_model::{DraftModel, ModelDrafter, ModelPace};
+use super::pace::PassCosts;
 use super::{DEFAULT_DRAFT_P_MIN, Proposer, Speculation};
 use crate::generation::test_tokenizer::{ByteTokenizer, letter_tokenizer, tiny_model};
 use crate::generation::{GenerateError, Generation, Generator, PromptInput, SamplingParams};
@@ -238,4 +239,76 @@ fn a_draft_model_of_another_vocabulary_is_refused() {
     let other_eos = letter_tokenizer().with_eos_tokens(&[7]);
     let error = check_vocabularies(&target, &other_eos).unwrap_err();
     assert!(error.contains("end-of-turn"), "{error}");
+}
+
+/// A server's drafter: its cache starts from a spliced prefix and is fed the rest of the
+/// prompt a chunk at a time; then it drafts what the model decodes greedily, from a cache
+/// holding the sequence's rows one to a position.
+#[test]
+fn a_drafter_filled_in_chunks_drafts_the_models_greedy_tokens() {
+    let model = tiny_model();
+    let (plain, _) = generate(&model, None, &greedy(), Speculation::Off);
+    let prompt = prompt();
+    let positions: Vec<u32> = (0..prompt.len() as u32).collect();
+    let mut start = model.new_kv_cache().unwrap();
+    model
+        .forward(&prompt[..16], &positions[..16], &mut start)
+        .unwrap();
+    let vocab = letter_tokenizer().vocab_size();
+    let mut drafter = ModelDrafter::filling(
+        &model,
+        start,
+        &prompt[16..],
+        &positions[16..],
+        5,
+        0.0,
+        vocab,
+    );
+    assert_eq!(drafter.unfed(), prompt.len() - 16);
+    while drafter.unfed() > 0 {
+        drafter.feed(7).unwrap();
+    }
+    assert_eq!(drafter.kv().unwrap().positions(), &positions[..]);
+    let first = plain.token_ids[0];
+    drafter.push(first, prompt.len() as u32);
+    // Passes cost the same whatever their rows: every draft the model is sure enough of pays.
+    let mut costs = PassCosts::new(8);
+    for rows in 1..=8 {
+        costs.record(rows, 1.0);
+    }
+    let drafts = drafter.draft(5, &costs).unwrap();
+    assert!(!drafts.is_empty());
+    assert_eq!(drafts[..], plain.token_ids[1..=drafts.len()]);
+    // The drafts it ran stay in its cache until the verdict keeps or drops them.
+    drafter.verdict(&drafts, 0);
+    let kept: Vec<u32> = (0..=prompt.len() as u32).collect();
+    assert_eq!(drafter.kv().unwrap().positions(), &kept[..]);
+}
+
+/// A draft model slower than plain steps is tried again after 16 passes, then twice as long
+/// after each retry that did not pay, up to 256; once a retry pays it is asked every pass.
+#[test]
+fn a_draft_model_that_does_not_pay_is_retried_ever_less_often() {
+    let plain_rate = 10.0;
+    let mut pace = ModelPace::default();
+    assert!(
+        pace.ask(plain_rate),
+        "a draft model never measured is tried"
+    );
+    pace.record(1, 1.0);
+    let mut waits = Vec::new();
+    let mut since = 0;
+    for _ in 0..2000 {
+        since += 1;
+        if pace.ask(plain_rate) {
+            waits.push(since);
+            since = 0;
+            pace.record(1, 1.0);
+        }
+    }
+    assert_eq!(waits[..5], [16, 32, 64, 128, 256]);
+    assert!(waits[5..].iter().all(|&wait| wait == 256), "{waits:?}");
+    while !pace.ask(plain_rate) {}
+    pace.record(100, 1.0);
+    assert!((0..10).all(|_| pace.ask(plain_rate)));
 }

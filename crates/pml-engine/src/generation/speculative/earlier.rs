@@ -16,6 +16,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
+use super::draft_model::ModelPace;
 use super::ngram::{MAX_NGRAM, NgramDraft, insert_ngrams, longest_match};
 use super::pace::Acceptance;
 
@@ -223,6 +224,9 @@ pub struct Learnt {
     /// Drafts found in earlier answers.
     pub earlier: Acceptance,
     pub answers: EarlierAnswers,
+    /// Whether the draft model (`--draft-model`) is worth asking: answers of a workload
+    /// draft alike, and each one's first ask costs its draft cache's fill.
+    pub model: ModelPace,
 }
 
 impl Learnt {
@@ -232,6 +236,7 @@ impl Learnt {
             own: Acceptance::new(MAX_NGRAM),
             earlier: Acceptance::new(MAX_FOLLOWED),
             answers: EarlierAnswers::new(answer_tokens),
+            model: ModelPace::default(),
         }
     }
 }

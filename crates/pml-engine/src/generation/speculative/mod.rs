@@ -23,7 +23,7 @@ pub mod pace;
 #[cfg(test)]
 mod tests;
 
-pub use draft_model::{DraftModel, ModelDrafter};
+pub use draft_model::{DraftModel, ModelDrafter, ModelPace};
 use earlier::AnswerAt;
 pub use earlier::{EarlierAnswers, Learnt};
 use ngram::{MAX_NGRAM, NgramDraft, NgramIndex};
@@ -70,6 +70,18 @@ impl Default for Speculation {
 }
 
 impl Speculation {
+    /// The n-gram lookup of this speculation: a draft model's drafts are asked for only where
+    /// the lookup finds nothing worth verifying.
+    pub fn lookup(self) -> Speculation {
+        match self {
+            Speculation::Draft { max_draft, .. } => Speculation::Ngram {
+                max_draft,
+                min_match: 1,
+            },
+            other => other,
+        }
+    }
+
     /// Checks the numbers are in range.
     pub fn validate(&self) -> Result<(), String> {
         match *self {
@@ -296,18 +308,11 @@ pub struct Proposer<'m> {
     model: Option<ModelDrafter<'m>>,
     /// Whether the drafts under verification are the draft model's.
     modelled: bool,
-    /// Tokens per second of the passes the draft model drafted for (its drafting included),
-    /// a running mean: asked again only while it beats plain steps, or to look again.
-    model_rate: Option<f64>,
-    /// Passes since the draft model was last asked.
-    since_model: usize,
+    /// Whether the draft model is worth asking.
+    model_pace: ModelPace,
     /// The last pass's seconds.
     pass_seconds: f64,
 }
-
-/// A draft model slower than plain steps is asked again after this many passes, in case the
-/// answer reached text it predicts better.
-const MODEL_RETRY_PASSES: usize = 16;
 
 impl<'m> Proposer<'m> {
     /// The proposer `speculation` asks for over a sequence of `tokens` so far (the prompt),
@@ -321,16 +326,10 @@ impl<'m> Proposer<'m> {
         let (ngram, model) = match (speculation, draft) {
             (Speculation::Off, _) => return Ok(None),
             (Speculation::Ngram { .. }, _) => (Drafter::new(speculation, tokens), None),
-            (Speculation::Draft { max_draft, p_min }, Some(draft)) => {
-                let lookup = Speculation::Ngram {
-                    max_draft,
-                    min_match: 1,
-                };
-                (
-                    Drafter::new(lookup, tokens),
-                    Some(ModelDrafter::new(draft, max_draft, p_min, target_vocab)),
-                )
-            }
+            (Speculation::Draft { max_draft, p_min }, Some(draft)) => (
+                Drafter::new(speculation.lookup(), tokens),
+                Some(ModelDrafter::new(draft, max_draft, p_min, target_vocab)),
+            ),
             (Speculation::Draft { .. }, None) => {
                 return Err(super::GenerateError::InvalidPrompt(
                     "speculation `draft` needs a draft model".into(),
@@ -341,8 +340,7 @@ impl<'m> Proposer<'m> {
             ngram,
             model,
             modelled: false,
-            model_rate: None,
-            since_model: 0,
+            model_pace: ModelPace::default(),
             pass_seconds: 0.0,
         }))
     }
@@ -374,14 +372,10 @@ impl<'m> Proposer<'m> {
             // would be guessed from the drafted passes themselves.
             return Ok(Vec::new());
         }
-        let plain_rate = 1.0 / ngram.costs().estimate(1);
-        self.since_model += 1;
-        let pays = self.model_rate.is_none_or(|rate| rate > plain_rate);
-        if !pays && self.since_model < MODEL_RETRY_PASSES {
+        if !self.model_pace.ask(1.0 / ngram.costs().estimate(1)) {
             return Ok(Vec::new());
         }
         self.modelled = true;
-        self.since_model = 0;
         model.draft(room, ngram.costs())
     }
 
@@ -421,9 +415,8 @@ impl<'m> Proposer<'m> {
                 false => model.accepted_elsewhere(&drafts[..accepted]),
             }
         }
-        if self.modelled && self.pass_seconds > 0.0 {
-            let rate = (accepted + 1) as f64 / self.pass_seconds;
-            pace::update_mean(&mut self.model_rate, rate);
+        if self.modelled {
+            self.model_pace.record(accepted + 1, self.pass_seconds);
         }
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use pml_commands::failure::Failure;
-use pml_commands::pipeline::{RuntimeArgs, open_runtime, store_config};
+use pml_commands::pipeline::{RuntimeArgs, open_draft_model, open_runtime, store_config};
 use pml_commands::sampling_args::{SpeculationArgs, SpeculativeArg};
 use pml_engine::generation::Speculation;
 use pml_engine::generation::speculative::earlier::DEFAULT_ANSWER_TOKENS;
@@ -128,14 +128,10 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         return Err(Failure::usage("--max-connections must be at least 1"));
     }
     args.speculation.check().map_err(Failure::usage)?;
-    if let Speculation::Draft { .. } = args.speculation.speculation(SpeculativeArg::Off) {
-        return Err(Failure::usage(
-            "`pml serve` does not draft with a draft model (`pml run`, `pml generate` and \
-             `pml chat` do); `--speculative ngram` drafts from the prompts, the answers so far \
-             and earlier answers",
-        ));
+    let mut opened = open_runtime(&args.runtime)?;
+    if let Some(draft) = &args.speculation.draft.draft_model {
+        open_draft_model(&args.runtime, draft, &mut opened)?;
     }
-    let opened = open_runtime(&args.runtime)?;
     let store = store_config(args.runtime.store.as_deref())?;
     let saved_schemas = store.root.join("schemas");
     // Plain prompts' blocks are shared through the store's Redis, when it has one.
@@ -167,6 +163,12 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         kv_pressure_budget,
         edit_reuse: !args.no_edit_reuse,
         speculation: args.speculation.speculation(SpeculativeArg::Off),
+        draft_speculation: (args.speculation.draft.draft_model.as_ref()).map(|_| {
+            Speculation::Draft {
+                max_draft: args.speculation.draft_max,
+                p_min: args.speculation.draft_p_min,
+            }
+        }),
         answer_draft_tokens: args.draft_answers,
         ui: !args.no_ui,
         prefix_cache_bytes: args.prefix_cache_mib << 20,
