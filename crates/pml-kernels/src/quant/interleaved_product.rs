@@ -1,6 +1,7 @@
 //! Products of fewer than [`super::INTERLEAVED_PANEL_MIN_ROWS`] rows with an interleaved matrix (Q5_0, Q4_1, Q8_0, Q4_K, Q6_K):
 //! the activations are quantized once; the pool's workers take items of
-//! [`PANELS_PER_ITEM`] panel rows, walk the activation rows in tiles of [`TILE`], and write each
+//! [`PANELS_PER_ITEM`] panel rows, walk the activation rows in tiles (of [`TILE`], or all of a
+//! few up to [`PANEL_TILE`]), and write each
 //! tile's eight outputs per panel straight into the row-major result.
 
 use super::avx2_interleaved::{dequantize_panel, tile_panels, tile_q8_0_panels};
@@ -13,7 +14,7 @@ use super::interleaved_q6k::PanelQ6K;
 use super::interleaved_q8::PanelQ8_0;
 use super::kernel::TILE;
 use super::kquants::{self, ActQ8K, SUPER};
-use super::mac::Simd;
+use super::mac::{Level, Simd};
 use super::panels::Output;
 
 /// Panel rows (of eight output rows) per work item: 32 output rows, as the row-by-row path.
@@ -191,18 +192,37 @@ impl PanelKernel for PanelQ6K {
     }
 }
 
-/// `out[i]` = the eight outputs of activation row `acts[i]`, for up to [`TILE`] rows.
+/// The most activation rows one interleaved tile multiplies with a row of panels, the panels
+/// unpacked once for all of them: with the AVX2 tiles a product of at most this many rows (a
+/// decode step with up to seven drafted tokens) is one tile, since unpacking twice cost more
+/// than the accumulators that spill (1.5B, 5 rows: 109 against 136 ms a pass); a product of more
+/// goes in tiles of [`TILE`], which stay in registers (128 rows: 1456 against 1582 ms), and so
+/// does every product with the VNNI tiles, whose unpacking is a smaller share (8 rows measured
+/// no faster).
+pub const PANEL_TILE: usize = 2 * TILE;
+
+/// `out[i]` = the eight outputs of activation row `acts[i]`, for up to [`PANEL_TILE`] rows.
 fn tile_into<P: PanelKernel>(
     simd: Option<Simd>,
     panels: &[P],
     acts: &[&[P::Act]],
-    out: &mut [[f32; PANEL]; TILE],
+    out: &mut [[f32; PANEL]; PANEL_TILE],
 ) {
     match *acts {
         [a] => out[..1].copy_from_slice(&P::tile(simd, panels, [a])),
         [a, b] => out[..2].copy_from_slice(&P::tile(simd, panels, [a, b])),
         [a, b, c] => out[..3].copy_from_slice(&P::tile(simd, panels, [a, b, c])),
-        [a, b, c, d] => out.copy_from_slice(&P::tile(simd, panels, [a, b, c, d])),
+        [a, b, c, d] => out[..4].copy_from_slice(&P::tile(simd, panels, [a, b, c, d])),
+        [a, b, c, d, e] => out[..5].copy_from_slice(&P::tile(simd, panels, [a, b, c, d, e])),
+        [a, b, c, d, e, f] => {
+            out[..6].copy_from_slice(&P::tile(simd, panels, [a, b, c, d, e, f]));
+        }
+        [a, b, c, d, e, f, g] => {
+            out[..7].copy_from_slice(&P::tile(simd, panels, [a, b, c, d, e, f, g]));
+        }
+        [a, b, c, d, e, f, g, h] => {
+            out.copy_from_slice(&P::tile(simd, panels, [a, b, c, d, e, f, g, h]));
+        }
         _ => {
             for (out, row) in out.iter_mut().zip(acts) {
                 *out = P::tile(simd, panels, [*row])[0];
@@ -265,16 +285,20 @@ pub fn multiply_interleaved<P: PanelKernel>(
     // Blocks of activation rows, so that the items a worker takes in turn read the same block
     // from its L2 instead of every row from L3; the weights are read once per block.
     let row_bytes = std::mem::size_of_val(act_rows.first().map_or(&[][..], |row| *row));
+    let tile = match simd.map(Simd::level) {
+        Some(Level::Avx2) if n_rows <= PANEL_TILE => PANEL_TILE,
+        _ => TILE,
+    };
     let block_rows = (ACT_BLOCK_BYTES / row_bytes.max(1))
         .max(1)
-        .next_multiple_of(TILE);
+        .next_multiple_of(PANEL_TILE);
     for (block_idx, block) in act_rows.chunks(block_rows).enumerate() {
         let compute = |item: usize| {
             let first = item * PANELS_PER_ITEM;
             let last = (first + PANELS_PER_ITEM).min(panel_rows);
             let out = &shared;
-            let mut results = [[0f32; PANEL]; TILE];
-            for (tile_idx, acts) in block.chunks(TILE).enumerate() {
+            let mut results = [[0f32; PANEL]; PANEL_TILE];
+            for (tile_idx, acts) in block.chunks(tile).enumerate() {
                 for panel_row in first..last {
                     tile_into(
                         simd,
@@ -283,7 +307,7 @@ pub fn multiply_interleaved<P: PanelKernel>(
                         &mut results,
                     );
                     for (offset, values) in results[..acts.len()].iter().enumerate() {
-                        let row = block_idx * block_rows + tile_idx * TILE + offset;
+                        let row = block_idx * block_rows + tile_idx * tile + offset;
                         let at = row * out_features + panel_row * PANEL;
                         // SAFETY: row < n_rows and panel_row * PANEL + PANEL <= out_features,
                         // so the eight values lie inside the output; this item is the only

@@ -299,6 +299,33 @@ fn interleaved_products_of_many_rows_equal_their_rows_products() {
 }
 
 #[test]
+fn interleaved_products_of_a_few_rows_equal_their_rows_products() {
+    // Up to `PANEL_TILE` rows (a decode step and its drafts) make one tile with the AVX2 tiles
+    // (`PML_NO_AVX512=1` on an AVX-512 machine), in tiles of `TILE` otherwise: either way each
+    // row's sums are the ones it gets alone, so drafted rows decode the tokens a step would.
+    let (out_features, in_features) = (16, 2 * 256);
+    for dtype in INTERLEAVED {
+        let qtensor = quantized(out_features, in_features, dtype, 31);
+        let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
+        let x = random_matrix(super::interleaved_product::PANEL_TILE + 1, in_features, 32);
+        for n_rows in 2..=super::interleaved_product::PANEL_TILE + 1 {
+            let rows = x.narrow(0, 0, n_rows).expect("rows");
+            let all = to_vec(&matrix.forward(&rows).expect("multiplies"));
+            for row in 0..n_rows {
+                let one = matrix
+                    .forward(&x.narrow(0, row, 1).expect("row"))
+                    .expect("multiplies");
+                assert_eq!(
+                    &all[row * out_features..][..out_features],
+                    &to_vec(&one)[..],
+                    "{dtype:?}, row {row} of {n_rows}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn panel_products_match_dense_matmul_of_the_same_weights() {
     // 150 output rows: two full panels and a partial one (152 for Q5_0's interleaved rows);
     // input rows from the panel threshold up. The panels multiply the dequantized weights with
