@@ -284,17 +284,24 @@ fn interleaved_products_of_many_rows_equal_their_rows_products() {
         let qtensor = quantized(out_features, in_features, dtype, 23);
         let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
         let x = random_matrix(n_rows, in_features, 24);
-        let all = to_vec(&matrix.forward(&x).expect("multiplies"));
-        for row in [0, 1, 47, 48, 49, 150, n_rows - 2, n_rows - 1] {
-            let one = matrix
-                .forward(&x.narrow(0, row, 1).expect("row"))
-                .expect("multiplies");
-            assert_eq!(
-                &all[row * out_features..][..out_features],
-                &to_vec(&one)[..],
-                "{dtype:?} row {row}"
-            );
-        }
+        let rows = [0, 1, 47, 48, 49, 150, n_rows - 2, n_rows - 1];
+        assert_rows_as_alone(&matrix, &x, &rows, &format!("{dtype:?}"));
+    }
+}
+
+/// Each of `rows` of `matrix` times all of `x` equals that row of `x` multiplied alone.
+fn assert_rows_as_alone(matrix: &QuantMatrix, x: &Tensor, rows: &[usize], what: &str) {
+    let all = to_vec(&matrix.forward(x).expect("multiplies"));
+    let out_features = all.len() / x.dim(0).expect("rows");
+    for &row in rows {
+        let one = matrix
+            .forward(&x.narrow(0, row, 1).expect("row"))
+            .expect("multiplies");
+        assert_eq!(
+            &all[row * out_features..][..out_features],
+            &to_vec(&one)[..],
+            "{what}, row {row}"
+        );
     }
 }
 
@@ -309,18 +316,9 @@ fn interleaved_products_of_a_few_rows_equal_their_rows_products() {
         let matrix = QuantMatrix::from_qtensor(&qtensor).expect("supported");
         let x = random_matrix(super::interleaved_product::PANEL_TILE + 1, in_features, 32);
         for n_rows in 2..=super::interleaved_product::PANEL_TILE + 1 {
-            let rows = x.narrow(0, 0, n_rows).expect("rows");
-            let all = to_vec(&matrix.forward(&rows).expect("multiplies"));
-            for row in 0..n_rows {
-                let one = matrix
-                    .forward(&x.narrow(0, row, 1).expect("row"))
-                    .expect("multiplies");
-                assert_eq!(
-                    &all[row * out_features..][..out_features],
-                    &to_vec(&one)[..],
-                    "{dtype:?}, row {row} of {n_rows}"
-                );
-            }
+            let rows: Vec<usize> = (0..n_rows).collect();
+            let first = x.narrow(0, 0, n_rows).expect("rows");
+            assert_rows_as_alone(&matrix, &first, &rows, &format!("{dtype:?} of {n_rows}"));
         }
     }
 }
